@@ -1,0 +1,131 @@
+/* dedloc device layer: OpenCL discovery, capabilities, programs (embedded
+ * sources, on-disk binary cache), buffers, kernel launches and GEMM (CLBlast).
+ *
+ * Everything above this layer sees a dl_device and dl_buffer; nothing above it
+ * calls OpenCL directly except to set kernel arguments (DL_ARG). */
+#ifndef DEDLOC_DEVICE_H
+#define DEDLOC_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+/* What we know about one device, probed once. */
+typedef struct dl_device_info {
+    int index;               /* global index over all platforms, as `dedloc devices` shows */
+    int platform_index;
+    char platform[128];
+    char name[256];
+    char vendor[128];
+    char driver[128];
+    char device_version[128];
+    char opencl_c_version[128];
+    bool is_gpu, is_cpu;
+    cl_uint compute_units;
+    cl_uint max_clock_mhz;
+    cl_ulong global_mem;
+    cl_ulong local_mem;
+    cl_ulong max_alloc;
+    size_t max_work_group;
+    size_t max_work_item[3];
+    bool fp16;               /* cl_khr_fp16: half arithmetic and CLBlastHgemm allowed */
+    bool fp64;               /* cl_khr_fp64 */
+    bool unified_memory;     /* CL_DEVICE_HOST_UNIFIED_MEMORY */
+    cl_platform_id platform_id;
+    cl_device_id device_id;
+} dl_device_info;
+
+/* Lists every device of every platform. *infos is malloc'd; free() it. */
+int dl_device_list(dl_device_info **infos, int *count);
+
+typedef struct dl_device dl_device;
+
+/* Opens a device: selector NULL or "" = the first GPU, else the first device;
+ * a number = that index; otherwise a case-insensitive substring of the device
+ * name, vendor or platform. Applies stored CLBlast tuning for the device. */
+int dl_device_open(const char *selector, dl_device **out);
+void dl_device_close(dl_device *dev);
+const dl_device_info *dl_device_get_info(const dl_device *dev);
+cl_context dl_device_context(const dl_device *dev);
+cl_command_queue dl_device_queue(const dl_device *dev);
+/* Blocks until every queued command has finished. */
+int dl_device_finish(dl_device *dev);
+
+/* ---- errors ---- */
+/* "CL_OUT_OF_RESOURCES" etc., or "CL error -N" for unknown codes. */
+const char *dl_cl_error_name(cl_int err);
+/* Returns 0 if err == CL_SUCCESS, else records "<what>: <NAME> (<advice>)". */
+int dl_cl_check(cl_int err, const char *what);
+
+/* ---- programs and kernels ---- */
+/* Source of a kernel file (e.g. "gemm_aux.cl"): from $DEDLOC_CL_DIR if set,
+ * else embedded. Returns NULL (with an error) if unknown. */
+const char *dl_cl_source(const char *file, size_t *size);
+/* Builds (or loads from the binary cache) a program from one cl/ file with
+ * the given options, memoised per device. Build failures report the file,
+ * the line and the compiler's log. The device owns the program. */
+int dl_program_get(dl_device *dev, const char *file, const char *options, cl_program *out);
+/* Creates a kernel from a program built by dl_program_get. Caller releases it
+ * with clReleaseKernel (or keeps it for the device's lifetime). */
+int dl_kernel_create(dl_device *dev, const char *file, const char *options, const char *name,
+                     cl_kernel *out);
+
+/* Sets kernel argument i to a value; evaluates to 0 or -1 (error recorded). */
+#define DL_ARG(kernel, i, value) \
+    dl_cl_check(clSetKernelArg((kernel), (i), sizeof(value), &(value)), "clSetKernelArg " #value)
+/* Local memory argument of the given size in bytes. */
+#define DL_ARG_LOCAL(kernel, i, bytes) \
+    dl_cl_check(clSetKernelArg((kernel), (i), (bytes), NULL), "clSetKernelArg local")
+
+/* Enqueues a 1-, 2- or 3-D kernel. global sizes are rounded up to multiples of
+ * local (local may be NULL = let the driver choose); kernels bound-check. */
+int dl_launch(dl_device *dev, cl_kernel kernel, cl_uint dims, const size_t *global,
+              const size_t *local);
+
+/* ---- buffers ----
+ * A dl_buffer owns its cl_mem; free it once with dl_buffer_free. Offsets and
+ * sizes are in bytes. Device memory in use is tracked per device. */
+typedef struct dl_buffer {
+    cl_mem mem;
+    size_t size;
+} dl_buffer;
+
+int dl_buffer_alloc(dl_device *dev, size_t bytes, dl_buffer *out);
+void dl_buffer_free(dl_device *dev, dl_buffer *buf);
+int dl_buffer_upload(dl_device *dev, dl_buffer *buf, size_t offset, const void *src, size_t bytes);
+int dl_buffer_download(dl_device *dev, const dl_buffer *buf, size_t offset, void *dst, size_t bytes);
+/* Fills bytes with a repeated 32-bit pattern (0 for zeroing, or a NaN poison). */
+int dl_buffer_fill32(dl_device *dev, dl_buffer *buf, size_t offset, size_t bytes, uint32_t pattern);
+int dl_buffer_copy(dl_device *dev, const dl_buffer *src, size_t src_off, dl_buffer *dst,
+                   size_t dst_off, size_t bytes);
+size_t dl_device_bytes_in_use(const dl_device *dev);
+size_t dl_device_bytes_peak(const dl_device *dev);
+
+/* ---- GEMM (row-major) ----
+ * C[m x n] = alpha * op(A)[m x k] * op(B)[k x n] + beta * C, with op = transpose
+ * when trans_* is true. Offsets and leading dimensions are in elements. The
+ * data type is fp32; DL_GEMM_F16 means A, B, C hold IEEE halves and is only
+ * valid where info->fp16 is true (CLBlastHgemm). */
+typedef enum { DL_GEMM_F32 = 0, DL_GEMM_F16 = 1 } dl_gemm_type;
+
+typedef struct dl_gemm_args {
+    bool trans_a, trans_b;
+    size_t m, n, k;
+    float alpha, beta;
+    const dl_buffer *a; size_t a_off, lda;
+    const dl_buffer *b; size_t b_off, ldb;
+    dl_buffer *c; size_t c_off, ldc;
+    /* strided batch: batch_count >= 1; strides in elements between batch items */
+    size_t batch_count;
+    size_t a_stride, b_stride, c_stride;
+    dl_gemm_type type;
+} dl_gemm_args;
+
+int dl_gemm(dl_device *dev, const dl_gemm_args *args);
+
+#endif

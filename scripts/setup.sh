@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what the build, the tests and the demo need (Debian packages, only
+# those missing), then configures and builds into build/. Idempotent.
+#   ./scripts/setup.sh            install + build (RelWithDebInfo)
+#   BUILD_DIR=... CMAKE_ARGS=... ./scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake pkg-config git ca-certificates
+  # OpenCL: the CPU driver (PoCL), the loader and headers, CLBlast for GEMM
+  pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo libclblast-dev clblast-utils
+  # networking, serialisation, compression, crypto, DHT
+  libevent-dev libmsgpack-dev zlib1g-dev libsodium-dev libopendht-c-dev
+  # text: Unicode, regex, JSON; hashing
+  libutf8proc-dev libpcre2-dev libcjson-dev libxxhash-dev
+  # benchmarks compare CPU GEMM with OpenBLAS
+  libopenblas-dev
+  # the network test lab (namespaces, veth, tc)
+  iproute2
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)"
+echo "setup: built $BUILD_DIR/dedloc"

@@ -1,0 +1,21 @@
+/* Subcommands of the dedloc binary. Each lives in src/cli/cmd_<name>.c, parses
+ * its own options (getopt_long), prints --help, and returns an exit code. */
+#ifndef DEDLOC_CLI_COMMANDS_H
+#define DEDLOC_CLI_COMMANDS_H
+
+enum { DL_EXIT_OK = 0, DL_EXIT_FAILURE = 1, DL_EXIT_USAGE = 2 };
+
+typedef int (*dl_command_fn)(int argc, char **argv);
+
+struct dl_command {
+    const char *name;
+    dl_command_fn run;
+    const char *summary;
+};
+
+/* The table in main.c; add a line there when you add a command. */
+extern const struct dl_command dl_commands[];
+
+int cmd_devices(int argc, char **argv);
+
+#endif

@@ -1,0 +1,46 @@
+/* dedloc: one binary, one subcommand per job. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "dedloc/util.h"
+
+const struct dl_command dl_commands[] = {
+    {"devices", cmd_devices, "list OpenCL devices and their capabilities"},
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "dedloc: train an ALBERT language model together with volunteers over the internet,\n"
+            "on any OpenCL device (NVIDIA, AMD and Intel GPUs, CPUs through PoCL).\n\n"
+            "usage: dedloc <command> [options]\n"
+            "       dedloc <command> --help\n\ncommands:\n");
+    for (const struct dl_command *c = dl_commands; c->name; c++)
+        fprintf(out, "  %-12s %s\n", c->name, c->summary);
+    fprintf(out,
+            "\nenvironment:\n"
+            "  DEDLOC_LOG         log level: error, warn, info (default), debug\n"
+            "  DEDLOC_CACHE_DIR   cache folder (default $XDG_CACHE_HOME/dedloc or ~/.cache/dedloc)\n"
+            "  DEDLOC_CL_DIR      load kernel sources from this folder instead of the embedded ones\n"
+            "\nexit status: 0 success, 1 runtime failure, 2 usage error\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return DL_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return DL_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("dedloc 0.1.0\n");
+        return DL_EXIT_OK;
+    }
+    for (const struct dl_command *c = dl_commands; c->name; c++)
+        if (!strcmp(argv[1], c->name)) return c->run(argc - 1, argv + 1);
+    fprintf(stderr, "dedloc: unknown command '%s'; see 'dedloc --help'\n", argv[1]);
+    return DL_EXIT_USAGE;
+}
