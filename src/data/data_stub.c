@@ -1,0 +1,48 @@
+#include <stdlib.h>
+
+#include "dedloc/data.h"
+#include "dedloc/util.h"
+
+void dl_data_config_default(dl_data_config *cfg) {
+    *cfg = (dl_data_config){0};
+    cfg->format = DL_DATA_AUTO;
+    cfg->json_field = "text";
+    cfg->batch_size = 8;
+    cfg->max_seq_len = 512;
+    cfg->short_seq_prob = 0.1f;
+    cfg->sop_swap_prob = 0.5f;
+    cfg->mlm_probability = 0.15f;
+    cfg->mask_replace_prob = 0.8f;
+    cfg->random_replace_prob = 0.1f;
+    cfg->whole_word_mask = false;
+    cfg->shuffle_buffer = 10000;
+    cfg->loop = true;
+    cfg->queue_batches = 4;
+    cfg->io_timeout_s = 30;
+    cfg->max_retries = 10;
+    cfg->retry_base_s = 0.5;
+    cfg->retry_max_s = 30;
+    cfg->max_line_bytes = (size_t)4 << 20;
+}
+
+int dl_data_open(const dl_data_config *cfg, const dl_tokenizer *tok, dl_data_stream **out) {
+    *out = NULL;
+    return dl_fail("dl_data_open: not implemented yet");
+}
+
+int dl_data_next_batch(dl_data_stream *s, dl_batch *out, double timeout_s) {
+    return dl_fail("dl_data_next_batch: not implemented yet");
+}
+
+void dl_data_get_stats(dl_data_stream *s, dl_data_stats *out) { *out = (dl_data_stats){0}; }
+
+void dl_data_close(dl_data_stream *s) {}
+
+int dl_data_server_start(const char *dir, const char *host, int port, dl_data_server **out) {
+    *out = NULL;
+    return dl_fail("dl_data_server_start: not implemented yet");
+}
+
+int dl_data_server_port(const dl_data_server *srv) { return -1; }
+
+void dl_data_server_stop(dl_data_server *srv) {}
