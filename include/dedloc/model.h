@@ -1,0 +1,167 @@
+/* dedloc model: ALBERT for pretraining (MLM + SOP heads) exactly as Hugging
+ * Face transformers' AlbertForPreTraining computes it, on an OpenCL device.
+ *
+ * Host side: the configuration (presets, HF config.json), the parameter
+ * layout (one flat fp32 vector, entries named as model.named_parameters()
+ * lists them), initialisation like HF _init_weights, and import/export of a HF
+ * model folder (config.json + model.safetensors).
+ *
+ * Device side: a dl_model holds the parameters in its storage precision, one
+ * flat fp32 gradient buffer with the same layout, and activations sized once
+ * for (max_batch, max_seq). A step is: dl_model_set_params (after each
+ * optimizer step), dl_model_zero_grad, one dl_model_forward_backward per
+ * micro-batch (gradients accumulate), dl_model_get_grads. Everything is
+ * deterministic: the same batch and parameters on the same device give the
+ * same bits. */
+#ifndef DEDLOC_MODEL_H
+#define DEDLOC_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dedloc/batch.h"
+#include "dedloc/device.h"
+
+/* ---- configuration ----------------------------------------------------------
+ * Field names follow HF AlbertConfig. hidden_act is always gelu_new and the
+ * dropouts are 0 (the pretraining recipe we follow uses none). */
+typedef struct dl_albert_config {
+    int vocab_size;
+    int embedding_size;
+    int hidden_size;
+    int num_hidden_layers;       /* layer applications (each runs one whole group) */
+    int num_hidden_groups;       /* distinct parameter groups; layer i uses group floor(i/(L/G)) */
+    int inner_group_num;         /* AlbertLayers inside each group, run one after another */
+    int num_attention_heads;
+    int intermediate_size;
+    int max_position_embeddings;
+    int type_vocab_size;
+    int pad_token_id;            /* its word-embedding row gets no gradient from the lookup */
+    float layer_norm_eps;
+    float initializer_range;
+} dl_albert_config;
+
+/* "tiny" (tests, demo: vocab 8000, embedding 64, hidden 128, 4 layers in one
+ * group, 4 heads, intermediate 512, 128 positions) or "sahajbert"
+ * (albert-large shape with vocab 32000). Unknown name: -1 with the list. */
+int dl_albert_config_preset(const char *name, dl_albert_config *cfg);
+/* Checks sizes are positive and bounded, heads divide hidden, groups <=
+ * layers, pad id inside the vocabulary. */
+int dl_albert_config_validate(const dl_albert_config *cfg);
+/* Reads a HF config.json (untrusted: types and ranges checked; hidden_act
+ * must be gelu_new; non-zero dropouts are warned about and ignored). */
+int dl_albert_config_load(const char *path, dl_albert_config *cfg);
+/* Writes config.json as AlbertForPreTraining.save_pretrained would. */
+int dl_albert_config_save(const char *path, const dl_albert_config *cfg);
+/* Human-readable one-line summary into buf. */
+void dl_albert_config_describe(const dl_albert_config *cfg, char *buf, size_t size);
+
+/* ---- parameter layout --------------------------------------------------------
+ * Entries in model.named_parameters() order, packed without gaps. The tied
+ * decoder weight is albert.embeddings.word_embeddings.weight (one entry); the
+ * decoder bias is predictions.bias. */
+enum { DL_PARAM_NAME_MAX = 96 };
+
+typedef struct dl_param_entry {
+    char name[DL_PARAM_NAME_MAX];
+    int ndim;                    /* 1 or 2 */
+    int64_t shape[2];            /* [out, in] for Linear weights, as PyTorch stores them */
+    size_t offset;               /* in elements from the start of the flat vector */
+    size_t numel;
+    bool no_weight_decay;        /* biases and LayerNorm parameters */
+} dl_param_entry;
+
+typedef struct dl_param_layout {
+    dl_param_entry *entries;
+    int count;
+    size_t total;                /* elements in the flat vector */
+} dl_param_layout;
+
+int dl_param_layout_build(const dl_albert_config *cfg, dl_param_layout *layout);
+void dl_param_layout_free(dl_param_layout *layout);
+/* NULL if absent. */
+const dl_param_entry *dl_param_layout_find(const dl_param_layout *layout, const char *name);
+
+/* Fills params (layout.total floats) like HF _init_weights: Linear weights and
+ * embeddings ~ N(0, initializer_range), the pad row of the word embeddings 0,
+ * biases 0, LayerNorm weight 1 and bias 0. Same seed, same bits everywhere. */
+int dl_albert_init_params(const dl_albert_config *cfg, uint64_t seed, float *params);
+
+/* Reads a HF model folder: config.json into *cfg and model.safetensors into a
+ * malloc'd flat vector *params (free() it). Every parameter must be present
+ * with the right shape (F32, F16 or BF16); missing or extra-shaped tensors are
+ * errors naming the tensor. predictions.decoder.* duplicates are accepted. */
+int dl_albert_load_hf(const char *dir, dl_albert_config *cfg, float **params);
+/* Writes config.json and model.safetensors (F32, {"format": "pt"}) into dir
+ * (created if needed), loadable by AlbertForPreTraining.from_pretrained. */
+int dl_albert_save_hf(const char *dir, const dl_albert_config *cfg, const float *params);
+
+/* Checks a batch against the configuration: shape within (max_batch, max_seq)
+ * when those are > 0, sequence within max_position_embeddings, token ids and
+ * labels (or -100) inside the vocabulary, token types inside type_vocab_size,
+ * mask values 0/1, sentence order labels 0/1. Errors name the first bad value. */
+int dl_albert_check_batch(const dl_albert_config *cfg, const dl_batch *batch, int max_batch,
+                          int max_seq);
+
+/* GEMM floating-point operations (2*m*n*k summed) of one forward+backward
+ * over B x T tokens with `masked` MLM positions (the MLM head runs on masked
+ * rows only). */
+double dl_albert_step_flops(const dl_albert_config *cfg, int batch, int seq, int masked);
+
+/* ---- device model --------------------------------------------------------- */
+typedef enum {
+    DL_PRECISION_FP32 = 0,  /* fp32 storage and compute */
+    DL_PRECISION_FP16 = 1,  /* fp16 storage of weights and activations, fp32 arithmetic */
+    DL_PRECISION_BF16 = 2,  /* bf16 storage, fp32 arithmetic */
+} dl_precision;
+
+/* "fp32", "fp16", "bf16"; -1 for anything else. */
+int dl_precision_parse(const char *name, dl_precision *out);
+const char *dl_precision_name(dl_precision p);
+
+typedef struct dl_losses {
+    float loss;          /* mlm_loss + sop_loss, as HF returns it */
+    float mlm_loss;      /* mean CE over masked positions (0 when there are none) */
+    float sop_loss;      /* mean CE over sequences */
+    int masked_tokens;   /* positions with a label != -100 */
+    int sequences;       /* B */
+} dl_losses;
+
+typedef struct dl_model dl_model;
+
+/* Allocates parameters, gradients and activations for batches up to
+ * max_batch x max_seq (max_seq <= max_position_embeddings) on dev, and builds
+ * the kernels. The model keeps a pointer to dev (which must outlive it) and a
+ * copy of cfg. Parameters start unset: call dl_model_set_params. */
+int dl_model_create(dl_device *dev, const dl_albert_config *cfg, int max_batch, int max_seq,
+                    dl_precision precision, dl_model **out);
+void dl_model_free(dl_model *model);
+
+const dl_albert_config *dl_model_config(const dl_model *model);
+const dl_param_layout *dl_model_layout(const dl_model *model);
+
+/* Uploads the fp32 master parameters (layout.total floats), cast to the
+ * storage precision. */
+int dl_model_set_params(dl_model *model, const float *params);
+/* Downloads the device parameters as fp32 (what the device computes with). */
+int dl_model_get_params(dl_model *model, float *params);
+/* Sets the gradient accumulator to zero. */
+int dl_model_zero_grad(dl_model *model);
+/* Runs forward and backward on one micro-batch and ADDS loss_scale times the
+ * gradient of the HF loss (mean MLM CE over this batch's masked tokens + mean
+ * SOP CE over its sequences) to the accumulator. To weight micro-batches by
+ * size, fold the weight into loss_scale. The batch is checked first
+ * (dl_albert_check_batch). out may be NULL. Blocks until done. */
+int dl_model_forward_backward(dl_model *model, const dl_batch *batch, float loss_scale,
+                              dl_losses *out);
+/* Forward only (evaluation): losses of one batch; gradients untouched. */
+int dl_model_forward(dl_model *model, const dl_batch *batch, dl_losses *out);
+/* Downloads the accumulated gradient as fp32, divided by loss_scale (pass
+ * the scale used in forward_backward, 1 for none). */
+int dl_model_get_grads(dl_model *model, float loss_scale, float *grads);
+/* Device memory the model holds (parameters, gradients, activations,
+ * scratch), in bytes. */
+size_t dl_model_memory_bytes(const dl_model *model);
+
+#endif
