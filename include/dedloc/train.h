@@ -1,0 +1,160 @@
+/* dedloc training on the host: the optimizer (LAMB, AdamW), the learning-rate
+ * schedule, gradient clipping and accumulation, dynamic loss scaling.
+ *
+ * Everything here works on one flat fp32 vector of parameters and a second
+ * flat vector of gradients with the same layout; it knows nothing of the
+ * model beyond the layout view below. All arithmetic is plain C, single
+ * threaded, in a fixed order, built with -ffp-contract=off and no fast-math:
+ * the same gradient gives bit-identical weights on every machine.
+ *
+ * Norms (gradient clipping, LAMB's weight and update norms) are sums of
+ * squares accumulated in double in element order, square-rooted in double
+ * and rounded once to float. That is deterministic everywhere and at least
+ * as accurate as torch's float reductions (see tests/train/test_optimizer.c
+ * for the agreement with torch). */
+#ifndef DEDLOC_TRAIN_H
+#define DEDLOC_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- parameter layout view -------------------------------------------------
+ * The optimizer needs only where each tensor lives in the flat vector and
+ * whether weight decay applies to it (the trust ratio of LAMB is per tensor). */
+typedef struct dl_train_tensor {
+    char *name;            /* HF parameter name (owned copy; may be NULL) */
+    size_t offset;         /* in floats, into the flat vector */
+    size_t numel;
+    bool no_weight_decay;  /* biases and LayerNorm weights */
+} dl_train_tensor;
+
+typedef struct dl_train_layout {
+    int count;
+    dl_train_tensor *tensors;
+    size_t total;          /* floats in the flat vector */
+} dl_train_layout;
+
+/* Hugging Face's rule (and sahajBERT's): no weight decay for any parameter
+ * whose name contains "bias" or "LayerNorm.weight". */
+bool dl_train_no_decay_name(const char *name);
+/* Builds a layout from parallel arrays (names may be NULL: then every tensor
+ * decays unless no_decay says otherwise; no_decay may be NULL: then the
+ * name rule decides). Checks that tensors are contiguous, in order, without
+ * overlap. Free with dl_train_layout_free. */
+int dl_train_layout_init(dl_train_layout *layout, int count, const char *const *names,
+                         const size_t *numels, const bool *no_decay);
+void dl_train_layout_free(dl_train_layout *layout);
+
+/* ---- optimizer ---------------------------------------------------------------- */
+typedef enum { DL_OPT_LAMB = 0, DL_OPT_ADAMW = 1 } dl_opt_kind;
+
+/* Hyperparameters are doubles, as Python holds them; each is rounded to
+ * float where torch rounds it (see optimizer.c). */
+typedef struct dl_opt_config {
+    dl_opt_kind kind;
+    double lr;              /* peak learning rate; the schedule scales it */
+    double beta1, beta2;
+    double eps;
+    double weight_decay;    /* applied to tensors without no_weight_decay */
+    double clamp_value;     /* LAMB: weight norm clamped to [0, clamp_value] */
+    bool debias;            /* LAMB: Adam bias correction folded into the step */
+    double max_grad_norm;   /* global L2 clipping; <= 0 disables */
+    int64_t warmup_steps;   /* linear warmup from 0 ... */
+    int64_t total_steps;    /* ... then linear decay to 0 at total_steps */
+} dl_opt_config;
+
+/* sahajBERT's optimizer: LAMB lr 0.00176, betas (0.9, 0.999), eps 1e-6,
+ * weight decay 0.01, clamp 10000, debias, clip 1.0, warmup 5000 of 125000. */
+dl_opt_config dl_opt_config_sahajbert(void);
+/* "lamb" / "adamw" -> kind; -1 if unknown (error recorded). */
+int dl_opt_kind_parse(const char *name, dl_opt_kind *kind);
+const char *dl_opt_kind_name(dl_opt_kind kind);
+
+typedef struct dl_optimizer {
+    dl_opt_config config;
+    dl_train_layout layout;  /* own copy */
+    float *exp_avg;          /* m, layout.total floats */
+    float *exp_avg_sq;       /* v */
+    int64_t step;            /* optimizer steps taken (also the schedule position) */
+    float *scratch;          /* LAMB's per-tensor update, largest tensor's size */
+} dl_optimizer;
+
+/* What one step did, for logs. */
+typedef struct dl_opt_step_info {
+    double lr;          /* learning rate this step used */
+    float grad_norm;    /* global L2 norm of the gradient before clipping */
+    float clip_coef;    /* factor the gradient was multiplied by (1 when not clipped) */
+} dl_opt_step_info;
+
+int dl_optimizer_init(dl_optimizer *opt, const dl_opt_config *config, const dl_train_layout *layout);
+void dl_optimizer_free(dl_optimizer *opt);
+
+/* One optimizer step, as a Hugging Face loop does it: clip the gradient in
+ * place (torch.nn.utils.clip_grad_norm_), update params with the learning rate
+ * of the schedule at the current step (torch_optimizer.Lamb or
+ * torch.optim.AdamW semantics), then advance the step. grad must be finite
+ * (callers drop non-finite gradients first; a non-finite norm fails here
+ * and leaves params and state untouched). */
+int dl_optimizer_step(dl_optimizer *opt, float *params, float *grad, dl_opt_step_info *info);
+
+/* The pieces of the step, exposed for tests and for callers that split it. */
+/* lr = base * lambda(step) of transformers' get_linear_schedule_with_warmup. */
+double dl_schedule_linear_warmup(double base_lr, int64_t step, int64_t warmup_steps,
+                                 int64_t total_steps);
+/* Global L2 norm of grad[0..n) (double accumulation, rounded to float). */
+float dl_grad_norm(const float *grad, size_t n);
+/* torch.nn.utils.clip_grad_norm_: coef = min(1, max_norm / (norm + 1e-6)) in
+ * float, grad *= coef (always, as torch does). Returns the norm before. */
+float dl_clip_grad_norm(float *grad, size_t n, double max_norm, float *coef_out);
+/* The parameter update alone at learning rate lr (no clipping, no schedule). */
+void dl_optimizer_update(dl_optimizer *opt, float *params, const float *grad, double lr);
+
+/* ---- gradient accumulation ---------------------------------------------------
+ * Micro-batch gradients are means over their samples; the step needs the
+ * mean over all samples of the round: sum_k g_k * n_k / sum_k n_k. */
+typedef struct dl_grad_accum {
+    size_t n;
+    float *sum;        /* sum_k g_k * n_k */
+    int64_t samples;   /* sum_k n_k */
+} dl_grad_accum;
+
+int dl_grad_accum_init(dl_grad_accum *acc, size_t n);
+void dl_grad_accum_free(dl_grad_accum *acc);
+void dl_grad_accum_reset(dl_grad_accum *acc);
+/* sum += grad * (float)samples. samples > 0. */
+void dl_grad_accum_add(dl_grad_accum *acc, const float *grad, int64_t samples);
+/* out = sum / (float)samples; -1 if no samples were accumulated. */
+int dl_grad_accum_mean(const dl_grad_accum *acc, float *out);
+
+/* True if every element is finite. */
+bool dl_all_finite(const float *x, size_t n);
+
+/* ---- dynamic loss scaling -------------------------------------------------------
+ * For fp16 storage: the loss is multiplied by `scale` before backward so small
+ * gradients survive half precision; gradients are divided by it again before
+ * they leave the device. A micro-batch whose gradient holds a NaN or Inf is
+ * dropped (it counts 0 samples) and the scale halves; after growth_interval
+ * consecutive clean micro-batches it doubles. Same rule as torch's GradScaler,
+ * counted per micro-batch (each backward pass). */
+typedef struct dl_loss_scale {
+    float scale;              /* current scale (1 and fixed when disabled) */
+    float growth_factor;      /* 2 */
+    float backoff_factor;     /* 0.5 */
+    int64_t growth_interval;  /* 2000 */
+    int64_t clean_steps;      /* consecutive finite micro-batches since the last change */
+    int64_t overflows;        /* micro-batches dropped so far */
+    bool enabled;
+} dl_loss_scale;
+
+/* enabled: init 2^16, x2 after 2000 clean micro-batches, x0.5 on overflow.
+ * disabled: scale stays 1 and dl_loss_scale_update only counts. */
+void dl_loss_scale_init(dl_loss_scale *ls, bool enabled);
+/* Records the outcome of one micro-batch; returns true if its gradient is to
+ * be used (finite), false if it must be dropped. */
+bool dl_loss_scale_update(dl_loss_scale *ls, bool grad_finite);
+/* Divides a gradient computed from a scaled loss by the scale (x * (1/scale),
+ * exact: the scale is a power of two) and reports whether it is finite. */
+bool dl_loss_scale_unscale(const dl_loss_scale *ls, float *grad, size_t n);
+
+#endif
