@@ -22,11 +22,15 @@
 /* ---- parameter layout view -------------------------------------------------
  * The optimizer needs only where each tensor lives in the flat vector and
  * whether weight decay applies to it (the trust ratio of LAMB is per tensor). */
+enum { DL_TRAIN_MAX_DIMS = 4 };
+
 typedef struct dl_train_tensor {
     char *name;            /* HF parameter name (owned copy; may be NULL) */
     size_t offset;         /* in floats, into the flat vector */
     size_t numel;
     bool no_weight_decay;  /* biases and LayerNorm weights */
+    int ndim;              /* shape, for checkpoints and export (1-D [numel] if unknown) */
+    int64_t shape[DL_TRAIN_MAX_DIMS];
 } dl_train_tensor;
 
 typedef struct dl_train_layout {
@@ -36,7 +40,10 @@ typedef struct dl_train_layout {
 } dl_train_layout;
 
 /* Hugging Face's rule (and sahajBERT's): no weight decay for any parameter
- * whose name contains "bias" or "LayerNorm.weight". */
+ * whose name contains "bias" or "LayerNorm.weight". Note that in HF ALBERT
+ * this leaves weight decay ON for
+ * albert.encoder.albert_layer_groups.*.full_layer_layer_norm.weight (its
+ * name has no "LayerNorm"): sahajBERT trained that way, and so do we. */
 bool dl_train_no_decay_name(const char *name);
 /* Builds a layout from parallel arrays (names may be NULL: then every tensor
  * decays unless no_decay says otherwise; no_decay may be NULL: then the
@@ -44,6 +51,7 @@ bool dl_train_no_decay_name(const char *name);
  * overlap. Free with dl_train_layout_free. */
 int dl_train_layout_init(dl_train_layout *layout, int count, const char *const *names,
                          const size_t *numels, const bool *no_decay);
+int dl_train_layout_copy(dl_train_layout *dst, const dl_train_layout *src);
 void dl_train_layout_free(dl_train_layout *layout);
 
 /* ---- optimizer ---------------------------------------------------------------- */
@@ -156,5 +164,61 @@ bool dl_loss_scale_update(dl_loss_scale *ls, bool grad_finite);
 /* Divides a gradient computed from a scaled loss by the scale (x * (1/scale),
  * exact: the scale is a power of two) and reports whether it is finite. */
 bool dl_loss_scale_unscale(const dl_loss_scale *ls, float *grad, size_t n);
+
+/* ---- checkpoints -----------------------------------------------------------------
+ * One safetensors file per checkpoint (format in docs/checkpoint.md): master
+ * weights and the optimizer moments as one F32 tensor per parameter, under
+ * "params.<name>", "exp_avg.<name>", "exp_avg_sq.<name>"; everything else in
+ * the "__metadata__" map as JSON text, including an xxh64 checksum of every
+ * tensor and of the metadata itself. Loading verifies all of it and refuses
+ * truncated, corrupted or foreign files with an error naming what is wrong. */
+
+/* Where training stands, beside the weights and the optimizer. */
+typedef struct dl_train_progress {
+    int64_t samples;          /* samples that went into optimizer steps, in total */
+    int64_t micro_batches;    /* batches drawn from the data stream (to fast-forward it) */
+    uint64_t data_seed;       /* the data stream's seed and peer seed */
+    uint64_t peer_seed;
+    double elapsed_s;         /* training time so far, summed over runs */
+} dl_train_progress;
+
+typedef struct dl_checkpoint {
+    char *model_config_json;  /* HF config.json text of the model */
+    char *run_json;           /* the run's settings (trainer options), JSON object */
+    dl_train_layout layout;
+    float *params;            /* layout.total floats: fp32 master weights */
+    float *exp_avg;           /* optimizer moments, layout.total floats each */
+    float *exp_avg_sq;
+    dl_opt_config opt_config;
+    int64_t step;             /* optimizer steps taken = schedule position */
+    dl_loss_scale loss_scale;
+    dl_train_progress progress;
+} dl_checkpoint;
+
+/* Writes a checkpoint atomically (temporary file, fsync, rename). The arrays
+ * are read, not kept. */
+int dl_checkpoint_save(const char *path, const dl_checkpoint *ck);
+/* Reads and verifies a checkpoint (at most max_size bytes; 0 = 64 GiB) into
+ * *ck (malloc'd fields; free with dl_checkpoint_free). */
+int dl_checkpoint_load(const char *path, size_t max_size, dl_checkpoint *ck);
+void dl_checkpoint_free(dl_checkpoint *ck);
+
+/* Fills a checkpoint view from an optimizer (borrowed pointers: do not free
+ * it with dl_checkpoint_free). */
+void dl_checkpoint_view(dl_checkpoint *ck, const dl_optimizer *opt, float *params);
+/* Restores an optimizer's moments and step from a loaded checkpoint; the
+ * layouts must agree tensor for tensor. */
+int dl_checkpoint_restore_optimizer(const dl_checkpoint *ck, dl_optimizer *opt);
+
+/* Checkpoint folders hold files named checkpoint-<step, 10 digits>.safetensors. */
+/* Saves dir/checkpoint-<step>.safetensors and deletes the oldest beyond the
+ * newest `keep` (keep <= 0 keeps all). path_out (may be NULL) gets the path. */
+int dl_checkpoint_save_in_dir(const char *dir, const dl_checkpoint *ck, int keep, char *path_out,
+                              size_t path_size);
+/* Loads the newest checkpoint of dir that verifies; a corrupted newer one is
+ * reported (warning) and the previous one is tried. Returns 0 with *ck filled,
+ * 1 if dir has no checkpoint at all (or does not exist), -1 if there are
+ * checkpoints but none loads. path_out (may be NULL) gets the path used. */
+int dl_checkpoint_load_latest(const char *dir, dl_checkpoint *ck, char *path_out, size_t path_size);
 
 #endif

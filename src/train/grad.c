@@ -27,6 +27,8 @@ int dl_train_layout_init(dl_train_layout *layout, int count, const char *const *
         }
         t->offset = offset;
         t->numel = numels[i];
+        t->ndim = 1;
+        t->shape[0] = (int64_t)numels[i];
         offset += numels[i];
         if (names && names[i]) {
             t->name = dl_strdup(names[i]);
@@ -38,6 +40,23 @@ int dl_train_layout_init(dl_train_layout *layout, int count, const char *const *
         t->no_weight_decay = no_decay ? no_decay[i] : dl_train_no_decay_name(t->name);
     }
     layout->total = offset;
+    return 0;
+}
+
+int dl_train_layout_copy(dl_train_layout *dst, const dl_train_layout *src) {
+    memset(dst, 0, sizeof *dst);
+    dst->tensors = dl_calloc((size_t)src->count, sizeof *dst->tensors);
+    if (!dst->tensors) return -1;
+    dst->count = src->count;
+    dst->total = src->total;
+    for (int i = 0; i < src->count; i++) {
+        dst->tensors[i] = src->tensors[i];
+        dst->tensors[i].name = NULL;
+        if (src->tensors[i].name && !(dst->tensors[i].name = dl_strdup(src->tensors[i].name))) {
+            dl_train_layout_free(dst);
+            return -1;
+        }
+    }
     return 0;
 }
 

@@ -71,21 +71,7 @@ int dl_optimizer_init(dl_optimizer *opt, const dl_opt_config *config, const dl_t
     if (check_config(config)) return dl_fail_context("optimizer");
     if (layout->total == 0 || layout->count <= 0) return dl_fail("optimizer: empty parameter layout");
     opt->config = *config;
-    const char **names = dl_calloc((size_t)layout->count, sizeof *names);
-    size_t *numels = dl_calloc((size_t)layout->count, sizeof *numels);
-    bool *no_decay = dl_calloc((size_t)layout->count, sizeof *no_decay);
-    int rc = -1;
-    if (names && numels && no_decay) {
-        for (int i = 0; i < layout->count; i++) {
-            names[i] = layout->tensors[i].name;
-            numels[i] = layout->tensors[i].numel;
-            no_decay[i] = layout->tensors[i].no_weight_decay;
-        }
-        rc = dl_train_layout_init(&opt->layout, layout->count, names, numels, no_decay);
-    }
-    free(names);
-    free(numels);
-    free(no_decay);
+    int rc = dl_train_layout_copy(&opt->layout, layout);
     if (rc) return -1;
     opt->exp_avg = dl_calloc(layout->total, sizeof(float));
     opt->exp_avg_sq = dl_calloc(layout->total, sizeof(float));
