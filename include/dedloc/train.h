@@ -15,9 +15,13 @@
 #ifndef DEDLOC_TRAIN_H
 #define DEDLOC_TRAIN_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "dedloc/model.h"
 
 /* ---- parameter layout view -------------------------------------------------
  * The optimizer needs only where each tensor lives in the flat vector and
@@ -220,5 +224,63 @@ int dl_checkpoint_save_in_dir(const char *dir, const dl_checkpoint *ck, int keep
  * 1 if dir has no checkpoint at all (or does not exist), -1 if there are
  * checkpoints but none loads. path_out (may be NULL) gets the path used. */
 int dl_checkpoint_load_latest(const char *dir, dl_checkpoint *ck, char *path_out, size_t path_size);
+
+/* ---- the training loop of one peer --------------------------------------------
+ * Micro-batches are drawn and their gradients accumulated on the host
+ * (weighted by their sample counts) until target_batch samples are in, then
+ * one optimizer step runs on the host and the new weights go to the device.
+ * The loop knows the model and the data only through this backend, so tests
+ * can drive it with a synthetic one. */
+typedef struct dl_trainer_backend {
+    void *ctx;
+    /* Uploads the fp32 master weights (cast to the device's precision). */
+    int (*set_params)(void *ctx, const float *params);
+    /* Draws the next micro-batch, runs forward and backward with the loss
+     * multiplied by loss_scale, and writes the mean gradient over its samples,
+     * divided by loss_scale again, as fp32 into grad (it may hold Inf/NaN
+     * after an fp16 overflow: the loop drops it). Fills *samples (sequences)
+     * and *losses. */
+    int (*micro_batch)(void *ctx, float loss_scale, float *grad, int *samples, dl_losses *losses);
+    /* Draws and discards n micro-batches (fast-forwards the data stream on resume). */
+    int (*skip)(void *ctx, int64_t n);
+} dl_trainer_backend;
+
+typedef struct dl_trainer_options {
+    int64_t target_batch;       /* samples per optimizer step */
+    int64_t max_steps;          /* stop after this many optimizer steps in total */
+    bool loss_scaling;          /* dynamic loss scaling (fp16); off: scale 1 */
+    const char *checkpoint_dir; /* NULL: no checkpoints */
+    int keep;                   /* checkpoints kept (<= 0: all) */
+    int64_t save_every;         /* steps between checkpoints; 0: only at the end and on a signal */
+    const char *log_path;       /* JSON-lines log, appended; NULL: none */
+    FILE *progress;             /* NULL: silent; a terminal: one live line; else a line per step */
+    const volatile sig_atomic_t *stop; /* non-zero: save and return (set from a signal handler) */
+    const char *model_config_json; /* stored in checkpoints */
+    const char *run_json;          /* stored in checkpoints */
+    uint64_t data_seed, peer_seed; /* stored in checkpoints */
+} dl_trainer_options;
+
+typedef struct dl_trainer_result {
+    int64_t steps;               /* optimizer steps taken in total (after resume, counts from 0) */
+    int64_t steps_this_run;
+    bool interrupted;            /* stopped by *stop */
+    float first_loss, last_loss; /* mean loss of this run's first and last step */
+    double samples_per_second;   /* over this run */
+    char param_hash[17];         /* dl_hash64 of the master weights, hex */
+    char checkpoint[4096];       /* last checkpoint written ("" if none) */
+} dl_trainer_result;
+
+/* Runs the loop. params (layout->total floats) holds the initial weights and
+ * is updated in place. resume (may be NULL) continues a checkpoint: its
+ * weights, optimizer state, step, loss scale and data position replace the
+ * initial ones (its optimizer settings win over opt_config; the data stream
+ * is fast-forwarded through backend->skip). */
+int dl_trainer_run(const dl_trainer_options *opts, const dl_opt_config *opt_config,
+                   const dl_train_layout *layout, float *params, const dl_checkpoint *resume,
+                   const dl_trainer_backend *backend, dl_trainer_result *result);
+
+/* Builds the optimizer's layout view from the model's (names, shapes); weight
+ * decay follows dl_train_no_decay_name, as sahajBERT's training script did. */
+int dl_train_layout_from_model(const dl_param_layout *model_layout, dl_train_layout *out);
 
 #endif

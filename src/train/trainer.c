@@ -1,0 +1,256 @@
+/* The training loop of one peer: accumulate micro-batches to the target batch,
+ * step on the host, upload, log, checkpoint; resume exactly from a checkpoint. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dedloc/train.h"
+#include "dedloc/util.h"
+
+int dl_train_layout_from_model(const dl_param_layout *ml, dl_train_layout *out) {
+    const char **names = dl_calloc((size_t)ml->count, sizeof *names);
+    size_t *numels = dl_calloc((size_t)ml->count, sizeof *numels);
+    int rc = -1;
+    if (names && numels) {
+        for (int i = 0; i < ml->count; i++) {
+            names[i] = ml->entries[i].name;
+            numels[i] = ml->entries[i].numel;
+        }
+        rc = dl_train_layout_init(out, ml->count, names, numels, NULL);
+    }
+    for (int i = 0; rc == 0 && i < ml->count; i++) {
+        if (ml->entries[i].offset != out->tensors[i].offset) {
+            dl_train_layout_free(out);
+            rc = dl_fail("model layout entry %s is not packed in order", ml->entries[i].name);
+            break;
+        }
+        out->tensors[i].ndim = ml->entries[i].ndim;
+        for (int d = 0; d < ml->entries[i].ndim && d < DL_TRAIN_MAX_DIMS; d++)
+            out->tensors[i].shape[d] = ml->entries[i].shape[d];
+    }
+    free(names);
+    free(numels);
+    return rc;
+}
+
+typedef struct {
+    const dl_trainer_options *o;
+    dl_optimizer opt;
+    dl_grad_accum acc;
+    dl_loss_scale ls;
+    dl_train_progress progress;
+    /* Loss scale and progress as they were right after the last optimizer
+     * step: a checkpoint records these, not the state of a partial
+     * accumulation, so a resumed run redraws the same micro-batches. */
+    dl_loss_scale ls_at_step;
+    dl_train_progress progress_at_step;
+    float *grad;
+    FILE *log;
+    bool tty;
+    double run_start;
+    int64_t start_step;
+    int64_t run_samples;
+} loop_state;
+
+static void format_duration(double s, char *out, size_t size) {
+    if (!(s >= 0) || s > 1e8) {
+        snprintf(out, size, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(out, size, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60)
+        snprintf(out, size, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(out, size, "%lds", t);
+}
+
+typedef struct {
+    double loss, mlm, sop, lr, sps;
+    float grad_norm;
+    int64_t samples, dropped;
+    char hash[17];
+} step_record;
+
+static int save_checkpoint(loop_state *st, float *params, dl_trainer_result *res) {
+    if (!st->o->checkpoint_dir) return 0;
+    dl_checkpoint ck;
+    dl_checkpoint_view(&ck, &st->opt, params);
+    ck.model_config_json = (char *)st->o->model_config_json;
+    ck.run_json = (char *)st->o->run_json;
+    ck.loss_scale = st->ls_at_step;
+    ck.progress = st->progress_at_step;
+    ck.progress.elapsed_s += dl_now() - st->run_start;
+    if (dl_checkpoint_save_in_dir(st->o->checkpoint_dir, &ck, st->o->keep, res->checkpoint,
+                                  sizeof res->checkpoint))
+        return -1;
+    DL_DEBUG("train", "checkpoint %s", res->checkpoint);
+    return 0;
+}
+
+static void report(loop_state *st, const step_record *r) {
+    const dl_trainer_options *o = st->o;
+    int64_t step = st->opt.step;
+    if (st->log) {
+        fprintf(st->log,
+                "{\"step\": %" PRId64 ", \"loss\": %.7g, \"mlm_loss\": %.7g, \"sop_loss\": %.7g, \"lr\": %.9g, "
+                "\"samples\": %" PRId64 ", \"samples_per_second\": %.4g, \"grad_norm\": %.7g, "
+                "\"loss_scale\": %.9g, \"dropped_micro_batches\": %" PRId64 ", \"param_hash\": \"%s\"}\n",
+                step, r->loss, r->mlm, r->sop, r->lr, st->progress.samples, r->sps, r->grad_norm,
+                (double)st->ls.scale, r->dropped, r->hash);
+        fflush(st->log);
+    }
+    if (!o->progress) return;
+    double elapsed = dl_now() - st->run_start;
+    int64_t done = step - st->start_step, left = o->max_steps - step;
+    char eta[32];
+    format_duration(done > 0 ? elapsed / (double)done * (double)left : -1, eta, sizeof eta);
+    char line[256];
+    snprintf(line, sizeof line,
+             "step %" PRId64 "/%" PRId64 " | %.1f samples/s | loss %.4f (mlm %.4f, sop %.4f) | lr %.3g | "
+             "scale %g | ETA %s",
+             step, o->max_steps, r->sps, r->loss, r->mlm, r->sop, r->lr, (double)st->ls.scale, eta);
+    if (st->tty) {
+        fprintf(o->progress, "\r%s\033[K", line);
+        if (step >= o->max_steps) fputc('\n', o->progress);
+    } else {
+        fprintf(o->progress, "%s\n", line);
+    }
+    fflush(o->progress);
+}
+
+static bool stop_requested(const dl_trainer_options *o) { return o->stop && *o->stop; }
+
+/* Accumulates one target batch; 1 if stopped first, 0 when full, -1 on error. */
+static int accumulate(loop_state *st, const dl_trainer_backend *be, step_record *r) {
+    dl_grad_accum_reset(&st->acc);
+    double loss = 0, mlm = 0, sop = 0;
+    r->dropped = 0;
+    while (st->acc.samples < st->o->target_batch) {
+        if (stop_requested(st->o)) return 1;
+        int samples = 0;
+        dl_losses losses = {0};
+        float scale = st->ls.scale;
+        if (be->micro_batch(be->ctx, scale, st->grad, &samples, &losses))
+            return dl_fail_context("micro-batch %" PRId64, st->progress.micro_batches);
+        st->progress.micro_batches++;
+        bool finite = dl_all_finite(st->grad, st->acc.n) && isfinite(losses.loss);
+        if (!dl_loss_scale_update(&st->ls, finite)) {
+            r->dropped++;
+            DL_DEBUG("train", "micro-batch dropped: non-finite gradient at loss scale %g", (double)scale);
+            if (!st->o->loss_scaling && r->dropped >= 16)
+                return dl_fail("16 micro-batches in a row gave non-finite gradients in fp32: the run diverged "
+                               "(lower --lr?)");
+            continue;
+        }
+        if (samples <= 0) return dl_fail("the backend returned a micro-batch of %d samples", samples);
+        dl_grad_accum_add(&st->acc, st->grad, samples);
+        loss += (double)losses.loss * samples;
+        mlm += (double)losses.mlm_loss * samples;
+        sop += (double)losses.sop_loss * samples;
+    }
+    double n = (double)st->acc.samples;
+    r->loss = loss / n;
+    r->mlm = mlm / n;
+    r->sop = sop / n;
+    r->samples = st->acc.samples;
+    return 0;
+}
+
+static int apply_resume(loop_state *st, const dl_checkpoint *ck, float *params, const dl_trainer_backend *be) {
+    if (dl_checkpoint_restore_optimizer(ck, &st->opt)) return dl_fail_context("resume");
+    memcpy(params, ck->params, ck->layout.total * sizeof(float));
+    st->ls = ck->loss_scale;
+    st->progress = ck->progress;
+    if (ck->progress.data_seed != st->o->data_seed || ck->progress.peer_seed != st->o->peer_seed)
+        return dl_fail("resume: the checkpoint was trained with data seeds %" PRIu64 "/%" PRIu64
+                       ", this run has %" PRIu64 "/%" PRIu64,
+                       ck->progress.data_seed, ck->progress.peer_seed, st->o->data_seed, st->o->peer_seed);
+    if (ck->progress.micro_batches > 0 && be->skip(be->ctx, ck->progress.micro_batches))
+        return dl_fail_context("resume: cannot fast-forward the data stream by %" PRId64 " micro-batches",
+                               ck->progress.micro_batches);
+    return 0;
+}
+
+int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config, const dl_train_layout *layout,
+                   float *params, const dl_checkpoint *resume, const dl_trainer_backend *be,
+                   dl_trainer_result *res) {
+    memset(res, 0, sizeof *res);
+    if (o->target_batch <= 0) return dl_fail("the target batch must be positive");
+    loop_state st = {.o = o};
+    st.tty = o->progress && isatty(fileno(o->progress));
+    const dl_opt_config *cfg = resume ? &resume->opt_config : opt_config;
+    if (dl_optimizer_init(&st.opt, cfg, layout)) return -1;
+    int rc = -1;
+    st.grad = dl_malloc(dl_mul_size(layout->total, sizeof(float)));
+    if (!st.grad || dl_grad_accum_init(&st.acc, layout->total)) goto done;
+    dl_loss_scale_init(&st.ls, o->loss_scaling);
+    st.progress.data_seed = o->data_seed;
+    st.progress.peer_seed = o->peer_seed;
+    if (resume && apply_resume(&st, resume, params, be)) goto done;
+    if (o->log_path && !(st.log = fopen(o->log_path, "a"))) {
+        dl_fail("cannot open the log %s for appending", o->log_path);
+        goto done;
+    }
+    if (be->set_params(be->ctx, params)) {
+        dl_fail_context("uploading the weights");
+        goto done;
+    }
+    st.ls_at_step = st.ls;
+    st.progress_at_step = st.progress;
+    st.start_step = st.opt.step;
+    st.run_start = dl_now();
+    double step_start = st.run_start;
+    while (st.opt.step < o->max_steps) {
+        step_record r = {0};
+        int acc = accumulate(&st, be, &r);
+        if (acc < 0) goto done;
+        if (acc > 0) {
+            res->interrupted = true;
+            break;
+        }
+        if (dl_grad_accum_mean(&st.acc, st.grad)) goto done;
+        dl_opt_step_info info;
+        if (dl_optimizer_step(&st.opt, params, st.grad, &info)) goto done;
+        if (be->set_params(be->ctx, params)) {
+            dl_fail_context("uploading the weights after step %" PRId64, st.opt.step);
+            goto done;
+        }
+        /* Only now is the step complete: samples and the stream position at
+         * this boundary are what a checkpoint records. */
+        st.progress.samples += r.samples;
+        st.run_samples += r.samples;
+        st.ls_at_step = st.ls;
+        st.progress_at_step = st.progress;
+        double now = dl_now();
+        r.lr = info.lr;
+        r.grad_norm = info.grad_norm;
+        r.sps = now > step_start ? (double)r.samples / (now - step_start) : 0;
+        step_start = now;
+        dl_hash64_hex(dl_hash64(params, layout->total * sizeof(float), 0), r.hash);
+        if (st.opt.step == st.start_step + 1) res->first_loss = (float)r.loss;
+        res->last_loss = (float)r.loss;
+        report(&st, &r);
+        bool due = o->save_every > 0 && st.opt.step % o->save_every == 0;
+        if (due && st.opt.step < o->max_steps && save_checkpoint(&st, params, res)) goto done;
+    }
+    if (st.tty && res->interrupted) fputc('\n', o->progress);
+    /* At the end and on a stop: the state at the last step boundary (a
+     * partial accumulation is dropped; the resumed run redraws it). */
+    if (save_checkpoint(&st, params, res)) goto done;
+    rc = 0;
+done:
+    res->steps = st.opt.step;
+    res->steps_this_run = st.opt.step - st.start_step;
+    double elapsed = dl_now() - st.run_start;
+    res->samples_per_second = elapsed > 0 && st.run_start > 0 ? (double)st.run_samples / elapsed : 0;
+    dl_hash64_hex(dl_hash64(params, layout->total * sizeof(float), 0), res->param_hash);
+    if (st.log) fclose(st.log);
+    dl_grad_accum_free(&st.acc);
+    free(st.grad);
+    dl_optimizer_free(&st.opt);
+    return rc;
+}
