@@ -18,6 +18,13 @@ typedef struct dl_tokenizer dl_tokenizer;
 int dl_tokenizer_load(const char *path, dl_tokenizer **out);
 /* Same, from JSON text in memory (len bytes). */
 int dl_tokenizer_load_json(const char *json, size_t len, dl_tokenizer **out);
+/* The demo tokenizer built into the binary (assets/tokenizer_bn_demo.json:
+ * Unigram, 8000 pieces, trained on the demo Bengali corpus with the sahajBERT
+ * pipeline). The default wherever no tokenizer file is given. */
+int dl_tokenizer_load_demo(dl_tokenizer **out);
+/* A file embedded from assets/ by name (e.g. "tokenizer_bn_demo.json"), or
+ * NULL. The data is NUL-terminated; *size excludes the NUL. */
+const char *dl_text_asset(const char *name, size_t *size);
 void dl_tokenizer_free(dl_tokenizer *tok);
 
 /* Encodes UTF-8 text (len bytes; invalid UTF-8 handled as HF does or replaced

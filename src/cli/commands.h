@@ -17,5 +17,6 @@ struct dl_command {
 extern const struct dl_command dl_commands[];
 
 int cmd_devices(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -7,6 +7,7 @@
 
 const struct dl_command dl_commands[] = {
     {"devices", cmd_devices, "list OpenCL devices and their capabilities"},
+    {"tokenize", cmd_tokenize, "turn text lines into token ids (HF tokenizers-compatible Unigram)"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,306 @@
+/* Normalizers of tokenizer.json, applied to code point strings the way HF
+ * tokenizers applies them to its NormalizedString. */
+#include <cjson/cJSON.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "dedloc/util.h"
+#include "text/text_internal.h"
+
+#define MAX_DEPTH 16
+
+static int parse(const cJSON *json, dl_normalizer *n, int depth);
+
+static int parse_sequence(const cJSON *list, dl_normalizer *n, int depth) {
+    if (!cJSON_IsArray(list)) return dl_fail("normalizer Sequence: 'normalizers' must be an array");
+    int count = cJSON_GetArraySize(list);
+    n->children = dl_calloc((size_t)(count ? count : 1), sizeof(dl_normalizer));
+    if (!n->children) return -1;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, list) {
+        if (parse(item, &n->children[n->n_children], depth + 1)) return -1;
+        n->n_children++;
+    }
+    return 0;
+}
+
+static bool get_bool(const cJSON *json, const char *key, bool dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(json, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+static int parse(const cJSON *json, dl_normalizer *n, int depth) {
+    memset(n, 0, sizeof(*n));
+    if (depth > MAX_DEPTH) return dl_fail("normalizer nesting deeper than %d", MAX_DEPTH);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(json, "type");
+    if (!cJSON_IsString(type)) return dl_fail("normalizer without a 'type'");
+    const char *t = type->valuestring;
+    if (!strcmp(t, "Sequence")) {
+        n->kind = DL_NORM_SEQUENCE;
+        return parse_sequence(cJSON_GetObjectItemCaseSensitive(json, "normalizers"), n, depth);
+    }
+    if (!strcmp(t, "Nmt")) n->kind = DL_NORM_NMT;
+    else if (!strcmp(t, "NFC")) n->kind = DL_NORM_NFC;
+    else if (!strcmp(t, "NFD")) n->kind = DL_NORM_NFD;
+    else if (!strcmp(t, "NFKC")) n->kind = DL_NORM_NFKC;
+    else if (!strcmp(t, "NFKD")) n->kind = DL_NORM_NFKD;
+    else if (!strcmp(t, "Lowercase")) n->kind = DL_NORM_LOWERCASE;
+    else if (!strcmp(t, "StripAccents")) n->kind = DL_NORM_STRIP_ACCENTS;
+    else if (!strcmp(t, "Strip")) {
+        n->kind = DL_NORM_STRIP;
+        n->strip_left = get_bool(json, "strip_left", true);
+        n->strip_right = get_bool(json, "strip_right", true);
+    } else if (!strcmp(t, "Replace")) {
+        n->kind = DL_NORM_REPLACE;
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(json, "content");
+        if (!cJSON_IsString(content)) return dl_fail("normalizer Replace: 'content' must be a string");
+        if (dl_pattern_parse(cJSON_GetObjectItemCaseSensitive(json, "pattern"), &n->pattern, "normalizer Replace"))
+            return -1;
+        return dl_utf8_to_cps(content->valuestring, &n->content, &n->content_len);
+    } else if (!strcmp(t, "Prepend")) {
+        n->kind = DL_NORM_PREPEND;
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(json, "prepend");
+        if (!cJSON_IsString(p)) return dl_fail("normalizer Prepend: 'prepend' must be a string");
+        return dl_utf8_to_cps(p->valuestring, &n->content, &n->content_len);
+    } else if (!strcmp(t, "BertNormalizer")) {
+        n->kind = DL_NORM_BERT;
+        n->clean_text = get_bool(json, "clean_text", true);
+        n->handle_chinese = get_bool(json, "handle_chinese_chars", true);
+        n->lowercase = get_bool(json, "lowercase", true);
+        /* strip_accents: null means "same as lowercase" */
+        n->strip_accents = get_bool(json, "strip_accents", n->lowercase);
+    } else if (!strcmp(t, "Precompiled")) {
+        n->kind = DL_NORM_PRECOMPILED;
+        const cJSON *map = cJSON_GetObjectItemCaseSensitive(json, "precompiled_charsmap");
+        if (!cJSON_IsString(map)) return dl_fail("normalizer Precompiled: 'precompiled_charsmap' must be a string");
+        return dl_precompiled_parse(map->valuestring, &n->precompiled);
+    } else {
+        return dl_fail("normalizer '%s' is not supported (supported: Sequence, Nmt, NFC, NFD, NFKC, NFKD, "
+                       "Replace, Lowercase, Strip, StripAccents, Prepend, BertNormalizer, Precompiled)", t);
+    }
+    return 0;
+}
+
+int dl_normalizer_parse(const cJSON *json, dl_normalizer *n) { return parse(json, n, 0); }
+
+void dl_normalizer_free(dl_normalizer *n) {
+    if (!n) return;
+    for (size_t i = 0; i < n->n_children; i++) dl_normalizer_free(&n->children[i]);
+    free(n->children);
+    dl_pattern_free(&n->pattern);
+    free(n->content);
+    if (n->precompiled) dl_precompiled_free(n->precompiled);
+    memset(n, 0, sizeof(*n));
+}
+
+/* ---- the transformations ---------------------------------------------------- */
+
+static bool nmt_removed(uint32_t c) {
+    return (c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F || c == 0x8F ||
+           c == 0x9F;
+}
+
+static bool nmt_space(uint32_t c) {
+    return c == 0x09 || c == 0x0A || c == 0x0C || c == 0x0D || c == 0x1680 || (c >= 0x200B && c <= 0x200F) ||
+           c == 0x2028 || c == 0x2029 || c == 0x2581 || c == 0xFEFF || c == 0xFFFD;
+}
+
+static void apply_nmt(dl_ustr *s) {
+    size_t k = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        uint32_t c = s->cp[i];
+        if (nmt_removed(c)) {
+            if (k == 0) s->at_origin = false;
+            continue;
+        }
+        s->cp[k++] = nmt_space(c) ? ' ' : c;
+    }
+    s->len = k;
+}
+
+static int apply_lowercase(dl_ustr *s, dl_ustr *tmp) {
+    tmp->len = 0;
+    tmp->at_origin = s->at_origin;
+    if (dl_ustr_reserve(tmp, s->len + 8)) return -1;
+    for (size_t i = 0; i < s->len; i++) {
+        uint32_t o[2];
+        int k = dl_uc_lower(s->cp[i], o);
+        for (int j = 0; j < k; j++)
+            if (dl_ustr_push(tmp, o[j])) return -1;
+    }
+    dl_ustr_swap(s, tmp);
+    return 0;
+}
+
+static bool is_ascii(const dl_ustr *s) {
+    for (size_t i = 0; i < s->len; i++)
+        if (s->cp[i] >= 0x80) return false;
+    return true;
+}
+
+static uint8_t combining_class(uint32_t c) {
+    return (uint8_t)utf8proc_get_property((utf8proc_int32_t)c)->combining_class;
+}
+
+/* Unicode normalization: decompose each char (canonically or compatibly),
+ * put marks in canonical order, then compose for the C forms. */
+static int apply_unicode(dl_ustr *s, dl_ustr *tmp, bool compat, bool compose) {
+    if (is_ascii(s)) return 0; /* ASCII is invariant under every form */
+    tmp->len = 0;
+    tmp->at_origin = s->at_origin;
+    utf8proc_option_t opt = UTF8PROC_DECOMPOSE | UTF8PROC_STABLE | (compat ? UTF8PROC_COMPAT : 0);
+    for (size_t i = 0; i < s->len; i++) {
+        uint32_t c = s->cp[i];
+        if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = 0xFFFD;
+        if (dl_ustr_reserve(tmp, tmp->len + 32)) return -1;
+        int last = 0;
+        utf8proc_ssize_t n = utf8proc_decompose_char((utf8proc_int32_t)c, (utf8proc_int32_t *)tmp->cp + tmp->len,
+                                                     32, opt, &last);
+        if (n < 0 || n > 32) return dl_fail("Unicode decomposition of U+%04X failed", (unsigned)c);
+        tmp->len += (size_t)n;
+    }
+    /* canonical ordering: stable sort of each run of non-starters by class */
+    for (size_t i = 1; i < tmp->len; i++) {
+        uint32_t c = tmp->cp[i];
+        uint8_t cc = combining_class(c);
+        if (!cc) continue;
+        size_t j = i;
+        while (j > 0) {
+            uint8_t pc = combining_class(tmp->cp[j - 1]);
+            if (pc <= cc) break;
+            tmp->cp[j] = tmp->cp[j - 1];
+            j--;
+        }
+        tmp->cp[j] = c;
+    }
+    if (compose) {
+        utf8proc_ssize_t n = utf8proc_normalize_utf32((utf8proc_int32_t *)tmp->cp, (utf8proc_ssize_t)tmp->len,
+                                                      UTF8PROC_COMPOSE | UTF8PROC_STABLE);
+        if (n < 0) return dl_fail("Unicode composition failed");
+        tmp->len = (size_t)n;
+    }
+    dl_ustr_swap(s, tmp);
+    return 0;
+}
+
+struct replace_ctx {
+    const dl_normalizer *n;
+    const dl_ustr *src;
+    dl_ustr *dst;
+    size_t last;
+};
+
+static int replace_match(void *ctx, size_t start, size_t end) {
+    struct replace_ctx *r = ctx;
+    if (dl_ustr_append(r->dst, r->src->cp + r->last, start - r->last)) return -1;
+    if (dl_ustr_append(r->dst, r->n->content, r->n->content_len)) return -1;
+    if (start == 0 && r->n->content_len == 0) r->dst->at_origin = false;
+    r->last = end;
+    return 0;
+}
+
+static int apply_replace(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
+    if (n->pattern.literal) { /* fast path: no occurrence of the first char */
+        bool found = false;
+        for (size_t i = 0; i < s->len && !found; i++) found = s->cp[i] == n->pattern.literal[0];
+        if (!found) return 0;
+    }
+    tmp->len = 0;
+    tmp->at_origin = s->at_origin;
+    struct replace_ctx r = {n, s, tmp, 0};
+    if (dl_pattern_find(&n->pattern, s->cp, s->len, replace_match, &r)) return -1;
+    if (r.last == 0 && tmp->len == 0) return 0; /* no match */
+    if (dl_ustr_append(tmp, s->cp + r.last, s->len - r.last)) return -1;
+    dl_ustr_swap(s, tmp);
+    return 0;
+}
+
+static void apply_strip(dl_ustr *s, bool left, bool right) {
+    size_t a = 0, b = s->len;
+    if (left)
+        while (a < b && dl_uc_is_whitespace(s->cp[a])) a++;
+    if (right)
+        while (b > a && dl_uc_is_whitespace(s->cp[b - 1])) b--;
+    if (a > 0) {
+        s->at_origin = false;
+        memmove(s->cp, s->cp + a, (b - a) * sizeof(uint32_t));
+    }
+    s->len = b - a;
+}
+
+static void apply_strip_accents(dl_ustr *s) {
+    size_t k = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        if (dl_uc_is_mark(s->cp[i])) {
+            if (k == 0) s->at_origin = false;
+            continue;
+        }
+        s->cp[k++] = s->cp[i];
+    }
+    s->len = k;
+}
+
+static int apply_prepend(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
+    if (s->len == 0) return 0;
+    tmp->len = 0;
+    tmp->at_origin = s->at_origin;
+    if (dl_ustr_append(tmp, n->content, n->content_len) || dl_ustr_append(tmp, s->cp, s->len)) return -1;
+    dl_ustr_swap(s, tmp);
+    return 0;
+}
+
+static int apply_bert(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
+    if (n->clean_text) {
+        size_t k = 0;
+        for (size_t i = 0; i < s->len; i++) {
+            uint32_t c = s->cp[i];
+            if (c == 0 || c == 0xFFFD || dl_uc_is_control(c)) {
+                if (k == 0) s->at_origin = false;
+                continue;
+            }
+            s->cp[k++] = dl_uc_is_whitespace(c) ? ' ' : c;
+        }
+        s->len = k;
+    }
+    if (n->handle_chinese) {
+        tmp->len = 0;
+        tmp->at_origin = s->at_origin;
+        for (size_t i = 0; i < s->len; i++) {
+            uint32_t c = s->cp[i];
+            if (dl_uc_is_cjk(c)) {
+                if (dl_ustr_push(tmp, ' ') || dl_ustr_push(tmp, c) || dl_ustr_push(tmp, ' ')) return -1;
+            } else if (dl_ustr_push(tmp, c)) {
+                return -1;
+            }
+        }
+        dl_ustr_swap(s, tmp);
+    }
+    if (n->strip_accents) {
+        if (apply_unicode(s, tmp, false, false)) return -1;
+        apply_strip_accents(s);
+    }
+    if (n->lowercase) return apply_lowercase(s, tmp);
+    return 0;
+}
+
+int dl_normalizer_apply(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
+    switch (n->kind) {
+    case DL_NORM_SEQUENCE:
+        for (size_t i = 0; i < n->n_children; i++)
+            if (dl_normalizer_apply(&n->children[i], s, tmp)) return -1;
+        return 0;
+    case DL_NORM_NMT: apply_nmt(s); return 0;
+    case DL_NORM_NFC: return apply_unicode(s, tmp, false, true);
+    case DL_NORM_NFD: return apply_unicode(s, tmp, false, false);
+    case DL_NORM_NFKC: return apply_unicode(s, tmp, true, true);
+    case DL_NORM_NFKD: return apply_unicode(s, tmp, true, false);
+    case DL_NORM_REPLACE: return apply_replace(n, s, tmp);
+    case DL_NORM_LOWERCASE: return apply_lowercase(s, tmp);
+    case DL_NORM_STRIP: apply_strip(s, n->strip_left, n->strip_right); return 0;
+    case DL_NORM_STRIP_ACCENTS: apply_strip_accents(s); return 0;
+    case DL_NORM_PREPEND: return apply_prepend(n, s, tmp);
+    case DL_NORM_BERT: return apply_bert(n, s, tmp);
+    case DL_NORM_PRECOMPILED: return dl_precompiled_apply(n->precompiled, s, tmp);
+    }
+    return dl_fail("unknown normalizer kind %d", (int)n->kind);
+}

@@ -1,0 +1,86 @@
+/* Patterns of Replace normalizers and Split pre-tokenizers: a literal string
+ * or a regex. HF tokenizers uses Oniguruma; we use PCRE2 (32-bit code units,
+ * so offsets are code point indices) with UTF and Unicode properties, which
+ * agree on the patterns tokenizer files use (classes, lookbehind, \p{..}). */
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "dedloc/util.h"
+#include "text/text_internal.h"
+
+int dl_pattern_parse(const cJSON *json, dl_pattern *p, const char *what) {
+    memset(p, 0, sizeof(*p));
+    const cJSON *lit = cJSON_GetObjectItemCaseSensitive(json, "String");
+    const cJSON *re = cJSON_GetObjectItemCaseSensitive(json, "Regex");
+    if (cJSON_IsString(lit)) return dl_utf8_to_cps(lit->valuestring, &p->literal, &p->literal_len);
+    if (!cJSON_IsString(re)) return dl_fail("%s: pattern must be {\"String\": ...} or {\"Regex\": ...}", what);
+    uint32_t *cps;
+    size_t n;
+    if (dl_utf8_to_cps(re->valuestring, &cps, &n)) return -1;
+    int err;
+    PCRE2_SIZE erroff;
+    p->re = pcre2_compile((PCRE2_SPTR)cps, n, PCRE2_UTF | PCRE2_UCP, &err, &erroff, NULL);
+    free(cps);
+    if (!p->re) {
+        PCRE2_UCHAR msg[256];
+        char msg8[256];
+        pcre2_get_error_message(err, msg, 256);
+        size_t k = 0;
+        for (; k < 255 && msg[k]; k++) msg8[k] = msg[k] < 128 ? (char)msg[k] : '?';
+        msg8[k] = 0;
+        return dl_fail("%s: regex '%s' does not compile at offset %zu: %s", what, re->valuestring,
+                       (size_t)erroff, msg8);
+    }
+    pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE); /* optional: falls back to the interpreter */
+    return 0;
+}
+
+void dl_pattern_free(dl_pattern *p) {
+    free(p->literal);
+    if (p->re) pcre2_code_free(p->re);
+    memset(p, 0, sizeof(*p));
+}
+
+int dl_pattern_find(const dl_pattern *p, const uint32_t *s, size_t n, dl_match_fn fn, void *ctx) {
+    if (p->literal) {
+        size_t m = p->literal_len;
+        if (m == 0 || m > n) return 0;
+        for (size_t i = 0; i + m <= n;) {
+            if (s[i] == p->literal[0] && !memcmp(s + i, p->literal, m * sizeof(uint32_t))) {
+                if (fn(ctx, i, i + m)) return -1;
+                i += m;
+            } else {
+                i++;
+            }
+        }
+        return 0;
+    }
+    if (!p->re) return 0;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(p->re, NULL);
+    if (!md) return dl_fail("out of memory for regex match data");
+    static const uint32_t empty = 0;
+    PCRE2_SPTR subject = n ? (PCRE2_SPTR)s : (PCRE2_SPTR)&empty;
+    size_t pos = 0;
+    int rc = 0;
+    while (pos <= n) {
+        int r = pcre2_match(p->re, subject, n, pos, 0, md, NULL);
+        if (r == PCRE2_ERROR_NOMATCH) break;
+        if (r < 0) {
+            rc = dl_fail("regex match failed (PCRE2 error %d)", r);
+            break;
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t start = ov[0], end = ov[1];
+        if (end <= start) { /* empty match: no piece; step over one char */
+            pos = start + 1;
+            continue;
+        }
+        if (fn(ctx, start, end)) {
+            rc = -1;
+            break;
+        }
+        pos = end;
+    }
+    pcre2_match_data_free(md);
+    return rc;
+}

@@ -1,0 +1,273 @@
+/* The Unigram model: pieces with log-probability scores in a byte trie, and
+ * Viterbi segmentation exactly as HF tokenizers' Unigram::encode_optimized:
+ * scores in double, ties keep the first (shortest) candidate, a char no piece
+ * covers becomes <unk> with score min_score - 10, consecutive <unk> fuse into
+ * one, and with byte_fallback an unknown span becomes its <0xXX> byte pieces. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dedloc/util.h"
+#include "text/text_internal.h"
+
+#define UNK_PENALTY 10.0
+#define MAX_VOCAB (1u << 24)
+#define MAX_PIECE_BYTES 4096
+
+static uint64_t mix(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return k;
+}
+
+/* Child of node for byte b, or 0 (the root is never a child). */
+static uint32_t trie_child(const dl_unigram *m, uint32_t node, unsigned char b) {
+    uint64_t key = ((uint64_t)node << 8 | b) + 1;
+    for (size_t h = mix(key) & m->trans_mask;; h = (h + 1) & m->trans_mask) {
+        if (m->trans_keys[h] == key) return m->trans_child[h];
+        if (m->trans_keys[h] == 0) return 0;
+    }
+}
+
+static int trie_insert(dl_unigram *m, const char *s, size_t len, int32_t id) {
+    uint32_t node = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char b = (unsigned char)s[i];
+        uint32_t child = trie_child(m, node, b);
+        if (!child) {
+            child = (uint32_t)m->n_nodes++;
+            m->node_id[child] = -1;
+            uint64_t key = ((uint64_t)node << 8 | b) + 1;
+            size_t h = mix(key) & m->trans_mask;
+            while (m->trans_keys[h]) h = (h + 1) & m->trans_mask;
+            m->trans_keys[h] = key;
+            m->trans_child[h] = child;
+        }
+        node = child;
+    }
+    m->node_id[node] = id; /* a repeated piece maps to its last id, as in HF's hash map */
+    return 0;
+}
+
+int32_t dl_unigram_piece_id(const dl_unigram *m, const char *s, size_t len) {
+    if (!m->node_id) return -1;
+    uint32_t node = 0;
+    for (size_t i = 0; i < len; i++) {
+        node = trie_child(m, node, (unsigned char)s[i]);
+        if (!node) return -1;
+    }
+    return len ? m->node_id[node] : -1;
+}
+
+int dl_unigram_parse(const cJSON *json, dl_unigram *m) {
+    memset(m, 0, sizeof(*m));
+    m->unk_id = -1;
+    for (int i = 0; i < 256; i++) m->byte_ids[i] = -1;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(json, "type");
+    if (!cJSON_IsString(type)) return dl_fail("model without a 'type'");
+    if (strcmp(type->valuestring, "Unigram"))
+        return dl_fail("model '%s' is not supported (only Unigram)", type->valuestring);
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(json, "vocab");
+    if (!cJSON_IsArray(vocab)) return dl_fail("Unigram model: 'vocab' must be an array");
+    int n = cJSON_GetArraySize(vocab);
+    if (n <= 0 || (unsigned)n > MAX_VOCAB) return dl_fail("Unigram model: vocab of %d pieces (allowed 1..%u)", n, MAX_VOCAB);
+    m->size = (size_t)n;
+    m->pieces = dl_calloc(m->size, sizeof(char *));
+    m->scores = dl_calloc(m->size, sizeof(double));
+    if (!m->pieces || !m->scores) return -1;
+    size_t total_bytes = 0;
+    m->min_score = 1e300;
+    size_t i = 0;
+    const cJSON *entry;
+    cJSON_ArrayForEach(entry, vocab) {
+        const cJSON *piece = cJSON_GetArrayItem(entry, 0), *score = cJSON_GetArrayItem(entry, 1);
+        if (!cJSON_IsArray(entry) || !cJSON_IsString(piece) || !cJSON_IsNumber(score))
+            return dl_fail("Unigram model: vocab entry %zu is not [piece, score]", i);
+        size_t len = strlen(piece->valuestring);
+        if (len > MAX_PIECE_BYTES) return dl_fail("Unigram model: piece %zu is %zu bytes long", i, len);
+        m->pieces[i] = dl_strdup(piece->valuestring);
+        if (!m->pieces[i]) return -1;
+        m->scores[i] = score->valuedouble;
+        if (m->scores[i] < m->min_score) m->min_score = m->scores[i];
+        total_bytes += len;
+        i++;
+    }
+    const cJSON *unk = cJSON_GetObjectItemCaseSensitive(json, "unk_id");
+    if (cJSON_IsNumber(unk)) {
+        if (unk->valuedouble < 0 || unk->valuedouble >= (double)m->size)
+            return dl_fail("Unigram model: unk_id %g out of range", unk->valuedouble);
+        m->unk_id = (int32_t)unk->valuedouble;
+    }
+    m->byte_fallback = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(json, "byte_fallback"));
+
+    size_t max_nodes = total_bytes + 1, slots = 16;
+    while (slots < 2 * max_nodes) slots *= 2;
+    m->trans_keys = dl_calloc(slots, sizeof(uint64_t));
+    m->trans_child = dl_calloc(slots, sizeof(uint32_t));
+    m->node_id = dl_malloc(dl_mul_size(max_nodes, sizeof(int32_t)));
+    if (!m->trans_keys || !m->trans_child || !m->node_id) return -1;
+    m->trans_mask = slots - 1;
+    m->n_nodes = 1;
+    m->node_id[0] = -1;
+    for (size_t k = 0; k < m->size; k++)
+        if (trie_insert(m, m->pieces[k], strlen(m->pieces[k]), (int32_t)k)) return -1;
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof(name), "<0x%02X>", b);
+        m->byte_ids[b] = dl_unigram_piece_id(m, name, 6);
+    }
+    return 0;
+}
+
+void dl_unigram_free(dl_unigram *m) {
+    if (m->pieces)
+        for (size_t i = 0; i < m->size; i++) free(m->pieces[i]);
+    free(m->pieces);
+    free(m->scores);
+    free(m->trans_keys);
+    free(m->trans_child);
+    free(m->node_id);
+    memset(m, 0, sizeof(*m));
+}
+
+void dl_unigram_scratch_free(dl_unigram_scratch *s) {
+    free(s->utf8);
+    free(s->best_score);
+    free(s->best_start);
+    free(s->best_id);
+    memset(s, 0, sizeof(*s));
+}
+
+static int push_id(int32_t **ids, size_t *count, size_t *cap, int32_t id) {
+    if (*count == *cap) {
+        size_t n = *cap ? *cap * 2 : 64;
+        int32_t *p = dl_realloc(*ids, dl_mul_size(n, sizeof(int32_t)));
+        if (!p) return -1;
+        *ids = p;
+        *cap = n;
+    }
+    (*ids)[(*count)++] = id;
+    return 0;
+}
+
+static size_t utf8_len(unsigned char b) {
+    return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+}
+
+/* Emits the ids of one span the lattice marked unknown (possibly fused). */
+static int emit_unknown(const dl_unigram *m, const char *s, size_t len, int32_t **ids, size_t *count,
+                        size_t *cap) {
+    int32_t id = dl_unigram_piece_id(m, s, len);
+    if (id >= 0) return push_id(ids, count, cap, id);
+    if (m->byte_fallback) {
+        bool all = true;
+        for (size_t i = 0; i < len && all; i++) all = m->byte_ids[(unsigned char)s[i]] >= 0;
+        if (all) {
+            for (size_t i = 0; i < len; i++)
+                if (push_id(ids, count, cap, m->byte_ids[(unsigned char)s[i]])) return -1;
+            return 0;
+        }
+    }
+    if (m->unk_id < 0) return dl_fail("text has a character no piece covers and the model has no unk_id");
+    return push_id(ids, count, cap, m->unk_id);
+}
+
+int dl_unigram_encode(const dl_unigram *m, const char *s, size_t len, dl_unigram_scratch *sc, int32_t **ids,
+                      size_t *count, size_t *cap) {
+    if (len == 0) return 0;
+    if (len + 1 > sc->lattice_cap) {
+        size_t n = len + 1;
+        free(sc->best_score);
+        free(sc->best_start);
+        free(sc->best_id);
+        sc->best_score = dl_malloc(dl_mul_size(n, sizeof(double)));
+        sc->best_start = dl_malloc(dl_mul_size(n, sizeof(int32_t)));
+        sc->best_id = dl_malloc(dl_mul_size(n, sizeof(int32_t)));
+        if (!sc->best_score || !sc->best_start || !sc->best_id) {
+            sc->lattice_cap = 0;
+            return -1;
+        }
+        sc->lattice_cap = n;
+    }
+    if (len > INT32_MAX) return dl_fail("pre-token of %zu bytes is too long", len);
+    double *best = sc->best_score;
+    int32_t *from = sc->best_start, *best_id = sc->best_id;
+    for (size_t i = 0; i <= len; i++) from[i] = -1;
+    best[0] = 0.0;
+    double unk_score = m->min_score - UNK_PENALTY;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t start = 0; start < len;) {
+        size_t mblen = utf8_len(u[start]);
+        if (start + mblen > len) mblen = len - start;
+        double base = best[start];
+        bool has_single = false;
+        uint32_t node = 0;
+        for (size_t end = start; end < len;) {
+            node = trie_child(m, node, u[end]);
+            if (!node) break;
+            end++;
+            int32_t id = m->node_id[node];
+            if (id < 0) continue;
+            double cand = base + m->scores[id];
+            if (from[end] < 0 || cand > best[end]) {
+                best[end] = cand;
+                from[end] = (int32_t)start;
+                best_id[end] = id;
+            }
+            if (end - start == mblen) has_single = true;
+        }
+        if (!has_single) {
+            size_t end = start + mblen;
+            double cand = base + unk_score;
+            if (from[end] < 0 || cand > best[end]) {
+                best[end] = cand;
+                from[end] = (int32_t)start;
+                best_id[end] = m->unk_id; /* -1 without unk_id: reported when emitted */
+            }
+        }
+        start += mblen;
+    }
+    /* Backtrack, collecting pieces end-first; then append them in order. */
+    size_t first = *count;
+    size_t unk_end = 0; /* end of a pending run of unknown spans, 0 if none */
+    size_t end = len;
+    /* Collected in reverse into ids, reversed at the end. An unknown run is
+     * emitted as a unit (its byte pieces reversed too, then restored). */
+    while (end > 0) {
+        size_t start = (size_t)from[end];
+        int32_t id = best_id[end];
+        bool unknown = m->unk_id >= 0 ? id == m->unk_id : id < 0;
+        if (unknown) {
+            if (!unk_end) unk_end = end;
+        } else {
+            if (unk_end) {
+                size_t before = *count;
+                if (emit_unknown(m, s + end, unk_end - end, ids, count, cap)) return -1;
+                for (size_t a = before, b = *count; a + 1 < b; a++, b--) {
+                    int32_t t = (*ids)[a];
+                    (*ids)[a] = (*ids)[b - 1];
+                    (*ids)[b - 1] = t;
+                }
+                unk_end = 0;
+            }
+            if (push_id(ids, count, cap, id)) return -1;
+        }
+        end = start;
+    }
+    if (unk_end) {
+        size_t before = *count;
+        if (emit_unknown(m, s, unk_end, ids, count, cap)) return -1;
+        for (size_t a = before, b = *count; a + 1 < b; a++, b--) {
+            int32_t t = (*ids)[a];
+            (*ids)[a] = (*ids)[b - 1];
+            (*ids)[b - 1] = t;
+        }
+    }
+    for (size_t a = first, b = *count; a + 1 < b; a++, b--) {
+        int32_t t = (*ids)[a];
+        (*ids)[a] = (*ids)[b - 1];
+        (*ids)[b - 1] = t;
+    }
+    return 0;
+}
