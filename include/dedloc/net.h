@@ -1,0 +1,166 @@
+/* dedloc networking core: one peer of a collaboration.
+ *
+ * A dl_net is a libevent loop running in its own thread. It listens for and
+ * dials TCP connections (IPv4 and IPv6), authenticates every peer with an
+ * ed25519 identity and encrypts every frame after the handshake
+ * (docs/protocol.md), finds other peers through initial peers, peer exchange
+ * and OpenDHT, and keeps the swarm's progress view of DeDLOC: every peer's
+ * signed progress record (epoch, samples accumulated, samples/s, time, client
+ * mode) merged into a global epoch, collective sample count and ETA.
+ *
+ * Thread safety: every function below may be called from any thread except
+ * where noted. Callbacks (request handlers and response callbacks) run on the
+ * network thread: keep them short, never call dl_net_stop or the *_sync
+ * functions from them. */
+#ifndef DEDLOC_NET_H
+#define DEDLOC_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dl_net dl_net;
+
+/* Hex peer id: the first 16 bytes of BLAKE2b(ed25519 public key). */
+#define DL_PEER_ID_HEX 33
+/* "host:port" or "[v6]:port" */
+#define DL_NET_ADDR_MAX 64
+
+struct dl_net_config {
+    const char *run_id;          /* required: peers of other runs are refused */
+    const char *listen;          /* "ADDR:PORT" (port 0 = any); NULL = "0.0.0.0:0"; "" = do not listen */
+    const char *announce;        /* address others should dial; NULL = the listen address */
+    const char *initial_peers;   /* "host:port,host:port" or NULL */
+    const char *identity_path;   /* ed25519 identity file, created (mode 0600) if absent; NULL = ephemeral */
+    bool client_mode;            /* behind NAT: dial out only, never dialled, no global-epoch vote */
+    double max_upload_mbit;      /* upload cap over all connections; 0 = unlimited */
+    double bandwidth_mbit;       /* declared upload bandwidth, told to other peers (0 = unknown) */
+    double target_batch;         /* samples per global step, for the ETA (default 4096) */
+    double expiry_s;             /* a record not refreshed for this long is dropped (default 60) */
+    double min_refresh_s;        /* bounds of the adaptive publish period (default 0.5 .. 10) */
+    double max_refresh_s;
+    double keepalive_s;          /* ping period; silent for 3x this = dead (default 5) */
+    double handshake_timeout_s;  /* default 10 */
+    double ban_s;                /* how long a misbehaving peer is ignored (default 60) */
+    uint32_t max_frame;          /* largest frame accepted, bytes (default 16 MiB) */
+    size_t max_pending_out;      /* per-connection output buffer bound (default 64 MiB) */
+    /* DHT discovery (OpenDHT). */
+    bool use_dht;                /* default true where OpenDHT is available */
+    int dht_port;                /* UDP port of the DHT node; -1 = listen port + 1, 0 = any (default -1) */
+    const char *dht_bootstrap;   /* "host:port,..." of DHT nodes to join, or NULL */
+    double dht_refresh_s;        /* re-announce period (default 60; values live 10 min) */
+};
+
+/* Fills the defaults documented above. */
+void dl_net_config_default(struct dl_net_config *config);
+
+/* Starts a peer: loads or creates the identity, binds the listener, starts
+ * the network thread and (if enabled) the DHT node. */
+int dl_net_start(const struct dl_net_config *config, dl_net **net);
+
+/* Sends a goodbye record to every connected peer, flushes for up to a second,
+ * stops the thread and frees everything. NULL is allowed. */
+void dl_net_stop(dl_net *net);
+
+/* Our peer id (hex, NUL-terminated, valid until stop). */
+const char *dl_net_peer_id(const dl_net *net);
+/* The address we listen on, with the chosen port ("" when not listening). */
+const char *dl_net_listen_address(const dl_net *net);
+/* The address we tell others to dial ("" in client mode or when not listening). */
+const char *dl_net_announce_address(const dl_net *net);
+/* The bound UDP port of the DHT node, 0 when the DHT is off. */
+int dl_net_dht_port(const dl_net *net);
+
+/* Publishes our progress: it goes to every connected peer at once when the
+ * epoch changes, otherwise with the next adaptive refresh. */
+int dl_net_publish_progress(dl_net *net, uint64_t epoch, double samples_accumulated,
+                            double samples_per_second);
+
+/* One peer as the swarm view sees it. */
+struct dl_swarm_peer {
+    char peer_id[DL_PEER_ID_HEX];
+    char address[DL_NET_ADDR_MAX];
+    uint64_t epoch;
+    double samples_accumulated;  /* as published */
+    double samples_per_second;
+    double time;                 /* owner's wall clock at publication (Unix seconds) */
+    double bandwidth_mbit;
+    bool client_mode;
+    bool is_self;
+};
+
+/* The DeDLOC view of the collaboration at one moment. */
+struct dl_swarm_view {
+    uint64_t global_epoch;       /* max epoch among non-client peers (ours included) */
+    double collective_samples;   /* sum over peers at global_epoch, extrapolated to now */
+    double samples_per_second;   /* sum over every alive peer */
+    double eta_s;                /* (target - collective) / rate, 0 when reached, -1 if no rate */
+    double refresh_s;            /* current adaptive publish period */
+    size_t num_connections;      /* authenticated connections */
+    size_t num_peers;            /* alive records, ours included */
+    struct dl_swarm_peer *peers; /* num_peers entries, sorted by peer id */
+};
+
+/* Computes the view now. Free with dl_swarm_view_free. */
+int dl_net_swarm_view(dl_net *net, struct dl_swarm_view *view);
+void dl_swarm_view_free(struct dl_swarm_view *view);
+
+/* ---- requests ----------------------------------------------------------------
+ * A request goes to one connected peer, carries a method name (<= 63 bytes)
+ * and an opaque payload (<= max_frame minus a little), and gets exactly one
+ * response: the handler's, or a local failure (timeout, cancellation,
+ * disconnection). Large payloads are zlib-compressed on the wire when that
+ * saves at least an eighth. */
+enum dl_net_status {
+    DL_NET_OK = 0,
+    DL_NET_REMOTE_ERROR = 1,  /* the handler answered with an error */
+    DL_NET_TIMEOUT = 2,
+    DL_NET_CANCELLED = 3,
+    DL_NET_DISCONNECTED = 4,  /* no connection, or it closed before the answer */
+    DL_NET_NO_HANDLER = 5,    /* the other peer serves no such method */
+};
+const char *dl_net_status_name(int status);
+
+/* Called once per request on the network thread. payload is valid only
+ * during the call. */
+typedef void (*dl_net_response_fn)(void *user, uint64_t request_id, int status,
+                                   const uint8_t *payload, size_t size);
+
+/* Sends a request; returns its id (> 0), or 0 with an error recorded when it
+ * cannot even be queued. The callback always runs exactly once. */
+uint64_t dl_net_request(dl_net *net, const char *peer_id, const char *method, const void *payload,
+                        size_t size, double timeout_s, dl_net_response_fn callback, void *user);
+
+/* Cancels a pending request: its callback runs with DL_NET_CANCELLED (unless
+ * the response won the race) and the other peer is told to stop. */
+int dl_net_cancel(dl_net *net, uint64_t request_id);
+
+/* Blocking form for threads other than the network thread. On DL_NET_OK
+ * *response (malloc'd, caller frees) holds the answer. Returns the status. */
+int dl_net_request_sync(dl_net *net, const char *peer_id, const char *method, const void *payload,
+                        size_t size, double timeout_s, uint8_t **response, size_t *response_size);
+
+/* An incoming request, valid during the handler call. */
+struct dl_net_incoming {
+    uint64_t token;            /* pass to dl_net_respond */
+    const char *peer_id;
+    const char *method;
+    const uint8_t *payload;
+    size_t size;
+    double deadline_s;         /* seconds the requester will wait */
+};
+
+/* Handles requests for one method; runs on the network thread. It may answer
+ * at once or later (from any thread) with dl_net_respond. */
+typedef void (*dl_net_handler_fn)(void *user, dl_net *net, const struct dl_net_incoming *request);
+
+/* Registers (or replaces, or with handler NULL removes) the handler of a
+ * method. At most 32 methods. */
+int dl_net_set_handler(dl_net *net, const char *method, dl_net_handler_fn handler, void *user);
+
+/* Answers an incoming request. status DL_NET_OK or DL_NET_REMOTE_ERROR (the
+ * payload is then an error message). Answers to cancelled requests or
+ * vanished connections are dropped silently. */
+int dl_net_respond(dl_net *net, uint64_t token, int status, const void *payload, size_t size);
+
+#endif

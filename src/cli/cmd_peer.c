@@ -1,0 +1,178 @@
+/* dedloc peer: a bare peer that trains nothing. It joins a collaboration,
+ * keeps the DHT and the peer lists alive (a stable bootstrap address for a
+ * run) and prints its swarm view as one JSON object per line. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/commands.h"
+#include "dedloc/net.h"
+#include "dedloc/util.h"
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) { stop_requested = 1; }
+
+static void help(FILE *out) {
+    fprintf(out,
+            "usage: dedloc peer --run-id ID [options]\n\n"
+            "Joins the collaboration ID without training, keeps the DHT and the peer lists\n"
+            "alive, and prints the swarm view as one JSON object per line (the first line\n"
+            "at once, so scripts can read the chosen ports). Ctrl-C leaves cleanly: the\n"
+            "other peers get a goodbye record.\n\n"
+            "  --run-id ID              collaboration to join (required)\n"
+            "  --listen ADDR:PORT       TCP address to listen on (default 0.0.0.0:0; port 0 = any)\n"
+            "  --announce ADDR:PORT     address other peers should dial (default: the listen address)\n"
+            "  --initial-peers LIST     host:port,host:port of peers to join through\n"
+            "  --identity FILE          ed25519 identity, created with mode 0600 if absent\n"
+            "                           (default: a fresh identity each run)\n"
+            "  --status-every S         seconds between JSON lines (default 5)\n"
+            "  --client-mode            behind NAT/firewall: dial out only, not dialled\n"
+            "  --max-upload MBIT        cap the upload rate (megabits/s, all connections)\n"
+            "  --bandwidth MBIT         declared upload bandwidth told to other peers\n"
+            "  --target-batch N         samples per global step, for the ETA (default 4096)\n"
+            "  --expiry S               drop records not refreshed for S seconds (default 60)\n"
+            "  --keepalive S            ping period; 3x silent = dead (default 5)\n"
+            "  --no-dht                 no DHT discovery (initial peers only)\n"
+            "  --dht-port PORT          UDP port of the DHT node (default listen port + 1; 0 = any)\n"
+            "  --dht-bootstrap LIST     host:port,... of DHT nodes to join\n"
+            "  --duration S             leave after S seconds (default: run until Ctrl-C)\n\n"
+            "testing aids (a bare peer has no progress of its own):\n"
+            "  --fake-epoch E           publish epoch E\n"
+            "  --fake-samples N         publish N samples accumulated at start\n"
+            "  --fake-samples-per-second X   and a rate of X samples/s (samples grow with it)\n\n"
+            "Each JSON line holds: time, peer_id, listen, announce, dht_port, peers (ids of the\n"
+            "peers counted alive, ours included), num_peers, connections, global_epoch,\n"
+            "collective_samples, samples_per_second, eta_s (-1 = no rate), refresh_s.\n");
+}
+
+static void print_view(dl_net *net) {
+    struct dl_swarm_view v;
+    if (dl_net_swarm_view(net, &v)) {
+        fprintf(stderr, "dedloc peer: %s\n", dl_error());
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "time", dl_wall_time());
+    cJSON_AddStringToObject(o, "peer_id", dl_net_peer_id(net));
+    cJSON_AddStringToObject(o, "listen", dl_net_listen_address(net));
+    cJSON_AddStringToObject(o, "announce", dl_net_announce_address(net));
+    cJSON_AddNumberToObject(o, "dht_port", dl_net_dht_port(net));
+    cJSON *peers = cJSON_AddArrayToObject(o, "peers");
+    for (size_t i = 0; i < v.num_peers; i++) cJSON_AddItemToArray(peers, cJSON_CreateString(v.peers[i].peer_id));
+    cJSON_AddNumberToObject(o, "num_peers", (double)v.num_peers);
+    cJSON_AddNumberToObject(o, "connections", (double)v.num_connections);
+    cJSON_AddNumberToObject(o, "global_epoch", (double)v.global_epoch);
+    cJSON_AddNumberToObject(o, "collective_samples", v.collective_samples);
+    cJSON_AddNumberToObject(o, "samples_per_second", v.samples_per_second);
+    cJSON_AddNumberToObject(o, "eta_s", v.eta_s);
+    cJSON_AddNumberToObject(o, "refresh_s", v.refresh_s);
+    char *text = cJSON_PrintUnformatted(o);
+    if (text) {
+        printf("%s\n", text);
+        fflush(stdout);
+    }
+    free(text);
+    cJSON_Delete(o);
+    dl_swarm_view_free(&v);
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+int cmd_peer(int argc, char **argv) {
+    struct dl_net_config cfg;
+    dl_net_config_default(&cfg);
+    cfg.listen = "0.0.0.0:0";
+    double status_every = 5, duration = -1, fake_samples = 0, fake_sps = 0, v = 0;
+    uint64_t fake_epoch = 0;
+    enum { O_RUN = 256, O_LISTEN, O_ANNOUNCE, O_INITIAL, O_IDENTITY, O_STATUS, O_CLIENT, O_MAXUP,
+           O_BW, O_TARGET, O_EXPIRY, O_KEEPALIVE, O_NODHT, O_DHTPORT, O_DHTBOOT, O_DURATION,
+           O_FEPOCH, O_FSAMPLES, O_FSPS };
+    static const struct option opts[] = {
+        {"run-id", required_argument, NULL, O_RUN}, {"listen", required_argument, NULL, O_LISTEN},
+        {"announce", required_argument, NULL, O_ANNOUNCE}, {"initial-peers", required_argument, NULL, O_INITIAL},
+        {"identity", required_argument, NULL, O_IDENTITY}, {"status-every", required_argument, NULL, O_STATUS},
+        {"client-mode", no_argument, NULL, O_CLIENT}, {"max-upload", required_argument, NULL, O_MAXUP},
+        {"bandwidth", required_argument, NULL, O_BW}, {"target-batch", required_argument, NULL, O_TARGET},
+        {"expiry", required_argument, NULL, O_EXPIRY}, {"keepalive", required_argument, NULL, O_KEEPALIVE},
+        {"no-dht", no_argument, NULL, O_NODHT}, {"dht-port", required_argument, NULL, O_DHTPORT},
+        {"dht-bootstrap", required_argument, NULL, O_DHTBOOT}, {"duration", required_argument, NULL, O_DURATION},
+        {"fake-epoch", required_argument, NULL, O_FEPOCH}, {"fake-samples", required_argument, NULL, O_FSAMPLES},
+        {"fake-samples-per-second", required_argument, NULL, O_FSPS}, {"help", no_argument, NULL, 'h'},
+        {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case O_RUN: cfg.run_id = optarg; break;
+        case O_LISTEN: cfg.listen = optarg; break;
+        case O_ANNOUNCE: cfg.announce = optarg; break;
+        case O_INITIAL: cfg.initial_peers = optarg; break;
+        case O_IDENTITY: cfg.identity_path = optarg; break;
+        case O_STATUS: bad = parse_double(optarg, 0.01, 86400, &status_every); break;
+        case O_CLIENT: cfg.client_mode = true; break;
+        case O_MAXUP: bad = parse_double(optarg, 0.001, 1e6, &cfg.max_upload_mbit); break;
+        case O_BW: bad = parse_double(optarg, 0, 1e6, &cfg.bandwidth_mbit); break;
+        case O_TARGET: bad = parse_double(optarg, 1, 1e15, &cfg.target_batch); break;
+        case O_EXPIRY: bad = parse_double(optarg, 0.5, 86400, &cfg.expiry_s); break;
+        case O_KEEPALIVE: bad = parse_double(optarg, 0.1, 3600, &cfg.keepalive_s); break;
+        case O_NODHT: cfg.use_dht = false; break;
+        case O_DHTPORT: bad = parse_double(optarg, 0, 65535, &v); cfg.dht_port = (int)v; break;
+        case O_DHTBOOT: cfg.dht_bootstrap = optarg; cfg.use_dht = true; break;
+        case O_DURATION: bad = parse_double(optarg, 0, 1e9, &duration); break;
+        case O_FEPOCH: bad = parse_double(optarg, 0, 1e15, &v); fake_epoch = (uint64_t)v; break;
+        case O_FSAMPLES: bad = parse_double(optarg, 0, 1e15, &fake_samples); break;
+        case O_FSPS: bad = parse_double(optarg, 0, 1e9, &fake_sps); break;
+        case 'h': help(stdout); return DL_EXIT_OK;
+        default: help(stderr); return DL_EXIT_USAGE;
+        }
+        if (bad) {
+            fprintf(stderr, "dedloc peer: bad value '%s' for --%s\n", optarg, opts[c - O_RUN].name);
+            return DL_EXIT_USAGE;
+        }
+    }
+    if (optind < argc || !cfg.run_id) {
+        fprintf(stderr, "dedloc peer: %s\n", optind < argc ? "unexpected argument" : "--run-id is required");
+        help(stderr);
+        return DL_EXIT_USAGE;
+    }
+    /* Refresh often enough that a short test expiry still works. */
+    if (cfg.max_refresh_s > cfg.expiry_s / 4) cfg.max_refresh_s = cfg.expiry_s / 4;
+    if (cfg.min_refresh_s > cfg.max_refresh_s) cfg.min_refresh_s = cfg.max_refresh_s;
+    if (cfg.keepalive_s > cfg.expiry_s / 3) cfg.keepalive_s = cfg.expiry_s / 3;
+
+    dl_net *net;
+    if (dl_net_start(&cfg, &net)) {
+        fprintf(stderr, "dedloc peer: %s\n", dl_error());
+        return DL_EXIT_FAILURE;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    double start = dl_now(), next_status = start, next_publish = start;
+    while (!stop_requested && (duration < 0 || dl_now() - start < duration)) {
+        double now = dl_now();
+        if (now >= next_publish) {
+            dl_net_publish_progress(net, fake_epoch, fake_samples + fake_sps * (now - start), fake_sps);
+            next_publish = now + 1.0;
+        }
+        if (now >= next_status) {
+            print_view(net);
+            next_status += status_every;
+            if (next_status < now) next_status = now + status_every;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    dl_net_stop(net);
+    return DL_EXIT_OK;
+}

@@ -1,0 +1,345 @@
+/* One TCP connection: framing, the handshake state machine and dispatch of
+ * authenticated frames. Every limit is checked where bytes enter. */
+#include <string.h>
+#include <stdlib.h>
+
+#include "dedloc/util.h"
+#include "net/net_internal.h"
+
+static const char *conn_name(const struct dl_conn *c) {
+    return c->state >= CONN_AUTH && c->peer_id[0] ? c->peer_id : c->remote;
+}
+
+struct dl_conn *dl_net_conn_by_serial(struct dl_net *net, uint64_t serial) {
+    for (struct dl_conn *c = net->conns; c; c = c->next)
+        if (c->serial == serial) return c;
+    return NULL;
+}
+
+struct dl_conn *dl_net_conn_by_pk(struct dl_net *net, const uint8_t pk[DL_WIRE_PK], bool ready_only) {
+    for (struct dl_conn *c = net->conns; c; c = c->next) {
+        if (c->state == CONN_CLOSING) continue;
+        if (ready_only && c->state != CONN_READY) continue;
+        if (c->state >= CONN_AUTH && !memcmp(c->peer_pk, pk, DL_WIRE_PK)) return c;
+    }
+    return NULL;
+}
+
+void dl_conn_close(struct dl_conn *c, const char *why) {
+    struct dl_net *net = c->net;
+    for (struct dl_conn **p = &net->conns; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    net->num_conns--;
+    if (c->state == CONN_READY) {
+        DL_INFO("net", "disconnected from %s (%s)", conn_name(c), why);
+    } else {
+        DL_DEBUG("net", "closed connection %s (%s)", conn_name(c), why);
+    }
+    bool was_ready = c->state == CONN_READY;
+    c->state = CONN_CLOSING;
+    if (was_ready) dl_net_on_closed(net, c);
+    dl_rpc_conn_closed(net, c);
+    bufferevent_free(c->bev);
+    dl_handshake_clear(&c->hs);
+    sodium_memzero(&c->rx, sizeof c->rx);
+    sodium_memzero(&c->tx, sizeof c->tx);
+    free(c);
+}
+
+static void send_clear(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size) {
+    uint8_t header[DL_WIRE_HEADER];
+    dl_frame_write_header(header, type, (uint32_t)size);
+    bufferevent_write(c->bev, header, sizeof header);
+    bufferevent_write(c->bev, body, size);
+}
+
+static void flush_then_close_cb(struct bufferevent *bev, void *arg) {
+    struct dl_conn *c = arg;
+    if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) dl_conn_close(c, "closed after error");
+}
+
+void dl_conn_reject(struct dl_conn *c, uint32_t code, const char *why, bool ban) {
+    struct dl_net *net = c->net;
+    if (ban && c->state >= CONN_AUTH) {
+        dl_net_ban(net, c->peer_pk);
+        DL_WARN("net", "peer %s (%s) misbehaved: %s; banned for %.0f s", c->peer_id, c->remote, why,
+                net->cfg.ban_s);
+    } else if (code == DL_ERR_DUPLICATE || code == DL_ERR_SELF) {
+        DL_DEBUG("net", "closing %s: %s", conn_name(c), why);
+    } else {
+        DL_WARN("net", "closing connection %s: %s", conn_name(c), why);
+    }
+    if (!code || c->state == CONN_CONNECTING) {
+        dl_conn_close(c, why);
+        return;
+    }
+    struct dl_msg_error e;
+    memset(&e, 0, sizeof e);
+    e.code = code;
+    e.version = DL_WIRE_VERSION;
+    snprintf(e.text, sizeof e.text, "%s", why);
+    size_t n;
+    uint8_t *body = dl_msg_error_encode(&e, &n);
+    if (body) send_clear(c, DL_MSG_ERROR, body, n);
+    free(body);
+    bool was_ready = c->state == CONN_READY;
+    c->state = CONN_CLOSING;
+    c->closing_since = dl_now();
+    if (was_ready) dl_net_on_closed(net, c);
+    dl_rpc_conn_closed(net, c);
+    bufferevent_disable(c->bev, EV_READ);
+    bufferevent_setcb(c->bev, NULL, flush_then_close_cb, NULL, c);
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) dl_conn_close(c, why);
+}
+
+int dl_conn_send(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size, bool droppable) {
+    if (c->state != CONN_READY && type != DL_MSG_AUTH) return dl_fail("connection not ready");
+    size_t queued = evbuffer_get_length(bufferevent_get_output(c->bev));
+    size_t bound = c->net->cfg.max_pending_out;
+    /* Gossip and pings give way early so requests still fit. */
+    if (droppable ? queued > bound / 4 : queued + size > bound)
+        return dl_fail("output to %s is full (%zu bytes queued)", c->peer_id, queued);
+    if (size + DL_WIRE_TAG > c->net->cfg.max_frame) return dl_fail("message of %zu bytes exceeds the frame limit", size);
+    size_t total = DL_WIRE_HEADER + size + DL_WIRE_TAG;
+    uint8_t *frame = dl_malloc(total);
+    if (!frame) return -1;
+    dl_frame_seal(&c->tx, type, body, size, frame);
+    int rc = bufferevent_write(c->bev, frame, total);
+    free(frame);
+    return rc ? dl_fail("bufferevent_write failed") : 0;
+}
+
+static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
+    struct dl_net *net = c->net;
+    if (dl_handshake_on_hello(&c->hs, body, size, &c->rx, &c->tx)) {
+        dl_conn_reject(c, DL_ERR_PROTOCOL, dl_error(), false);
+        return;
+    }
+    const struct dl_msg_hello *h = &c->hs.peer;
+    if (h->version != DL_WIRE_VERSION) {
+        dl_conn_reject(c, DL_ERR_VERSION, "unsupported protocol version", false);
+        return;
+    }
+    if (strcmp(h->run_id, net->run_id)) {
+        dl_conn_reject(c, DL_ERR_RUN, "different run id", false);
+        return;
+    }
+    if (!memcmp(h->sign_pk, net->id.pk, DL_WIRE_PK)) {
+        for (size_t i = 0; i < net->num_targets; i++)
+            if (c->outbound && !strcmp(net->targets[i].address, c->dialled)) net->targets[i].is_self = true;
+        dl_conn_reject(c, DL_ERR_SELF, "connected to ourselves", false);
+        return;
+    }
+    if (dl_net_is_banned(net, h->sign_pk)) {
+        dl_conn_reject(c, DL_ERR_BANNED, "banned", false);
+        return;
+    }
+    memcpy(c->peer_pk, h->sign_pk, DL_WIRE_PK);
+    dl_peer_id_from_pk(c->peer_pk, c->peer_id);
+    c->peer_client = h->client_mode;
+    c->state = CONN_AUTH;
+    uint8_t sig[DL_WIRE_SIG];
+    dl_handshake_sign(&c->hs, &net->id, sig);
+    size_t n;
+    uint8_t *auth = dl_msg_auth_encode(sig, &n);
+    if (!auth || dl_conn_send(c, DL_MSG_AUTH, auth, n, false)) {
+        free(auth);
+        dl_conn_close(c, "cannot send AUTH");
+        return;
+    }
+    free(auth);
+}
+
+static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
+    struct dl_net *net = c->net;
+    uint8_t sig[DL_WIRE_SIG];
+    if (dl_msg_auth_decode(body, size, sig)) {
+        dl_conn_reject(c, DL_ERR_PROTOCOL, dl_error(), false);
+        return;
+    }
+    if (dl_handshake_verify(&c->hs, sig)) {
+        /* The key was not proven, so it is not banned: anyone could claim it. */
+        dl_conn_reject(c, DL_ERR_AUTH, "forged handshake signature", false);
+        return;
+    }
+    dl_handshake_clear(&c->hs);
+    /* Two connections to one peer (both dialled at once): keep the one
+     * dialled by the smaller key, or the newer if both were dialled by the
+     * same side (the older is then likely dead). Both sides decide alike. */
+    struct dl_conn *old = dl_net_conn_by_pk(net, c->peer_pk, true);
+    if (old) {
+        const uint8_t *dialler_new = c->outbound ? net->id.pk : c->peer_pk;
+        const uint8_t *dialler_old = old->outbound ? net->id.pk : old->peer_pk;
+        if (dialler_new != dialler_old && memcmp(dialler_old, dialler_new, DL_WIRE_PK) < 0) {
+            c->state = CONN_READY;
+            net->num_ready++;
+            dl_conn_reject(c, DL_ERR_DUPLICATE, "duplicate connection", false);
+            return;
+        }
+        dl_conn_reject(old, DL_ERR_DUPLICATE, "duplicate connection (replaced)", false);
+    }
+    c->state = CONN_READY;
+    DL_INFO("net", "authenticated %s %s at %s (handshake %.2f ms)", c->peer_client ? "client" : "peer",
+            c->peer_id, c->remote, (dl_now() - c->created) * 1e3);
+    dl_net_on_ready(net, c);
+}
+
+static void on_sealed(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size) {
+    struct dl_net *net = c->net;
+    switch (type) {
+    case DL_MSG_PING: {
+        uint64_t nonce;
+        if (dl_msg_ping_decode(body, size, &nonce)) break;
+        size_t n;
+        uint8_t *pong = dl_msg_ping_encode(nonce, &n);
+        if (pong) dl_conn_send(c, DL_MSG_PONG, pong, n, true);
+        free(pong);
+        return;
+    }
+    case DL_MSG_PONG: {
+        uint64_t nonce;
+        if (dl_msg_ping_decode(body, size, &nonce)) break;
+        return;
+    }
+    case DL_MSG_RECORDS: dl_net_on_records(net, c, body, size); return;
+    case DL_MSG_REQUEST: dl_rpc_on_request(net, c, body, size); return;
+    case DL_MSG_RESPONSE: dl_rpc_on_response(net, c, body, size); return;
+    case DL_MSG_CANCEL: dl_rpc_on_cancel(net, c, body, size); return;
+    default: dl_fail("unexpected message type 0x%02x after the handshake", type); break;
+    }
+    dl_conn_reject(c, DL_ERR_PROTOCOL, dl_error(), true);
+}
+
+/* A frame sent in clear: HELLO during the handshake, or ERROR at any time. */
+static void on_clear_frame(struct dl_conn *c, const struct dl_frame_header *h, const uint8_t *body,
+                           size_t size) {
+    if (h->type == DL_MSG_ERROR) {
+        struct dl_msg_error e;
+        if (dl_msg_error_decode(body, size, &e) == 0)
+            DL_WARN("net", "%s refused us: %s (code %u, its protocol version %u)", conn_name(c), e.text,
+                    e.code, e.version);
+        dl_conn_close(c, "peer sent an error");
+        return;
+    }
+    if (c->state != CONN_HELLO || h->type != DL_MSG_HELLO) {
+        dl_conn_reject(c, DL_ERR_PROTOCOL, "expected HELLO", false);
+        return;
+    }
+    on_hello(c, body, size);
+}
+
+static void read_cb(struct bufferevent *bev, void *arg) {
+    struct dl_conn *c = arg;
+    struct dl_net *net = c->net;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    uint64_t serial = c->serial;
+    while (c->state != CONN_CLOSING && c->state != CONN_CONNECTING) {
+        size_t avail = evbuffer_get_length(in);
+        if (avail == 0) return;
+        uint8_t header[DL_WIRE_HEADER];
+        size_t hn = avail < DL_WIRE_HEADER ? avail : DL_WIRE_HEADER;
+        evbuffer_copyout(in, header, hn);
+        uint32_t max_body = c->state == CONN_READY ? net->cfg.max_frame : DL_NET_PREAUTH_MAX_BODY;
+        struct dl_frame_header h;
+        int rc = dl_frame_parse_header(header, hn, max_body, &h);
+        if (rc == DL_FRAME_NEED_MORE) return;
+        if (rc == DL_FRAME_BAD_MAGIC) {
+            dl_conn_reject(c, 0, "not the dedloc protocol (bad magic)", c->state == CONN_READY);
+            return;
+        }
+        if (rc == DL_FRAME_BAD_VERSION) {
+            char why[96];
+            snprintf(why, sizeof why, "protocol version %u, we speak %u", h.version, DL_WIRE_VERSION);
+            dl_conn_reject(c, DL_ERR_VERSION, why, false);
+            return;
+        }
+        if (rc == DL_FRAME_TOO_LARGE) {
+            char why[96];
+            snprintf(why, sizeof why, "frame of %u bytes exceeds the limit of %u", h.length, max_body);
+            dl_conn_reject(c, DL_ERR_PROTOCOL, why, c->state == CONN_READY);
+            return;
+        }
+        if (avail < DL_WIRE_HEADER + (size_t)h.length) return; /* wait for the rest */
+        uint8_t *body = dl_malloc(h.length ? h.length : 1);
+        if (!body) {
+            dl_conn_close(c, "out of memory");
+            return;
+        }
+        evbuffer_drain(in, DL_WIRE_HEADER);
+        evbuffer_remove(in, body, h.length);
+        size_t size = h.length;
+        c->last_rx = dl_now();
+        bool sealed = c->state == CONN_AUTH || c->state == CONN_READY;
+        if (sealed && h.type != DL_MSG_ERROR) {
+            if (dl_frame_open(&c->rx, header, body, &size)) {
+                free(body);
+                dl_conn_reject(c, 0, "tampered or out-of-order frame (authentication failed)",
+                               c->state == CONN_READY);
+                return;
+            }
+            if (c->state == CONN_AUTH) {
+                if (h.type != DL_MSG_AUTH) {
+                    free(body);
+                    dl_conn_reject(c, DL_ERR_PROTOCOL, "expected AUTH", false);
+                    return;
+                }
+                on_auth(c, body, size);
+            } else {
+                on_sealed(c, h.type, body, size);
+            }
+        } else {
+            on_clear_frame(c, &h, body, size);
+        }
+        free(body);
+        if (!dl_net_conn_by_serial(net, serial)) return;
+    }
+}
+
+static void event_cb(struct bufferevent *bev, short events, void *arg) {
+    struct dl_conn *c = arg;
+    if (events & BEV_EVENT_CONNECTED) {
+        c->state = CONN_HELLO;
+        c->created = dl_now();
+        send_clear(c, DL_MSG_HELLO, c->hs.my_hello, c->hs.my_hello_size);
+        return;
+    }
+    if (events & BEV_EVENT_TIMEOUT) {
+        dl_conn_close(c, "timed out");
+        return;
+    }
+    if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        dl_conn_close(c, events & BEV_EVENT_EOF ? "closed by peer" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    }
+}
+
+struct dl_conn *dl_conn_new(struct dl_net *net, struct bufferevent *bev, bool outbound,
+                            const char *remote, const char *dialled) {
+    struct dl_conn *c = dl_calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->net = net;
+    c->bev = bev;
+    c->serial = ++net->next_serial;
+    c->outbound = outbound;
+    c->state = outbound ? CONN_CONNECTING : CONN_HELLO;
+    c->created = c->last_rx = dl_now();
+    snprintf(c->remote, sizeof c->remote, "%s", remote);
+    if (dialled) snprintf(c->dialled, sizeof c->dialled, "%s", dialled);
+    if (dl_handshake_begin(&c->hs, outbound, &net->id, net->run_id, net->cfg.client_mode)) {
+        free(c);
+        return NULL;
+    }
+    c->next = net->conns;
+    net->conns = c;
+    net->num_conns++;
+    bufferevent_setcb(bev, read_cb, NULL, event_cb, c);
+    /* Bounded input: at most one frame plus its header waits in the buffer. */
+    bufferevent_setwatermark(bev, EV_READ, 0, DL_WIRE_HEADER + (size_t)net->cfg.max_frame + 4096);
+    if (net->rate_group) bufferevent_add_to_rate_limit_group(bev, net->rate_group);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    if (!outbound) send_clear(c, DL_MSG_HELLO, c->hs.my_hello, c->hs.my_hello_size);
+    return c;
+}

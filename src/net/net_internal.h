@@ -1,0 +1,185 @@
+/* The state of a running peer, shared by the files of src/net. Everything
+ * here belongs to the network thread unless the comment says "lock". */
+#ifndef DEDLOC_NET_INTERNAL_H
+#define DEDLOC_NET_INTERNAL_H
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <pthread.h>
+
+#include "dedloc/net.h"
+#include "net/swarm.h"
+#include "net/wire.h"
+
+#define DL_NET_MAX_CONNS 256
+#define DL_NET_MAX_TARGETS 1024
+#define DL_NET_MAX_HANDLERS 32
+#define DL_NET_MAX_INCOMING_PER_CONN 64
+/* Before authentication only HELLO and AUTH are accepted: small frames. */
+#define DL_NET_PREAUTH_MAX_BODY 1024
+#define DL_NET_TICK_S 0.05
+
+enum dl_conn_state { CONN_CONNECTING, CONN_HELLO, CONN_AUTH, CONN_READY, CONN_CLOSING };
+
+struct dl_conn {
+    struct dl_net *net;
+    struct bufferevent *bev;
+    uint64_t serial;
+    bool outbound;
+    enum dl_conn_state state;
+    struct dl_handshake hs;
+    struct dl_seal rx, tx;
+    uint8_t peer_pk[DL_WIRE_PK];
+    char peer_id[DL_PEER_ID_HEX];
+    bool peer_client;
+    char remote[DL_NET_ADDR_MAX];     /* address of the socket's other end */
+    char dialled[DL_NET_ADDR_MAX];    /* what we dialled (outbound only) */
+    double created, last_rx, last_ping, closing_since;
+    size_t incoming_requests;
+    struct dl_conn *next;
+};
+
+/* An address we try to keep a connection to: an initial peer, a peer seen in
+ * a record, or one found in the DHT. */
+struct dl_target {
+    char address[DL_NET_ADDR_MAX];
+    uint8_t pk[DL_WIRE_PK];
+    bool has_pk, initial, is_self;
+    double next_attempt, backoff, last_seen;
+};
+
+struct dl_ban {
+    uint8_t pk[DL_WIRE_PK];
+    double until;
+};
+
+/* A request we sent and wait on. */
+struct dl_pending {
+    uint64_t id;
+    uint64_t conn_serial;
+    double deadline;
+    dl_net_response_fn callback;
+    void *user;
+    struct dl_pending *next;
+};
+
+/* A request we received and have not answered yet. */
+struct dl_incoming_entry {
+    uint64_t token, request_id, conn_serial;
+    double expires;
+    struct dl_incoming_entry *next;
+};
+
+enum dl_cmd_type { CMD_PUBLISH, CMD_REQUEST, CMD_CANCEL, CMD_RESPOND, CMD_DIAL, CMD_STOP };
+
+struct dl_cmd {
+    enum dl_cmd_type type;
+    uint64_t id;                      /* request id or token */
+    int status;
+    char peer_id[DL_PEER_ID_HEX];
+    char method[DL_WIRE_METHOD_MAX];
+    char address[DL_NET_ADDR_MAX];
+    uint8_t pk[DL_WIRE_PK];
+    double timeout_s;
+    double samples, samples_per_second;  /* CMD_PUBLISH */
+    uint8_t *payload;                 /* owned; already compressed when compressed */
+    size_t size;
+    uint64_t raw_size;
+    bool compressed;
+    dl_net_response_fn callback;
+    void *user;
+    struct dl_cmd *next;
+};
+
+struct dl_handler {
+    char method[DL_WIRE_METHOD_MAX];
+    dl_net_handler_fn fn;
+    void *user;
+};
+
+struct dl_dht;
+
+struct dl_net {
+    struct dl_net_config cfg;         /* strings point into owned copies below */
+    char *run_id, *listen_cfg, *announce_cfg, *initial_cfg, *identity_cfg, *dht_bootstrap_cfg;
+    struct dl_identity id;
+    char listen_addr[DL_NET_ADDR_MAX], announce_addr[DL_NET_ADDR_MAX];
+    int listen_port;
+
+    struct event_base *base;
+    pthread_t thread;
+    bool thread_started;
+    struct evconnlistener *listener;
+    struct event *tick_ev, *cmd_ev;
+    struct ev_token_bucket_cfg *bucket_cfg;
+    struct bufferevent_rate_limit_group *rate_group;
+
+    pthread_mutex_t lock;             /* guards: swarm, cmd queue, handlers, counters below */
+    struct dl_swarm swarm;
+    struct dl_cmd *cmd_head, *cmd_tail;
+    struct dl_handler handlers[DL_NET_MAX_HANDLERS];
+    size_t num_ready;
+    double refresh_s;
+    uint64_t next_request_id;
+
+    struct dl_conn *conns;
+    size_t num_conns;
+    uint64_t next_serial;
+    struct dl_target targets[DL_NET_MAX_TARGETS];
+    size_t num_targets;
+    struct dl_ban bans[64];
+    size_t num_bans;
+    struct dl_pending *pending;
+    struct dl_incoming_entry *incoming;
+    uint64_t next_token;
+
+    /* our progress (network thread) */
+    uint64_t my_epoch, published_epoch, last_seq;
+    double my_samples, my_sps, my_time;
+    bool force_publish, stopping;
+    double next_publish, stop_deadline;
+
+    struct dl_dht *dht;
+    int dht_port;
+};
+
+/* conn.c */
+struct dl_conn *dl_conn_new(struct dl_net *net, struct bufferevent *bev, bool outbound,
+                            const char *remote, const char *dialled);
+/* Closes at once (frees the connection; fails its pending requests). */
+void dl_conn_close(struct dl_conn *c, const char *why);
+/* Sends ERROR (if code) then closes once flushed; logs; bans if ban. */
+void dl_conn_reject(struct dl_conn *c, uint32_t code, const char *why, bool ban);
+/* Seals and queues one frame; -1 if the output buffer is over its bound. */
+int dl_conn_send(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size, bool droppable);
+struct dl_conn *dl_net_conn_by_serial(struct dl_net *net, uint64_t serial);
+struct dl_conn *dl_net_conn_by_pk(struct dl_net *net, const uint8_t pk[DL_WIRE_PK], bool ready_only);
+void dl_net_send_records(struct dl_net *net, struct dl_conn *c, struct dl_conn *except,
+                         const uint8_t *blob, size_t size);
+
+/* net.c */
+bool dl_net_is_banned(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]);
+void dl_net_ban(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]);
+void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, bool from_dht);
+void dl_net_on_ready(struct dl_net *net, struct dl_conn *c);
+void dl_net_on_closed(struct dl_net *net, struct dl_conn *c);
+void dl_net_on_records(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
+int dl_net_post(struct dl_net *net, struct dl_cmd *cmd);
+
+/* rpc.c */
+void dl_rpc_on_request(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
+void dl_rpc_on_response(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
+void dl_rpc_on_cancel(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
+void dl_rpc_run_cmd(struct dl_net *net, struct dl_cmd *cmd);
+void dl_rpc_tick(struct dl_net *net, double now);
+void dl_rpc_conn_closed(struct dl_net *net, struct dl_conn *c);
+void dl_rpc_fail_all(struct dl_net *net);
+
+/* dht.c */
+int dl_dht_start(struct dl_net *net);
+void dl_dht_tick(struct dl_net *net, double now);
+void dl_dht_stop(struct dl_net *net);
+
+#endif
