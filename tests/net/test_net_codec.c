@@ -1,0 +1,358 @@
+/* The wire format refuses malformed input: frame headers, msgpack structure,
+ * every message's field types, signed records, and the swarm view math. */
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dedloc/util.h"
+#include "dl_test.h"
+#include "net/swarm.h"
+#include "net/wire.h"
+
+static void test_frame_header(void) {
+    uint8_t h[DL_WIRE_HEADER];
+    struct dl_frame_header fh;
+    dl_frame_write_header(h, DL_MSG_PING, 1234);
+    CHECK(dl_frame_parse_header(h, sizeof h, 1 << 20, &fh) == DL_FRAME_OK);
+    CHECK(fh.type == DL_MSG_PING && fh.length == 1234 && fh.version == DL_WIRE_VERSION);
+    /* truncated header: wait for more, never read past */
+    for (size_t n = 0; n < DL_WIRE_HEADER; n++) CHECK(dl_frame_parse_header(h, n, 1 << 20, &fh) == DL_FRAME_NEED_MORE);
+    /* length 2^32-1 refused from the header alone */
+    dl_frame_write_header(h, DL_MSG_RECORDS, 0xffffffffu);
+    CHECK(dl_frame_parse_header(h, sizeof h, 16u << 20, &fh) == DL_FRAME_TOO_LARGE);
+    dl_frame_write_header(h, DL_MSG_RECORDS, 16u << 20);
+    CHECK(dl_frame_parse_header(h, sizeof h, 16u << 20, &fh) == DL_FRAME_OK);
+    /* wrong version: reported with the header filled in, so we can say so */
+    dl_frame_write_header(h, DL_MSG_HELLO, 10);
+    h[2] = 99;
+    CHECK(dl_frame_parse_header(h, sizeof h, 1 << 20, &fh) == DL_FRAME_BAD_VERSION && fh.version == 99);
+    /* garbage: refused on the first byte */
+    uint8_t g[1] = {'G'};
+    CHECK(dl_frame_parse_header(g, 1, 1 << 20, &fh) == DL_FRAME_BAD_MAGIC);
+    uint8_t g2[2] = {DL_WIRE_MAGIC0, 'x'};
+    CHECK(dl_frame_parse_header(g2, 2, 1 << 20, &fh) == DL_FRAME_BAD_MAGIC);
+}
+
+static void test_seal(void) {
+    struct dl_seal a, b;
+    memset(&a, 0, sizeof a);
+    randombytes_buf(a.key, sizeof a.key);
+    b = a;
+    const uint8_t msg[] = "progress record";
+    uint8_t frame[DL_WIRE_HEADER + sizeof msg + DL_WIRE_TAG];
+    for (int round = 0; round < 3; round++) {
+        dl_frame_seal(&a, DL_MSG_RECORDS, msg, sizeof msg, frame);
+        size_t n = sizeof msg + DL_WIRE_TAG;
+        uint8_t body[sizeof msg + DL_WIRE_TAG];
+        memcpy(body, frame + DL_WIRE_HEADER, n);
+        CHECK(dl_frame_open(&b, frame, body, &n) == 0 && n == sizeof msg && !memcmp(body, msg, n));
+    }
+    /* every single bit flip in header or body is caught */
+    int caught = 0, total = 0;
+    for (size_t bit = 0; bit < 8 * sizeof frame; bit += 7) {
+        struct dl_seal s1 = a, s2 = b;
+        dl_frame_seal(&s1, DL_MSG_RECORDS, msg, sizeof msg, frame);
+        frame[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        uint8_t body[sizeof msg + DL_WIRE_TAG];
+        size_t n = sizeof body;
+        memcpy(body, frame + DL_WIRE_HEADER, n);
+        total++;
+        if (dl_frame_open(&s2, frame, body, &n) != 0) caught++;
+    }
+    CHECK_MSG(caught == total, "%d of %d tampered frames caught", caught, total);
+    /* a replayed (old counter) frame is refused */
+    struct dl_seal s1 = a, s2 = b;
+    dl_frame_seal(&s1, DL_MSG_PING, msg, sizeof msg, frame);
+    uint8_t body[sizeof msg + DL_WIRE_TAG];
+    size_t n = sizeof body;
+    memcpy(body, frame + DL_WIRE_HEADER, n);
+    CHECK(dl_frame_open(&s2, frame, body, &n) == 0);
+    n = sizeof body;
+    memcpy(body, frame + DL_WIRE_HEADER, n);
+    CHECK(dl_frame_open(&s2, frame, body, &n) != 0);
+}
+
+static void test_msgpack_check(void) {
+    /* array32 claiming 2^32-1 elements in 5 bytes */
+    const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff};
+    CHECK(dl_msgpack_check(huge_array, sizeof huge_array) != 0);
+    const uint8_t huge_map[] = {0xdf, 0x7f, 0xff, 0xff, 0xff, 0x01, 0x02};
+    CHECK(dl_msgpack_check(huge_map, sizeof huge_map) != 0);
+    const uint8_t huge_bin[] = {0xc6, 0xff, 0xff, 0xff, 0xff, 0x00};
+    CHECK(dl_msgpack_check(huge_bin, sizeof huge_bin) != 0);
+    const uint8_t huge_str[] = {0xdb, 0xff, 0xff, 0xff, 0xf0};
+    CHECK(dl_msgpack_check(huge_str, sizeof huge_str) != 0);
+    const uint8_t never_used[] = {0xc1};
+    CHECK(dl_msgpack_check(never_used, 1) != 0);
+    const uint8_t trailing[] = {0x01, 0x02};
+    CHECK(dl_msgpack_check(trailing, 2) != 0);
+    CHECK(dl_msgpack_check(trailing, 0) != 0);
+    uint8_t deep[40];
+    memset(deep, 0x91, sizeof deep); /* [[[[...]]]] */
+    deep[39] = 0x01;
+    CHECK(dl_msgpack_check(deep, sizeof deep) != 0);
+    CHECK(dl_msgpack_check(deep + 30, 10) == 0);
+    const uint8_t ok[] = {0x93, 0x01, 0xa1, 'x', 0xc3};
+    CHECK(dl_msgpack_check(ok, sizeof ok) == 0);
+    /* random bytes never crash and never claim more than is there */
+    dl_rng rng;
+    dl_rng_seed(&rng, 42);
+    uint8_t buf[64];
+    for (int i = 0; i < 20000; i++) {
+        size_t n = 1 + dl_rng_below(&rng, sizeof buf);
+        for (size_t j = 0; j < n; j++) buf[j] = (uint8_t)dl_rng_next(&rng);
+        struct dl_msg_request m;
+        (void)dl_msg_request_decode(buf, n, &m);
+        struct dl_msg_hello h;
+        (void)dl_msg_hello_decode(buf, n, &h);
+        struct dl_record r;
+        (void)dl_record_verify(buf, n, "run", &r);
+    }
+    CHECK(1);
+}
+
+static void test_messages(void) {
+    struct dl_msg_hello h, h2;
+    memset(&h, 0, sizeof h);
+    h.version = DL_WIRE_VERSION;
+    strcpy(h.run_id, "sahajbert");
+    randombytes_buf(h.sign_pk, sizeof h.sign_pk);
+    randombytes_buf(h.kx_pk, sizeof h.kx_pk);
+    randombytes_buf(h.nonce, sizeof h.nonce);
+    h.client_mode = true;
+    size_t n;
+    uint8_t *b = dl_msg_hello_encode(&h, &n);
+    CHECK(b && dl_msg_hello_decode(b, n, &h2) == 0 && !memcmp(&h, &h2, sizeof h));
+    /* truncated at every length */
+    int refused = 0;
+    for (size_t k = 0; k < n; k++) refused += dl_msg_hello_decode(b, k, &h2) != 0;
+    CHECK_MSG(refused == (int)n, "%d of %zu truncations refused", refused, n);
+    /* a HELLO body is not a REQUEST (wrong types) */
+    struct dl_msg_request rq;
+    CHECK(dl_msg_request_decode(b, n, &rq) != 0);
+    free(b);
+
+    /* wrong field types: version as a string, key of 31 bytes */
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 6);
+    msgpack_pack_str(&pk, 1);
+    msgpack_pack_str_body(&pk, "1", 1);
+    msgpack_pack_str(&pk, 1);
+    msgpack_pack_str_body(&pk, "r", 1);
+    for (int i = 0; i < 3; i++) {
+        msgpack_pack_bin(&pk, 31);
+        msgpack_pack_bin_body(&pk, h.nonce, 31);
+    }
+    msgpack_pack_true(&pk);
+    CHECK(dl_msg_hello_decode((const uint8_t *)sb.data, sb.size, &h2) != 0);
+    msgpack_sbuffer_destroy(&sb);
+
+    /* request round trip, and a size mismatch refused */
+    uint8_t payload[100];
+    for (int i = 0; i < 100; i++) payload[i] = (uint8_t)i;
+    struct dl_msg_request r = {7, "state", 2.5, false, 100, payload, 100}, r2;
+    b = dl_msg_request_encode(&r, &n);
+    CHECK(b && dl_msg_request_decode(b, n, &r2) == 0 && r2.id == 7 && !strcmp(r2.method, "state") &&
+          r2.size == 100 && !memcmp(r2.payload, payload, 100) && r2.payload >= b && r2.payload + 100 <= b + n);
+    free(b);
+    r.raw_size = 5;
+    b = dl_msg_request_encode(&r, &n);
+    CHECK(dl_msg_request_decode(b, n, &r2) != 0);
+    free(b);
+    /* method name too long */
+    char longm[200];
+    memset(longm, 'm', sizeof longm);
+    longm[199] = 0;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 6);
+    msgpack_pack_uint64(&pk, 1);
+    msgpack_pack_str(&pk, 199);
+    msgpack_pack_str_body(&pk, longm, 199);
+    msgpack_pack_double(&pk, 1.0);
+    msgpack_pack_false(&pk);
+    msgpack_pack_uint64(&pk, 0);
+    msgpack_pack_bin(&pk, 0);
+    CHECK(dl_msg_request_decode((const uint8_t *)sb.data, sb.size, &r2) != 0);
+    msgpack_sbuffer_destroy(&sb);
+
+    struct dl_msg_error e = {DL_ERR_VERSION, 3, "go away"}, e2;
+    b = dl_msg_error_encode(&e, &n);
+    CHECK(b && dl_msg_error_decode(b, n, &e2) == 0 && e2.code == DL_ERR_VERSION && e2.version == 3 &&
+          !strcmp(e2.text, "go away"));
+    free(b);
+    uint64_t id = 0;
+    b = dl_msg_cancel_encode(99, &n);
+    CHECK(b && dl_msg_cancel_decode(b, n, &id) == 0 && id == 99);
+    CHECK(dl_msg_ping_decode(b, n, &id) == 0); /* same shape, different type byte: the frame says which */
+    free(b);
+
+    /* zlib: compressible payload shrinks and comes back; a lie about the size is refused */
+    uint8_t big[8192];
+    memset(big, 7, sizeof big);
+    uint8_t *z, *back;
+    size_t zn;
+    CHECK(dl_wire_deflate(big, sizeof big, &z, &zn) == 0 && zn < sizeof big / 4);
+    CHECK(dl_wire_inflate(z, zn, sizeof big, 1 << 20, &back) == 0 && !memcmp(back, big, sizeof big));
+    free(back);
+    CHECK(dl_wire_inflate(z, zn, sizeof big - 1, 1 << 20, &back) != 0);
+    CHECK(dl_wire_inflate(z, zn, 1ull << 40, 1 << 20, &back) != 0);
+    free(z);
+    uint8_t noise[4096];
+    randombytes_buf(noise, sizeof noise);
+    CHECK(dl_wire_deflate(noise, sizeof noise, &z, &zn) == 1 && z == NULL);
+}
+
+static void test_records(void) {
+    struct dl_identity alice, mallory;
+    CHECK_OK(dl_identity_load(NULL, &alice));
+    CHECK_OK(dl_identity_load(NULL, &mallory));
+    struct dl_record r;
+    memset(&r, 0, sizeof r);
+    r.seq = 5;
+    r.epoch = 3;
+    r.samples = 100;
+    r.samples_per_second = 10;
+    r.time = 1000;
+    strcpy(r.address, "127.0.0.1:4000");
+    size_t n;
+    uint8_t *blob = dl_record_sign(&r, "run-a", &alice, &n);
+    struct dl_record got;
+    CHECK_OK(dl_record_verify(blob, n, "run-a", &got));
+    CHECK(got.epoch == 3 && got.samples == 100 && !strcmp(got.peer_id, alice.peer_id) &&
+          !strcmp(got.address, "127.0.0.1:4000"));
+    CHECK(dl_record_verify(blob, n, "run-b", &got) != 0); /* replay into another run */
+    /* any flipped byte breaks it */
+    int refused = 0;
+    for (size_t i = 0; i < n; i++) {
+        blob[i] ^= 0x20;
+        refused += dl_record_verify(blob, n, "run-a", &got) != 0;
+        blob[i] ^= 0x20;
+    }
+    CHECK_MSG(refused == (int)n, "%d of %zu tampered records refused", refused, n);
+    free(blob);
+    /* forged: Mallory signs a record naming Alice's key */
+    memcpy(r.pk, alice.pk, DL_WIRE_PK);
+    struct dl_identity forger = mallory;
+    memcpy(forger.pk, alice.pk, DL_WIRE_PK);
+    blob = dl_record_sign(&r, "run-a", &forger, &n);
+    CHECK(dl_record_verify(blob, n, "run-a", &got) != 0);
+    CHECK(strstr(dl_error(), "forged") != NULL);
+    free(blob);
+}
+
+static void add(struct dl_swarm *sw, struct dl_identity *id, uint64_t seq, uint64_t epoch, double samples,
+                double sps, double time, bool client, bool goodbye) {
+    struct dl_record r;
+    memset(&r, 0, sizeof r);
+    r.seq = seq;
+    r.epoch = epoch;
+    r.samples = samples;
+    r.samples_per_second = sps;
+    r.time = time;
+    r.client_mode = client;
+    r.goodbye = goodbye;
+    size_t n;
+    uint8_t *blob = dl_record_sign(&r, "run", id, &n);
+    struct dl_record got;
+    if (dl_record_verify(blob, n, "run", &got) == 0) dl_swarm_apply(sw, &got, blob, n, 0);
+    free(blob);
+}
+
+static void test_swarm_view(void) {
+    struct dl_identity p[5];
+    for (int i = 0; i < 5; i++) CHECK_OK(dl_identity_load(NULL, &p[i]));
+    struct dl_swarm sw;
+    dl_swarm_init(&sw, 16);
+    add(&sw, &p[0], 1, 7, 100, 10, 1000, false, false);
+    add(&sw, &p[1], 1, 7, 200, 20, 1000, false, false);
+    add(&sw, &p[2], 1, 6, 900, 50, 1000, false, false);  /* behind: rate counts, samples do not */
+    add(&sw, &p[3], 1, 9, 50, 5, 1000, true, false);     /* client ahead: does not lead */
+    struct dl_swarm_view v;
+    CHECK_OK(dl_swarm_compute(&sw, 1002, 1000, p[0].pk, &v));
+    CHECK(v.global_epoch == 7);
+    /* 100 + 2*10 + 200 + 2*20 */
+    CHECK_MSG(fabs(v.collective_samples - 360) < 1e-9, "collective %g", v.collective_samples);
+    CHECK(fabs(v.samples_per_second - 85) < 1e-9);
+    CHECK(fabs(v.eta_s - 640.0 / 85) < 1e-9);
+    CHECK(v.num_peers == 4);
+    int selves = 0;
+    for (size_t i = 0; i < v.num_peers; i++) selves += v.peers[i].is_self;
+    CHECK(selves == 1);
+    for (size_t i = 1; i < v.num_peers; i++) CHECK(strcmp(v.peers[i - 1].peer_id, v.peers[i].peer_id) < 0);
+    dl_swarm_view_free(&v);
+    /* stale and duplicate records do not apply; newer do */
+    struct dl_record r;
+    memset(&r, 0, sizeof r);
+    memcpy(r.pk, p[0].pk, DL_WIRE_PK);
+    r.seq = 1;
+    CHECK(dl_swarm_apply(&sw, &r, (const uint8_t *)"x", 1, 0) == 0);
+    r.seq = 2;
+    r.epoch = 8;
+    CHECK(dl_swarm_apply(&sw, &r, (const uint8_t *)"x", 1, 5) == 1);
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1000, NULL, &v));
+    CHECK(v.global_epoch == 8 && v.collective_samples == 0);
+    dl_swarm_view_free(&v);
+    /* goodbye removes a peer from the view at once */
+    add(&sw, &p[1], 2, 7, 0, 0, 1000, false, true);
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1000, NULL, &v));
+    CHECK(v.num_peers == 3);
+    dl_swarm_view_free(&v);
+    /* expiry: entries updated at 0 go at now > expiry, p[0] (updated at 5) stays; keep_pk kept */
+    CHECK(dl_swarm_expire(&sw, 10, 6, p[2].pk) == 2); /* p[1] tombstone and p[3] */
+    CHECK(sw.count == 2);
+    CHECK(dl_swarm_expire(&sw, 100, 6, NULL) == 2);
+    /* table bound */
+    dl_swarm_free(&sw);
+    dl_swarm_init(&sw, 2);
+    add(&sw, &p[0], 1, 0, 0, 0, 0, false, false);
+    add(&sw, &p[1], 1, 0, 0, 0, 0, false, false);
+    memset(&r, 0, sizeof r);
+    memcpy(r.pk, p[2].pk, DL_WIRE_PK);
+    CHECK(dl_swarm_apply(&sw, &r, (const uint8_t *)"x", 1, 0) == -1);
+    dl_swarm_free(&sw);
+    /* refresh period: clipped, shorter when the epoch is near */
+    CHECK(dl_swarm_refresh_period(-1, 4, 0.5, 10) == 10);
+    CHECK(dl_swarm_refresh_period(0.1, 4, 0.5, 10) == 0.5);
+    CHECK(fabs(dl_swarm_refresh_period(7, 4, 0.5, 10) - 4.0) < 1e-12);
+}
+
+static void test_identity_file(void) {
+    char dir[] = "/tmp/dl_net_id_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/id.key", dir);
+    struct dl_identity a, b;
+    CHECK_OK(dl_identity_load(path, &a));
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+    CHECK_OK(dl_identity_load(path, &b));
+    CHECK(!memcmp(a.pk, b.pk, DL_WIRE_PK) && !strcmp(a.peer_id, b.peer_id) && strlen(a.peer_id) == 32);
+    chmod(path, 0644);
+    CHECK(dl_identity_load(path, &b) != 0);
+    chmod(path, 0600);
+    FILE *f = fopen(path, "w");
+    fputs("not a key", f);
+    fclose(f);
+    CHECK(dl_identity_load(path, &b) != 0);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void) {
+    dl_log_set_level(DL_LOG_ERROR);
+    if (sodium_init() < 0) return 1;
+    test_frame_header();
+    test_seal();
+    test_msgpack_check();
+    test_messages();
+    test_records();
+    test_swarm_view();
+    test_identity_file();
+    return dl_test_finish("test_net_codec");
+}
