@@ -9,6 +9,7 @@ const struct dl_command dl_commands[] = {
     {"devices", cmd_devices, "list OpenCL devices and their capabilities"},
     {"tokenize", cmd_tokenize, "turn text lines into token ids (HF tokenizers-compatible Unigram)"},
     {"peer", cmd_peer, "join a collaboration without training; print the swarm view"},
+    {"serve-data", cmd_serve_data, "serve a directory of text shards over HTTP to the peers"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,163 @@
+/* Documents over a list of shards: one document per line (text) or the
+ * configured string field of one JSON object per line (JSON-lines). A shard
+ * that cannot be opened or fails beyond its retries is logged, counted and
+ * skipped; the stream goes on with the next one. */
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "data/data_internal.h"
+
+struct dl_docreader {
+    char **shards;
+    size_t count, start, pos; /* pos: shards begun in this pass */
+    enum dl_data_format format;
+    char json_field[128];
+    size_t max_line;
+    const dl_data_io *io;
+    dl_data_stats local;     /* used when io->counters is NULL */
+    dl_data_stats *counters;
+    /* the open shard */
+    dl_bytesrc *src;
+    dl_gzreader *gz;
+    dl_linereader *lr;
+    bool jsonl;
+    const char *shard_name;
+    char *doc;               /* document text for JSON-lines */
+    size_t doc_cap;
+};
+
+static bool ends_with(const char *s, size_t n, const char *suffix) {
+    size_t m = strlen(suffix);
+    return n >= m && !memcmp(s + n - m, suffix, m);
+}
+
+static bool jsonl_name(const char *spec) {
+    size_t n = strcspn(spec, "?#");
+    if (ends_with(spec, n, ".gz")) n -= 3;
+    return ends_with(spec, n, ".jsonl") || ends_with(spec, n, ".ndjson") ||
+           ends_with(spec, n, ".json");
+}
+
+int dl_docreader_new(char **shards, size_t count, size_t start_shard, enum dl_data_format format,
+                     const char *json_field, size_t max_line, const dl_data_io *io,
+                     dl_docreader **out) {
+    *out = NULL;
+    if (!count) return dl_fail("no shards to read");
+    dl_docreader *dr = dl_calloc(1, sizeof *dr);
+    if (!dr) return -1;
+    dr->shards = shards;
+    dr->count = count;
+    dr->start = start_shard % count;
+    dr->format = format;
+    snprintf(dr->json_field, sizeof dr->json_field, "%s", json_field ? json_field : "text");
+    dr->max_line = max_line;
+    dr->io = io;
+    dr->counters = io && io->counters ? io->counters : &dr->local;
+    *out = dr;
+    return 0;
+}
+
+static void close_shard(dl_docreader *dr) {
+    dl_linereader_free(dr->lr);
+    dl_gzreader_free(dr->gz);
+    dl_bytesrc_close(dr->src);
+    dr->lr = NULL;
+    dr->gz = NULL;
+    dr->src = NULL;
+}
+
+static int open_shard(dl_docreader *dr, const char *spec) {
+    if (dl_bytesrc_open(spec, dr->io, &dr->src)) return -1;
+    if (dl_gzreader_new(dr->src, &dr->counters->bad_gzip_members, &dr->gz) ||
+        dl_linereader_new(dr->gz, dr->max_line, &dr->counters->skipped_lines, &dr->lr)) {
+        close_shard(dr);
+        return -1;
+    }
+    dr->jsonl = dr->format == DL_DATA_JSONL || (dr->format == DL_DATA_AUTO && jsonl_name(spec));
+    dr->shard_name = spec;
+    dr->counters->shards++;
+    return 0;
+}
+
+/* The document of one JSON line, or NULL (counted) if the line is unusable. */
+static const char *json_document(dl_docreader *dr, const char *line, size_t len, size_t *doc_len) {
+    cJSON *obj = cJSON_ParseWithLength(line, len);
+    const cJSON *field = obj && cJSON_IsObject(obj)
+                             ? cJSON_GetObjectItemCaseSensitive(obj, dr->json_field)
+                             : NULL;
+    const char *result = NULL;
+    if (cJSON_IsString(field) && field->valuestring) {
+        size_t n = strlen(field->valuestring);
+        if (n + 1 > dr->doc_cap) {
+            char *grown = dl_realloc(dr->doc, n + 1);
+            if (grown) {
+                dr->doc = grown;
+                dr->doc_cap = n + 1;
+            }
+        }
+        if (n + 1 <= dr->doc_cap) {
+            memcpy(dr->doc, field->valuestring, n + 1);
+            *doc_len = n;
+            result = dr->doc;
+        }
+    }
+    if (!result) {
+        dr->counters->skipped_lines++;
+        DL_DEBUG("data", "%s: skipping a JSON line without a string \"%s\"", dr->shard_name,
+                 dr->json_field);
+    }
+    cJSON_Delete(obj);
+    return result;
+}
+
+int dl_docreader_next(dl_docreader *dr, const char **text, size_t *len) {
+    for (;;) {
+        if (dl_data_io_stopped(dr->io)) return dl_fail("data stream stopped");
+        if (!dr->lr) {
+            if (dr->pos == dr->count) {
+                dr->pos = 0;
+                return 0;
+            }
+            const char *spec = dr->shards[(dr->start + dr->pos) % dr->count];
+            dr->pos++;
+            if (open_shard(dr, spec)) {
+                dr->counters->failed_shards++;
+                DL_WARN("data", "skipping shard %s: %s", spec, dl_error());
+            }
+            continue;
+        }
+        const char *line;
+        size_t n;
+        int r = dl_linereader_next(dr->lr, &line, &n);
+        if (r < 0) {
+            if (dl_data_io_stopped(dr->io)) return dl_fail("data stream stopped");
+            dr->counters->failed_shards++;
+            DL_WARN("data", "abandoning shard %s: %s", dr->shard_name, dl_error());
+            close_shard(dr);
+            continue;
+        }
+        if (r == 0) {
+            close_shard(dr);
+            continue;
+        }
+        if (dr->jsonl) {
+            line = json_document(dr, line, n, &n);
+            if (!line) continue;
+        }
+        while (n && (line[0] == ' ' || line[0] == '\t' || line[0] == '\r' || line[0] == '\n')) {
+            line++;
+            n--;
+        }
+        if (!n) continue;
+        *text = line;
+        *len = n;
+        return 1;
+    }
+}
+
+void dl_docreader_free(dl_docreader *dr) {
+    if (!dr) return;
+    close_shard(dr);
+    free(dr->doc);
+    free(dr);
+}

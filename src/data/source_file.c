@@ -1,0 +1,114 @@
+/* Local files as byte sources, and the helpers every source shares. */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "data/data_internal.h"
+
+bool dl_data_io_stopped(const dl_data_io *io) {
+    return io && io->stop && atomic_load(io->stop);
+}
+
+int dl_data_io_sleep(const dl_data_io *io, double seconds) {
+    double end = dl_now() + seconds;
+    for (;;) {
+        if (dl_data_io_stopped(io)) return -1;
+        double left = end - dl_now();
+        if (left <= 0) return 0;
+        if (left > 0.05) left = 0.05;
+        struct timespec ts = {0, (long)(left * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+typedef struct file_src {
+    dl_bytesrc base;
+    int fd;
+    char path[1024];
+    const dl_data_io *io;
+} file_src;
+
+static long file_read(dl_bytesrc *s, void *buf, size_t cap) {
+    file_src *f = (file_src *)s;
+    for (;;) {
+        ssize_t n = read(f->fd, buf, cap);
+        if (n >= 0) {
+            if (f->io && f->io->counters) f->io->counters->bytes += (uint64_t)n;
+            return (long)n;
+        }
+        if (errno == EINTR) continue;
+        return dl_fail("reading %s: %s", f->path, strerror(errno));
+    }
+}
+
+static void file_close(dl_bytesrc *s) {
+    file_src *f = (file_src *)s;
+    close(f->fd);
+    free(f);
+}
+
+int dl_bytesrc_open_file(const char *path, const dl_data_io *io, dl_bytesrc **out) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dl_fail("cannot open %s: %s", path, strerror(errno));
+    file_src *f = dl_calloc(1, sizeof *f);
+    if (!f) {
+        close(fd);
+        return -1;
+    }
+    f->base.read = file_read;
+    f->base.close = file_close;
+    f->fd = fd;
+    f->io = io;
+    snprintf(f->path, sizeof f->path, "%s", path);
+    *out = &f->base;
+    return 0;
+}
+
+bool dl_data_is_url(const char *spec) { return !strncmp(spec, "http://", 7); }
+
+int dl_bytesrc_open(const char *spec, const dl_data_io *io, dl_bytesrc **out) {
+    if (!strncmp(spec, "https://", 8))
+        return dl_fail("%s: https is not supported; use http:// (e.g. through a local TLS proxy)",
+                       spec);
+    if (dl_data_is_url(spec)) return dl_bytesrc_open_http(spec, io, out);
+    return dl_bytesrc_open_file(spec, io, out);
+}
+
+int dl_bytesrc_slurp(const char *spec, const dl_data_io *io, size_t max_bytes, char **data,
+                     size_t *size) {
+    *data = NULL;
+    *size = 0;
+    dl_bytesrc *src;
+    if (dl_bytesrc_open(spec, io, &src)) return -1;
+    size_t cap = 4096, len = 0;
+    char *buf = dl_malloc(cap + 1);
+    if (!buf) goto fail;
+    for (;;) {
+        if (len == cap) {
+            if (cap >= max_bytes) {
+                dl_fail("%s is larger than %zu bytes", spec, max_bytes);
+                goto fail;
+            }
+            cap = cap * 2 > max_bytes ? max_bytes : cap * 2;
+            char *grown = dl_realloc(buf, cap + 1);
+            if (!grown) goto fail;
+            buf = grown;
+        }
+        long n = src->read(src, buf + len, cap - len);
+        if (n < 0) goto fail;
+        if (n == 0) break;
+        len += (size_t)n;
+    }
+    dl_bytesrc_close(src);
+    buf[len] = 0;
+    *data = buf;
+    *size = len;
+    return 0;
+fail:
+    free(buf);
+    dl_bytesrc_close(src);
+    return -1;
+}

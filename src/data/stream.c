@@ -1,0 +1,422 @@
+/* The batch stream: one producer thread turns documents into batches and
+ * keeps a bounded queue of them ready (back-pressure: it sleeps while the
+ * queue is full, and the HTTP sources stop reading with it). A single
+ * producer drawing from a single generator keeps the output independent of
+ * timing: same config, same bytes, same batches. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "data/data_internal.h"
+
+enum { MAX_BATCH = 1 << 16, MAX_SEQ = 8192, MAX_SHUFFLE = 1 << 24, MAX_QUEUE = 1024 };
+enum stream_state { STREAM_RUNNING, STREAM_ENDED, STREAM_FAILED };
+
+struct dl_data_stream {
+    dl_data_config cfg;
+    char *source, *json_field;
+    dl_data_text text;
+    uint8_t *special, *word_start;
+    int32_t *nonspecial;
+    size_t nonspecial_count;
+    size_t max_pair_tokens;
+    char **shards;
+    size_t shard_count;
+    dl_data_io io;
+    atomic_int stop;
+    pthread_t thread;
+    bool thread_started;
+    /* shared with the consumer, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t ready, space;
+    dl_batch *slots;
+    size_t queue_cap, queue_head, queue_count;
+    enum stream_state state;
+    char error[512];
+    dl_data_stats stats;
+    /* producer-owned */
+    dl_data_stats counters;
+    dl_rng rng;
+    dl_docreader *docs;
+    dl_shuffle shuffle;
+    dl_example *ready_examples; /* evicted from the shuffle buffer, in order */
+    size_t ready_head, ready_count, ready_cap;
+    bool input_done;
+    uint64_t docs_this_pass;
+};
+
+uint64_t dl_data_mix_seed(uint64_t seed, uint64_t peer_seed, uint64_t purpose) {
+    uint64_t words[3] = {seed, peer_seed, purpose};
+    return dl_hash64(words, sizeof words, 0x64656c6f63ull /* "deloc" */);
+}
+
+/* ---- producer ------------------------------------------------------------------- */
+
+static int ready_push(dl_data_stream *s, dl_example ex) {
+    if (s->ready_head > 0 && s->ready_head == s->ready_count) s->ready_head = s->ready_count = 0;
+    if (s->ready_count == s->ready_cap) {
+        size_t cap = s->ready_cap ? s->ready_cap * 2 : 64;
+        dl_example *grown = dl_realloc(s->ready_examples, cap * sizeof *grown);
+        if (!grown) {
+            dl_example_free(&ex);
+            return -1;
+        }
+        s->ready_examples = grown;
+        s->ready_cap = cap;
+    }
+    s->ready_examples[s->ready_count++] = ex;
+    return 0;
+}
+
+/* Tokenizes one document into examples and feeds them to the shuffle buffer. */
+static int process_document(dl_data_stream *s, const char *doc, size_t len) {
+    dl_span *spans;
+    size_t nspans;
+    if (dl_split_sentences(doc, len, &spans, &nspans)) return -1;
+    dl_segments seg = {0};
+    seg.ids = dl_calloc(nspans ? nspans : 1, sizeof *seg.ids);
+    seg.lens = dl_calloc(nspans ? nspans : 1, sizeof *seg.lens);
+    dl_example *examples = NULL;
+    size_t nexamples = 0, cap = 0;
+    int rc = seg.ids && seg.lens ? 0 : -1;
+    for (size_t i = 0; i < nspans && rc == 0; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        rc = s->text.encode(s->text.ctx, doc + spans[i].start, spans[i].len, &ids, &n);
+        if (rc) break;
+        s->counters.sentences++;
+        s->counters.tokens += n;
+        if (n) {
+            seg.ids[seg.count] = ids;
+            seg.lens[seg.count++] = n;
+        } else {
+            free(ids);
+        }
+    }
+    if (rc == 0 && seg.count) {
+        dl_pair_params pp = {s->max_pair_tokens, s->cfg.short_seq_prob, s->cfg.sop_swap_prob};
+        rc = dl_make_pairs(&seg, &pp, &s->text, &s->rng, &examples, &nexamples, &cap);
+    }
+    for (size_t i = 0; i < nexamples; i++) {
+        if (rc) {
+            dl_example_free(&examples[i]);
+            continue;
+        }
+        s->counters.examples++;
+        dl_example evicted;
+        if (dl_shuffle_push(&s->shuffle, examples[i], &s->rng, &evicted))
+            rc = ready_push(s, evicted);
+    }
+    for (size_t i = 0; i < seg.count; i++) free(seg.ids[i]);
+    free(seg.ids);
+    free(seg.lens);
+    free(examples);
+    free(spans);
+    return rc;
+}
+
+/* 1 example, 0 end of data, -1 failure. */
+static int next_example(dl_data_stream *s, dl_example *out) {
+    while (s->ready_head == s->ready_count) {
+        if (s->input_done) return dl_shuffle_pop(&s->shuffle, &s->rng, out) ? 1 : 0;
+        const char *doc;
+        size_t len;
+        int r = dl_docreader_next(s->docs, &doc, &len);
+        if (r < 0) return -1;
+        if (r == 0) {
+            s->counters.passes++;
+            if (!s->docs_this_pass)
+                return dl_fail("no usable documents in %s (%" PRIu64 " lines skipped, %" PRIu64
+                               " shards failed)",
+                               s->source, s->counters.skipped_lines, s->counters.failed_shards);
+            s->docs_this_pass = 0;
+            if (!s->cfg.loop) s->input_done = true;
+            continue;
+        }
+        s->counters.documents++;
+        s->docs_this_pass++;
+        if (process_document(s, doc, len)) return -1;
+    }
+    *out = s->ready_examples[s->ready_head++];
+    return 1;
+}
+
+/* Fills one batch. 1 full, 0 end of data (partial batch dropped), -1 failure. */
+static int fill_batch(dl_data_stream *s, dl_batch *b) {
+    size_t T = (size_t)b->seq;
+    dl_mask_params mp = {s->cfg.mlm_probability, s->cfg.mask_replace_prob,
+                         s->cfg.random_replace_prob, s->cfg.whole_word_mask};
+    for (int row = 0; row < b->batch; row++) {
+        dl_example ex;
+        int r = next_example(s, &ex);
+        if (r <= 0) return r;
+        size_t n = (size_t)ex.len < T ? (size_t)ex.len : T;
+        int32_t *ids = b->input_ids + (size_t)row * T, *types = b->token_type_ids + (size_t)row * T;
+        int32_t *att = b->attention_mask + (size_t)row * T, *labels = b->labels + (size_t)row * T;
+        memcpy(ids, ex.ids, n * sizeof *ids);
+        memcpy(types, ex.type_ids, n * sizeof *types);
+        b->sentence_order_label[row] = ex.sop;
+        dl_example_free(&ex);
+        int rc = dl_mask_tokens(ids, labels, n, &mp, &s->text, s->nonspecial,
+                                s->nonspecial_count, &s->rng);
+        if (rc) return -1;
+        for (size_t t = 0; t < n; t++) att[t] = 1;
+        for (size_t t = n; t < T; t++) {
+            ids[t] = s->text.pad_id;
+            types[t] = 0;
+            att[t] = 0;
+            labels[t] = -100;
+        }
+    }
+    return 1;
+}
+
+static void publish_stats(dl_data_stream *s) {
+    uint64_t batches = s->stats.batches; /* counted by the consumer */
+    s->stats = s->counters;
+    s->stats.batches = batches;
+}
+
+static void *producer_main(void *arg) {
+    dl_data_stream *s = arg;
+    dl_batch work;
+    enum stream_state final = STREAM_ENDED;
+    if (dl_batch_alloc(&work, s->cfg.batch_size, s->cfg.max_seq_len)) {
+        final = STREAM_FAILED;
+        goto out;
+    }
+    for (;;) {
+        int r = fill_batch(s, &work);
+        if (r <= 0) {
+            if (r < 0) final = STREAM_FAILED;
+            break;
+        }
+        pthread_mutex_lock(&s->mu);
+        while (s->queue_count == s->queue_cap && !atomic_load(&s->stop))
+            pthread_cond_wait(&s->space, &s->mu);
+        if (atomic_load(&s->stop)) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        dl_batch *slot = &s->slots[(s->queue_head + s->queue_count) % s->queue_cap];
+        dl_batch t = *slot;
+        *slot = work;
+        work = t;
+        s->queue_count++;
+        publish_stats(s);
+        pthread_cond_signal(&s->ready);
+        pthread_mutex_unlock(&s->mu);
+    }
+out:
+    dl_batch_free(&work);
+    pthread_mutex_lock(&s->mu);
+    if (final == STREAM_FAILED && !atomic_load(&s->stop)) {
+        snprintf(s->error, sizeof s->error, "%s", dl_error());
+        DL_ERROR("data", "batch producer stopped: %s", s->error);
+    }
+    s->state = final;
+    publish_stats(s);
+    pthread_cond_broadcast(&s->ready);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- public API ------------------------------------------------------------------- */
+
+static int check_config(const dl_data_config *c) {
+    if (!c->source || !*c->source) return dl_fail("no data source given (--data)");
+    if (c->batch_size < 1 || c->batch_size > MAX_BATCH)
+        return dl_fail("batch size %d is outside [1, %d]", c->batch_size, MAX_BATCH);
+    if (c->max_seq_len < 8 || c->max_seq_len > MAX_SEQ)
+        return dl_fail("max_seq_len %d is outside [8, %d]", c->max_seq_len, MAX_SEQ);
+    if (c->shuffle_buffer < 1 || c->shuffle_buffer > MAX_SHUFFLE)
+        return dl_fail("shuffle buffer %d is outside [1, %d]", c->shuffle_buffer, MAX_SHUFFLE);
+    if (c->queue_batches < 1 || c->queue_batches > MAX_QUEUE)
+        return dl_fail("queue of %d batches is outside [1, %d]", c->queue_batches, MAX_QUEUE);
+    if (!(c->mlm_probability > 0 && c->mlm_probability < 1))
+        return dl_fail("mlm probability %g is outside (0, 1)", (double)c->mlm_probability);
+    if (!(c->mask_replace_prob >= 0 && c->random_replace_prob >= 0 &&
+          c->mask_replace_prob + c->random_replace_prob <= 1))
+        return dl_fail("mask/random replacement probabilities must be >= 0 and sum to <= 1");
+    if (!(c->short_seq_prob >= 0 && c->short_seq_prob <= 1 && c->sop_swap_prob >= 0 &&
+          c->sop_swap_prob <= 1))
+        return dl_fail("short_seq_prob and sop_swap_prob must be in [0, 1]");
+    return 0;
+}
+
+static void stream_free(dl_data_stream *s) {
+    if (s->slots)
+        for (size_t i = 0; i < s->queue_cap; i++) dl_batch_free(&s->slots[i]);
+    free(s->slots);
+    for (size_t i = s->ready_head; i < s->ready_count; i++) dl_example_free(&s->ready_examples[i]);
+    free(s->ready_examples);
+    dl_shuffle_free(&s->shuffle);
+    dl_docreader_free(s->docs);
+    dl_data_free_shards(s->shards, s->shard_count);
+    free(s->special);
+    free(s->word_start);
+    free(s->nonspecial);
+    free(s->source);
+    free(s->json_field);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->ready);
+    pthread_cond_destroy(&s->space);
+    free(s);
+}
+
+/* The template's special tokens per pair, by probing it with one id per side. */
+static int template_overhead(const dl_data_stream *s, size_t *overhead) {
+    if (!s->nonspecial_count) return dl_fail("the vocabulary has no ordinary tokens");
+    int32_t probe = s->nonspecial[0], *ids = NULL, *types = NULL;
+    size_t n = 0;
+    if (s->text.post_process(s->text.ctx, &probe, 1, &probe, 1, &ids, &types, &n)) return -1;
+    free(ids);
+    free(types);
+    if (n < 2) return dl_fail("the post-processor dropped tokens of a pair");
+    *overhead = n - 2;
+    return 0;
+}
+
+int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_data_stream **out) {
+    *out = NULL;
+    if (check_config(cfg)) return -1;
+    size_t V = text->vocab_size;
+    if (!V || V > (1u << 24)) return dl_fail("vocabulary size %zu is not usable", V);
+    if (text->pad_id < 0 || (size_t)text->pad_id >= V || text->mask_id < 0 ||
+        (size_t)text->mask_id >= V)
+        return dl_fail("the tokenizer lacks a padding or mask token");
+    dl_data_stream *s = dl_calloc(1, sizeof *s);
+    if (!s) return -1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->ready, &ca);
+    pthread_cond_init(&s->space, &ca);
+    pthread_condattr_destroy(&ca);
+    s->cfg = *cfg;
+    s->source = dl_strdup(cfg->source);
+    s->json_field = dl_strdup(cfg->json_field ? cfg->json_field : "text");
+    s->text = *text;
+    s->special = dl_malloc(V);
+    s->word_start = dl_malloc(V);
+    s->nonspecial = dl_malloc(dl_mul_size(V, sizeof(int32_t)));
+    if (!s->source || !s->json_field || !s->special || !s->word_start || !s->nonspecial) goto fail;
+    s->cfg.source = s->source;
+    s->cfg.json_field = s->json_field;
+    memcpy(s->special, text->special, V);
+    memcpy(s->word_start, text->word_start, V);
+    s->text.special = s->special;
+    s->text.word_start = s->word_start;
+    for (size_t i = 0; i < V; i++)
+        if (!s->special[i]) s->nonspecial[s->nonspecial_count++] = (int32_t)i;
+    size_t overhead = 0;
+    if (template_overhead(s, &overhead)) goto fail;
+    if ((size_t)cfg->max_seq_len < overhead + 2) {
+        dl_fail("max_seq_len %d leaves no room for a pair", cfg->max_seq_len);
+        goto fail;
+    }
+    s->max_pair_tokens = (size_t)cfg->max_seq_len - overhead;
+
+    s->io = (dl_data_io){cfg->io_timeout_s, cfg->max_retries, cfg->retry_base_s,
+                         cfg->retry_max_s, &s->stop, &s->counters};
+    if (dl_data_list_shards(s->source, &s->io, &s->shards, &s->shard_count)) goto fail;
+    /* Each peer starts at its own shard, so early batches differ between
+     * peers even before the shuffle buffer has mixed anything. */
+    dl_rng shard_rng;
+    dl_rng_seed(&shard_rng, dl_data_mix_seed(cfg->seed, cfg->peer_seed, 1));
+    size_t start = (size_t)dl_rng_below(&shard_rng, s->shard_count);
+    dl_rng_seed(&s->rng, dl_data_mix_seed(cfg->seed, cfg->peer_seed, 2));
+    if (dl_docreader_new(s->shards, s->shard_count, start, cfg->format, s->json_field,
+                         cfg->max_line_bytes, &s->io, &s->docs) ||
+        dl_shuffle_init(&s->shuffle, (size_t)cfg->shuffle_buffer))
+        goto fail;
+    s->queue_cap = (size_t)cfg->queue_batches;
+    s->slots = dl_calloc(s->queue_cap, sizeof *s->slots);
+    if (!s->slots) goto fail;
+    for (size_t i = 0; i < s->queue_cap; i++)
+        if (dl_batch_alloc(&s->slots[i], cfg->batch_size, cfg->max_seq_len)) goto fail;
+    DL_INFO("data", "%s: %zu shard(s), starting at shard %zu; batch %d x %d, shuffle buffer %d",
+            s->source, s->shard_count, start, cfg->batch_size, cfg->max_seq_len,
+            cfg->shuffle_buffer);
+    if (pthread_create(&s->thread, NULL, producer_main, s)) {
+        dl_fail("cannot start the batch producer thread");
+        goto fail;
+    }
+    s->thread_started = true;
+    *out = s;
+    return 0;
+fail:
+    stream_free(s);
+    return -1;
+}
+
+int dl_data_next_batch(dl_data_stream *s, dl_batch *out, double timeout_s) {
+    if (out->input_ids &&
+        (out->batch != s->cfg.batch_size || out->seq != s->cfg.max_seq_len))
+        return dl_fail("batch buffer is %d x %d, the stream makes %d x %d", out->batch, out->seq,
+                       s->cfg.batch_size, s->cfg.max_seq_len);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    if (timeout_s >= 0) {
+        double whole = (double)(long)timeout_s;
+        deadline.tv_sec += (time_t)whole;
+        deadline.tv_nsec += (long)((timeout_s - whole) * 1e9);
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    while (s->queue_count == 0 && s->state == STREAM_RUNNING) {
+        if (timeout_s < 0) {
+            pthread_cond_wait(&s->ready, &s->mu);
+        } else if (pthread_cond_timedwait(&s->ready, &s->mu, &deadline)) {
+            if (s->queue_count == 0 && s->state == STREAM_RUNNING) {
+                pthread_mutex_unlock(&s->mu);
+                return DL_DATA_TIMEOUT;
+            }
+        }
+    }
+    if (s->queue_count == 0) {
+        int rc = s->state == STREAM_ENDED ? DL_DATA_END : dl_fail("data: %s", s->error);
+        pthread_mutex_unlock(&s->mu);
+        return rc;
+    }
+    dl_batch *slot = &s->slots[s->queue_head];
+    if (!out->input_ids && dl_batch_alloc(out, s->cfg.batch_size, s->cfg.max_seq_len)) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    size_t n = (size_t)slot->batch * (size_t)slot->seq;
+    memcpy(out->input_ids, slot->input_ids, n * sizeof(int32_t));
+    memcpy(out->token_type_ids, slot->token_type_ids, n * sizeof(int32_t));
+    memcpy(out->attention_mask, slot->attention_mask, n * sizeof(int32_t));
+    memcpy(out->labels, slot->labels, n * sizeof(int32_t));
+    memcpy(out->sentence_order_label, slot->sentence_order_label,
+           (size_t)slot->batch * sizeof(int32_t));
+    s->queue_head = (s->queue_head + 1) % s->queue_cap;
+    s->queue_count--;
+    s->stats.batches++;
+    pthread_cond_signal(&s->space);
+    pthread_mutex_unlock(&s->mu);
+    return DL_DATA_BATCH;
+}
+
+void dl_data_get_stats(dl_data_stream *s, dl_data_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dl_data_close(dl_data_stream *s) {
+    if (!s) return;
+    atomic_store(&s->stop, 1);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->space);
+    pthread_cond_broadcast(&s->ready);
+    pthread_mutex_unlock(&s->mu);
+    if (s->thread_started) pthread_join(s->thread, NULL);
+    stream_free(s);
+}
