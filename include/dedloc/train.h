@@ -283,4 +283,9 @@ int dl_trainer_run(const dl_trainer_options *opts, const dl_opt_config *opt_conf
  * decay follows dl_train_no_decay_name, as sahajBERT's training script did. */
 int dl_train_layout_from_model(const dl_param_layout *model_layout, dl_train_layout *out);
 
+/* The model configuration as HF config.json text and back (validated like a
+ * config.json file). *json is malloc'd. */
+int dl_train_config_to_json(const dl_albert_config *cfg, char **json);
+int dl_train_config_from_json(const char *json, dl_albert_config *cfg);
+
 #endif

@@ -10,6 +10,8 @@ const struct dl_command dl_commands[] = {
     {"tokenize", cmd_tokenize, "turn text lines into token ids (HF tokenizers-compatible Unigram)"},
     {"peer", cmd_peer, "join a collaboration without training; print the swarm view"},
     {"serve-data", cmd_serve_data, "serve a directory of text shards over HTTP to the peers"},
+    {"train", cmd_train, "train ALBERT on one device (LAMB on the host, checkpoints, resume)"},
+    {"export", cmd_export, "write a checkpoint as a Hugging Face model folder"},
     {NULL, NULL, NULL},
 };
 

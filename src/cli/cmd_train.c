@@ -1,0 +1,424 @@
+/* dedloc train: one peer trains ALBERT on a text stream, no network. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/commands.h"
+#include "dedloc/data.h"
+#include "dedloc/device.h"
+#include "dedloc/model.h"
+#include "dedloc/text.h"
+#include "dedloc/train.h"
+#include "dedloc/util.h"
+
+static void help(FILE *out) {
+    fprintf(out,
+            "usage: dedloc train --data SOURCE [options]\n\n"
+            "Trains ALBERT (MLM + sentence order) on one device: micro-batches of --batch\n"
+            "sequences are accumulated until --target-batch samples, then one LAMB step runs\n"
+            "on the host over the fp32 master weights, and the weights go back to the device.\n"
+            "With --checkpoint-dir, a run resumes from the newest valid checkpoint there,\n"
+            "with the settings it was started with (options given now override them).\n\n"
+            "model and data:\n"
+            "  --model M            tiny (default), sahajbert, a config.json, or a Hugging Face\n"
+            "                       model folder (config.json + model.safetensors: its weights\n"
+            "                       are the starting point)\n"
+            "  --tokenizer FILE     tokenizer.json (default: the built-in Bengali demo tokenizer)\n"
+            "  --data SOURCE        text / JSON-lines file (.gz ok), shard folder, or http:// URL\n"
+            "  --batch B            sequences per micro-batch (8)\n"
+            "  --seq T              tokens per sequence (tiny 128, otherwise 512)\n"
+            "  --shuffle-buffer N   examples in the shuffle buffer (10000)\n"
+            "  --seed K             seed of the initial weights and of the data stream (0)\n"
+            "  --peer-seed K        this peer's data order (0)\n"
+            "optimization (sahajBERT's recipe; tiny scales it down):\n"
+            "  --target-batch N     samples per optimizer step (tiny 32, otherwise 4096)\n"
+            "  --max-steps S        optimizer steps to reach (tiny 300, otherwise 125000)\n"
+            "  --optimizer O        lamb (default) or adamw\n"
+            "  --lr X               peak learning rate (tiny 0.005, otherwise 0.00176)\n"
+            "  --warmup-steps N     linear warmup (tiny 10%% of --max-steps, otherwise 5000)\n"
+            "  --total-steps N      where the linear decay reaches 0 (default --max-steps)\n"
+            "  --weight-decay X     (0.01; never on biases and LayerNorm weights)\n"
+            "  --max-grad-norm X    global gradient clipping (1.0; 0 disables)\n"
+            "  --precision P        fp32 (default), fp16 (half storage, dynamic loss scaling) or bf16\n"
+            "  --device D           OpenCL device: index or part of its name (default: first GPU,\n"
+            "                       else the first device; see dedloc devices)\n"
+            "output:\n"
+            "  --checkpoint-dir DIR checkpoints (checkpoint-<step>.safetensors, docs/checkpoint.md)\n"
+            "  --save-every S       steps between checkpoints (100; 0: only at the end)\n"
+            "  --keep N             checkpoints kept (3)\n"
+            "  --resume FILE        continue from this checkpoint file instead of the newest\n"
+            "  --log FILE           JSON lines, one per optimizer step: step, loss, mlm_loss, sop_loss,\n"
+            "                       lr, samples, samples_per_second, grad_norm, loss_scale, param_hash\n"
+            "  --quiet              no progress line\n\n"
+            "Progress goes to stderr: one live line on a terminal, a line per step otherwise.\n"
+            "SIGINT / SIGTERM stop at the next micro-batch: the state after the last complete\n"
+            "step is saved to --checkpoint-dir and the exit status is 0 (130 when there is no\n"
+            "--checkpoint-dir to save to). A second signal ends the program at once.\n"
+            "exit status: 0 done (or stopped and saved), 1 failure, 2 usage, 130 stopped unsaved\n");
+}
+
+enum {
+    OPT_MODEL = 256, OPT_TOKENIZER, OPT_DATA, OPT_BATCH, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_PRECISION,
+    OPT_CKDIR, OPT_KEEP, OPT_LOG, OPT_SEED, OPT_PEER_SEED, OPT_DEVICE, OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD,
+    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_HELP, OPT_COUNT
+};
+
+typedef struct {
+    const char *model, *tokenizer, *data, *precision, *ckdir, *log, *device, *optimizer, *resume;
+    long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
+    double lr, wd, clip;
+    bool quiet;
+    bool given[OPT_COUNT];
+} train_args;
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_flag = 1;
+}
+
+static int parse_ll(const char *s, long long lo, long long hi, long long *out, const char *what) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*s == 0 || *end || v < lo || v > hi) {
+        fprintf(stderr, "dedloc train: %s must be an integer in [%lld, %lld], got '%s'\n", what, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_d(const char *s, double lo, double hi, double *out, const char *what) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == 0 || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "dedloc train: %s must be a number in [%g, %g], got '%s'\n", what, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, train_args *a) {
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, OPT_MODEL}, {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+        {"data", required_argument, NULL, OPT_DATA}, {"batch", required_argument, NULL, OPT_BATCH},
+        {"seq", required_argument, NULL, OPT_SEQ}, {"target-batch", required_argument, NULL, OPT_TARGET},
+        {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+        {"precision", required_argument, NULL, OPT_PRECISION},
+        {"checkpoint-dir", required_argument, NULL, OPT_CKDIR}, {"keep", required_argument, NULL, OPT_KEEP},
+        {"log", required_argument, NULL, OPT_LOG}, {"seed", required_argument, NULL, OPT_SEED},
+        {"peer-seed", required_argument, NULL, OPT_PEER_SEED}, {"device", required_argument, NULL, OPT_DEVICE},
+        {"lr", required_argument, NULL, OPT_LR}, {"warmup-steps", required_argument, NULL, OPT_WARMUP},
+        {"total-steps", required_argument, NULL, OPT_TOTAL}, {"weight-decay", required_argument, NULL, OPT_WD},
+        {"max-grad-norm", required_argument, NULL, OPT_CLIP},
+        {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+        {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"resume", required_argument, NULL, OPT_RESUME},
+        {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE}, {"quiet", no_argument, NULL, OPT_QUIET},
+        {"help", no_argument, NULL, OPT_HELP}, {0, 0, 0, 0}};
+    memset(a, 0, sizeof *a);
+    a->model = "tiny";
+    a->precision = "fp32";
+    a->optimizer = "lamb";
+    a->batch = 8;
+    a->keep = 3;
+    a->save_every = 100;
+    a->shuffle = 10000;
+    a->wd = 0.01;
+    a->clip = 1.0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        if (c >= OPT_MODEL && c < OPT_COUNT) a->given[c] = true;
+        switch (c) {
+        case OPT_MODEL: a->model = optarg; break;
+        case OPT_TOKENIZER: a->tokenizer = optarg; break;
+        case OPT_DATA: a->data = optarg; break;
+        case OPT_BATCH: bad = parse_ll(optarg, 1, 1 << 16, &a->batch, "--batch"); break;
+        case OPT_SEQ: bad = parse_ll(optarg, 8, 1 << 16, &a->seq, "--seq"); break;
+        case OPT_TARGET: bad = parse_ll(optarg, 1, 1LL << 40, &a->target, "--target-batch"); break;
+        case OPT_MAX_STEPS: bad = parse_ll(optarg, 0, 1LL << 40, &a->max_steps, "--max-steps"); break;
+        case OPT_PRECISION: a->precision = optarg; break;
+        case OPT_CKDIR: a->ckdir = optarg; break;
+        case OPT_KEEP: bad = parse_ll(optarg, 0, 1 << 20, &a->keep, "--keep"); break;
+        case OPT_LOG: a->log = optarg; break;
+        case OPT_SEED: bad = parse_ll(optarg, 0, INT64_MAX, &a->seed, "--seed"); break;
+        case OPT_PEER_SEED: bad = parse_ll(optarg, 0, INT64_MAX, &a->peer_seed, "--peer-seed"); break;
+        case OPT_DEVICE: a->device = optarg; break;
+        case OPT_LR: bad = parse_d(optarg, 1e-12, 10, &a->lr, "--lr"); break;
+        case OPT_WARMUP: bad = parse_ll(optarg, 0, 1LL << 40, &a->warmup, "--warmup-steps"); break;
+        case OPT_TOTAL: bad = parse_ll(optarg, 1, 1LL << 40, &a->total, "--total-steps"); break;
+        case OPT_WD: bad = parse_d(optarg, 0, 10, &a->wd, "--weight-decay"); break;
+        case OPT_CLIP: bad = parse_d(optarg, 0, 1e9, &a->clip, "--max-grad-norm"); break;
+        case OPT_OPTIMIZER: a->optimizer = optarg; break;
+        case OPT_SAVE_EVERY: bad = parse_ll(optarg, 0, 1LL << 40, &a->save_every, "--save-every"); break;
+        case OPT_RESUME: a->resume = optarg; break;
+        case OPT_SHUFFLE: bad = parse_ll(optarg, 1, 1 << 24, &a->shuffle, "--shuffle-buffer"); break;
+        case OPT_QUIET: a->quiet = true; break;
+        case 'h':
+        case OPT_HELP: help(stdout); return 1;
+        default: bad = 1;
+        }
+        if (bad) {
+            fprintf(stderr, "see 'dedloc train --help'\n");
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dedloc train: unexpected argument '%s'; see 'dedloc train --help'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Options not given now are taken from the checkpoint's run settings, so
+ * `dedloc train --checkpoint-dir DIR` continues the same run. */
+static int adopt_run_settings(train_args *a, const char *run_json, char **owned, int *n_owned) {
+    cJSON *run = cJSON_Parse(run_json);
+    if (!cJSON_IsObject(run)) {
+        cJSON_Delete(run);
+        return dl_fail("the checkpoint's run settings are not a JSON object");
+    }
+    struct { int opt; const char *key; const char **str; long long *num; } fields[] = {
+        {OPT_MODEL, "model", &a->model, NULL}, {OPT_TOKENIZER, "tokenizer", &a->tokenizer, NULL},
+        {OPT_DATA, "data", &a->data, NULL}, {OPT_PRECISION, "precision", &a->precision, NULL},
+        {OPT_BATCH, "batch", NULL, &a->batch}, {OPT_SEQ, "seq", NULL, &a->seq},
+        {OPT_TARGET, "target_batch", NULL, &a->target}, {OPT_MAX_STEPS, "max_steps", NULL, &a->max_steps},
+        {OPT_SEED, "seed", NULL, &a->seed}, {OPT_PEER_SEED, "peer_seed", NULL, &a->peer_seed},
+        {OPT_SHUFFLE, "shuffle_buffer", NULL, &a->shuffle},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (a->given[fields[i].opt]) continue;
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(run, fields[i].key);
+        if (fields[i].str && cJSON_IsString(it)) {
+            owned[*n_owned] = dl_strdup(it->valuestring);
+            *fields[i].str = owned[(*n_owned)++];
+            a->given[fields[i].opt] = true;
+        } else if (fields[i].num && cJSON_IsNumber(it)) {
+            *fields[i].num = (long long)it->valuedouble;
+            a->given[fields[i].opt] = true;
+        }
+    }
+    cJSON_Delete(run);
+    return 0;
+}
+
+static char *run_settings_json(const train_args *a) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", a->model);
+    if (a->tokenizer) cJSON_AddStringToObject(o, "tokenizer", a->tokenizer);
+    cJSON_AddStringToObject(o, "data", a->data);
+    cJSON_AddStringToObject(o, "precision", a->precision);
+    cJSON_AddNumberToObject(o, "batch", (double)a->batch);
+    cJSON_AddNumberToObject(o, "seq", (double)a->seq);
+    cJSON_AddNumberToObject(o, "target_batch", (double)a->target);
+    cJSON_AddNumberToObject(o, "max_steps", (double)a->max_steps);
+    cJSON_AddNumberToObject(o, "seed", (double)a->seed);
+    cJSON_AddNumberToObject(o, "peer_seed", (double)a->peer_seed);
+    cJSON_AddNumberToObject(o, "shuffle_buffer", (double)a->shuffle);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* ---- the backend: the device model fed by the data stream ------------------ */
+typedef struct {
+    dl_model *model;
+    dl_data_stream *data;
+    dl_batch batch;
+} device_backend;
+
+static int be_set_params(void *ctx, const float *params) {
+    return dl_model_set_params(((device_backend *)ctx)->model, params);
+}
+
+static int next_batch(device_backend *b) {
+    int rc = dl_data_next_batch(b->data, &b->batch, -1);
+    if (rc == DL_DATA_BATCH) return 0;
+    if (rc == DL_DATA_END) return dl_fail("the data source ended");
+    return rc == DL_DATA_TIMEOUT ? dl_fail("timed out waiting for data") : -1;
+}
+
+static int be_micro_batch(void *ctx, float loss_scale, float *grad, int *samples, dl_losses *losses) {
+    device_backend *b = ctx;
+    if (next_batch(b)) return -1;
+    if (dl_model_zero_grad(b->model) || dl_model_forward_backward(b->model, &b->batch, loss_scale, losses) ||
+        dl_model_get_grads(b->model, loss_scale, grad))
+        return -1;
+    *samples = b->batch.batch;
+    return 0;
+}
+
+static int be_skip(void *ctx, int64_t n) {
+    device_backend *b = ctx;
+    for (int64_t i = 0; i < n; i++)
+        if (next_batch(b)) return -1;
+    return 0;
+}
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int cmd_train(int argc, char **argv) {
+    train_args a;
+    int parsed = parse_args(argc, argv, &a);
+    if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
+
+    int exit_code = DL_EXIT_FAILURE;
+    char *owned[16] = {0};
+    int n_owned = 0;
+    dl_checkpoint ck;
+    bool resuming = false;
+    memset(&ck, 0, sizeof ck);
+    dl_albert_config cfg;
+    float *params = NULL;
+    dl_tokenizer *tok = NULL;
+    dl_device *dev = NULL;
+    device_backend be = {0};
+    dl_train_layout layout = {0};
+    char *config_json = NULL, *run_json = NULL;
+    char ck_path[4096] = "";
+
+    /* 1. A checkpoint to continue? */
+    if (a.resume) {
+        if (dl_checkpoint_load(a.resume, 0, &ck)) goto fail;
+        snprintf(ck_path, sizeof ck_path, "%s", a.resume);
+        resuming = true;
+    } else if (a.ckdir) {
+        int rc = dl_checkpoint_load_latest(a.ckdir, &ck, ck_path, sizeof ck_path);
+        if (rc < 0) goto fail;
+        resuming = rc == 0;
+    }
+    if (resuming) {
+        if (adopt_run_settings(&a, ck.run_json, owned, &n_owned)) goto fail;
+        if (dl_train_config_from_json(ck.model_config_json, &cfg)) goto fail;
+        DL_INFO("train", "resuming from %s (step %" PRId64 ")", ck_path, ck.step);
+    }
+    if (!a.data) {
+        fprintf(stderr, "dedloc train: --data SOURCE is required; see 'dedloc train --help'\n");
+        exit_code = DL_EXIT_USAGE;
+        goto done;
+    }
+    dl_precision precision;
+    if (dl_precision_parse(a.precision, &precision)) {
+        fprintf(stderr, "dedloc train: --precision must be fp32, fp16 or bf16, got '%s'\n", a.precision);
+        exit_code = DL_EXIT_USAGE;
+        goto done;
+    }
+    dl_opt_kind kind;
+    if (dl_opt_kind_parse(a.optimizer, &kind)) {
+        fprintf(stderr, "dedloc train: %s\n", dl_error());
+        exit_code = DL_EXIT_USAGE;
+        goto done;
+    }
+
+    /* 2. The model configuration and the initial weights. */
+    bool tiny = !strcmp(a.model, "tiny");
+    if (!resuming) {
+        if (is_dir(a.model)) {
+            if (dl_albert_load_hf(a.model, &cfg, &params)) goto fail;
+        } else if (dl_albert_config_preset(a.model, &cfg) != 0) {
+            dl_clear_error();
+            if (dl_albert_config_load(a.model, &cfg))
+                goto fail;
+        }
+    }
+    if (!a.given[OPT_SEQ]) a.seq = tiny ? 128 : 512;
+    if (a.seq > cfg.max_position_embeddings) a.seq = cfg.max_position_embeddings;
+    if (!a.given[OPT_TARGET]) a.target = tiny ? 32 : 4096;
+    if (!a.given[OPT_MAX_STEPS]) a.max_steps = tiny ? 300 : 125000;
+
+    dl_opt_config opt = dl_opt_config_sahajbert();
+    opt.kind = kind;
+    if (tiny) opt.lr = 0.005;
+    if (a.given[OPT_LR]) opt.lr = a.lr;
+    opt.weight_decay = a.wd;
+    opt.max_grad_norm = a.clip;
+    opt.total_steps = a.given[OPT_TOTAL] ? a.total : (tiny ? a.max_steps : 125000);
+    opt.warmup_steps = a.given[OPT_WARMUP] ? a.warmup : (tiny ? a.max_steps / 10 : 5000);
+    if (kind == DL_OPT_ADAMW) opt.eps = 1e-8;
+
+    /* 3. Tokenizer, data, device, model. */
+    if (a.tokenizer ? dl_tokenizer_load(a.tokenizer, &tok) : dl_tokenizer_load_demo(&tok)) goto fail;
+    if ((size_t)cfg.vocab_size < dl_tokenizer_vocab_size(tok)) {
+        dl_fail("the tokenizer has %zu pieces but the model only %d embeddings", dl_tokenizer_vocab_size(tok),
+                cfg.vocab_size);
+        goto fail;
+    }
+    dl_data_config dc;
+    dl_data_config_default(&dc);
+    dc.source = a.data;
+    dc.batch_size = (int)a.batch;
+    dc.max_seq_len = (int)a.seq;
+    dc.seed = (uint64_t)a.seed;
+    dc.peer_seed = (uint64_t)a.peer_seed;
+    dc.shuffle_buffer = (int)a.shuffle;
+    dc.loop = true;
+    if (dl_data_open(&dc, tok, &be.data)) goto fail;
+    if (dl_device_open(a.device, &dev)) goto fail;
+    DL_INFO("train", "device: %s", dl_device_get_info(dev)->name);
+    if (dl_model_create(dev, &cfg, (int)a.batch, (int)a.seq, precision, &be.model)) goto fail;
+    const dl_param_layout *ml = dl_model_layout(be.model);
+    if (dl_train_layout_from_model(ml, &layout)) goto fail;
+    if (!params) {
+        params = dl_malloc(dl_mul_size(layout.total, sizeof(float)));
+        if (!params || dl_albert_init_params(&cfg, (uint64_t)a.seed, params)) goto fail;
+    }
+    char desc[256];
+    dl_albert_config_describe(&cfg, desc, sizeof desc);
+    DL_INFO("train", "model: %s; %zu parameters; micro-batch %lld x %lld, target batch %lld, %s, %s",
+            desc, layout.total, a.batch, a.seq, a.target, dl_precision_name(precision), dl_opt_kind_name(kind));
+
+    /* 4. Train. */
+    if (dl_train_config_to_json(&cfg, &config_json)) goto fail;
+    run_json = run_settings_json(&a);
+    dl_trainer_options to = {
+        .target_batch = a.target, .max_steps = a.max_steps, .loss_scaling = precision == DL_PRECISION_FP16,
+        .checkpoint_dir = a.ckdir, .keep = (int)a.keep, .save_every = a.save_every, .log_path = a.log,
+        .progress = a.quiet ? NULL : stderr, .stop = &stop_flag, .model_config_json = config_json,
+        .run_json = run_json, .data_seed = (uint64_t)a.seed, .peer_seed = (uint64_t)a.peer_seed,
+    };
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND; /* a second signal ends the program at once */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    dl_trainer_backend backend = {&be, be_set_params, be_micro_batch, be_skip};
+    dl_trainer_result res;
+    int rc = dl_trainer_run(&to, &opt, &layout, params, resuming ? &ck : NULL, &backend, &res);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (rc) goto fail;
+    fprintf(stderr,
+            "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); loss %.4f -> %.4f; %.1f samples/s; "
+            "weights %s%s%s\n",
+            res.interrupted ? "stopped" : "done", res.steps, res.steps_this_run, (double)res.first_loss,
+            (double)res.last_loss, res.samples_per_second, res.param_hash, res.checkpoint[0] ? "; saved " : "",
+            res.checkpoint);
+    exit_code = res.interrupted && !res.checkpoint[0] ? 130 : DL_EXIT_OK;
+    goto done;
+fail:
+    fprintf(stderr, "dedloc train: %s\n", dl_error());
+done:
+    free(config_json);
+    cJSON_free(run_json);
+    dl_train_layout_free(&layout);
+    if (be.model) dl_model_free(be.model);
+    if (be.data) dl_data_close(be.data);
+    dl_batch_free(&be.batch);
+    if (dev) dl_device_close(dev);
+    if (tok) dl_tokenizer_free(tok);
+    free(params);
+    dl_checkpoint_free(&ck);
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    return exit_code;
+}

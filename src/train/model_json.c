@@ -1,0 +1,40 @@
+/* The model configuration as JSON text, for checkpoints: the model module
+ * reads and writes config.json files, so the text goes through a private
+ * temporary folder and gets the same validation as any config.json. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dedloc/train.h"
+#include "dedloc/util.h"
+
+static int temp_path(char dir[64], char path[96]) {
+    snprintf(dir, 64, "/tmp/dedloc_config_XXXXXX");
+    if (!mkdtemp(dir)) return dl_fail("cannot create a temporary folder in /tmp");
+    snprintf(path, 96, "%s/config.json", dir);
+    return 0;
+}
+
+static void remove_temp(const char *dir, const char *path) {
+    unlink(path);
+    rmdir(dir);
+}
+
+int dl_train_config_to_json(const dl_albert_config *cfg, char **json) {
+    char dir[64], path[96];
+    *json = NULL;
+    if (temp_path(dir, path)) return -1;
+    int rc = dl_albert_config_save(path, cfg);
+    if (rc == 0) rc = dl_read_file(path, 1 << 20, json, NULL);
+    remove_temp(dir, path);
+    return rc;
+}
+
+int dl_train_config_from_json(const char *json, dl_albert_config *cfg) {
+    char dir[64], path[96];
+    if (temp_path(dir, path)) return -1;
+    int rc = dl_write_file_atomic(path, json, strlen(json));
+    if (rc == 0) rc = dl_albert_config_load(path, cfg);
+    remove_temp(dir, path);
+    return rc ? dl_fail_context("the model configuration in the checkpoint") : 0;
+}
