@@ -1,0 +1,67 @@
+/* LayerNorm over the last dimension (biased variance, as torch), one work
+ * item per row. Forward keeps mean and 1/std per row for the backward. */
+
+__kernel void layernorm_forward(__global float *out, __global float *mean_out,
+                                __global float *rstd_out, __global const float *in,
+                                __global const float *params, int gamma_off, int beta_off,
+                                int rows, int C, float eps) {
+    int r = get_global_id(0);
+    if (r >= rows) return;
+    __global const float *x = in + (size_t)r * C;
+    float sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += x[c];
+    float mean = sum / C;
+    float var = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - mean;
+        var += d * d;
+    }
+    float rstd = 1.0f / sqrt(var / C + eps);
+    __global float *y = out + (size_t)r * C;
+    for (int c = 0; c < C; c++)
+        y[c] = (x[c] - mean) * rstd * params[gamma_off + c] + params[beta_off + c];
+    mean_out[r] = mean;
+    rstd_out[r] = rstd;
+}
+
+/* dx = rstd * (g*dy - mean(g*dy) - xhat * mean(g*dy*xhat)); writes dx. */
+__kernel void layernorm_backward_input(__global float *dx, __global const float *dy,
+                                       __global const float *in, __global const float *mean,
+                                       __global const float *rstd, __global const float *params,
+                                       int gamma_off, int rows, int C) {
+    int r = get_global_id(0);
+    if (r >= rows) return;
+    __global const float *x = in + (size_t)r * C;
+    __global const float *g = dy + (size_t)r * C;
+    float m = mean[r], s = rstd[r];
+    float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float dxhat = g[c] * params[gamma_off + c];
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * (x[c] - m) * s;
+    }
+    float mean_dxhat = sum_dxhat / C, mean_dxhat_xhat = sum_dxhat_xhat / C;
+    __global float *out = dx + (size_t)r * C;
+    for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * s;
+        float dxhat = g[c] * params[gamma_off + c];
+        out[c] = s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+    }
+}
+
+/* dgamma += sum_r dy*xhat, dbeta += sum_r dy: one work item per column. */
+__kernel void layernorm_backward_params(__global float *grads, __global const float *dy,
+                                        __global const float *in, __global const float *mean,
+                                        __global const float *rstd, int gamma_off, int beta_off,
+                                        int rows, int C) {
+    int c = get_global_id(0);
+    if (c >= C) return;
+    float dg = 0.0f, db = 0.0f;
+    for (int r = 0; r < rows; r++) {
+        float d = dy[(size_t)r * C + c];
+        dg += d * (in[(size_t)r * C + c] - mean[r]) * rstd[r];
+        db += d;
+    }
+    grads[gamma_off + c] += dg;
+    grads[beta_off + c] += db;
+}

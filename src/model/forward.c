@@ -1,0 +1,219 @@
+/* Batch upload and the forward pass of AlbertForPreTraining, with both losses.
+ * N = B*T token rows; the MLM head runs only on the M labelled rows (its
+ * loss, and so every gradient, depends on nothing else). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dedloc/util.h"
+#include "model/model_internal.h"
+
+static int upload_ints(dl_model *m, dl_buffer *buf, const int32_t *src, size_t count) {
+    if (!count) return 0;
+    return dl_buffer_upload(m->dev, buf, 0, src, count * sizeof *src);
+}
+
+static int compare_keys(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int model_upload_batch(dl_model *m, const dl_batch *batch) {
+    int B = batch->batch, T = batch->seq, N = B * T;
+    m->B = B;
+    m->T = T;
+    m->N = N;
+    int32_t *sorted_rows = m->host_ints, *seg_ids = sorted_rows + N, *seg_start = seg_ids + N,
+            *mlm_rows = seg_start + N + 1, *mlm_targets = mlm_rows + N,
+            *sop_rows = mlm_targets + N;
+    /* Group positions by token id (stable: ties keep position order) so one
+     * work item sums each embedding row: deterministic, no atomics. */
+    int64_t *keys = dl_malloc((size_t)N * sizeof *keys);
+    if (!keys) return -1;
+    for (int n = 0; n < N; n++) keys[n] = (int64_t)batch->input_ids[n] * N + n;
+    qsort(keys, (size_t)N, sizeof *keys, compare_keys);
+    int segments = 0;
+    int rows_kept = 0;
+    for (int j = 0; j < N; j++) {
+        int id = (int)(keys[j] / N), row = (int)(keys[j] % N);
+        /* nn.Embedding(padding_idx=pad_token_id) gives the pad row no gradient. */
+        if (id == m->cfg.pad_token_id) continue;
+        if (segments == 0 || seg_ids[segments - 1] != id) {
+            seg_ids[segments] = id;
+            seg_start[segments] = rows_kept;
+            segments++;
+        }
+        sorted_rows[rows_kept++] = row;
+    }
+    seg_start[segments] = rows_kept;
+    free(keys);
+    m->word_segments = segments;
+    int M = 0;
+    for (int n = 0; n < N; n++)
+        if (batch->labels[n] != -100) {
+            mlm_rows[M] = n;
+            mlm_targets[M] = batch->labels[n];
+            M++;
+        }
+    m->M = M;
+    for (int b = 0; b < B; b++) sop_rows[b] = b * T;
+    if (upload_ints(m, &m->input_ids, batch->input_ids, (size_t)N) ||
+        upload_ints(m, &m->token_type_ids, batch->token_type_ids, (size_t)N) ||
+        upload_ints(m, &m->attention_mask, batch->attention_mask, (size_t)N) ||
+        upload_ints(m, &m->word_sorted_rows, sorted_rows, (size_t)rows_kept) ||
+        upload_ints(m, &m->word_seg_ids, seg_ids, (size_t)segments) ||
+        upload_ints(m, &m->word_seg_start, seg_start, (size_t)segments + 1) ||
+        upload_ints(m, &m->mlm_rows, mlm_rows, (size_t)M) ||
+        upload_ints(m, &m->mlm_targets, mlm_targets, (size_t)M) ||
+        upload_ints(m, &m->sop_rows, sop_rows, (size_t)B) ||
+        upload_ints(m, &m->sop_targets, batch->sentence_order_label, (size_t)B))
+        return -1;
+    return 0;
+}
+
+/* One strided-batched GEMM per sequence over its heads: head h of sequence b
+ * is the column block h*hs of the [T, H] rows of b, so consecutive heads are
+ * hs floats apart (leading dimension H) and no transpose copies are needed. */
+int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
+                         const dl_buffer *a, bool a_is_scores, const dl_buffer *b,
+                         bool b_is_scores, dl_buffer *c, bool c_is_scores) {
+    const dl_albert_config *cfg = &m->cfg;
+    size_t T = (size_t)m->T, H = (size_t)cfg->hidden_size, heads = (size_t)cfg->num_attention_heads,
+           hs = H / heads;
+    for (int s = 0; s < m->B; s++) {
+        size_t token_base = (size_t)s * T * H, score_base = (size_t)s * heads * T * T;
+        dl_gemm_args g = {
+            .trans_a = trans_a, .trans_b = trans_b, .m = (size_t)rows, .n = (size_t)cols,
+            .k = (size_t)inner, .alpha = 1.0f, .beta = 0.0f,
+            .a = a, .a_off = a_is_scores ? score_base : token_base, .lda = a_is_scores ? T : H,
+            .a_stride = a_is_scores ? T * T : hs,
+            .b = b, .b_off = b_is_scores ? score_base : token_base, .ldb = b_is_scores ? T : H,
+            .b_stride = b_is_scores ? T * T : hs,
+            .c = c, .c_off = c_is_scores ? score_base : token_base, .ldc = c_is_scores ? T : H,
+            .c_stride = c_is_scores ? T * T : hs,
+            .batch_count = heads};
+        if (dl_gemm(m->dev, &g)) return -1;
+    }
+    return 0;
+}
+
+static int layer_forward(dl_model *m, int l) {
+    const dl_albert_config *c = &m->cfg;
+    const layer_offsets *w = &m->off.layers[m->layer_weights[l]];
+    layer_acts *a = &m->layers[l];
+    dl_buffer *x = &m->hidden[l];
+    int N = m->N, T = m->T, H = c->hidden_size, I = c->intermediate_size,
+        heads = c->num_attention_heads, hs = H / heads;
+    if (op_linear_forward(m, &a->q, x, w->q_w, N, H, H) || op_bias_add(m, &a->q, w->q_b, N, H) ||
+        op_linear_forward(m, &a->k, x, w->k_w, N, H, H) || op_bias_add(m, &a->k, w->k_b, N, H) ||
+        op_linear_forward(m, &a->v, x, w->v_w, N, H, H) || op_bias_add(m, &a->v, w->v_b, N, H))
+        return -1;
+    /* scores = Q K^T per (sequence, head) */
+    if (model_attention_gemm(m, false, true, T, T, hs, &a->q, false, &a->k, false, &a->att, true))
+        return -1;
+    cl_kernel k = m->k.softmax_forward;
+    int rows = m->B * heads * T;
+    float sqrt_d = sqrtf((float)hs);
+    size_t global = (size_t)rows;
+    if (DL_ARG(k, 0, a->att.mem) || DL_ARG(k, 1, m->attention_mask.mem) || DL_ARG(k, 2, rows) ||
+        DL_ARG(k, 3, heads) || DL_ARG(k, 4, T) || DL_ARG(k, 5, sqrt_d) ||
+        dl_launch(m->dev, k, 1, &global, NULL))
+        return -1;
+    /* ctx = P V */
+    if (model_attention_gemm(m, false, false, T, hs, T, &a->att, true, &a->v, false, &a->ctx,
+                             false))
+        return -1;
+    if (op_linear_forward(m, &a->att_pre, &a->ctx, w->dense_w, N, H, H) ||
+        op_bias_residual_add(m, &a->att_pre, x, w->dense_b, N, H) ||
+        op_layernorm_forward(m, &a->att_out, &a->att_mean, &a->att_rstd, &a->att_pre, w->att_ln_g,
+                             w->att_ln_b, N, H))
+        return -1;
+    if (op_linear_forward(m, &a->ffn_pre, &a->att_out, w->ffn_w, N, H, I) ||
+        op_bias_add(m, &a->ffn_pre, w->ffn_b, N, I) ||
+        op_unary(m, m->k.gelu_forward, &m->ffn_act, &a->ffn_pre, N * I) ||
+        op_linear_forward(m, &a->full_pre, &m->ffn_act, w->ffn_out_w, N, I, H) ||
+        op_bias_residual_add(m, &a->full_pre, &a->att_out, w->ffn_out_b, N, H) ||
+        op_layernorm_forward(m, &m->hidden[l + 1], &a->full_mean, &a->full_rstd, &a->full_pre,
+                             w->full_ln_g, w->full_ln_b, N, H))
+        return -1;
+    return 0;
+}
+
+static int cross_entropy(dl_model *m, dl_buffer *logits, const dl_buffer *targets,
+                         dl_buffer *losses, int rows, int V, float grad_scale, bool want_grad) {
+    cl_kernel k = m->k.cross_entropy;
+    int grad = want_grad ? 1 : 0;
+    size_t global = (size_t)rows;
+    if (DL_ARG(k, 0, logits->mem) || DL_ARG(k, 1, targets->mem) || DL_ARG(k, 2, losses->mem) ||
+        DL_ARG(k, 3, rows) || DL_ARG(k, 4, V) || DL_ARG(k, 5, grad_scale) || DL_ARG(k, 6, grad))
+        return -1;
+    return dl_launch(m->dev, k, 1, &global, NULL);
+}
+
+/* Mean of the per-row losses, summed on the host in row order. */
+static int mean_loss(dl_model *m, const dl_buffer *losses, int rows, float *out) {
+    if (rows == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (dl_buffer_download(m->dev, losses, 0, m->host_losses, (size_t)rows * sizeof(float)))
+        return -1;
+    double sum = 0;
+    for (int i = 0; i < rows; i++) sum += m->host_losses[i];
+    *out = (float)(sum / rows);
+    return 0;
+}
+
+int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses *out) {
+    const dl_albert_config *c = &m->cfg;
+    const model_offsets *o = &m->off;
+    int B = m->B, T = m->T, N = m->N, M = m->M, E = c->embedding_size, H = c->hidden_size,
+        V = c->vocab_size;
+    cl_kernel k = m->k.embedding_forward;
+    int word = (int)o->word, pos = (int)o->position, type = (int)o->token_type;
+    size_t global[2] = {(size_t)E, (size_t)N};
+    if (DL_ARG(k, 0, m->emb_sum.mem) || DL_ARG(k, 1, m->input_ids.mem) ||
+        DL_ARG(k, 2, m->token_type_ids.mem) || DL_ARG(k, 3, m->params.mem) ||
+        DL_ARG(k, 4, word) || DL_ARG(k, 5, pos) || DL_ARG(k, 6, type) || DL_ARG(k, 7, N) ||
+        DL_ARG(k, 8, T) || DL_ARG(k, 9, E) || dl_launch(m->dev, k, 2, global, NULL))
+        return -1;
+    if (op_layernorm_forward(m, &m->emb_ln, &m->emb_mean, &m->emb_rstd, &m->emb_sum, o->emb_ln_g,
+                             o->emb_ln_b, N, E) ||
+        op_linear_forward(m, &m->hidden[0], &m->emb_ln, o->map_w, N, E, H) ||
+        op_bias_add(m, &m->hidden[0], o->map_b, N, H))
+        return -1;
+    for (int l = 0; l < m->layer_count; l++)
+        if (layer_forward(m, l)) return dl_fail_context("layer %d forward", l);
+    dl_buffer *last = &m->hidden[m->layer_count];
+    /* MLM head on the labelled rows; the decoder is the word embedding matrix. */
+    if (M > 0) {
+        if (op_rows(m, m->k.gather_rows, &m->mlm_in, last, &m->mlm_rows, M, H) ||
+            op_linear_forward(m, &m->mlm_pre, &m->mlm_in, o->pred_dense_w, M, H, E) ||
+            op_bias_add(m, &m->mlm_pre, o->pred_dense_b, M, E) ||
+            op_unary(m, m->k.gelu_forward, &m->mlm_act, &m->mlm_pre, M * E) ||
+            op_layernorm_forward(m, &m->mlm_ln, &m->mlm_mean, &m->mlm_rstd, &m->mlm_act,
+                                 o->pred_ln_g, o->pred_ln_b, M, E) ||
+            op_linear_forward(m, &m->logits, &m->mlm_ln, o->word, M, E, V) ||
+            op_bias_add(m, &m->logits, o->pred_bias, M, V) ||
+            cross_entropy(m, &m->logits, &m->mlm_targets, &m->mlm_losses, M, V,
+                          loss_scale / (float)M, want_grad))
+            return dl_fail_context("MLM head");
+    }
+    /* SOP head: tanh pooler on each sequence's first token, then a 2-way linear. */
+    if (op_rows(m, m->k.gather_rows, &m->pool_in, last, &m->sop_rows, B, H) ||
+        op_linear_forward(m, &m->pooled, &m->pool_in, o->pool_w, B, H, H) ||
+        op_bias_add(m, &m->pooled, o->pool_b, B, H) ||
+        op_unary(m, m->k.tanh_forward, &m->pooled, &m->pooled, B * H) ||
+        op_linear_forward(m, &m->sop_logits, &m->pooled, o->sop_w, B, H, 2) ||
+        op_bias_add(m, &m->sop_logits, o->sop_b, B, 2) ||
+        cross_entropy(m, &m->sop_logits, &m->sop_targets, &m->sop_losses, B, 2,
+                      loss_scale / (float)B, want_grad))
+        return dl_fail_context("SOP head");
+    dl_losses l = {.masked_tokens = M, .sequences = B};
+    if (mean_loss(m, &m->mlm_losses, M, &l.mlm_loss) ||
+        mean_loss(m, &m->sop_losses, B, &l.sop_loss))
+        return -1;
+    l.loss = l.mlm_loss + l.sop_loss;
+    *out = l;
+    return 0;
+}

@@ -1,0 +1,125 @@
+/* Private to src/model: the device model's buffers, parameter offsets and the
+ * kernel launchers shared by the forward and backward passes. */
+#ifndef DEDLOC_MODEL_INTERNAL_H
+#define DEDLOC_MODEL_INTERNAL_H
+
+#include "dedloc/model.h"
+
+/* Offsets (in elements) of one AlbertLayer's parameters in the flat vector;
+ * the same offsets index the gradient vector. */
+typedef struct layer_offsets {
+    size_t full_ln_g, full_ln_b;
+    size_t q_w, q_b, k_w, k_b, v_w, v_b, dense_w, dense_b;
+    size_t att_ln_g, att_ln_b;
+    size_t ffn_w, ffn_b, ffn_out_w, ffn_out_b;
+} layer_offsets;
+
+typedef struct model_offsets {
+    size_t word, position, token_type, emb_ln_g, emb_ln_b, map_w, map_b;
+    layer_offsets *layers;        /* [groups * inner_group_num] */
+    size_t pool_w, pool_b, pred_bias, pred_ln_g, pred_ln_b, pred_dense_w, pred_dense_b;
+    size_t sop_w, sop_b;
+} model_offsets;
+
+typedef struct model_kernels {
+    cl_kernel embedding_forward, embedding_backward_word, embedding_backward_position,
+        embedding_backward_type;
+    cl_kernel layernorm_forward, layernorm_backward_input, layernorm_backward_params;
+    cl_kernel gelu_forward, gelu_backward, tanh_forward, tanh_backward;
+    cl_kernel softmax_forward, softmax_backward;
+    cl_kernel bias_add, bias_residual_add, bias_backward, gather_rows, scatter_add_rows;
+    cl_kernel cross_entropy;
+} model_kernels;
+
+/* Activations of one layer application, kept for the backward pass; each
+ * [N, H] unless noted (N = B*T tokens). The layer input is hidden[l]. Every
+ * activation is its own buffer sized for (max_batch, max_seq); a smaller
+ * batch uses the first N rows. */
+typedef struct layer_acts {
+    dl_buffer q, k, v, ctx, att_pre, att_out, full_pre;
+    dl_buffer ffn_pre;                 /* [N, I] */
+    dl_buffer att;                     /* [B, heads, T, T] probabilities */
+    dl_buffer att_mean, att_rstd, full_mean, full_rstd; /* [N] */
+} layer_acts;
+
+struct dl_model {
+    dl_device *dev;
+    dl_albert_config cfg;
+    dl_param_layout layout;
+    dl_precision precision;
+    int max_batch, max_seq;
+    int layer_count;              /* num_hidden_layers * inner_group_num applications */
+    int *layer_weights;           /* [layer_count]: index into off.layers */
+    model_offsets off;
+    model_kernels k;
+
+    dl_buffer params, grads;
+    /* inputs and index lists (int32) */
+    dl_buffer input_ids, token_type_ids, attention_mask;
+    dl_buffer word_sorted_rows, word_seg_ids, word_seg_start;
+    dl_buffer mlm_rows, mlm_targets, sop_rows, sop_targets;
+    /* activations (float) */
+    dl_buffer emb_sum, emb_ln, emb_mean, emb_rstd;  /* [N, E], [N, E], [N], [N] */
+    dl_buffer *hidden;                              /* [layer_count + 1] of [N, H] */
+    layer_acts *layers;                             /* [layer_count] */
+    dl_buffer mlm_in, mlm_pre, mlm_act, mlm_ln, mlm_mean, mlm_rstd;  /* [M, H|E], [M] */
+    dl_buffer logits, mlm_losses;                   /* [M, V], [M] */
+    dl_buffer pool_in, pooled, sop_logits, sop_losses;  /* [B, H], [B, H], [B, 2], [B] */
+    /* backward scratch */
+    dl_buffer d_hidden_a, d_hidden_b, d_ctx, d_q, d_k, d_v;  /* [N, H] */
+    dl_buffer ffn_act, d_ffn;                                /* [N, I] */
+    dl_buffer d_att;                                         /* [B, heads, T, T] */
+    dl_buffer d_emb, d_emb_ln;                               /* [N, E] */
+    dl_buffer d_mlm_ln, d_mlm_pre, d_mlm_in;                 /* [M, E], [M, E], [M, H] */
+    dl_buffer d_pooled, d_pool_in;                           /* [B, H] */
+
+    /* host staging for index lists and losses */
+    int32_t *host_ints;           /* 5 * max_tokens + 1 + max_batch */
+    float *host_losses;           /* max_tokens */
+    /* shape of the last forward pass */
+    int B, T, N, M;
+    int word_segments;            /* distinct non-pad token ids in the batch */
+};
+
+/* Uploads the batch (already checked) and builds the index lists; sets B, T, N, M. */
+int model_upload_batch(dl_model *m, const dl_batch *batch);
+/* Forward through both losses; with want_grad the loss gradients (times
+ * loss_scale) are left in logits and sop_logits for the backward pass. */
+int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses *out);
+/* Attention GEMMs for every sequence, batched over heads; each operand is
+ * either a [B, heads, T, T] score buffer or a [N, H] token buffer. */
+int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
+                         const dl_buffer *a, bool a_is_scores, const dl_buffer *b,
+                         bool b_is_scores, dl_buffer *c, bool c_is_scores);
+/* Backward from the loss gradients; accumulates into m->grads. */
+int model_backward_pass(dl_model *m);
+
+/* ---- launchers (ops.c). Parameter and gradient offsets are in elements. ---- */
+/* out[rows, out_f] = in[rows, in_f] W^T (no bias; see op_bias_add). */
+int op_linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,
+                      int in_features, int out_features);
+/* dW += dy^T x; db += colsum(dy); dx = dy W, or dx += dy W with accumulate;
+ * dx may be NULL. */
+int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
+                       const dl_buffer *x, size_t w_off, size_t b_off, int rows,
+                       int in_features, int out_features);
+int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C);
+int op_bias_residual_add(dl_model *m, dl_buffer *out, const dl_buffer *residual, size_t bias_off,
+                         int rows, int C);
+int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer *rstd,
+                         const dl_buffer *in, size_t g_off, size_t b_off, int rows, int C);
+/* Writes dx; accumulates the gamma and beta gradients. */
+int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const dl_buffer *in,
+                          const dl_buffer *mean, const dl_buffer *rstd, size_t g_off,
+                          size_t b_off, int rows, int C);
+/* Elementwise kernels of the form k(out, in, n). */
+int op_unary(dl_model *m, cl_kernel k, dl_buffer *out, const dl_buffer *in, int n);
+/* Elementwise backward kernels of the form k(dx, dy, x, n). */
+int op_unary_backward(dl_model *m, cl_kernel k, dl_buffer *dx, const dl_buffer *dy,
+                      const dl_buffer *x, int n);
+/* gather_rows / scatter_add_rows: k(out, in, index, rows, C). */
+int op_rows(dl_model *m, cl_kernel k, dl_buffer *out, const dl_buffer *in,
+            const dl_buffer *index, int rows, int C);
+int op_bias_backward(dl_model *m, const dl_buffer *dy, size_t b_off, int rows, int C);
+
+#endif

@@ -1,0 +1,128 @@
+/* Launchers for the model's kernels and GEMMs. Linear layers follow PyTorch:
+ * the weight is [out, in] row-major and y = x W^T + b. */
+#include "dedloc/util.h"
+#include "model/model_internal.h"
+
+static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+/* 2-D launch over (columns, rows) with a modest work-group on the columns. */
+static int launch_2d(dl_model *m, cl_kernel k, int cols, int rows) {
+    size_t global[2] = {round_up((size_t)cols, 1), (size_t)rows};
+    return dl_launch(m->dev, k, 2, global, NULL);
+}
+
+static int launch_1d(dl_model *m, cl_kernel k, int n) {
+    size_t global[1] = {(size_t)n};
+    return dl_launch(m->dev, k, 1, global, NULL);
+}
+
+int op_linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,
+                      int in_features, int out_features) {
+    dl_gemm_args g = {.trans_b = true, .m = (size_t)rows, .n = (size_t)out_features,
+                      .k = (size_t)in_features, .alpha = 1.0f, .beta = 0.0f,
+                      .a = in, .lda = (size_t)in_features,
+                      .b = &m->params, .b_off = w_off, .ldb = (size_t)in_features,
+                      .c = out, .ldc = (size_t)out_features, .batch_count = 1};
+    return dl_gemm(m->dev, &g);
+}
+
+int op_bias_backward(dl_model *m, const dl_buffer *dy, size_t b_off, int rows, int C) {
+    cl_kernel k = m->k.bias_backward;
+    int off = (int)b_off;
+    if (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, off) ||
+        DL_ARG(k, 3, rows) || DL_ARG(k, 4, C))
+        return -1;
+    return launch_1d(m, k, C);
+}
+
+int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
+                       const dl_buffer *x, size_t w_off, size_t b_off, int rows,
+                       int in_features, int out_features) {
+    /* dW[out, in] += dy^T[out, rows] x[rows, in] */
+    dl_gemm_args gw = {.trans_a = true, .m = (size_t)out_features, .n = (size_t)in_features,
+                       .k = (size_t)rows, .alpha = 1.0f, .beta = 1.0f,
+                       .a = dy, .lda = (size_t)out_features,
+                       .b = x, .ldb = (size_t)in_features,
+                       .c = &m->grads, .c_off = w_off, .ldc = (size_t)in_features,
+                       .batch_count = 1};
+    if (dl_gemm(m->dev, &gw)) return -1;
+    if (op_bias_backward(m, dy, b_off, rows, out_features)) return -1;
+    if (!dx) return 0;
+    /* dx[rows, in] (+)= dy[rows, out] W[out, in] */
+    dl_gemm_args gx = {.m = (size_t)rows, .n = (size_t)in_features, .k = (size_t)out_features,
+                       .alpha = 1.0f, .beta = accumulate ? 1.0f : 0.0f,
+                       .a = dy, .lda = (size_t)out_features,
+                       .b = &m->params, .b_off = w_off, .ldb = (size_t)in_features,
+                       .c = dx, .ldc = (size_t)in_features, .batch_count = 1};
+    return dl_gemm(m->dev, &gx);
+}
+
+int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C) {
+    cl_kernel k = m->k.bias_add;
+    int off = (int)bias_off;
+    if (DL_ARG(k, 0, out->mem) || DL_ARG(k, 1, m->params.mem) || DL_ARG(k, 2, off) ||
+        DL_ARG(k, 3, rows) || DL_ARG(k, 4, C))
+        return -1;
+    return launch_2d(m, k, C, rows);
+}
+
+int op_bias_residual_add(dl_model *m, dl_buffer *out, const dl_buffer *residual, size_t bias_off,
+                         int rows, int C) {
+    cl_kernel k = m->k.bias_residual_add;
+    int off = (int)bias_off;
+    if (DL_ARG(k, 0, out->mem) || DL_ARG(k, 1, residual->mem) || DL_ARG(k, 2, m->params.mem) ||
+        DL_ARG(k, 3, off) || DL_ARG(k, 4, rows) || DL_ARG(k, 5, C))
+        return -1;
+    return launch_2d(m, k, C, rows);
+}
+
+int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer *rstd,
+                         const dl_buffer *in, size_t g_off, size_t b_off, int rows, int C) {
+    cl_kernel k = m->k.layernorm_forward;
+    int go = (int)g_off, bo = (int)b_off;
+    float eps = m->cfg.layer_norm_eps;
+    if (DL_ARG(k, 0, out->mem) || DL_ARG(k, 1, mean->mem) || DL_ARG(k, 2, rstd->mem) ||
+        DL_ARG(k, 3, in->mem) || DL_ARG(k, 4, m->params.mem) || DL_ARG(k, 5, go) ||
+        DL_ARG(k, 6, bo) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C) || DL_ARG(k, 9, eps))
+        return -1;
+    return launch_1d(m, k, rows);
+}
+
+int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const dl_buffer *in,
+                          const dl_buffer *mean, const dl_buffer *rstd, size_t g_off,
+                          size_t b_off, int rows, int C) {
+    cl_kernel k = m->k.layernorm_backward_input;
+    int go = (int)g_off, bo = (int)b_off;
+    if (DL_ARG(k, 0, dx->mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, in->mem) ||
+        DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, m->params.mem) ||
+        DL_ARG(k, 6, go) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C))
+        return -1;
+    if (launch_1d(m, k, rows)) return -1;
+    k = m->k.layernorm_backward_params;
+    if (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, in->mem) ||
+        DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, go) ||
+        DL_ARG(k, 6, bo) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C))
+        return -1;
+    return launch_1d(m, k, C);
+}
+
+int op_unary(dl_model *m, cl_kernel k, dl_buffer *out, const dl_buffer *in, int n) {
+    if (DL_ARG(k, 0, out->mem) || DL_ARG(k, 1, in->mem) || DL_ARG(k, 2, n)) return -1;
+    return launch_1d(m, k, n);
+}
+
+int op_unary_backward(dl_model *m, cl_kernel k, dl_buffer *dx, const dl_buffer *dy,
+                      const dl_buffer *x, int n) {
+    if (DL_ARG(k, 0, dx->mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, x->mem) ||
+        DL_ARG(k, 3, n))
+        return -1;
+    return launch_1d(m, k, n);
+}
+
+int op_rows(dl_model *m, cl_kernel k, dl_buffer *out, const dl_buffer *in,
+            const dl_buffer *index, int rows, int C) {
+    if (DL_ARG(k, 0, out->mem) || DL_ARG(k, 1, in->mem) || DL_ARG(k, 2, index->mem) ||
+        DL_ARG(k, 3, rows) || DL_ARG(k, 4, C))
+        return -1;
+    return launch_2d(m, k, C, rows);
+}
