@@ -97,6 +97,13 @@ int dl_albert_load_hf(const char *dir, dl_albert_config *cfg, float **params);
  * (created if needed), loadable by AlbertForPreTraining.from_pretrained. */
 int dl_albert_save_hf(const char *dir, const dl_albert_config *cfg, const float *params);
 
+/* Reads a batch file: a safetensors with input_ids, token_type_ids,
+ * attention_mask, labels (integers [B, T], labels -100 = not masked) and
+ * sentence_order_label (integers [B]), as the reference scripts write them.
+ * Missing tensors and shape mismatches are errors; values are range-checked
+ * later by dl_albert_check_batch. Free with dl_batch_free. */
+int dl_albert_load_batch(const char *path, dl_batch *batch);
+
 /* Checks a batch against the configuration: shape within (max_batch, max_seq)
  * when those are > 0, sequence within max_position_embeddings, token ids and
  * labels (or -100) inside the vocabulary, token types inside type_vocab_size,

@@ -1,0 +1,137 @@
+/* The model against transformers: each fixture folder (written by
+ * scripts/make_reference.py) holds a random-init AlbertForPreTraining, one
+ * batch and the reference loss and gradients. The device must agree: losses
+ * within 1e-5 relative, every gradient within 1e-4 relative L2; and two runs
+ * must give the same bits. Device: $DEDLOC_TEST_DEVICE or the default. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dedloc/model.h"
+#include "dedloc/safetensors.h"
+#include "dedloc/util.h"
+#include "dl_test.h"
+
+static dl_device *device;
+
+static double rel_err(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
+
+/* Relative L2 error with a floor on the reference norm: the attention key
+ * bias gradient is exactly zero in exact arithmetic (softmax ignores a
+ * constant added to a whole row of scores), so both sides hold only rounding
+ * noise (~1e-12) and a plain relative error would compare noise with noise. */
+static double grad_error(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    return sqrt(num) / fmax(sqrt(den), 1e-6);
+}
+
+static void check_fixture(const char *name) {
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", DEDLOC_SOURCE_DIR, name);
+    dl_albert_config cfg;
+    float *params = NULL;
+    CHECK_OK(dl_albert_load_hf(dir, &cfg, &params));
+    if (!params) return;
+    dl_batch batch;
+    snprintf(path, sizeof path, "%s/batch.safetensors", dir);
+    CHECK_OK(dl_albert_load_batch(path, &batch));
+    dl_safetensors *expected = NULL;
+    snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+    CHECK_OK(dl_st_read(path, 0, &expected));
+    dl_model *model = NULL;
+    CHECK_OK(dl_model_create(device, &cfg, batch.batch, batch.seq, DL_PRECISION_FP32, &model));
+    if (!model || !expected) {
+        free(params);
+        return;
+    }
+    const dl_param_layout *layout = dl_model_layout(model);
+    float *grads = malloc(layout->total * sizeof *grads);
+    float *again = malloc(layout->total * sizeof *again);
+    float *ref = malloc(layout->total * sizeof *ref);
+    dl_losses losses, losses2;
+    CHECK_OK(dl_model_set_params(model, params));
+    CHECK_OK(dl_model_zero_grad(model));
+    CHECK_OK(dl_model_forward_backward(model, &batch, 1.0f, &losses));
+    CHECK_OK(dl_model_get_grads(model, 1.0f, grads));
+
+    float ref_loss[3];
+    CHECK_OK(dl_st_get_f32(expected, "loss", &ref_loss[0], 1));
+    CHECK_OK(dl_st_get_f32(expected, "mlm_loss", &ref_loss[1], 1));
+    CHECK_OK(dl_st_get_f32(expected, "sop_loss", &ref_loss[2], 1));
+    float got[3] = {losses.loss, losses.mlm_loss, losses.sop_loss};
+    const char *loss_names[3] = {"loss", "mlm_loss", "sop_loss"};
+    for (int i = 0; i < 3; i++) {
+        double e = rel_err(got[i], ref_loss[i]);
+        printf("%s: %-10s %.7f (reference %.7f, rel err %.2e)\n", name, loss_names[i], got[i],
+               ref_loss[i], e);
+        CHECK_MSG(e < 1e-5, "%s %s rel err %g", name, loss_names[i], e);
+    }
+
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < layout->count; i++) {
+        const dl_param_entry *e = &layout->entries[i];
+        if (dl_st_get_f32(expected, e->name, ref + e->offset, e->numel)) {
+            CHECK_MSG(0, "%s: reference gradient %s: %s", name, e->name, dl_error());
+            continue;
+        }
+        double err = grad_error(grads + e->offset, ref + e->offset, e->numel);
+        if (getenv("DEDLOC_TEST_VERBOSE") || !(err < 1e-4))
+            printf("%s:   %-80s rel L2 %.2e\n", name, e->name, err);
+        CHECK_MSG(err < 1e-4, "%s gradient %s rel L2 %g", name, e->name, err);
+        if (!(err <= worst)) {
+            worst = err;
+            worst_name = e->name;
+        }
+    }
+    printf("%s: worst gradient %s, rel L2 %.2e\n", name, worst_name, worst);
+
+    /* Determinism: the same batch again gives the same bits. */
+    CHECK_OK(dl_model_zero_grad(model));
+    CHECK_OK(dl_model_forward_backward(model, &batch, 1.0f, &losses2));
+    CHECK_OK(dl_model_get_grads(model, 1.0f, again));
+    CHECK(!memcmp(&losses, &losses2, sizeof losses));
+    CHECK_MSG(!memcmp(grads, again, layout->total * sizeof *grads), "%s: second run differs",
+              name);
+
+    /* Loss scaling is undone by get_grads; accumulation adds. */
+    CHECK_OK(dl_model_zero_grad(model));
+    CHECK_OK(dl_model_forward_backward(model, &batch, 1024.0f, &losses2));
+    CHECK_OK(dl_model_get_grads(model, 1024.0f, again));
+    CHECK(dl_test_rel_l2(again, grads, layout->total) < 1e-6);
+    CHECK_OK(dl_model_forward_backward(model, &batch, 1024.0f, &losses2));
+    CHECK_OK(dl_model_get_grads(model, 2048.0f, again));
+    CHECK(dl_test_rel_l2(again, grads, layout->total) < 1e-6);
+
+    /* Forward only gives the same losses and leaves the gradients alone. */
+    CHECK_OK(dl_model_forward(model, &batch, &losses2));
+    CHECK(losses2.loss == losses.loss);
+    float *after = malloc(layout->total * sizeof *after);
+    CHECK_OK(dl_model_get_grads(model, 2048.0f, after));
+    CHECK(!memcmp(after, again, layout->total * sizeof *after));
+    free(after);
+
+    printf("%s: device memory %.1f MiB\n", name, dl_model_memory_bytes(model) / 1048576.0);
+    free(grads);
+    free(again);
+    free(ref);
+    free(params);
+    dl_model_free(model);
+    dl_st_free(expected);
+    dl_batch_free(&batch);
+}
+
+int main(void) {
+    CHECK_OK(dl_device_open(getenv("DEDLOC_TEST_DEVICE"), &device));
+    if (!device) return dl_test_finish("test_albert_reference");
+    printf("device: %s\n", dl_device_get_info(device)->name);
+    check_fixture("albert_tiny");
+    check_fixture("albert_groups");
+    check_fixture("albert_odd");
+    dl_device_close(device);
+    return dl_test_finish("test_albert_reference");
+}
