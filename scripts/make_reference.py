@@ -24,6 +24,9 @@ PARAMETER NAMES (what the C model must use, measured with the versions above):
   carries the decoder bias gradient. save_pretrained(safe_serialization=True)
   writes model.safetensors with exactly the same key set (no
   predictions.decoder.* keys), metadata {"format": "pt"}.
+  The word embedding is nn.Embedding(padding_idx=pad_token_id=0): the lookup
+  adds no gradient to row 0 (only the decoder use does). The `groups` and
+  `odd` batches contain id 0 (`odd` as padding), so this is exercised.
 
 LAYER GROUPS (HF AlbertTransformer): layer i in [0, num_hidden_layers) runs
   group g = floor(i / (num_hidden_layers / num_hidden_groups)), and a group runs

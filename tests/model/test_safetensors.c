@@ -410,6 +410,36 @@ static void test_fixtures(void) {
     }
 }
 
+/* Each fixture's expected.safetensors holds one gradient per weight in its
+ * model.safetensors, same name and shape, and the losses as [1]. */
+static void test_fixture_consistency(const char *fixture) {
+    char path[512];
+    dl_safetensors *model = NULL, *expected = NULL;
+    fixture_path(path, sizeof path, fixture, "model.safetensors");
+    CHECK_OK(dl_st_read(path, 0, &model));
+    fixture_path(path, sizeof path, fixture, "expected.safetensors");
+    CHECK_OK(dl_st_read(path, 0, &expected));
+    if (model && expected) {
+        int matched = 0;
+        for (int i = 0; i < model->count; i++) {
+            const dl_st_tensor *w = &model->tensors[i];
+            const dl_st_tensor *g = dl_st_find(expected, w->name);
+            int same = g && g->dtype == DL_ST_F32 && g->ndim == w->ndim &&
+                       memcmp(g->shape, w->shape, sizeof(int64_t) * (size_t)w->ndim) == 0;
+            CHECK_MSG(same, "%s: no gradient of the shape of %s", fixture, w->name);
+            matched += same;
+        }
+        CHECK(matched == model->count);
+        static const char *losses[] = {"loss", "mlm_loss", "sop_loss"};
+        for (int i = 0; i < 3; i++) {
+            const dl_st_tensor *t = dl_st_find(expected, losses[i]);
+            CHECK_MSG(t && t->ndim == 1 && t->shape[0] == 1, "%s: %s", fixture, losses[i]);
+        }
+    }
+    dl_st_free(model);
+    dl_st_free(expected);
+}
+
 /* Re-writing a Python-written file with our writer (same order, same
  * metadata) must give the same bytes: same JSON layout, padding and data. */
 static void rewrite_identical(const char *fixture, const char *file) {
@@ -445,6 +475,9 @@ int main(void) {
     test_malformed();
     test_round_trip();
     test_fixtures();
+    test_fixture_consistency("albert_tiny");
+    test_fixture_consistency("albert_groups");
+    test_fixture_consistency("albert_odd");
     rewrite_identical("albert_tiny", "batch.safetensors");
     rewrite_identical("albert_odd", "model.safetensors");
     test_mutations();
