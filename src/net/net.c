@@ -316,12 +316,15 @@ static void cmd_cb(evutil_socket_t fd, short what, void *arg) {
         struct dl_cmd *cmd = list;
         list = list->next;
         switch (cmd->type) {
-        case CMD_PUBLISH:
-            if (cmd->id != net->my_epoch) net->force_publish = true;
+        case CMD_PUBLISH: {
+            bool new_epoch = cmd->id != net->my_epoch;
             net->my_epoch = cmd->id;
             net->my_samples = cmd->samples;
             net->my_sps = cmd->samples_per_second;
+            /* A new epoch is news the round depends on: send it now, not at the next tick. */
+            if (new_epoch && !net->stopping) publish(net, false);
             break;
+        }
         case CMD_DIAL: dl_net_note_target(net, cmd->pk, cmd->address, true); break;
         case CMD_STOP:
             if (!net->stopping) {
