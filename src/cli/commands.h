@@ -22,5 +22,6 @@ int cmd_peer(int argc, char **argv);
 int cmd_serve_data(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_grad(int argc, char **argv);
 
 #endif
