@@ -248,6 +248,8 @@ typedef struct dl_trainer_backend {
 typedef struct dl_trainer_options {
     int64_t target_batch;       /* samples per optimizer step */
     int64_t max_steps;          /* stop after this many optimizer steps in total */
+    double max_seconds;         /* > 0: also stop after the first step that ends past this
+                                 * much training time in this run (then save as at the end) */
     bool loss_scaling;          /* dynamic loss scaling (fp16); off: scale 1 */
     const char *checkpoint_dir; /* NULL: no checkpoints */
     int keep;                   /* checkpoints kept (<= 0: all) */
@@ -264,6 +266,7 @@ typedef struct dl_trainer_result {
     int64_t steps;               /* optimizer steps taken in total (after resume, counts from 0) */
     int64_t steps_this_run;
     bool interrupted;            /* stopped by *stop */
+    bool time_limit;             /* stopped by max_seconds */
     float first_loss, last_loss; /* mean loss of this run's first and last step */
     double samples_per_second;   /* over this run */
     char param_hash[17];         /* dl_hash64 of the master weights, hex */

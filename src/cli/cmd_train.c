@@ -38,6 +38,7 @@ static void help(FILE *out) {
             "optimization (sahajBERT's recipe; tiny scales it down):\n"
             "  --target-batch N     samples per optimizer step (tiny 32, otherwise 4096)\n"
             "  --max-steps S        optimizer steps to reach (tiny 300, otherwise 125000)\n"
+            "  --max-minutes M      also stop (and save) after the first step past M minutes\n"
             "  --optimizer O        lamb (default) or adamw\n"
             "  --lr X               peak learning rate (tiny 0.005, otherwise 0.00176)\n"
             "  --warmup-steps N     linear warmup (tiny 10%% of --max-steps, otherwise 5000)\n"
@@ -65,13 +66,13 @@ static void help(FILE *out) {
 enum {
     OPT_MODEL = 256, OPT_TOKENIZER, OPT_DATA, OPT_BATCH, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_PRECISION,
     OPT_CKDIR, OPT_KEEP, OPT_LOG, OPT_SEED, OPT_PEER_SEED, OPT_DEVICE, OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD,
-    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_HELP, OPT_COUNT
+    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_HELP, OPT_COUNT
 };
 
 typedef struct {
     const char *model, *tokenizer, *data, *precision, *ckdir, *log, *device, *optimizer, *resume;
     long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
-    double lr, wd, clip;
+    double lr, wd, clip, max_minutes;
     bool quiet;
     bool given[OPT_COUNT];
 } train_args;
@@ -121,6 +122,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
         {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"resume", required_argument, NULL, OPT_RESUME},
         {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE}, {"quiet", no_argument, NULL, OPT_QUIET},
+        {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
         {"help", no_argument, NULL, OPT_HELP}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->model = "tiny";
@@ -161,6 +163,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_RESUME: a->resume = optarg; break;
         case OPT_SHUFFLE: bad = parse_ll(optarg, 1, 1 << 24, &a->shuffle, "--shuffle-buffer"); break;
         case OPT_QUIET: a->quiet = true; break;
+        case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
         case 'h':
         case OPT_HELP: help(stdout); return 1;
         default: bad = 1;
@@ -381,7 +384,7 @@ int cmd_train(int argc, char **argv) {
     if (dl_train_config_to_json(&cfg, &config_json)) goto fail;
     run_json = run_settings_json(&a);
     dl_trainer_options to = {
-        .target_batch = a.target, .max_steps = a.max_steps, .loss_scaling = precision == DL_PRECISION_FP16,
+        .target_batch = a.target, .max_steps = a.max_steps, .max_seconds = a.max_minutes * 60.0, .loss_scaling = precision == DL_PRECISION_FP16,
         .checkpoint_dir = a.ckdir, .keep = (int)a.keep, .save_every = a.save_every, .log_path = a.log,
         .progress = a.quiet ? NULL : stderr, .stop = &stop_flag, .model_config_json = config_json,
         .run_json = run_json, .data_seed = (uint64_t)a.seed, .peer_seed = (uint64_t)a.peer_seed,
@@ -401,7 +404,7 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr,
             "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); loss %.4f -> %.4f; %.1f samples/s; "
             "weights %s%s%s\n",
-            res.interrupted ? "stopped" : "done", res.steps, res.steps_this_run, (double)res.first_loss,
+            res.interrupted ? "stopped" : res.time_limit ? "time limit reached" : "done", res.steps, res.steps_this_run, (double)res.first_loss,
             (double)res.last_loss, res.samples_per_second, res.param_hash, res.checkpoint[0] ? "; saved " : "",
             res.checkpoint);
     exit_code = res.interrupted && !res.checkpoint[0] ? 130 : DL_EXIT_OK;

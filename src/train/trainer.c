@@ -236,7 +236,12 @@ int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config,
         report(&st, &r);
         bool due = o->save_every > 0 && st.opt.step % o->save_every == 0;
         if (due && st.opt.step < o->max_steps && save_checkpoint(&st, params, res)) goto done;
+        if (o->max_seconds > 0 && now - st.run_start >= o->max_seconds && st.opt.step < o->max_steps) {
+            res->time_limit = true;
+            break;
+        }
     }
+    if (st.tty && res->time_limit) fputc('\n', o->progress);
     if (st.tty && res->interrupted) fputc('\n', o->progress);
     /* At the end and on a stop: the state at the last step boundary (a
      * partial accumulation is dropped; the resumed run redraws it). */
