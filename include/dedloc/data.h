@@ -13,8 +13,13 @@
  * Only plain HTTP is supported (no TLS); serve shards from a trusted mirror or
  * through a local TLS-terminating proxy.
  *
+ * A spec may start with "text:", "jsonl:" or "paragraphs:" to force a format
+ * (e.g. "paragraphs:http://host:8000/"); it overrides dl_data_config.format.
+ *
  * Text format: one document per line (the sahajBERT corpora are stored this
- * way); empty lines are skipped. JSON-lines files (name ending .jsonl, .ndjson
+ * way); empty lines are skipped. Paragraphs format: documents separated by
+ * blank lines, for corpora stored one sentence or one short string per line:
+ * one document per line would make mostly-padding sequences there. JSON-lines files (name ending .jsonl, .ndjson
  * or .json, optionally followed by .gz, or format = DL_DATA_JSONL) hold one JSON
  * object per line whose string field json_field ("text") is the document; lines
  * that do not parse or lack the field are skipped and counted. Compression is
@@ -26,7 +31,8 @@
  * document also end a sentence) -> ids (dl_tokenizer_encode) -> consecutive
  * sentences packed into a segment pair A|B of at most max_seq_len - 3 tokens,
  * as ALBERT's create_pretraining_data does (target length max_seq_len - 3, or
- * with probability short_seq_prob a random shorter one; split point at a random
+ * with probability short_seq_prob a random shorter one, drawn per pair; a
+ * one-sentence chunk is split at a random token; split point at a random
  * sentence boundary; a pair over length is trimmed at a random end of its longer
  * segment) -> SOP: A and B swapped with probability 0.5 (label 1 = swapped) ->
  * post-processor template ([CLS] A [SEP] B [SEP], type ids 0/1) -> shuffle
@@ -47,7 +53,9 @@
 enum dl_data_format {
     DL_DATA_AUTO = 0, /* JSON-lines by file name (see above), else text */
     DL_DATA_TEXT = 1, /* one document per line */
-    DL_DATA_JSONL = 2 /* one JSON object per line, document in json_field */
+    DL_DATA_JSONL = 2, /* one JSON object per line, document in json_field */
+    DL_DATA_PARAGRAPHS = 3 /* documents separated by blank lines (each line a sentence
+                              or more); a document is cut at max_line_bytes */
 };
 
 typedef struct dl_data_config {

@@ -22,8 +22,10 @@ struct dl_docreader {
     dl_linereader *lr;
     bool jsonl;
     const char *shard_name;
-    char *doc;               /* document text for JSON-lines */
+    char *doc;               /* document text for JSON-lines and paragraphs */
     size_t doc_cap;
+    size_t para_len;         /* paragraphs: bytes gathered in doc */
+    bool para_handed_out;    /* doc was returned: start a new paragraph */
 };
 
 static bool ends_with(const char *s, size_t n, const char *suffix) {
@@ -110,7 +112,40 @@ static const char *json_document(dl_docreader *dr, const char *line, size_t len,
     return result;
 }
 
+/* Appends a line to the paragraph in doc. */
+static int para_append(dl_docreader *dr, const char *line, size_t n) {
+    if (dr->para_len + n + 2 > dr->doc_cap) {
+        size_t cap = (dr->para_len + n + 2) * 2;
+        char *grown = dl_realloc(dr->doc, cap);
+        if (!grown) return -1;
+        dr->doc = grown;
+        dr->doc_cap = cap;
+    }
+    memcpy(dr->doc + dr->para_len, line, n);
+    dr->para_len += n;
+    dr->doc[dr->para_len++] = '\n';
+    dr->doc[dr->para_len] = 0;
+    return 0;
+}
+
+static int para_hand_out(dl_docreader *dr, const char **text, size_t *len) {
+    *text = dr->doc;
+    *len = dr->para_len;
+    dr->para_handed_out = true;
+    return 1;
+}
+
+static bool blank(const char *line, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r') return false;
+    return true;
+}
+
 int dl_docreader_next(dl_docreader *dr, const char **text, size_t *len) {
+    if (dr->para_handed_out) {
+        dr->para_len = 0;
+        dr->para_handed_out = false;
+    }
     for (;;) {
         if (dl_data_io_stopped(dr->io)) return dl_fail("data stream stopped");
         if (!dr->lr) {
@@ -134,10 +169,23 @@ int dl_docreader_next(dl_docreader *dr, const char **text, size_t *len) {
             dr->counters->failed_shards++;
             DL_WARN("data", "abandoning shard %s: %s", dr->shard_name, dl_error());
             close_shard(dr);
+            if (dr->para_len) return para_hand_out(dr, text, len);
             continue;
         }
         if (r == 0) {
             close_shard(dr);
+            if (dr->para_len) return para_hand_out(dr, text, len);
+            continue;
+        }
+        if (dr->format == DL_DATA_PARAGRAPHS) {
+            /* A blank line ends a document; so does reaching max_line bytes,
+             * which bounds memory for files without blank lines. */
+            if (blank(line, n)) {
+                if (dr->para_len) return para_hand_out(dr, text, len);
+                continue;
+            }
+            if (para_append(dr, line, n)) return -1;
+            if (dr->para_len >= dr->max_line) return para_hand_out(dr, text, len);
             continue;
         }
         if (dr->jsonl) {

@@ -1,6 +1,8 @@
 /* Segment pairs for sentence-order prediction, following ALBERT's
- * create_instances_from_document: one target length per document (the
- * maximum, or with probability short_seq_prob a uniform draw in [2, max]);
+ * create_instances_from_document: a target length (the maximum, or with
+ * probability short_seq_prob a uniform draw in [2, max]) drawn for each pair
+ * (ALBERT draws once per document; with very long documents, e.g. paragraph
+ * mode over a file without blank lines, that would make all or none short);
  * sentences accumulate into a chunk until it reaches the target or the
  * document ends; the chunk splits at a random sentence boundary into A and B;
  * a pair over the limit loses tokens from its longer side, from the front or
@@ -92,13 +94,18 @@ static int add_example(const dl_pair_params *p, const dl_data_text *text, dl_rng
     return 0;
 }
 
+static size_t draw_target(const dl_pair_params *p, dl_rng *rng) {
+    size_t max_tokens = p->max_pair_tokens;
+    if (dl_rng_uniform(rng) < p->short_seq_prob) return 2 + (size_t)dl_rng_below(rng, max_tokens - 1);
+    return max_tokens;
+}
+
 int dl_make_pairs(const dl_segments *doc, const dl_pair_params *p, const dl_data_text *text,
                   dl_rng *rng, dl_example **examples, size_t *count, size_t *cap) {
     size_t max_tokens = p->max_pair_tokens;
     if (max_tokens < 2) return dl_fail("max_seq_len leaves fewer than 2 tokens for a pair");
-    size_t target = max_tokens;
-    if (dl_rng_uniform(rng) < p->short_seq_prob) target = 2 + (size_t)dl_rng_below(rng, max_tokens - 1);
     id_vec a = {0}, b = {0};
+    size_t target = draw_target(p, rng);
     int rc = 0;
     size_t chunk_first = 0, chunk_tokens = 0;
     for (size_t i = 0; i < doc->count && rc == 0; i++) {
@@ -121,6 +128,7 @@ int dl_make_pairs(const dl_segments *doc, const dl_pair_params *p, const dl_data
         if (!rc && a.len && b.len) rc = add_example(p, text, rng, &a, &b, examples, count, cap);
         chunk_first = i + 1;
         chunk_tokens = 0;
+        target = draw_target(p, rng);
     }
     free(a.ids);
     free(b.ids);

@@ -226,6 +226,7 @@ out:
 
 static int check_config(const dl_data_config *c) {
     if (!c->source || !*c->source) return dl_fail("no data source given (--data)");
+    if ((unsigned)c->format > DL_DATA_PARAGRAPHS) return dl_fail("unknown data format %d", (int)c->format);
     if (c->batch_size < 1 || c->batch_size > MAX_BATCH)
         return dl_fail("batch size %d is outside [1, %d]", c->batch_size, MAX_BATCH);
     if (c->max_seq_len < 8 || c->max_seq_len > MAX_SEQ)
@@ -296,7 +297,18 @@ int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_da
     pthread_cond_init(&s->space, &ca);
     pthread_condattr_destroy(&ca);
     s->cfg = *cfg;
-    s->source = dl_strdup(cfg->source);
+    static const struct {
+        const char *prefix;
+        enum dl_data_format format;
+    } forced[] = {{"text:", DL_DATA_TEXT}, {"jsonl:", DL_DATA_JSONL},
+                  {"paragraphs:", DL_DATA_PARAGRAPHS}};
+    const char *spec = cfg->source;
+    for (size_t i = 0; i < sizeof forced / sizeof *forced; i++)
+        if (!strncmp(spec, forced[i].prefix, strlen(forced[i].prefix))) {
+            spec += strlen(forced[i].prefix);
+            s->cfg.format = forced[i].format;
+        }
+    s->source = dl_strdup(spec);
     s->json_field = dl_strdup(cfg->json_field ? cfg->json_field : "text");
     s->text = *text;
     s->special = dl_malloc(V);
@@ -328,7 +340,7 @@ int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_da
     dl_rng_seed(&shard_rng, dl_data_mix_seed(cfg->seed, cfg->peer_seed, 1));
     size_t start = (size_t)dl_rng_below(&shard_rng, s->shard_count);
     dl_rng_seed(&s->rng, dl_data_mix_seed(cfg->seed, cfg->peer_seed, 2));
-    if (dl_docreader_new(s->shards, s->shard_count, start, cfg->format, s->json_field,
+    if (dl_docreader_new(s->shards, s->shard_count, start, s->cfg.format, s->json_field,
                          cfg->max_line_bytes, &s->io, &s->docs) ||
         dl_shuffle_init(&s->shuffle, (size_t)cfg->shuffle_buffer))
         goto fail;

@@ -34,6 +34,33 @@ static void test_text_file(const char *dir) {
     free(all);
 }
 
+static void test_paragraphs(const char *dir) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/paragraphs.txt", dir);
+    const char *content = "first line\nsecond line\n\n\nthird\n \t\nfourth";
+    write_bytes(path, content, strlen(content), "wb");
+    dl_data_stats st = {0};
+    char *all = read_all_documents(path, DL_DATA_PARAGRAPHS, &st, NULL);
+    CHECK_MSG(all && !strcmp(all, "first line\nsecond line\n\nthird\n\nfourth\n\n"), "got '%s'", all);
+    free(all);
+    /* Without blank lines a document is cut at max_line bytes. */
+    dl_data_io io = {5, 3, 0.01, 0.05, NULL, &st};
+    char **shards;
+    size_t count;
+    CHECK_OK(dl_data_list_shards(path, &io, &shards, &count));
+    dl_docreader *dr;
+    write_bytes(path, "aaaa\nbbbb\ncccc\ndddd\nee\n", 23, "wb");
+    CHECK_OK(dl_docreader_new(shards, count, 0, DL_DATA_PARAGRAPHS, "text", 10, &io, &dr));
+    const char *doc;
+    size_t n;
+    CHECK(dl_docreader_next(dr, &doc, &n) == 1 && !strcmp(doc, "aaaa\nbbbb\n"));
+    CHECK(dl_docreader_next(dr, &doc, &n) == 1 && !strcmp(doc, "cccc\ndddd\n"));
+    CHECK(dl_docreader_next(dr, &doc, &n) == 1 && !strcmp(doc, "ee\n"));
+    CHECK(dl_docreader_next(dr, &doc, &n) == 0);
+    dl_docreader_free(dr);
+    dl_data_free_shards(shards, count);
+}
+
 static void test_gzip(const char *dir) {
     char path[256];
     snprintf(path, sizeof path, "%s/multi.txt.gz", dir);
@@ -203,6 +230,7 @@ int main(void) {
     test_sentences();
     test_text_file(dir);
     test_gzip(dir);
+    test_paragraphs(dir);
     test_jsonl(dir);
     test_directory(dir);
     test_long_lines(dir);
