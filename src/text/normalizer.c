@@ -153,6 +153,10 @@ static int apply_unicode(dl_ustr *s, dl_ustr *tmp, bool compat, bool compose) {
         uint32_t c = s->cp[i];
         if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = 0xFFFD;
         if (dl_ustr_reserve(tmp, tmp->len + 32)) return -1;
+        if (dl_uc_compat(DL_UC_NORM_UNCHANGED, c)) {
+            tmp->cp[tmp->len++] = c;
+            continue;
+        }
         int last = 0;
         utf8proc_ssize_t n = utf8proc_decompose_char((utf8proc_int32_t)c, (utf8proc_int32_t *)tmp->cp + tmp->len,
                                                      32, opt, &last);
@@ -228,10 +232,12 @@ static void apply_strip(dl_ustr *s, bool left, bool right) {
     s->len = b - a;
 }
 
-static void apply_strip_accents(dl_ustr *s) {
+/* StripAccents drops every mark (Mn, Mc, Me); BertNormalizer only Mn. */
+static void apply_strip_accents(dl_ustr *s, bool nonspacing_only) {
     size_t k = 0;
     for (size_t i = 0; i < s->len; i++) {
-        if (dl_uc_is_mark(s->cp[i])) {
+        uint32_t c = s->cp[i];
+        if (nonspacing_only ? dl_uc_is_nonspacing_mark(c) : dl_uc_is_mark(c)) {
             if (k == 0) s->at_origin = false;
             continue;
         }
@@ -277,7 +283,7 @@ static int apply_bert(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
     }
     if (n->strip_accents) {
         if (apply_unicode(s, tmp, false, false)) return -1;
-        apply_strip_accents(s);
+        apply_strip_accents(s, true);
     }
     if (n->lowercase) return apply_lowercase(s, tmp);
     return 0;
@@ -297,7 +303,7 @@ int dl_normalizer_apply(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
     case DL_NORM_REPLACE: return apply_replace(n, s, tmp);
     case DL_NORM_LOWERCASE: return apply_lowercase(s, tmp);
     case DL_NORM_STRIP: apply_strip(s, n->strip_left, n->strip_right); return 0;
-    case DL_NORM_STRIP_ACCENTS: apply_strip_accents(s); return 0;
+    case DL_NORM_STRIP_ACCENTS: apply_strip_accents(s, false); return 0;
     case DL_NORM_PREPEND: return apply_prepend(n, s, tmp);
     case DL_NORM_BERT: return apply_bert(n, s, tmp);
     case DL_NORM_PRECOMPILED: return dl_precompiled_apply(n->precompiled, s, tmp);

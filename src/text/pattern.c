@@ -8,6 +8,42 @@
 #include "dedloc/util.h"
 #include "text/text_internal.h"
 
+static int hex_value(uint32_t c) {
+    if (c >= '0' && c <= '9') return (int)(c - '0');
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') return (int)((c | 0x20) - 'a' + 10);
+    return -1;
+}
+
+/* Oniguruma accepts \uHHHH; PCRE2 spells it \x{HHHH}. */
+static int translate_escapes(uint32_t **cps, size_t *n) {
+    uint32_t *in = *cps;
+    uint32_t *out = dl_malloc(dl_mul_size(*n + 8, 2 * sizeof(uint32_t)));
+    if (!out) {
+        free(in);
+        return -1;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < *n; i++) {
+        if (in[i] == '\\' && i + 1 < *n) {
+            if (in[i + 1] == 'u' && i + 5 < *n && hex_value(in[i + 2]) >= 0 && hex_value(in[i + 3]) >= 0 &&
+                hex_value(in[i + 4]) >= 0 && hex_value(in[i + 5]) >= 0) {
+                static const char pre[] = "\\x{";
+                for (const char *p = pre; *p; p++) out[k++] = (uint32_t)*p;
+                for (int j = 2; j <= 5; j++) out[k++] = in[i + j];
+                out[k++] = '}';
+                i += 5;
+                continue;
+            }
+            out[k++] = in[i++]; /* keep any other escape pair intact */
+        }
+        out[k++] = in[i];
+    }
+    free(in);
+    *cps = out;
+    *n = k;
+    return 0;
+}
+
 int dl_pattern_parse(const cJSON *json, dl_pattern *p, const char *what) {
     memset(p, 0, sizeof(*p));
     const cJSON *lit = cJSON_GetObjectItemCaseSensitive(json, "String");
@@ -17,6 +53,7 @@ int dl_pattern_parse(const cJSON *json, dl_pattern *p, const char *what) {
     uint32_t *cps;
     size_t n;
     if (dl_utf8_to_cps(re->valuestring, &cps, &n)) return -1;
+    if (translate_escapes(&cps, &n)) return -1;
     int err;
     PCRE2_SIZE erroff;
     p->re = pcre2_compile((PCRE2_SPTR)cps, n, PCRE2_UTF | PCRE2_UCP, &err, &erroff, NULL);

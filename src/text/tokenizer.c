@@ -42,6 +42,34 @@ static int parse_added(dl_tokenizer *tok, const cJSON *list) {
     return 0;
 }
 
+/* Added tokens marked "normalized" are matched against normalized text, so
+ * their patterns are the normalized content (as HF's AddedVocabulary does). */
+static int normalize_added(dl_tokenizer *tok) {
+    if (!tok->normalizer) return 0;
+    dl_ustr s = {0}, tmp = {0};
+    int rc = 0;
+    for (size_t i = 0; i < tok->n_added && !rc; i++) {
+        dl_added_token *a = &tok->added[i];
+        if (!a->normalized || a->len == 0) continue;
+        s.len = 0;
+        rc = dl_ustr_append(&s, a->content, a->len);
+        if (!rc) rc = dl_normalizer_apply(tok->normalizer, &s, &tmp);
+        if (rc) break;
+        uint32_t *cp = dl_malloc((s.len ? s.len : 1) * sizeof(uint32_t));
+        if (!cp) {
+            rc = -1;
+            break;
+        }
+        if (s.len) memcpy(cp, s.cp, s.len * sizeof(uint32_t));
+        free(a->content);
+        a->content = cp;
+        a->len = s.len;
+    }
+    dl_ustr_free(&s);
+    dl_ustr_free(&tmp);
+    return rc;
+}
+
 static int parse_template_list(const cJSON *list, const cJSON *specials, dl_template_item **items, size_t *n,
                                const char *what) {
     if (!cJSON_IsArray(list)) return dl_fail("TemplateProcessing: '%s' must be an array", what);
@@ -212,6 +240,7 @@ int dl_tokenizer_load_json(const char *json, size_t len, dl_tokenizer **out) {
         if (!tok->pretokenizer || dl_pretokenizer_parse(pre, tok->pretokenizer)) goto done;
     }
     if (parse_added(tok, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"))) goto done;
+    if (normalize_added(tok)) goto done;
     if (build_vocab(tok)) goto done;
     if (parse_post(tok, cJSON_GetObjectItemCaseSensitive(root, "post_processor"))) goto done;
     tok->word_prefix = find_metaspace(tok->pretokenizer);

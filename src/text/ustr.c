@@ -168,7 +168,7 @@ bool dl_uc_is_punctuation(uint32_t c) {
         return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
                (c >= 0x7B && c <= 0x7E);
     utf8proc_category_t k = category(c);
-    return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+    return (k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO) != dl_uc_compat(DL_UC_PUNCT, c);
 }
 
 bool dl_uc_is_numeric(uint32_t c) {
@@ -188,7 +188,11 @@ bool dl_uc_is_alphanumeric(uint32_t c) {
 
 bool dl_uc_is_mark(uint32_t c) {
     utf8proc_category_t k = category(c);
-    return k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME;
+    return (k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME) != dl_uc_compat(DL_UC_MARK, c);
+}
+
+bool dl_uc_is_nonspacing_mark(uint32_t c) {
+    return (category(c) == UTF8PROC_CATEGORY_MN) != dl_uc_compat(DL_UC_NONSPACING, c);
 }
 
 bool dl_uc_is_word(uint32_t c) {
@@ -207,8 +211,8 @@ bool dl_uc_is_word(uint32_t c) {
 bool dl_uc_is_control(uint32_t c) {
     if (c == '\t' || c == '\n' || c == '\r') return false;
     utf8proc_category_t k = category(c);
-    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CN ||
-           k == UTF8PROC_CATEGORY_CO;
+    return (k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CO) !=
+           dl_uc_compat(DL_UC_CONTROL, c);
 }
 
 bool dl_uc_is_cjk(uint32_t c) {
