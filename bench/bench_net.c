@@ -2,7 +2,9 @@
  * HELLO both ways, AUTH both ways, signature checks) as a dialler sees it,
  * and how long a new epoch takes from dl_net_publish_progress on one peer to
  * the other peer's swarm view. Prints a table and one JSON line.
- *   bench_net [rounds]   (default 200) */
+ * With a cap, also the rate a 4 MB incompressible request goes out at
+ * under max_upload (the token bucket):
+ *   bench_net [rounds (default 200)] [max_upload_mbit (default 0 = skip)] */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -72,6 +74,10 @@ static double handshake_once(const struct sockaddr_in *sa, const struct dl_ident
     return result;
 }
 
+static void ok_handler(void *user, dl_net *net, const struct dl_net_incoming *req) {
+    dl_net_respond(net, req->token, DL_NET_OK, "k", 1);
+}
+
 static void sleep_us(long us) {
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     nanosleep(&ts, NULL);
@@ -79,6 +85,7 @@ static void sleep_us(long us) {
 
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 200;
+    double cap_mbit = argc > 2 ? atof(argv[2]) : 0;
     if (rounds < 5) rounds = 5;
     dl_log_set_level(DL_LOG_ERROR);
     struct dl_net_config cfg;
@@ -138,14 +145,46 @@ int main(int argc, char **argv) {
         }
     }
     qsort(prop, (size_t)pok, sizeof *prop, cmp_double);
+    double capped_mbit = 0;
+    if (cap_mbit > 0) {
+        dl_net *c;
+        struct dl_net_config cc = cfg;
+        cc.max_upload_mbit = cap_mbit;
+        dl_net_set_handler(a, "sink", ok_handler, NULL);
+        if (dl_net_start(&cc, &c) == 0) {
+            for (int t = 0; t < 10000; t++) {
+                struct dl_swarm_view v;
+                dl_net_swarm_view(c, &v);
+                size_t n = v.num_connections;
+                dl_swarm_view_free(&v);
+                if (n >= 1) break;
+                sleep_us(1000);
+            }
+            sleep_us(300000); /* let the bucket's burst drain behind the record exchange */
+            size_t size = 4u << 20;
+            uint8_t *payload = malloc(size), *resp;
+            randombytes_buf(payload, size);
+            size_t rn;
+            double t0 = dl_now();
+            int st = dl_net_request_sync(c, dl_net_peer_id(a), "sink", payload, size, 120, &resp, &rn);
+            double dt = dl_now() - t0;
+            if (st == DL_NET_OK) capped_mbit = size * 8 / dt / 1e6;
+            free(resp);
+            free(payload);
+            dl_net_stop(c);
+        }
+    }
     printf("%-28s %8s %10s %10s %10s\n", "measure (loopback)", "n", "median ms", "p90 ms", "max ms");
     printf("%-28s %8d %10.3f %10.3f %10.3f\n", "handshake (dialler side)", ok, hs[ok / 2] * 1e3,
            hs[ok * 9 / 10] * 1e3, hs[ok - 1] * 1e3);
     printf("%-28s %8d %10.3f %10.3f %10.3f\n", "epoch propagation (1 hop)", pok, prop[pok / 2] * 1e3,
            prop[pok * 9 / 10] * 1e3, prop[pok - 1] * 1e3);
+    if (cap_mbit > 0)
+        printf("%-28s %8s %10.2f Mbit/s measured, cap %.2f\n", "4 MB request upload", "1", capped_mbit, cap_mbit);
     printf("{\"handshake_ms_median\":%.3f,\"handshake_ms_p90\":%.3f,\"propagation_ms_median\":%.3f,"
-           "\"propagation_ms_p90\":%.3f,\"rounds\":%d}\n",
-           hs[ok / 2] * 1e3, hs[ok * 9 / 10] * 1e3, prop[pok / 2] * 1e3, prop[pok * 9 / 10] * 1e3, rounds);
+           "\"propagation_ms_p90\":%.3f,\"rounds\":%d,\"upload_cap_mbit\":%.2f,\"upload_measured_mbit\":%.2f}\n",
+           hs[ok / 2] * 1e3, hs[ok * 9 / 10] * 1e3, prop[pok / 2] * 1e3, prop[pok * 9 / 10] * 1e3, rounds,
+           cap_mbit, capped_mbit);
     free(hs);
     free(prop);
     dl_net_stop(b);

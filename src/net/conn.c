@@ -42,6 +42,9 @@ void dl_conn_close(struct dl_conn *c, const char *why) {
     c->state = CONN_CLOSING;
     if (was_ready) dl_net_on_closed(net, c);
     dl_rpc_conn_closed(net, c);
+    /* Leave the rate-limit group now: bufferevent_free may finish later,
+     * after the group itself is gone. */
+    if (net->rate_group) bufferevent_remove_from_rate_limit_group(c->bev);
     bufferevent_free(c->bev);
     dl_handshake_clear(&c->hs);
     sodium_memzero(&c->rx, sizeof c->rx);
@@ -134,6 +137,10 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(c, DL_ERR_SELF, "connected to ourselves", false);
         return;
     }
+    if (c->outbound && !dl_net_target_accepts(net, c->dialled, h->sign_pk)) {
+        dl_conn_reject(c, DL_ERR_PROTOCOL, "another identity than announced at this address", false);
+        return;
+    }
     if (dl_net_is_banned(net, h->sign_pk)) {
         dl_conn_reject(c, DL_ERR_BANNED, "banned", false);
         return;
@@ -175,8 +182,6 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
         const uint8_t *dialler_new = c->outbound ? net->id.pk : c->peer_pk;
         const uint8_t *dialler_old = old->outbound ? net->id.pk : old->peer_pk;
         if (dialler_new != dialler_old && memcmp(dialler_old, dialler_new, DL_WIRE_PK) < 0) {
-            c->state = CONN_READY;
-            net->num_ready++;
             dl_conn_reject(c, DL_ERR_DUPLICATE, "duplicate connection", false);
             return;
         }
@@ -219,7 +224,9 @@ static void on_clear_frame(struct dl_conn *c, const struct dl_frame_header *h, c
                            size_t size) {
     if (h->type == DL_MSG_ERROR) {
         struct dl_msg_error e;
-        if (dl_msg_error_decode(body, size, &e) == 0)
+        if (dl_msg_error_decode(body, size, &e) == 0 && (e.code == DL_ERR_DUPLICATE || e.code == DL_ERR_SELF))
+            DL_DEBUG("net", "%s closed a redundant connection: %s", conn_name(c), e.text);
+        else if (dl_msg_error_decode(body, size, &e) == 0)
             DL_WARN("net", "%s refused us: %s (code %u, its protocol version %u)", conn_name(c), e.text,
                     e.code, e.version);
         dl_conn_close(c, "peer sent an error");
@@ -338,6 +345,9 @@ struct dl_conn *dl_conn_new(struct dl_net *net, struct bufferevent *bev, bool ou
     bufferevent_setcb(bev, read_cb, NULL, event_cb, c);
     /* Bounded input: at most one frame plus its header waits in the buffer. */
     bufferevent_setwatermark(bev, EV_READ, 0, DL_WIRE_HEADER + (size_t)net->cfg.max_frame + 4096);
+    /* libevent moves 16 KiB per read by default; gradient parts are megabytes. */
+    bufferevent_set_max_single_read(bev, 256 * 1024);
+    bufferevent_set_max_single_write(bev, 256 * 1024);
     if (net->rate_group) bufferevent_add_to_rate_limit_group(bev, net->rate_group);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     if (!outbound) send_clear(c, DL_MSG_HELLO, c->hs.my_hello, c->hs.my_hello_size);

@@ -64,10 +64,16 @@ static int resolve_address(const char *text, struct sockaddr_storage *ss, int *l
     if (hl >= sizeof host) return dl_fail("host name too long in '%s'", text);
     memcpy(host, text, hl);
     host[hl] = 0;
+    /* libevent's parser refuses port 0 ("any"), so "[::1]:0" arrives here. */
+    char *h = host;
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+        h[hl - 1] = 0;
+        h++;
+    }
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(host, colon + 1, &hints, &res);
+    int rc = getaddrinfo(h, colon + 1, &hints, &res);
     if (rc || !res) return dl_fail("cannot resolve '%s': %s", text, gai_strerror(rc));
     memcpy(ss, res->ai_addr, res->ai_addrlen);
     *len = (int)res->ai_addrlen;
@@ -134,6 +140,17 @@ void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *addre
         t->has_pk = true;
     }
     t->last_seen = dl_now();
+}
+
+bool dl_net_target_accepts(struct dl_net *net, const char *address, const uint8_t pk[DL_WIRE_PK]) {
+    bool known = false;
+    for (size_t i = 0; i < net->num_targets; i++) {
+        const struct dl_target *t = &net->targets[i];
+        if (strcmp(t->address, address)) continue;
+        known = true;
+        if (t->initial || !t->has_pk || !memcmp(t->pk, pk, DL_WIRE_PK)) return true;
+    }
+    return !known;
 }
 
 static void dial(struct dl_net *net, struct dl_target *t) {
@@ -277,10 +294,9 @@ void dl_net_on_ready(struct dl_net *net, struct dl_conn *c) {
     if (c->outbound) {
         struct dl_target *t = find_target(net, NULL, c->dialled);
         if (t) {
-            if (!t->has_pk) {
-                memcpy(t->pk, c->peer_pk, DL_WIRE_PK);
-                t->has_pk = true;
-            }
+            /* An initial peer may come back with another identity. */
+            memcpy(t->pk, c->peer_pk, DL_WIRE_PK);
+            t->has_pk = true;
             t->backoff = 1;
         }
     }
@@ -544,9 +560,12 @@ int dl_net_start(const struct dl_net_config *config, dl_net **out) {
     }
     if (start_listener(net)) goto fail;
     if (config->max_upload_mbit > 0) {
-        size_t rate = (size_t)(config->max_upload_mbit * 1e6 / 8);
-        if (rate < 1024) rate = 1024;
-        net->bucket_cfg = ev_token_bucket_cfg_new(EV_RATE_LIMIT_MAX, EV_RATE_LIMIT_MAX, rate, rate, NULL);
+        /* Refilled every 20 ms (rates are per tick), with 100 ms of burst:
+         * smooth enough that a home link stays usable. */
+        struct timeval tick = {0, 20000};
+        size_t per_tick = (size_t)(config->max_upload_mbit * 1e6 / 8 * 0.02);
+        if (per_tick < 64) per_tick = 64;
+        net->bucket_cfg = ev_token_bucket_cfg_new(EV_RATE_LIMIT_MAX, EV_RATE_LIMIT_MAX, per_tick, 5 * per_tick, &tick);
         if (net->bucket_cfg) net->rate_group = bufferevent_rate_limit_group_new(net->base, net->bucket_cfg);
         if (!net->rate_group) {
             dl_fail("libevent: cannot create the upload rate limit");

@@ -162,6 +162,9 @@ void dl_net_send_records(struct dl_net *net, struct dl_conn *c, struct dl_conn *
 /* net.c */
 bool dl_net_is_banned(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]);
 void dl_net_ban(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]);
+/* False when we dialled an address learned with a key (record or DHT) and
+ * another key answered. Initial peers may change identity. */
+bool dl_net_target_accepts(struct dl_net *net, const char *address, const uint8_t pk[DL_WIRE_PK]);
 void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, bool from_dht);
 void dl_net_on_ready(struct dl_net *net, struct dl_conn *c);
 void dl_net_on_closed(struct dl_net *net, struct dl_conn *c);

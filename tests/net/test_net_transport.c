@@ -307,6 +307,19 @@ static void test_hostile(dl_net *a, dl_net *b) {
     CHECK_MSG(banned_told, "banned identity was not refused");
     raw_close(&r);
 
+    /* silent before the handshake: closed after handshake_timeout_s */
+    CHECK(raw_connect(&r, addr) == 0);
+    CHECK_MSG(raw_closed(&r, -1, NULL), "silent connection not closed by the handshake timeout");
+    raw_close(&r);
+
+    /* silent after the handshake (never answers PING): closed as dead */
+    CHECK(raw_connect(&r, addr) == 0);
+    CHECK_OK(raw_handshake(&r, "transport-test", false));
+    bool saw_ping = false;
+    CHECK_MSG(raw_closed(&r, DL_MSG_PING, &saw_ping), "dead connection not closed by keepalive");
+    CHECK(saw_ping);
+    raw_close(&r);
+
     /* through all of it the honest peer kept being served */
     CHECK(echo_works(b, a_id));
     CHECK(peers_seen(a) == 2);
@@ -363,7 +376,8 @@ int main(void) {
     cfg.run_id = "transport-test";
     cfg.listen = "127.0.0.1:0";
     cfg.use_dht = false;
-    cfg.handshake_timeout_s = 3;
+    cfg.handshake_timeout_s = 1.5;
+    cfg.keepalive_s = 1.0;
     dl_net *a = NULL, *b = NULL;
     CHECK_OK(dl_net_start(&cfg, &a));
     if (!a) return dl_test_finish("test_net_transport");
@@ -393,6 +407,26 @@ int main(void) {
 
     test_requests(a, b);
     test_hostile(a, b);
+
+    /* IPv6 loopback, where the machine has it */
+    struct dl_net_config c6 = cfg;
+    c6.run_id = "transport-v6";
+    c6.listen = "[::1]:0";
+    c6.initial_peers = NULL;
+    dl_net *c = NULL, *d = NULL;
+    if (dl_net_start(&c6, &c) == 0) {
+        CHECK(strncmp(dl_net_listen_address(c), "[::1]:", 6) == 0);
+        c6.initial_peers = dl_net_listen_address(c);
+        CHECK_OK(dl_net_start(&c6, &d));
+        if (d) {
+            CHECK(wait_peers(c, 2, 10000));
+            CHECK(wait_peers(d, 2, 10000));
+            dl_net_stop(d);
+        }
+        dl_net_stop(c);
+    } else {
+        printf("IPv6 loopback unavailable, skipped: %s\n", dl_error());
+    }
 
     /* a clean exit: goodbye removes b from a's view well before any expiry */
     dl_net_stop(b);
