@@ -11,6 +11,7 @@ const struct dl_command dl_commands[] = {
     {"peer", cmd_peer, "join a collaboration without training; print the swarm view"},
     {"serve-data", cmd_serve_data, "serve a directory of text shards over HTTP to the peers"},
     {"train", cmd_train, "train ALBERT on one device (LAMB on the host, checkpoints, resume)"},
+    {"bench", cmd_bench, "benchmarks: bench step (one ALBERT training step)"},
     {"grad", cmd_grad, "loss and gradients of one batch for a HF model folder (checks against transformers)"},
     {"export", cmd_export, "write a checkpoint as a Hugging Face model folder"},
     {NULL, NULL, NULL},

@@ -1,0 +1,16 @@
+/* `dedloc bench <what>`: benchmarks share one dispatcher (cmd_bench.c); each
+ * lives in src/cli/bench_<what>.c and prints a table, or JSON with --json. */
+#ifndef DEDLOC_CLI_BENCH_H
+#define DEDLOC_CLI_BENCH_H
+
+typedef int (*dl_bench_fn)(int argc, char **argv);
+
+struct dl_bench {
+    const char *name;
+    dl_bench_fn run;
+    const char *summary;
+};
+
+int bench_step(int argc, char **argv);
+
+#endif

@@ -1,0 +1,34 @@
+/* dedloc bench: dispatches to one benchmark per subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/bench.h"
+#include "cli/commands.h"
+
+/* Add a line here when you add src/cli/bench_<what>.c. */
+static const struct dl_bench benches[] = {
+    {"step", bench_step, "one ALBERT training step (forward + backward): tokens/s, GFLOP/s, memory"},
+    {NULL, NULL, NULL},
+};
+
+static void help(FILE *out) {
+    fprintf(out, "usage: dedloc bench <what> [options]   (dedloc bench <what> --help)\n\n");
+    for (const struct dl_bench *b = benches; b->name; b++)
+        fprintf(out, "  %-8s %s\n", b->name, b->summary);
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2) {
+        help(stderr);
+        return DL_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        help(stdout);
+        return DL_EXIT_OK;
+    }
+    for (const struct dl_bench *b = benches; b->name; b++)
+        if (!strcmp(argv[1], b->name)) return b->run(argc - 1, argv + 1);
+    fprintf(stderr, "dedloc bench: unknown benchmark '%s'\n", argv[1]);
+    help(stderr);
+    return DL_EXIT_USAGE;
+}
