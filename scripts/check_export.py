@@ -3,7 +3,7 @@
 computes what dedloc computed.
 
     /work/refenv/bin/python scripts/check_export.py --model DIR --batch BATCH.safetensors \\
-        --logits LOGITS.safetensors [--tol 1e-4]
+        [--logits LOGITS.safetensors] [--tol 1e-4] [--save-logits OUT.safetensors]
 
 DIR            written by `dedloc export`: config.json + model.safetensors.
 BATCH          input_ids, token_type_ids, attention_mask (int64 [B,T]); labels
@@ -14,6 +14,9 @@ LOGITS         written by dedloc for that batch, a safetensors holding
                                     (the M positions with labels != -100, in
                                     row-major order; needs labels in BATCH)
                and optionally loss, mlm_loss, sop_loss (float [1]).
+               Without --logits only the load and a forward pass are checked.
+--save-logits  writes transformers' prediction_logits [B,T,V], sop_logits and
+               loss for the batch, in the LOGITS format.
 
 The model is loaded with AlbertForPreTraining.from_pretrained (missing or
 unexpected weights are an error: the export must load unchanged) and run in
@@ -28,7 +31,7 @@ import json
 import sys
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import AlbertForPreTraining
 
 
@@ -41,7 +44,8 @@ def main():
     ap = argparse.ArgumentParser(description="Compare a dedloc export with transformers.")
     ap.add_argument("--model", required=True, help="folder with config.json + model.safetensors")
     ap.add_argument("--batch", required=True, help="batch safetensors")
-    ap.add_argument("--logits", required=True, help="safetensors with dedloc's logits")
+    ap.add_argument("--logits", help="safetensors with dedloc's logits (without it: load check only)")
+    ap.add_argument("--save-logits", help="also write transformers' logits for the batch here")
     ap.add_argument("--tol", type=float, default=1e-4, help="max abs diff allowed (default 1e-4)")
     ap.add_argument("--json", action="store_true", help="also print a JSON summary line")
     args = ap.parse_args()
@@ -56,13 +60,9 @@ def main():
     model.float().eval()
 
     batch = load_file(args.batch)
-    dedloc = load_file(args.logits)
     for key in ("input_ids", "token_type_ids", "attention_mask"):
         if key not in batch:
             fail_input(f"{args.batch} lacks {key}")
-    for key in ("prediction_logits", "sop_logits"):
-        if key not in dedloc:
-            fail_input(f"{args.logits} lacks {key}")
     inputs = {k: batch[k].long() for k in ("input_ids", "token_type_ids", "attention_mask")}
     labels = batch.get("labels")
     sop_labels = batch.get("sentence_order_label")
@@ -71,6 +71,21 @@ def main():
         if labels is not None and sop_labels is not None:
             kwargs.update(labels=labels.long(), sentence_order_label=sop_labels.long())
         out = model(**kwargs)
+
+    if args.save_logits:
+        saved = {"prediction_logits": out.prediction_logits.contiguous(),
+                 "sop_logits": out.sop_logits.contiguous()}
+        if out.loss is not None:
+            saved["loss"] = out.loss.reshape(1)
+        save_file(saved, args.save_logits)
+    if not args.logits:
+        print(f"OK: {args.model} loads unchanged and runs the batch"
+              + (f" (loss {out.loss.item():.6f})" if out.loss is not None else ""))
+        sys.exit(0)
+    dedloc = load_file(args.logits)
+    for key in ("prediction_logits", "sop_logits"):
+        if key not in dedloc:
+            fail_input(f"{args.logits} lacks {key}")
 
     B, T = inputs["input_ids"].shape
     V = model.config.vocab_size
