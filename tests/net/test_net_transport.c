@@ -167,7 +167,10 @@ static int raw_handshake(struct raw *r, const char *run_id, bool forge) {
     raw_send_clear(r, DL_MSG_HELLO, r->hs.my_hello, r->hs.my_hello_size);
     uint8_t h[DL_WIRE_HEADER], *b;
     size_t n;
-    if (raw_read(r, h, &b, &n) || h[3] != DL_MSG_HELLO) return -1;
+    if (raw_read(r, h, &b, &n) || h[3] != DL_MSG_HELLO) {
+        free(b);
+        return -1;
+    }
     int rc = dl_handshake_on_hello(&r->hs, b, n, &r->rx, &r->tx);
     free(b);
     if (rc) return -1;
@@ -183,7 +186,10 @@ static int raw_handshake(struct raw *r, const char *run_id, bool forge) {
     uint8_t *auth = dl_msg_auth_encode(sig, &n);
     raw_send_sealed(r, DL_MSG_AUTH, auth, n, -1);
     free(auth);
-    if (raw_read(r, h, &b, &n) || h[3] != DL_MSG_AUTH) return -1;
+    if (raw_read(r, h, &b, &n) || h[3] != DL_MSG_AUTH) {
+        free(b);
+        return -1;
+    }
     rc = dl_frame_open(&r->rx, h, b, &n);
     if (!rc) rc = dl_msg_auth_decode(b, n, sig);
     if (!rc) rc = dl_handshake_verify(&r->hs, sig);
