@@ -13,6 +13,10 @@ Produces in tests/fixtures/text/:
                           BertProcessing, no unk fusing surprises
   tok_split_regex.json    NFKD, Replace regex, Split regex (isolated/merged),
                           Whitespace, Metaspace(never, no split)
+  tok_spm_albert.json     a SentencePiece Unigram model (sentencepiece 0.2.0) converted
+                          by transformers 4.40.2's AlbertTokenizerFast: Replace, NFKD,
+                          StripAccents, Lowercase, Precompiled charsmap, Metaspace
+                          (only with --spm: needs sentencepiece and transformers)
   <name>.ids for each of those and for assets/tokenizer_bn_demo.json:
       one case per line: hex(utf8 text) TAB ids
       pair cases:        P TAB hex(a) TAB hex(b) TAB ids TAB type_ids
@@ -107,6 +111,23 @@ def build_tokenizers(bn, en):
     return toks
 
 
+def build_spm(bn, workdir):
+    import sentencepiece as spm
+    import transformers
+    from transformers import AlbertTokenizerFast
+    if spm.__version__ != "0.2.0" or transformers.__version__ != "4.40.2":
+        sys.exit("make_tokenizer_fixtures: --spm needs sentencepiece==0.2.0 and transformers==4.40.2")
+    corpus = os.path.join(workdir, "bn.txt")
+    open(corpus, "w", encoding="utf-8").write("\n".join(bn) + "\n")
+    prefix = os.path.join(workdir, "spm_bn")
+    spm.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=2000, model_type="unigram",
+                                   character_coverage=0.9995, pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+                                   user_defined_symbols=["[MASK]"], control_symbols=["[CLS]", "[SEP]"],
+                                   seed_sentencepiece_size=100000, minloglevel=2)
+    fast = AlbertTokenizerFast(vocab_file=prefix + ".model", from_slow=True)
+    return Tokenizer.from_str(fast._tokenizer.to_str())
+
+
 def random_text(rng, n):
     ranges = [(0x20, 0x7E), (0xA0, 0x24F), (0x300, 0x36F), (0x370, 0x3FF), (0x400, 0x4FF), (0x900, 0x97F),
               (0x980, 0x9FF), (0x980, 0x9FF), (0x980, 0x9FF), (0x2000, 0x206F), (0x2500, 0x25FF),
@@ -169,6 +190,7 @@ def write_ids(name, tok, cases, pairs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default=os.path.join(ROOT, "build", "corpus", "bn.txt"))
+    ap.add_argument("--spm", action="store_true", help="also build tok_spm_albert (sentencepiece + transformers)")
     args = ap.parse_args()
     if tokenizers.__version__ != PINNED:
         sys.exit(f"make_tokenizer_fixtures: needs tokenizers=={PINNED}, found {tokenizers.__version__}")
@@ -177,6 +199,10 @@ def main():
     en = english_lines()
     rng = random.Random(20240401)
     toks = build_tokenizers(bn, en)
+    if args.spm:
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            toks["tok_spm_albert"] = build_spm(bn, tmp)
     cases = [s.encode() for s in texts(bn, en, rng)] + invalid_utf8_cases()
     pairs = [(rng.choice(bn), rng.choice(bn)) for _ in range(40)] + [("", ""), ("a", ""), ("", "আ"),
                                                                      ("Hello [MASK]", "বাংলা [SEP]")]

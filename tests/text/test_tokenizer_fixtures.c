@@ -1,5 +1,5 @@
 /* Id-for-id agreement with HF tokenizers 0.19.1 on the committed fixtures
- * (scripts/make_tokenizer_fixtures.py): four tokenizer files with different
+ * (scripts/make_tokenizer_fixtures.py): five tokenizer files with different
  * normalizers, pre-tokenizers, added tokens and post-processors, ~1000 texts
  * each (Bengali, English, digits, punctuation, spaces, danda variants, emoji,
  * combining marks, empty and long lines, invalid UTF-8, random code points). */
@@ -111,7 +111,7 @@ static void check_file(const char *name, const dl_tokenizer *tok) {
 }
 
 int main(void) {
-    static const char *files[] = {"tok_mixed_bytefb", "tok_bert_style", "tok_split_regex"};
+    static const char *files[] = {"tok_mixed_bytefb", "tok_bert_style", "tok_split_regex", "tok_spm_albert"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char path[512];
         snprintf(path, sizeof(path), FIXTURES "%s.json", files[i]);
