@@ -221,6 +221,21 @@ struct records_ctx {
     int bad;
 };
 
+/* A peer listening on a wildcard address without --announce tells us
+ * "0.0.0.0:PORT"; when the record comes straight from its owner we dial the
+ * address its connection comes from, with that port. */
+static void dial_address_of(const struct dl_record *r, const struct dl_conn *from, char out[DL_NET_ADDR_MAX]) {
+    snprintf(out, DL_NET_ADDR_MAX, "%s", r->address);
+    bool wildcard = !strncmp(r->address, "0.0.0.0:", 8) || !strncmp(r->address, "[::]:", 5);
+    if (!wildcard) return;
+    out[0] = 0;
+    if (!from || memcmp(from->peer_pk, r->pk, DL_WIRE_PK)) return;
+    const char *port = strrchr(r->address, ':');
+    const char *host_end = strrchr(from->remote, ':');
+    if (!port || !host_end) return;
+    snprintf(out, DL_NET_ADDR_MAX, "%.*s%s", (int)(host_end - from->remote), from->remote, port);
+}
+
 static int on_one_record(void *user, const uint8_t *blob, size_t size) {
     struct records_ctx *ctx = user;
     struct dl_net *net = ctx->net;
@@ -243,7 +258,9 @@ static int on_one_record(void *user, const uint8_t *blob, size_t size) {
             if (t && !t->initial) *t = net->targets[--net->num_targets];
             DL_INFO("net", "peer %s said goodbye", r.peer_id);
         } else if (!r.client_mode) {
-            dl_net_note_target(net, r.pk, r.address, false);
+            char address[DL_NET_ADDR_MAX];
+            dial_address_of(&r, ctx->from, address);
+            dl_net_note_target(net, r.pk, address, false);
         }
     }
     return 0;
@@ -443,7 +460,12 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len, void *arg) {
     struct dl_net *net = arg;
-    if (net->num_conns >= DL_NET_MAX_CONNS || net->stopping) {
+    /* Unauthenticated connections cost memory and crypto before they prove
+     * anything: at most DL_NET_MAX_PREAUTH of them at a time. */
+    size_t preauth = 0;
+    for (struct dl_conn *c = net->conns; c; c = c->next) preauth += c->state < CONN_READY;
+    if (net->num_conns >= DL_NET_MAX_CONNS || preauth >= DL_NET_MAX_PREAUTH || net->stopping) {
+        DL_DEBUG("net", "refusing a connection (%zu connections, %zu unauthenticated)", net->num_conns, preauth);
         evutil_closesocket(fd);
         return;
     }
@@ -477,8 +499,9 @@ static int start_listener(struct dl_net *net) {
     } else {
         snprintf(net->announce_addr, sizeof net->announce_addr, "%s", net->listen_addr);
         if (!strncmp(net->listen_addr, "0.0.0.0:", 8) || !strncmp(net->listen_addr, "[::]:", 5))
-            DL_WARN("net", "listening on %s: other peers cannot dial a wildcard address; "
-                    "pass --announce ADDR:PORT", net->listen_addr);
+            DL_WARN("net", "listening on %s without --announce: peers will dial the address they "
+                    "see our connections come from; pass --announce ADDR:PORT if that is wrong",
+                    net->listen_addr);
     }
     return 0;
 }

@@ -14,6 +14,7 @@
 #include "net/wire.h"
 
 #define DL_NET_MAX_CONNS 256
+#define DL_NET_MAX_PREAUTH 64
 #define DL_NET_MAX_TARGETS 1024
 #define DL_NET_MAX_HANDLERS 32
 #define DL_NET_MAX_INCOMING_PER_CONN 64

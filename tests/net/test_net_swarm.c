@@ -45,7 +45,7 @@ static struct peer_proc procs[8];
 static void run_swarm(int n) {
     char run_id[32];
     snprintf(run_id, sizeof run_id, "swarm-%d", n);
-    const char *expiry = n == 2 ? "60" : "4";
+    const char *expiry = n == 2 ? "60" : "6";
     struct peer_spec spec[8];
     double collective = 0;
     for (int i = 0; i < n; i++) {
@@ -74,7 +74,7 @@ static void run_swarm(int n) {
         CHECK_MSG(procs_wait_views(procs, 1, &e1, 15), "goodbye not seen");
     }
     if (n == 4) {
-        /* killed (no goodbye): gone after the 4 s expiry */
+        /* killed (no goodbye): gone after the 6 s expiry */
         char old_id[40];
         snprintf(old_id, sizeof old_id, "%s", procs[1].peer_id);
         proc_stop(&procs[1], SIGKILL);

@@ -17,6 +17,7 @@
 #include "dedloc/net.h"
 #include "dedloc/util.h"
 #include "dl_test.h"
+#include "net/swarm.h"
 #include "net/wire.h"
 
 static void sleep_ms(int ms) {
@@ -279,6 +280,33 @@ static void test_hostile(dl_net *a, dl_net *b) {
     CHECK_MSG(raw_closed(&r, DL_MSG_PONG, &saw_pong), "tampered frame did not close the connection");
     CHECK(!saw_pong);
     raw_close(&r);
+
+    /* a forged record (signed by one key, naming another) is refused, its
+     * sender disconnected, and the record never reaches the view */
+    CHECK(raw_connect(&r, addr) == 0);
+    CHECK_OK(raw_handshake(&r, "transport-test", false));
+    struct dl_identity victim, forger;
+    dl_identity_load(NULL, &victim);
+    dl_identity_load(NULL, &forger);
+    memcpy(forger.pk, victim.pk, DL_WIRE_PK);
+    struct dl_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.seq = 1;
+    rec.epoch = 1000;
+    size_t bn;
+    uint8_t *blob = dl_record_sign(&rec, "transport-test", &forger, &bn);
+    const uint8_t *blobs[1] = {blob};
+    uint8_t *records = dl_msg_records_encode(blobs, &bn, 1, &n);
+    raw_send_sealed(&r, DL_MSG_RECORDS, records, n, -1);
+    free(records);
+    free(blob);
+    CHECK_MSG(raw_closed(&r, -1, NULL), "forged record not refused");
+    raw_close(&r);
+    struct dl_swarm_view v;
+    CHECK_OK(dl_net_swarm_view(a, &v));
+    CHECK(v.global_epoch < 1000);
+    for (size_t i = 0; i < v.num_peers; i++) CHECK(strcmp(v.peers[i].peer_id, victim.peer_id) != 0);
+    dl_swarm_view_free(&v);
 
     /* forged handshake signature: closed before any record is shared */
     CHECK(raw_connect(&r, addr) == 0);
