@@ -76,7 +76,8 @@ typedef struct dl_data_config {
     bool loop;                  /* true: start over after the last shard (endless) */
     int queue_batches;          /* 4: batches prepared ahead by the background thread */
     double io_timeout_s;        /* 30: an HTTP source silent this long is retried */
-    int max_retries;            /* 10 consecutive failures of one shard before it is skipped */
+    int max_retries;            /* 10 consecutive failures of one shard before it is skipped
+                                   (< 0: retry forever) */
     double retry_base_s;        /* 0.5: first backoff, doubled per failure */
     double retry_max_s;         /* 30: backoff cap */
     size_t max_line_bytes;      /* 4 MiB: longer lines are skipped and counted */

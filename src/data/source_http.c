@@ -192,7 +192,7 @@ static int after_failure(http_src *h) {
     h->failures++;
     if (h->io && h->io->counters) h->io->counters->retries++;
     int max = h->io ? h->io->max_retries : 3;
-    if (h->failures > max)
+    if (max >= 0 && h->failures > max)
         return dl_fail("%s: giving up after %d failures at byte %" PRIu64 " (last: %s)", h->url,
                        h->failures, h->received_end, h->why);
     double base = h->io ? h->io->retry_base_s : 0.5, cap = h->io ? h->io->retry_max_s : 30;

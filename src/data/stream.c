@@ -44,6 +44,7 @@ struct dl_data_stream {
     size_t ready_head, ready_count, ready_cap;
     bool input_done;
     uint64_t docs_this_pass;
+    uint64_t failed_before_pass; /* failed_shards when the pass began */
 };
 
 uint64_t dl_data_mix_seed(uint64_t seed, uint64_t peer_seed, uint64_t purpose) {
@@ -116,6 +117,12 @@ static int process_document(dl_data_stream *s, const char *doc, size_t len) {
     return rc;
 }
 
+static void publish_stats(dl_data_stream *s) {
+    uint64_t batches = s->stats.batches; /* counted by the consumer */
+    s->stats = s->counters;
+    s->stats.batches = batches;
+}
+
 /* 1 example, 0 end of data, -1 failure. */
 static int next_example(dl_data_stream *s, dl_example *out) {
     while (s->ready_head == s->ready_count) {
@@ -126,6 +133,19 @@ static int next_example(dl_data_stream *s, dl_example *out) {
         if (r < 0) return -1;
         if (r == 0) {
             s->counters.passes++;
+            bool failures = s->counters.failed_shards > s->failed_before_pass;
+            s->failed_before_pass = s->counters.failed_shards;
+            if (!s->docs_this_pass && failures && s->cfg.loop) {
+                /* Every shard failed (server down?): wait and go round again
+                 * rather than end a long run over an outage. */
+                DL_WARN("data", "%s: no shard could be read in this pass; retrying in %.0f s",
+                        s->source, s->cfg.retry_max_s);
+                pthread_mutex_lock(&s->mu);
+                publish_stats(s);
+                pthread_mutex_unlock(&s->mu);
+                if (dl_data_io_sleep(&s->io, s->cfg.retry_max_s)) return dl_fail("data stream stopped");
+                continue;
+            }
             if (!s->docs_this_pass)
                 return dl_fail("no usable documents in %s (%" PRIu64 " lines skipped, %" PRIu64
                                " shards failed)",
@@ -172,11 +192,6 @@ static int fill_batch(dl_data_stream *s, dl_batch *b) {
     return 1;
 }
 
-static void publish_stats(dl_data_stream *s) {
-    uint64_t batches = s->stats.batches; /* counted by the consumer */
-    s->stats = s->counters;
-    s->stats.batches = batches;
-}
 
 static void *producer_main(void *arg) {
     dl_data_stream *s = arg;

@@ -357,6 +357,59 @@ static void test_killed_server(const char *dir) {
     free(text);
 }
 
+/* A port that was free a moment ago. */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* The server is down when training starts: the consumer sees timeouts, the
+ * producer keeps retrying passes, and batches flow once the server is up. */
+static void test_outage_at_start(const char *dir) {
+    char shards[300], path[400];
+    snprintf(shards, sizeof shards, "%s/outage", dir);
+    dl_mkdirs(shards);
+    size_t len;
+    char *text = make_text(&len, 500);
+    snprintf(path, sizeof path, "%s/s.txt", shards);
+    write_bytes(path, text, len, "wb");
+    free(text);
+    int port = free_port();
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/s.txt", port);
+    dl_data_config cfg;
+    dl_data_config_default(&cfg);
+    cfg.source = url;
+    cfg.batch_size = 4;
+    cfg.max_seq_len = 32;
+    cfg.shuffle_buffer = 8;
+    cfg.max_retries = 1;
+    cfg.retry_base_s = 0.01;
+    cfg.retry_max_s = 0.05;
+    dl_data_text model = fake_text();
+    dl_data_stream *s;
+    CHECK_OK(dl_data_open_text(&cfg, &model, &s));
+    if (!s) return;
+    dl_batch b = {0};
+    CHECK(dl_data_next_batch(s, &b, 0.3) == DL_DATA_TIMEOUT);
+    dl_data_server *srv;
+    CHECK_OK(dl_data_server_start(shards, "127.0.0.1", port, &srv));
+    CHECK(dl_data_next_batch(s, &b, 30) == DL_DATA_BATCH);
+    dl_data_stats st;
+    dl_data_get_stats(s, &st);
+    CHECK(st.retries >= 2 && st.failed_shards >= 1 && st.documents > 0);
+    dl_data_close(s);
+    dl_batch_free(&b);
+    dl_data_server_stop(srv);
+}
+
 int main(void) {
     dl_log_set_level(DL_LOG_ERROR);
     signal(SIGPIPE, SIG_IGN);
@@ -364,6 +417,7 @@ int main(void) {
     test_faults();
     test_server(dir);
     test_killed_server(dir);
+    test_outage_at_start(dir);
     rm_rf(dir);
     return dl_test_finish("test_data_http");
 }
