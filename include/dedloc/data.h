@@ -10,8 +10,8 @@
  *   http://host:port/d/   a shard directory: GET .../index.txt lists the shard
  *                         names, one per line (blank lines and '#' comments
  *                         ignored), relative to the directory URL
- * Only plain HTTP is supported (no TLS); serve shards from a trusted mirror or
- * through a local TLS-terminating proxy.
+ * Only plain HTTP is supported (no TLS, redirects are not followed); serve
+ * shards from a trusted mirror or through a local TLS-terminating proxy.
  *
  * A spec may start with "text:", "jsonl:" or "paragraphs:" to force a format
  * (e.g. "paragraphs:http://host:8000/"); it overrides dl_data_config.format.
