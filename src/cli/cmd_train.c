@@ -301,6 +301,9 @@ int cmd_train(int argc, char **argv) {
         resuming = rc == 0;
     }
     if (resuming) {
+        if (a.given[OPT_MODEL])
+            DL_WARN("train", "--model %s ignored: a resumed run keeps the checkpoint's model", a.model);
+        a.given[OPT_MODEL] = false;
         if (adopt_run_settings(&a, ck.run_json, owned, &n_owned)) goto fail;
         if (dl_train_config_from_json(ck.model_config_json, &cfg)) goto fail;
         DL_INFO("train", "resuming from %s (step %" PRId64 ")", ck_path, ck.step);
