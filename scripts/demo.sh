@@ -45,7 +45,7 @@ awk 'BEGIN { printf "%6s %9s %9s %9s %10s %10s\n", "step", "loss", "mlm", "sop",
      END { every = n > 20 ? int(n / 20) : 1
            for (i = 1; i <= n; i++) if (i == 1 || i == n || i % every == 0) print line[i] }' "$RUN/loss.txt"
 awk '{ n++; mlm[n] = $3 }
-     END { k = n >= 10 ? 5 : 1; a = 0; b = 0
+     END { k = n >= 40 ? 10 : (n >= 10 ? 5 : 1); a = 0; b = 0
            for (i = 1; i <= k; i++) { a += mlm[i]; b += mlm[n - k + i] }
            printf "MLM loss: %.3f over the first %d steps -> %.3f over the last %d (%d steps)\n", a / k, k, b / k, k, n }' \
   "$RUN/loss.txt"
