@@ -20,6 +20,7 @@ int cmd_devices(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_peer(int argc, char **argv);
 int cmd_serve_data(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_grad(int argc, char **argv);
