@@ -157,10 +157,11 @@ typedef struct {
     bool byte_fallback;
     double min_score;
     int32_t byte_ids[256]; /* ids of <0xXX>, -1 if absent */
-    /* byte trie: transitions (node << 8 | byte) -> child in an open-addressing table */
-    uint64_t *trans_keys;
-    uint32_t *trans_child;
-    size_t trans_mask;
+    /* byte trie in compressed rows: the children of node n are
+     * edge_byte/edge_child[node_first[n] .. node_first[n+1]), sorted by byte */
+    uint32_t *node_first;
+    uint8_t *edge_byte;
+    uint32_t *edge_child;
     int32_t *node_id; /* id ending at a node, -1 if none */
     size_t n_nodes;
 } dl_unigram;

@@ -14,6 +14,13 @@
 #define MAX_VOCAB (1u << 24)
 #define MAX_PIECE_BYTES 4096
 
+/* Construction-time trie: transitions in an open-addressing hash table. */
+typedef struct {
+    uint64_t *keys; /* (node << 8 | byte) + 1, 0 = empty */
+    uint32_t *child;
+    size_t mask;
+} build_trie;
+
 static uint64_t mix(uint64_t k) {
     k ^= k >> 33;
     k *= 0xff51afd7ed558ccdULL;
@@ -21,37 +28,87 @@ static uint64_t mix(uint64_t k) {
     return k;
 }
 
-/* Child of node for byte b, or 0 (the root is never a child). */
-static uint32_t trie_child(const dl_unigram *m, uint32_t node, unsigned char b) {
+static uint32_t build_child(const build_trie *t, uint32_t node, unsigned char b) {
     uint64_t key = ((uint64_t)node << 8 | b) + 1;
-    for (size_t h = mix(key) & m->trans_mask;; h = (h + 1) & m->trans_mask) {
-        if (m->trans_keys[h] == key) return m->trans_child[h];
-        if (m->trans_keys[h] == 0) return 0;
+    for (size_t h = mix(key) & t->mask;; h = (h + 1) & t->mask) {
+        if (t->keys[h] == key) return t->child[h];
+        if (t->keys[h] == 0) return 0;
     }
 }
 
-static int trie_insert(dl_unigram *m, const char *s, size_t len, int32_t id) {
+static void build_insert(build_trie *t, dl_unigram *m, const char *s, size_t len, int32_t id) {
     uint32_t node = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char b = (unsigned char)s[i];
-        uint32_t child = trie_child(m, node, b);
+        uint32_t child = build_child(t, node, b);
         if (!child) {
             child = (uint32_t)m->n_nodes++;
             m->node_id[child] = -1;
             uint64_t key = ((uint64_t)node << 8 | b) + 1;
-            size_t h = mix(key) & m->trans_mask;
-            while (m->trans_keys[h]) h = (h + 1) & m->trans_mask;
-            m->trans_keys[h] = key;
-            m->trans_child[h] = child;
+            size_t h = mix(key) & t->mask;
+            while (t->keys[h]) h = (h + 1) & t->mask;
+            t->keys[h] = key;
+            t->child[h] = child;
         }
         node = child;
     }
     m->node_id[node] = id; /* a repeated piece maps to its last id, as in HF's hash map */
+}
+
+/* Child of node for byte b, or 0 (the root is never a child). */
+static inline uint32_t trie_child(const dl_unigram *m, uint32_t node, unsigned char b) {
+    uint32_t lo = m->node_first[node], hi = m->node_first[node + 1];
+    while (hi - lo > 8) { /* wide nodes (the root, common prefixes): binary search */
+        uint32_t mid = (lo + hi) / 2;
+        if (m->edge_byte[mid] < b) lo = mid + 1;
+        else if (m->edge_byte[mid] > b) hi = mid;
+        else return m->edge_child[mid];
+    }
+    for (; lo < hi; lo++)
+        if (m->edge_byte[lo] == b) return m->edge_child[lo];
+    return 0;
+}
+
+/* Turns the hash-table trie into compressed rows (one counting sort by parent). */
+static int compress_trie(dl_unigram *m, const build_trie *t) {
+    size_t n_edges = m->n_nodes - 1;
+    m->node_first = dl_calloc(m->n_nodes + 1, sizeof(uint32_t));
+    m->edge_byte = dl_malloc(n_edges ? n_edges : 1);
+    m->edge_child = dl_malloc(dl_mul_size(n_edges ? n_edges : 1, sizeof(uint32_t)));
+    uint32_t *fill = dl_calloc(m->n_nodes + 1, sizeof(uint32_t));
+    if (!m->node_first || !m->edge_byte || !m->edge_child || !fill) {
+        free(fill);
+        return -1;
+    }
+    for (size_t h = 0; h <= t->mask; h++)
+        if (t->keys[h]) m->node_first[((t->keys[h] - 1) >> 8) + 1]++;
+    for (size_t n = 0; n < m->n_nodes; n++) m->node_first[n + 1] += m->node_first[n];
+    for (size_t h = 0; h <= t->mask; h++) {
+        uint64_t k = t->keys[h];
+        if (!k) continue;
+        size_t parent = (size_t)((k - 1) >> 8);
+        uint32_t at = m->node_first[parent] + fill[parent]++;
+        m->edge_byte[at] = (uint8_t)((k - 1) & 0xFF);
+        m->edge_child[at] = t->child[h];
+    }
+    /* bytes in increasing order within each row (insertion sort: rows are short) */
+    for (size_t n = 0; n < m->n_nodes; n++)
+        for (uint32_t i = m->node_first[n] + 1; i < m->node_first[n + 1]; i++) {
+            uint8_t byte = m->edge_byte[i];
+            uint32_t child = m->edge_child[i], j = i;
+            for (; j > m->node_first[n] && m->edge_byte[j - 1] > byte; j--) {
+                m->edge_byte[j] = m->edge_byte[j - 1];
+                m->edge_child[j] = m->edge_child[j - 1];
+            }
+            m->edge_byte[j] = byte;
+            m->edge_child[j] = child;
+        }
+    free(fill);
     return 0;
 }
 
 int32_t dl_unigram_piece_id(const dl_unigram *m, const char *s, size_t len) {
-    if (!m->node_id) return -1;
+    if (!m->node_first) return -1;
     uint32_t node = 0;
     for (size_t i = 0; i < len; i++) {
         node = trie_child(m, node, (unsigned char)s[i]);
@@ -103,15 +160,18 @@ int dl_unigram_parse(const cJSON *json, dl_unigram *m) {
 
     size_t max_nodes = total_bytes + 1, slots = 16;
     while (slots < 2 * max_nodes) slots *= 2;
-    m->trans_keys = dl_calloc(slots, sizeof(uint64_t));
-    m->trans_child = dl_calloc(slots, sizeof(uint32_t));
+    build_trie t = {dl_calloc(slots, sizeof(uint64_t)), dl_calloc(slots, sizeof(uint32_t)), slots - 1};
     m->node_id = dl_malloc(dl_mul_size(max_nodes, sizeof(int32_t)));
-    if (!m->trans_keys || !m->trans_child || !m->node_id) return -1;
-    m->trans_mask = slots - 1;
-    m->n_nodes = 1;
-    m->node_id[0] = -1;
-    for (size_t k = 0; k < m->size; k++)
-        if (trie_insert(m, m->pieces[k], strlen(m->pieces[k]), (int32_t)k)) return -1;
+    int rc = -1;
+    if (t.keys && t.child && m->node_id) {
+        m->n_nodes = 1;
+        m->node_id[0] = -1;
+        for (size_t k = 0; k < m->size; k++) build_insert(&t, m, m->pieces[k], strlen(m->pieces[k]), (int32_t)k);
+        rc = compress_trie(m, &t);
+    }
+    free(t.keys);
+    free(t.child);
+    if (rc) return -1;
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof(name), "<0x%02X>", b);
@@ -125,8 +185,9 @@ void dl_unigram_free(dl_unigram *m) {
         for (size_t i = 0; i < m->size; i++) free(m->pieces[i]);
     free(m->pieces);
     free(m->scores);
-    free(m->trans_keys);
-    free(m->trans_child);
+    free(m->node_first);
+    free(m->edge_byte);
+    free(m->edge_child);
     free(m->node_id);
     memset(m, 0, sizeof(*m));
 }
