@@ -117,9 +117,13 @@ int dl_albert_check_batch(const dl_albert_config *cfg, const dl_batch *batch, in
 double dl_albert_step_flops(const dl_albert_config *cfg, int batch, int seq, int masked);
 
 /* ---- device model --------------------------------------------------------- */
+/* Storage precision. fp16/bf16: the weights take the format's values (held
+ * as fp32 on the device, for CLBlast's SGEMM) and every activation a layer
+ * keeps for its backward pass is stored in the format (about half the
+ * activation memory); arithmetic and gradients stay fp32. */
 typedef enum {
     DL_PRECISION_FP32 = 0,  /* fp32 storage and compute */
-    DL_PRECISION_FP16 = 1,  /* fp16 storage of weights and activations, fp32 arithmetic */
+    DL_PRECISION_FP16 = 1,  /* fp16 storage of weights and kept activations, fp32 arithmetic */
     DL_PRECISION_BF16 = 2,  /* bf16 storage, fp32 arithmetic */
 } dl_precision;
 

@@ -11,10 +11,20 @@
 static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch) {
     const dl_albert_config *c = &m->cfg;
     const layer_offsets *w = &m->off.layers[m->layer_weights[l]];
-    layer_acts *a = &m->layers[l];
-    dl_buffer *x = &m->hidden[l];
+    layer_acts view, *a = &view, *kept = &m->layers[l];
+    dl_buffer *x;
+    model_layer_view(m, l, &view, &x);
     int N = m->N, T = m->T, H = c->hidden_size, I = c->intermediate_size,
         heads = c->num_attention_heads, hs = H / heads;
+    size_t NH = (size_t)N * H, NI = (size_t)N * I, scores = (size_t)m->B * heads * T * T;
+    if (model_load(m, x, &m->hidden[l], NH) || model_load(m, &a->q, &kept->q, NH) ||
+        model_load(m, &a->k, &kept->k, NH) || model_load(m, &a->v, &kept->v, NH) ||
+        model_load(m, &a->att, &kept->att, scores) || model_load(m, &a->ctx, &kept->ctx, NH) ||
+        model_load(m, &a->att_pre, &kept->att_pre, NH) ||
+        model_load(m, &a->att_out, &kept->att_out, NH) ||
+        model_load(m, &a->ffn_pre, &kept->ffn_pre, NI) ||
+        model_load(m, &a->full_pre, &kept->full_pre, NH))
+        return -1;
     /* hidden[l+1] = LN(full_pre), full_pre = att_out + ffn_output(gelu(ffn(att_out))) */
     dl_buffer *d_full_pre = scratch;
     if (op_layernorm_backward(m, d_full_pre, dh, &a->full_pre, &a->full_mean, &a->full_rstd,

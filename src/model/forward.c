@@ -100,13 +100,18 @@ int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int 
 static int layer_forward(dl_model *m, int l) {
     const dl_albert_config *c = &m->cfg;
     const layer_offsets *w = &m->off.layers[m->layer_weights[l]];
-    layer_acts *a = &m->layers[l];
-    dl_buffer *x = &m->hidden[l];
+    layer_acts view, *a = &view, *kept = &m->layers[l];
+    dl_buffer *x;
+    model_layer_view(m, l, &view, &x);
     int N = m->N, T = m->T, H = c->hidden_size, I = c->intermediate_size,
         heads = c->num_attention_heads, hs = H / heads;
+    size_t NH = (size_t)N * H, NI = (size_t)N * I, scores = (size_t)m->B * heads * T * T;
     if (op_linear_forward(m, &a->q, x, w->q_w, N, H, H) || op_bias_add(m, &a->q, w->q_b, N, H) ||
+        model_keep(m, &a->q, &kept->q, NH) ||
         op_linear_forward(m, &a->k, x, w->k_w, N, H, H) || op_bias_add(m, &a->k, w->k_b, N, H) ||
-        op_linear_forward(m, &a->v, x, w->v_w, N, H, H) || op_bias_add(m, &a->v, w->v_b, N, H))
+        model_keep(m, &a->k, &kept->k, NH) ||
+        op_linear_forward(m, &a->v, x, w->v_w, N, H, H) || op_bias_add(m, &a->v, w->v_b, N, H) ||
+        model_keep(m, &a->v, &kept->v, NH))
         return -1;
     /* scores = Q K^T per (sequence, head) */
     if (model_attention_gemm(m, false, true, T, T, hs, &a->q, false, &a->k, false, &a->att, true))
@@ -117,25 +122,35 @@ static int layer_forward(dl_model *m, int l) {
     size_t global = (size_t)rows;
     if (DL_ARG(k, 0, a->att.mem) || DL_ARG(k, 1, m->attention_mask.mem) || DL_ARG(k, 2, rows) ||
         DL_ARG(k, 3, heads) || DL_ARG(k, 4, T) || DL_ARG(k, 5, sqrt_d) ||
-        dl_launch(m->dev, k, 1, &global, NULL))
+        dl_launch(m->dev, k, 1, &global, NULL) || model_keep(m, &a->att, &kept->att, scores))
         return -1;
     /* ctx = P V */
     if (model_attention_gemm(m, false, false, T, hs, T, &a->att, true, &a->v, false, &a->ctx,
-                             false))
+                             false) ||
+        model_keep(m, &a->ctx, &kept->ctx, NH))
         return -1;
     if (op_linear_forward(m, &a->att_pre, &a->ctx, w->dense_w, N, H, H) ||
         op_bias_residual_add(m, &a->att_pre, x, w->dense_b, N, H) ||
+        model_keep(m, &a->att_pre, &kept->att_pre, NH) ||
         op_layernorm_forward(m, &a->att_out, &a->att_mean, &a->att_rstd, &a->att_pre, w->att_ln_g,
-                             w->att_ln_b, N, H))
+                             w->att_ln_b, N, H) ||
+        model_keep(m, &a->att_out, &kept->att_out, NH))
         return -1;
+    /* The output overwrites the input's working buffer: x is not read after
+     * the attention residual. */
+    bool last = l + 1 == m->layer_count;
+    dl_buffer *out = last || !m->staged ? &m->hidden[l + 1] : &m->x_work;
     if (op_linear_forward(m, &a->ffn_pre, &a->att_out, w->ffn_w, N, H, I) ||
         op_bias_add(m, &a->ffn_pre, w->ffn_b, N, I) ||
+        model_keep(m, &a->ffn_pre, &kept->ffn_pre, NI) ||
         op_unary(m, m->k.gelu_forward, &m->ffn_act, &a->ffn_pre, N * I) ||
         op_linear_forward(m, &a->full_pre, &m->ffn_act, w->ffn_out_w, N, I, H) ||
         op_bias_residual_add(m, &a->full_pre, &a->att_out, w->ffn_out_b, N, H) ||
-        op_layernorm_forward(m, &m->hidden[l + 1], &a->full_mean, &a->full_rstd, &a->full_pre,
-                             w->full_ln_g, w->full_ln_b, N, H))
+        model_keep(m, &a->full_pre, &kept->full_pre, NH) ||
+        op_layernorm_forward(m, out, &a->full_mean, &a->full_rstd, &a->full_pre, w->full_ln_g,
+                             w->full_ln_b, N, H))
         return -1;
+    if (!last && model_keep(m, out, &m->hidden[l + 1], NH)) return -1;
     return 0;
 }
 
@@ -177,10 +192,12 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses 
         DL_ARG(k, 4, word) || DL_ARG(k, 5, pos) || DL_ARG(k, 6, type) || DL_ARG(k, 7, N) ||
         DL_ARG(k, 8, T) || DL_ARG(k, 9, E) || dl_launch(m->dev, k, 2, global, NULL))
         return -1;
+    dl_buffer *first = m->staged ? &m->x_work : &m->hidden[0];
     if (op_layernorm_forward(m, &m->emb_ln, &m->emb_mean, &m->emb_rstd, &m->emb_sum, o->emb_ln_g,
                              o->emb_ln_b, N, E) ||
-        op_linear_forward(m, &m->hidden[0], &m->emb_ln, o->map_w, N, E, H) ||
-        op_bias_add(m, &m->hidden[0], o->map_b, N, H))
+        op_linear_forward(m, first, &m->emb_ln, o->map_w, N, E, H) ||
+        op_bias_add(m, first, o->map_b, N, H) ||
+        model_keep(m, first, &m->hidden[0], (size_t)N * H))
         return -1;
     for (int l = 0; l < m->layer_count; l++)
         if (layer_forward(m, l)) return dl_fail_context("layer %d forward", l);

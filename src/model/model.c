@@ -101,6 +101,12 @@ static int create_kernels(dl_model *m) {
     };
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
         if (dl_kernel_create(m->dev, list[i].file, opts, list[i].name, list[i].dst)) return -1;
+    const char *storage = m->precision == DL_PRECISION_FP16   ? "-DDL_STORE_F16"
+                          : m->precision == DL_PRECISION_BF16 ? "-DDL_STORE_BF16"
+                                                              : "";
+    if (dl_kernel_create(m->dev, "storage.cl", storage, "storage_keep", &m->k.storage_keep) ||
+        dl_kernel_create(m->dev, "storage.cl", storage, "storage_load", &m->k.storage_load))
+        return -1;
     return 0;
 }
 
@@ -111,7 +117,7 @@ static void release_kernels(model_kernels *k) {
 }
 
 /* Every buffer of the model, for allocation and release in one place. */
-typedef struct buffer_spec { dl_buffer *buf; size_t elements; } buffer_spec;
+typedef struct buffer_spec { dl_buffer *buf; size_t elements, element_size; } buffer_spec;
 
 static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
     const dl_albert_config *c = &m->cfg;
@@ -120,11 +126,14 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
            I = (size_t)c->intermediate_size, V = (size_t)c->vocab_size,
            heads = (size_t)c->num_attention_heads;
     int n = 0;
-#define SPEC(b, count)                                          \
-    do {                                                        \
-        if (n < capacity) specs[n] = (buffer_spec){(b), (count)}; \
-        n++;                                                    \
+    size_t stored = m->staged ? 2 : 4; /* bytes of one stored activation */
+#define SPEC_SIZED(b, count, size)                                        \
+    do {                                                                  \
+        if (n < capacity) specs[n] = (buffer_spec){(b), (count), (size)}; \
+        n++;                                                              \
     } while (0)
+#define SPEC(b, count) SPEC_SIZED(b, count, 4)
+#define STORED(b, count) SPEC_SIZED(b, count, stored)
     SPEC(&m->params, m->layout.total);
     SPEC(&m->grads, m->layout.total);
     SPEC(&m->input_ids, N);
@@ -141,18 +150,19 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
     SPEC(&m->emb_ln, N * E);
     SPEC(&m->emb_mean, N);
     SPEC(&m->emb_rstd, N);
-    for (int l = 0; l <= m->layer_count; l++) SPEC(&m->hidden[l], N * H);
+    for (int l = 0; l < m->layer_count; l++) STORED(&m->hidden[l], N * H);
+    SPEC(&m->hidden[m->layer_count], N * H);
     for (int l = 0; l < m->layer_count; l++) {
         layer_acts *a = &m->layers[l];
-        SPEC(&a->q, N * H);
-        SPEC(&a->k, N * H);
-        SPEC(&a->v, N * H);
-        SPEC(&a->ctx, N * H);
-        SPEC(&a->att_pre, N * H);
-        SPEC(&a->att_out, N * H);
-        SPEC(&a->full_pre, N * H);
-        SPEC(&a->ffn_pre, N * I);
-        SPEC(&a->att, B * heads * T * T);
+        STORED(&a->q, N * H);
+        STORED(&a->k, N * H);
+        STORED(&a->v, N * H);
+        STORED(&a->ctx, N * H);
+        STORED(&a->att_pre, N * H);
+        STORED(&a->att_out, N * H);
+        STORED(&a->full_pre, N * H);
+        STORED(&a->ffn_pre, N * I);
+        STORED(&a->att, B * heads * T * T);
         SPEC(&a->att_mean, N);
         SPEC(&a->att_rstd, N);
         SPEC(&a->full_mean, N);
@@ -186,7 +196,22 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
     SPEC(&m->d_mlm_in, N * H);
     SPEC(&m->d_pooled, B * H);
     SPEC(&m->d_pool_in, B * H);
+    if (m->staged) {
+        layer_acts *w = &m->work;
+        SPEC(&m->x_work, N * H);
+        SPEC(&w->q, N * H);
+        SPEC(&w->k, N * H);
+        SPEC(&w->v, N * H);
+        SPEC(&w->ctx, N * H);
+        SPEC(&w->att_pre, N * H);
+        SPEC(&w->att_out, N * H);
+        SPEC(&w->full_pre, N * H);
+        SPEC(&w->ffn_pre, N * I);
+        SPEC(&w->att, B * heads * T * T);
+    }
 #undef SPEC
+#undef STORED
+#undef SPEC_SIZED
     return n;
 }
 
@@ -226,14 +251,15 @@ int dl_model_create(dl_device *dev, const dl_albert_config *cfg, int max_batch, 
             ((size_t)1 << 31))
         return dl_fail("model shape %d x %d is too large for 32-bit kernel indexing", max_batch,
                        max_seq);
-    if (precision != DL_PRECISION_FP32)
-        return dl_fail("%s storage is not implemented yet; use fp32",
-                       dl_precision_name(precision));
+    if (precision != DL_PRECISION_FP32 && precision != DL_PRECISION_FP16 &&
+        precision != DL_PRECISION_BF16)
+        return dl_fail("unknown precision %d", (int)precision);
     dl_model *m = dl_calloc(1, sizeof *m);
     if (!m) return -1;
     m->dev = dev;
     m->cfg = *cfg;
     m->precision = precision;
+    m->staged = precision != DL_PRECISION_FP32;
     m->max_batch = max_batch;
     m->max_seq = max_seq;
     if (dl_param_layout_build(cfg, &m->layout) || fill_offsets(m) || create_kernels(m)) goto fail;
@@ -248,7 +274,7 @@ int dl_model_create(dl_device *dev, const dl_albert_config *cfg, int max_batch, 
     if (!specs) goto fail;
     for_each_buffer(m, specs, n);
     for (int i = 0; i < n; i++) {
-        size_t bytes = (specs[i].elements ? specs[i].elements : 1) * sizeof(float);
+        size_t bytes = (specs[i].elements ? specs[i].elements : 1) * specs[i].element_size;
         if (dl_buffer_alloc(dev, bytes, specs[i].buf)) {
             free(specs);
             dl_fail_context("allocating the model's device memory (batch %d x %d); try a "
@@ -269,7 +295,51 @@ const dl_albert_config *dl_model_config(const dl_model *m) { return &m->cfg; }
 const dl_param_layout *dl_model_layout(const dl_model *m) { return &m->layout; }
 
 int dl_model_set_params(dl_model *m, const float *params) {
-    return dl_buffer_upload(m->dev, &m->params, 0, params, m->layout.total * sizeof(float));
+    if (m->precision == DL_PRECISION_FP32)
+        return dl_buffer_upload(m->dev, &m->params, 0, params, m->layout.total * sizeof(float));
+    /* The weights take the storage format's values; the device keeps them as
+     * fp32 because CLBlast's SGEMM needs fp32 operands where cl_khr_fp16 is
+     * missing (and they are a small share of the memory). */
+    float *rounded = dl_malloc(m->layout.total * sizeof *rounded);
+    if (!rounded) return -1;
+    for (size_t i = 0; i < m->layout.total; i++)
+        rounded[i] = m->precision == DL_PRECISION_FP16 ? dl_f16_to_f32(dl_f32_to_f16(params[i]))
+                                                       : dl_bf16_to_f32(dl_f32_to_bf16(params[i]));
+    int rc = dl_buffer_upload(m->dev, &m->params, 0, rounded, m->layout.total * sizeof(float));
+    free(rounded);
+    return rc;
+}
+
+static int storage_kernel(dl_model *m, cl_kernel k, const dl_buffer *dst, const dl_buffer *src,
+                          size_t n) {
+    int count = (int)n;
+    size_t global = n;
+    if (DL_ARG(k, 0, dst->mem) || DL_ARG(k, 1, src->mem) || DL_ARG(k, 2, count)) return -1;
+    return dl_launch(m->dev, k, 1, &global, NULL);
+}
+
+int model_keep(dl_model *m, dl_buffer *work, dl_buffer *stored, size_t n) {
+    if (!m->staged) return 0;
+    return storage_kernel(m, m->k.storage_keep, stored, work, n);
+}
+
+int model_load(dl_model *m, dl_buffer *work, const dl_buffer *stored, size_t n) {
+    if (!m->staged) return 0;
+    return storage_kernel(m, m->k.storage_load, work, stored, n);
+}
+
+void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x) {
+    if (!m->staged) {
+        *view = m->layers[l];
+        *x = &m->hidden[l];
+        return;
+    }
+    *view = m->work;
+    view->att_mean = m->layers[l].att_mean;
+    view->att_rstd = m->layers[l].att_rstd;
+    view->full_mean = m->layers[l].full_mean;
+    view->full_rstd = m->layers[l].full_rstd;
+    *x = &m->x_work;
 }
 
 int dl_model_get_params(dl_model *m, float *params) {

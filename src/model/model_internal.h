@@ -29,6 +29,7 @@ typedef struct model_kernels {
     cl_kernel softmax_forward, softmax_backward;
     cl_kernel bias_add, bias_residual_add, bias_backward, gather_rows, scatter_add_rows;
     cl_kernel cross_entropy;
+    cl_kernel storage_keep, storage_load;  /* built for the storage precision */
 } model_kernels;
 
 /* Activations of one layer application, kept for the backward pass; each
@@ -60,8 +61,16 @@ struct dl_model {
     dl_buffer mlm_rows, mlm_targets, sop_rows, sop_targets;
     /* activations (float) */
     dl_buffer emb_sum, emb_ln, emb_mean, emb_rstd;  /* [N, E], [N, E], [N], [N] */
-    dl_buffer *hidden;                              /* [layer_count + 1] of [N, H] */
+    /* Per layer application: its input hidden[l] and what its backward needs.
+     * In fp32 the layers compute in these buffers directly. With fp16/bf16
+     * storage they hold halves (statistics stay fp32) and each layer computes
+     * in the fp32 working set below, keeping (storage_keep) every activation
+     * as it is produced and reloading them (storage_load) for its backward. */
+    dl_buffer *hidden;                              /* [layer_count + 1] of [N, H]; the last is fp32 */
     layer_acts *layers;                             /* [layer_count] */
+    bool staged;                                    /* fp16/bf16: the working set is used */
+    layer_acts work;                                /* fp32 working set (statistics unused) */
+    dl_buffer x_work;                               /* fp32 [N, H]: the current layer's input */
     dl_buffer mlm_in, mlm_pre, mlm_act, mlm_ln, mlm_mean, mlm_rstd;  /* [M, H|E], [M] */
     dl_buffer logits, mlm_losses;                   /* [M, V], [M] */
     dl_buffer pool_in, pooled, sop_logits, sop_losses;  /* [B, H], [B, H], [B, 2], [B] */
@@ -91,6 +100,13 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses 
 int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
                          const dl_buffer *a, bool a_is_scores, const dl_buffer *b,
                          bool b_is_scores, dl_buffer *c, bool c_is_scores);
+/* Storage staging (no-ops in fp32): keep writes work into the stored copy
+ * and rounds work to it; load fills work from the stored copy. n in elements. */
+int model_keep(dl_model *m, dl_buffer *work, dl_buffer *stored, size_t n);
+int model_load(dl_model *m, dl_buffer *work, const dl_buffer *stored, size_t n);
+/* The buffers layer l computes with: the stored ones in fp32, else the
+ * working set with layer l's own statistics. */
+void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x);
 /* Backward from the loss gradients; accumulates into m->grads. */
 int model_backward_pass(dl_model *m);
 

@@ -125,6 +125,69 @@ static void check_fixture(const char *name) {
     dl_batch_free(&batch);
 }
 
+/* fp16/bf16 storage: the same fixture, with the weights and kept activations
+ * rounded to the storage format, lands near the fp32 reference (bounds from
+ * the formats' precision: 11 and 8 significant bits) and is deterministic. */
+static void check_fixture_storage(const char *name, dl_precision precision, double loss_tol,
+                                  double grad_tol) {
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", DEDLOC_SOURCE_DIR, name);
+    dl_albert_config cfg;
+    float *params = NULL;
+    dl_batch batch;
+    dl_safetensors *expected = NULL;
+    CHECK_OK(dl_albert_load_hf(dir, &cfg, &params));
+    snprintf(path, sizeof path, "%s/batch.safetensors", dir);
+    CHECK_OK(dl_albert_load_batch(path, &batch));
+    snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+    CHECK_OK(dl_st_read(path, 0, &expected));
+    dl_model *model = NULL;
+    CHECK_OK(dl_model_create(device, &cfg, batch.batch, batch.seq, precision, &model));
+    if (!model || !params || !expected) return;
+    const dl_param_layout *layout = dl_model_layout(model);
+    float *grads = malloc(layout->total * sizeof *grads), *again = malloc(layout->total * 4),
+          *ref = malloc(layout->total * sizeof *ref);
+    dl_losses losses, losses2;
+    float scale = 65536.0f; /* as the fp16 loss scaler starts */
+    CHECK_OK(dl_model_set_params(model, params));
+    CHECK_OK(dl_model_zero_grad(model));
+    CHECK_OK(dl_model_forward_backward(model, &batch, scale, &losses));
+    CHECK_OK(dl_model_get_grads(model, scale, grads));
+    float ref_loss;
+    CHECK_OK(dl_st_get_f32(expected, "loss", &ref_loss, 1));
+    double le = rel_err(losses.loss, ref_loss), worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < layout->count; i++) {
+        const dl_param_entry *e = &layout->entries[i];
+        if (strstr(e->name, "key.bias")) continue; /* exactly zero, noise on both sides */
+        CHECK_OK(dl_st_get_f32(expected, e->name, ref + e->offset, e->numel));
+        double err = grad_error(grads + e->offset, ref + e->offset, e->numel);
+        if (!(err <= worst)) {
+            worst = err;
+            worst_name = e->name;
+        }
+    }
+    printf("%s %s: loss rel err %.2e, worst gradient %s rel L2 %.2e\n", name,
+           dl_precision_name(precision), le, worst_name, worst);
+    CHECK_MSG(le < loss_tol, "%s %s loss rel err %g", name, dl_precision_name(precision), le);
+    CHECK_MSG(worst < grad_tol, "%s %s gradient %s rel L2 %g", name, dl_precision_name(precision),
+              worst_name, worst);
+    CHECK_OK(dl_model_zero_grad(model));
+    CHECK_OK(dl_model_forward_backward(model, &batch, scale, &losses2));
+    CHECK_OK(dl_model_get_grads(model, scale, again));
+    CHECK(!memcmp(&losses, &losses2, sizeof losses));
+    CHECK(!memcmp(grads, again, layout->total * sizeof *grads));
+    printf("%s %s: device memory %.2f MiB\n", name, dl_precision_name(precision),
+           dl_model_memory_bytes(model) / 1048576.0);
+    free(grads);
+    free(again);
+    free(ref);
+    free(params);
+    dl_model_free(model);
+    dl_st_free(expected);
+    dl_batch_free(&batch);
+}
+
 int main(void) {
     CHECK_OK(dl_device_open(getenv("DEDLOC_TEST_DEVICE"), &device));
     if (!device) return dl_test_finish("test_albert_reference");
@@ -132,6 +195,10 @@ int main(void) {
     check_fixture("albert_tiny");
     check_fixture("albert_groups");
     check_fixture("albert_odd");
+    check_fixture_storage("albert_groups", DL_PRECISION_FP16, 1e-4, 1e-2);
+    check_fixture_storage("albert_odd", DL_PRECISION_FP16, 1e-4, 1e-2);
+    check_fixture_storage("albert_groups", DL_PRECISION_BF16, 1e-3, 8e-2);
+    check_fixture_storage("albert_odd", DL_PRECISION_BF16, 1e-3, 8e-2);
     dl_device_close(device);
     return dl_test_finish("test_albert_reference");
 }
