@@ -7,6 +7,7 @@
 #ifndef DEDLOC_DATA_INTERNAL_H
 #define DEDLOC_DATA_INTERNAL_H
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,6 +25,19 @@ typedef struct dl_data_io {
     const atomic_int *stop;   /* nonzero: abandon waits as soon as possible (may be NULL) */
     dl_data_stats *counters;  /* bytes and retries are added here (producer-owned; may be NULL) */
 } dl_data_io;
+
+/* SIGPIPE safety without touching the process's signal dispositions: a
+ * write to a connection the peer has reset must fail with EPIPE, not kill a
+ * training run. Blocks SIGPIPE in the calling thread; restore discards a
+ * SIGPIPE raised meanwhile (if the thread had it unblocked) and restores the
+ * mask. Threads we own block it for good with dl_data_block_sigpipe. */
+typedef struct dl_sigpipe_guard {
+    sigset_t old;
+    bool active;
+} dl_sigpipe_guard;
+void dl_sigpipe_guard_enter(dl_sigpipe_guard *g);
+void dl_sigpipe_guard_leave(dl_sigpipe_guard *g);
+void dl_data_block_sigpipe(void);
 
 /* Sleeps seconds in short slices; returns -1 early if *io->stop became set. */
 int dl_data_io_sleep(const dl_data_io *io, double seconds);

@@ -221,6 +221,8 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
 
 static void *server_main(void *arg) {
     dl_data_server *srv = arg;
+    /* A client that disconnects mid-reply must not kill the process. */
+    dl_data_block_sigpipe();
     event_base_dispatch(srv->base);
     return NULL;
 }

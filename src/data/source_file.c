@@ -1,11 +1,40 @@
 /* Local files as byte sources, and the helpers every source shares. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "data/data_internal.h"
+
+void dl_data_block_sigpipe(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+void dl_sigpipe_guard_enter(dl_sigpipe_guard *g) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    g->active = pthread_sigmask(SIG_BLOCK, &set, &g->old) == 0;
+}
+
+void dl_sigpipe_guard_leave(dl_sigpipe_guard *g) {
+    if (!g->active) return;
+    if (!sigismember(&g->old, SIGPIPE)) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGPIPE);
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&set, NULL, &zero) > 0) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
 
 bool dl_data_io_stopped(const dl_data_io *io) {
     return io && io->stop && atomic_load(io->stop);

@@ -206,8 +206,17 @@ static int after_failure(http_src *h) {
     return 0;
 }
 
+static long http_read_guarded(http_src *h, void *buf, size_t cap);
+
 static long http_read(dl_bytesrc *s, void *buf, size_t cap) {
-    http_src *h = (http_src *)s;
+    dl_sigpipe_guard guard;
+    dl_sigpipe_guard_enter(&guard);
+    long n = http_read_guarded((http_src *)s, buf, cap);
+    dl_sigpipe_guard_leave(&guard);
+    return n;
+}
+
+static long http_read_guarded(http_src *h, void *buf, size_t cap) {
     double wait_start = dl_now();
     double timeout = h->io && h->io->timeout_s > 0 ? h->io->timeout_s : 30;
     for (;;) {

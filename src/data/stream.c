@@ -195,6 +195,7 @@ static int fill_batch(dl_data_stream *s, dl_batch *b) {
 
 static void *producer_main(void *arg) {
     dl_data_stream *s = arg;
+    dl_data_block_sigpipe();
     dl_batch work;
     enum stream_state final = STREAM_ENDED;
     if (dl_batch_alloc(&work, s->cfg.batch_size, s->cfg.max_seq_len)) {

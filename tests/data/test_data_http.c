@@ -15,7 +15,7 @@
 #include "dl_test.h"
 
 /* ---- a scripted faulty HTTP server ------------------------------------------- */
-enum fault_mode { FAULT_CUT_THEN_500, FAULT_STALL, FAULT_IGNORE_RANGE, FAULT_ALWAYS_500 };
+enum fault_mode { FAULT_CUT_THEN_500, FAULT_STALL, FAULT_IGNORE_RANGE, FAULT_RESET, FAULT_ALWAYS_500 };
 
 typedef struct {
     enum fault_mode mode;
@@ -76,6 +76,13 @@ static void *fault_main(void *arg) {
         if (k < 16) fs->range_starts[k] = start;
         size_t from = start > 0 ? (size_t)start : 0;
         bool hold = false;
+        if (fs->mode == FAULT_RESET && k < 3) {
+            /* Reset the connection (RST) before answering, three times. */
+            struct linger lg = {1, 0};
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            close(fd);
+            continue;
+        }
         if (fs->mode == FAULT_ALWAYS_500 || (fs->mode == FAULT_CUT_THEN_500 && k == 1)) {
             const char *r500 = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n"
                                "Connection: close\r\n\r\nerror\n";
@@ -134,9 +141,10 @@ static char *make_text(size_t *len, int lines) {
 static void test_faults(void) {
     size_t len;
     char *text = make_text(&len, 6000);
-    const enum fault_mode modes[] = {FAULT_CUT_THEN_500, FAULT_STALL, FAULT_IGNORE_RANGE};
-    const char *names[] = {"cut then 500", "stall", "ignore range"};
-    for (int m = 0; m < 3; m++) {
+    const enum fault_mode modes[] = {FAULT_CUT_THEN_500, FAULT_STALL, FAULT_IGNORE_RANGE,
+                                     FAULT_RESET};
+    const char *names[] = {"cut then 500", "stall", "ignore range", "reset"};
+    for (int m = 0; m < 4; m++) {
         fault_server fs = {.mode = modes[m], .data = text, .len = len, .cut = len / 3};
         fault_start(&fs);
         char url[128];
@@ -160,8 +168,10 @@ static void test_faults(void) {
                   fs.range_starts[2] == (long)fs.cut);
         } else if (modes[m] == FAULT_STALL) {
             CHECK(fs.requests == 2 && st.retries == 1 && fs.range_starts[1] == (long)fs.cut);
-        } else {
+        } else if (modes[m] == FAULT_IGNORE_RANGE) {
             CHECK(fs.requests == 2 && st.retries == 1);
+        } else {
+            CHECK(fs.requests == 4 && st.retries == 3);
         }
     }
     /* A source that never recovers: given up after max_retries, with the reason. */
@@ -414,7 +424,8 @@ static void test_outage_at_start(const char *dir) {
 
 int main(void) {
     dl_log_set_level(DL_LOG_ERROR);
-    signal(SIGPIPE, SIG_IGN);
+    /* SIGPIPE keeps its default action: the sources and the server must not
+     * die of a peer that resets a connection. */
     char *dir = test_tmpdir();
     test_faults();
     test_server(dir);
