@@ -2,6 +2,13 @@
  * and write fp32, fp16 (vload_half/vstore_half, core OpenCL 1.2) or bf16
  * (ushort) storage while computing in fp32: build with -DDL_STORE_F16 or
  * -DDL_STORE_BF16 to switch. */
+/* fp32 -> bf16, round to nearest even, NaN kept quiet (as src/util/half.c). */
+inline ushort dl_to_bf16(float v) {
+    uint x = as_uint(v);
+    if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return (ushort)((x >> 16) | 0x40u);
+    return (ushort)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
 #if defined(DL_STORE_F16)
 typedef half store_t;
 #define LOAD(p, i) vload_half((i), (p))
@@ -9,11 +16,6 @@ typedef half store_t;
 #elif defined(DL_STORE_BF16)
 typedef ushort store_t;
 #define LOAD(p, i) as_float(((uint)(p)[i]) << 16)
-inline ushort dl_to_bf16(float v) {
-    uint x = as_uint(v);
-    if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return (ushort)((x >> 16) | 0x40u);
-    return (ushort)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
 #define STORE(p, i, v) ((p)[i] = dl_to_bf16(v))
 #else
 typedef float store_t;

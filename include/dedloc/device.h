@@ -47,8 +47,19 @@ typedef struct dl_device dl_device;
 
 /* Opens a device: selector NULL or "" = the first GPU, else the first device;
  * a number = that index; otherwise a case-insensitive substring of the device
- * name, vendor or platform. Applies stored CLBlast tuning for the device. */
+ * name, vendor or platform. Applies stored CLBlast tuning for the device
+ * (see dl_tune_apply), unless DEDLOC_NO_TUNING is set to a non-empty value. */
 int dl_device_open(const char *selector, dl_device **out);
+
+/* Flags for dl_device_open_ex. */
+enum {
+    /* Keep CLBlast's built-in parameters: stored tuning is not applied. CLBlast
+     * keeps overrides per OpenCL device for the whole process, so this only
+     * means something before any device of the process applied them. */
+    DL_OPEN_NO_TUNING = 1u << 0,
+};
+/* dl_device_open with flags (DL_OPEN_*). */
+int dl_device_open_ex(const char *selector, unsigned flags, dl_device **out);
 void dl_device_close(dl_device *dev);
 const dl_device_info *dl_device_get_info(const dl_device *dev);
 cl_context dl_device_context(const dl_device *dev);
@@ -74,6 +85,15 @@ int dl_program_get(dl_device *dev, const char *file, const char *options, cl_pro
  * with clReleaseKernel (or keeps it for the device's lifetime). */
 int dl_kernel_create(dl_device *dev, const char *file, const char *options, const char *name,
                      cl_kernel *out);
+
+/* How this device got its programs so far: built from source (a cache miss,
+ * slow on PoCL) or loaded from the on-disk binary cache. Programs memoised in
+ * the process count once. A warm second start has built_from_source == 0. */
+typedef struct dl_program_stats {
+    unsigned long built_from_source;
+    unsigned long loaded_from_cache;
+} dl_program_stats;
+dl_program_stats dl_device_program_stats(const dl_device *dev);
 
 /* Sets kernel argument i to a value; evaluates to 0 or -1 (error recorded). */
 #define DL_ARG(kernel, i, value) \
@@ -126,6 +146,36 @@ typedef struct dl_gemm_args {
     dl_gemm_type type;
 } dl_gemm_args;
 
+/* Offsets, leading dimensions and batch strides are checked against the
+ * buffer sizes before CLBlast runs; a violation is an error naming the matrix. */
 int dl_gemm(dl_device *dev, const dl_gemm_args *args);
+
+/* ---- precision conversion on the device (cl/convert.cl) ----
+ * n elements from src (element offset src_off) to dst (element offset dst_off).
+ * Bit-identical to the host conversions in dedloc/util.h (dl_f32_to_f16 ...):
+ * round to nearest even, subnormals kept, Inf kept, NaN stays NaN with the
+ * same bits the host produces. fp16 and bf16 are stored as 16-bit words. */
+int dl_convert_f32_to_f16(dl_device *dev, const dl_buffer *src, size_t src_off, dl_buffer *dst,
+                          size_t dst_off, size_t n);
+int dl_convert_f16_to_f32(dl_device *dev, const dl_buffer *src, size_t src_off, dl_buffer *dst,
+                          size_t dst_off, size_t n);
+int dl_convert_f32_to_bf16(dl_device *dev, const dl_buffer *src, size_t src_off, dl_buffer *dst,
+                           size_t dst_off, size_t n);
+int dl_convert_bf16_to_f32(dl_device *dev, const dl_buffer *src, size_t src_off, dl_buffer *dst,
+                           size_t dst_off, size_t n);
+
+/* ---- CLBlast tuning (src/device/tune*.c) ----
+ * Tuned GEMM parameters live in dl_cache_dir()/clblast/<device key>.json,
+ * written by `dedloc tune`. The key names the device, platform and driver, so
+ * a driver update asks for a new tuning instead of applying stale values. */
+
+/* Writes the file name (no folder) of this device's tuning file into key. */
+void dl_tune_device_key(const dl_device_info *info, char *key, size_t size);
+/* Full path of this device's tuning file. */
+void dl_tune_path(const dl_device_info *info, char *path, size_t size);
+/* Applies the stored parameters with CLBlastOverrideParameters. *applied (may
+ * be NULL) tells whether a file existed and was applied. A missing file is not
+ * an error; a malformed one is (-1, with the reason). */
+int dl_tune_apply(dl_device *dev, bool *applied);
 
 #endif

@@ -176,6 +176,11 @@ static bool contains_nocase(const char *hay, const char *needle) {
 }
 
 int dl_device_open(const char *selector, dl_device **out) {
+    const char *no_tuning = getenv("DEDLOC_NO_TUNING");
+    return dl_device_open_ex(selector, no_tuning && no_tuning[0] ? DL_OPEN_NO_TUNING : 0, out);
+}
+
+int dl_device_open_ex(const char *selector, unsigned flags, dl_device **out) {
     *out = NULL;
     dl_device_info *infos;
     int count;
@@ -230,7 +235,7 @@ int dl_device_open(const char *selector, dl_device **out) {
         free(dev);
         return -1;
     }
-    dl_tune_apply_stored(dev);
+    if (!(flags & DL_OPEN_NO_TUNING)) dl_tune_apply_stored(dev);
     *out = dev;
     return 0;
 }
@@ -238,6 +243,8 @@ int dl_device_open(const char *selector, dl_device **out) {
 void dl_device_close(dl_device *dev) {
     if (!dev) return;
     clFinish(dev->queue);
+    for (size_t i = 0; i < sizeof dev->convert_kernels / sizeof *dev->convert_kernels; i++)
+        if (dev->convert_kernels[i]) clReleaseKernel(dev->convert_kernels[i]);
     for (dl_program_entry *e = dev->programs, *next; e; e = next) {
         next = e->next;
         clReleaseProgram(e->program);
@@ -252,6 +259,14 @@ void dl_device_close(dl_device *dev) {
 }
 
 const dl_device_info *dl_device_get_info(const dl_device *dev) { return &dev->info; }
+
+dl_program_stats dl_device_program_stats(const dl_device *dev) {
+    dl_device *mutable_dev = (dl_device *)dev; /* the lock is not part of the value */
+    pthread_mutex_lock(&mutable_dev->lock);
+    dl_program_stats stats = dev->program_stats;
+    pthread_mutex_unlock(&mutable_dev->lock);
+    return stats;
+}
 cl_context dl_device_context(const dl_device *dev) { return dev->context; }
 cl_command_queue dl_device_queue(const dl_device *dev) { return dev->queue; }
 

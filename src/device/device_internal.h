@@ -20,11 +20,14 @@ struct dl_device {
     dl_program_entry *programs;
     pthread_mutex_t lock;      /* guards programs and memory counters */
     size_t bytes_in_use, bytes_peak;
+    dl_program_stats program_stats; /* guarded by lock */
+    cl_kernel convert_kernels[4];   /* cl/convert.cl, created on first use */
 };
 
 /* Fills info from a device id (src/device/device.c). */
 int dl_device_probe(cl_platform_id platform, cl_device_id device, dl_device_info *info);
-/* Applies stored CLBlast parameters for this device, if any (src/device/tune.c). */
+/* Applies stored CLBlast parameters for this device, if any (src/device/tune.c).
+ * Failures are logged as warnings: a bad tuning file never stops a device. */
 void dl_tune_apply_stored(dl_device *dev);
 
 #endif

@@ -25,6 +25,25 @@ static int clblast_check(CLBlastStatusCode status, const char *what) {
     }
 }
 
+/* Checks that a rows x cols row-major matrix with leading dimension ld, at
+ * element offset off, repeated batch times stride apart, fits its buffer. */
+static int check_matrix(const char *name, const dl_buffer *buf, size_t elem, size_t rows,
+                        size_t cols, size_t off, size_t ld, size_t batch, size_t stride) {
+    if (!buf || !buf->mem) return dl_fail("GEMM: matrix %s: buffer not allocated", name);
+    if (ld < cols)
+        return dl_fail("GEMM: matrix %s: leading dimension %zu is smaller than its %zu columns",
+                       name, ld, cols);
+    /* last element index + 1, computed in floating point first to reject overflow */
+    double need = (double)off + (double)(batch - 1) * (double)stride + (double)(rows - 1) * ld +
+                  (double)cols;
+    double have = (double)(buf->size / elem);
+    if (need > have)
+        return dl_fail("GEMM: matrix %s (%zu x %zu, offset %zu, ld %zu, batch %zu, stride %zu) "
+                       "needs %.0f elements, its buffer holds %.0f",
+                       name, rows, cols, off, ld, batch, stride, need, have);
+    return 0;
+}
+
 int dl_gemm(dl_device *dev, const dl_gemm_args *g) {
     if (g->m == 0 || g->n == 0) return 0;
     size_t batch = g->batch_count ? g->batch_count : 1;
@@ -36,6 +55,13 @@ int dl_gemm(dl_device *dev, const dl_gemm_args *g) {
          * Callers never need this; refuse clearly. */
         return dl_fail("GEMM with k = 0 is not supported");
     }
+    size_t elem = g->type == DL_GEMM_F16 ? 2 : 4;
+    if (check_matrix("A", g->a, elem, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->a_off,
+                     g->lda, batch, g->a_stride) ||
+        check_matrix("B", g->b, elem, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->b_off,
+                     g->ldb, batch, g->b_stride) ||
+        check_matrix("C", g->c, elem, g->m, g->n, g->c_off, g->ldc, batch, g->c_stride))
+        return -1;
     CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
     CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
     cl_command_queue q = dev->queue;

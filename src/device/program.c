@@ -191,6 +191,14 @@ int dl_program_get(dl_device *dev, const char *file, const char *options, cl_pro
         }
         DL_DEBUG("device", "compiled %s in %.2f s", file, dl_now() - t0);
         if (cache_ok) store_cached(dev, program, path);
+        pthread_mutex_lock(&dev->lock);
+        dev->program_stats.built_from_source++;
+        pthread_mutex_unlock(&dev->lock);
+    } else {
+        DL_DEBUG("device", "loaded %s from the program cache %s", file, path);
+        pthread_mutex_lock(&dev->lock);
+        dev->program_stats.loaded_from_cache++;
+        pthread_mutex_unlock(&dev->lock);
     }
     free(source);
 
