@@ -241,6 +241,47 @@ static void test_binary_cache(void) {
     dl_device_close(third);
 }
 
+/* Stored tuning: a valid file is applied, a broken one is an error that
+ * names the file, a missing one is fine. */
+static void test_tuning_file(dl_device *dev) {
+    char path[4096], key[128];
+    dl_tune_device_key(dl_device_get_info(dev), key, sizeof key);
+    CHECK(strstr(key, ".json") != NULL && strchr(key, '/') == NULL && strchr(key, ' ') == NULL);
+    dl_tune_path(dl_device_get_info(dev), path, sizeof path);
+    CHECK(strstr(path, "/clblast/") != NULL);
+    bool applied = true;
+    CHECK_OK(dl_tune_apply(dev, &applied));
+    CHECK(!applied);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/clblast", dl_cache_dir());
+    CHECK_OK(dl_mkdirs(dir));
+    CHECK_OK(write_text(path, "{\"kernels\": [{\"kernel\": \"Xgemm\", \"precision\": 32, "
+                              "\"parameters\": {\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 32, "
+                              "\"KWI\": 2, \"MDIMA\": 8, \"MDIMC\": 8, \"MWG\": 64, "
+                              "\"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 64, \"SA\": 1, "
+                              "\"SB\": 1, \"STRM\": 0, \"STRN\": 0, \"VWM\": 4, "
+                              "\"VWN\": 4}}]}"));
+    CHECK_OK(dl_tune_apply(dev, &applied));
+    CHECK(applied);
+    static const char *const broken[] = {
+        "{\"kernels\": [",
+        "{\"kernels\": 3}",
+        "{\"kernels\": [{\"kernel\": \"Evil/../x\", \"precision\": 32, \"parameters\": {}}]}",
+        "{\"kernels\": [{\"kernel\": \"Xgemm\", \"precision\": 32, \"parameters\": {\"KWG\": 32}}]}",
+        "{\"kernels\": [{\"kernel\": \"Xgemm\", \"precision\": 32, \"parameters\": {\"KWG\": -1}}]}",
+    };
+    for (size_t i = 0; i < sizeof broken / sizeof *broken; i++) {
+        CHECK_OK(write_text(path, broken[i]));
+        CHECK_MSG(dl_tune_apply(dev, &applied) == -1, "case %zu", i);
+        CHECK_MSG(strstr(dl_error(), key) != NULL, "case %zu: %s", i, dl_error());
+    }
+    /* a broken file never stops a device from opening */
+    dl_device *other = NULL;
+    CHECK_OK(dl_device_open("0", &other));
+    dl_device_close(other);
+    remove(path);
+}
+
 int main(void) {
     if (!mkdtemp(temp_root)) {
         perror("mkdtemp");
@@ -260,6 +301,7 @@ int main(void) {
         if (dev) {
             test_buffers(dev);
             test_build_failure(dev);
+            test_tuning_file(dev);
             dl_device_close(dev);
         }
         test_binary_cache();
