@@ -37,13 +37,16 @@ static int push_id(encode_ctx *c, int32_t id) {
 
 /* ---- added tokens ---------------------------------------------------------- */
 
-static bool is_word_char(uint32_t c) { return c == '_' || dl_uc_is_alphanumeric(c); }
+static bool is_word_char(uint32_t c) { return dl_uc_is_word(c); } /* the \\w of Rust's regex crate */
 
 typedef int (*segment_fn)(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, bool at_origin);
 
-/* Splits s on the added tokens whose 'normalized' flag equals normalized
- * (leftmost-longest, non-overlapping, as the Aho-Corasick search HF uses),
- * pushing token ids and handing the text between them to fn. */
+/* Splits s on the added tokens whose 'normalized' flag equals normalized,
+ * pushing token ids and handing the text between them to fn. As in HF: the
+ * matches are found first (leftmost-longest, non-overlapping, the
+ * Aho-Corasick search HF uses), then each is checked for single_word and
+ * widened by lstrip/rstrip; a widened match can cover the next matches,
+ * which HF still emits, and so do we. */
 static int split_added(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, bool at_origin,
                        bool normalized, segment_fn fn) {
     size_t seg_start = 0, i = 0;
@@ -60,24 +63,22 @@ static int split_added(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s
             continue;
         }
         size_t start = i, stop = i + best->len;
+        i = stop; /* the search resumes after the match, whatever happens to it */
         if (best->single_word) {
             bool start_ok = start == 0 || !is_word_char(s[start - 1]);
             bool stop_ok = stop == n || !is_word_char(s[stop]);
-            if (!start_ok || !stop_ok) {
-                i = stop; /* the search resumes after the discarded match */
-                continue;
-            }
+            if (!start_ok || !stop_ok) continue;
         }
         if (best->lstrip) {
             size_t j = start;
-            while (j > seg_start && dl_uc_is_whitespace(s[j - 1])) j--;
-            start = j;
+            while (j > 0 && dl_uc_is_whitespace(s[j - 1])) j--;
+            start = j > seg_start ? j : seg_start;
         }
         if (best->rstrip)
             while (stop < n && dl_uc_is_whitespace(s[stop])) stop++;
         if (seg_start < start && fn(tok, c, s + seg_start, start - seg_start, at_origin && seg_start == 0)) return -1;
         if (push_id(c, best->id)) return -1;
-        seg_start = i = stop;
+        seg_start = stop;
     }
     if (seg_start < n && fn(tok, c, s + seg_start, n - seg_start, at_origin && seg_start == 0)) return -1;
     return 0;

@@ -14,29 +14,67 @@ static int hex_value(uint32_t c) {
     return -1;
 }
 
-/* Oniguruma accepts \uHHHH; PCRE2 spells it \x{HHHH}. */
+/* Oniguruma's Unicode \w: letters, marks, decimal and letter numbers,
+ * connector punctuation, the join controls and the alphabetic symbols
+ * (as dl_uc_is_word). PCRE2's \w lacks the marks, which Bengali words need. */
+static const char WORD_CLASS[] =
+    "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200C}\\x{200D}\\x{24B6}-\\x{24E9}\\x{1F130}-\\x{1F149}"
+    "\\x{1F150}-\\x{1F169}\\x{1F170}-\\x{1F189}";
+
+static size_t put_ascii(uint32_t *out, size_t k, const char *s) {
+    for (; *s; s++) out[k++] = (uint32_t)(unsigned char)*s;
+    return k;
+}
+
+/* Rewrites the Oniguruma spellings PCRE2 reads differently: \uHHHH becomes
+ * \x{HHHH}, \w and \W become Oniguruma's Unicode word class. */
 static int translate_escapes(uint32_t **cps, size_t *n) {
     uint32_t *in = *cps;
-    uint32_t *out = dl_malloc(dl_mul_size(*n + 8, 2 * sizeof(uint32_t)));
+    size_t cap = dl_mul_size(*n + 1, sizeof(WORD_CLASS) + 4);
+    uint32_t *out = cap == SIZE_MAX ? NULL : dl_malloc(dl_mul_size(cap, sizeof(uint32_t)));
     if (!out) {
         free(in);
         return -1;
     }
     size_t k = 0;
+    int class_depth = 0;
     for (size_t i = 0; i < *n; i++) {
-        if (in[i] == '\\' && i + 1 < *n) {
-            if (in[i + 1] == 'u' && i + 5 < *n && hex_value(in[i + 2]) >= 0 && hex_value(in[i + 3]) >= 0 &&
+        uint32_t c = in[i];
+        if (c == '\\' && i + 1 < *n) {
+            uint32_t e = in[i + 1];
+            if (e == 'u' && i + 5 < *n && hex_value(in[i + 2]) >= 0 && hex_value(in[i + 3]) >= 0 &&
                 hex_value(in[i + 4]) >= 0 && hex_value(in[i + 5]) >= 0) {
-                static const char pre[] = "\\x{";
-                for (const char *p = pre; *p; p++) out[k++] = (uint32_t)*p;
+                k = put_ascii(out, k, "\\x{");
                 for (int j = 2; j <= 5; j++) out[k++] = in[i + j];
                 out[k++] = '}';
                 i += 5;
                 continue;
             }
+            if (e == 'w' && class_depth > 0) {
+                k = put_ascii(out, k, WORD_CLASS);
+                i++;
+                continue;
+            }
+            if ((e == 'w' || e == 'W') && class_depth == 0) {
+                k = put_ascii(out, k, e == 'w' ? "[" : "[^");
+                k = put_ascii(out, k, WORD_CLASS);
+                out[k++] = ']';
+                i++;
+                continue;
+            }
             out[k++] = in[i++]; /* keep any other escape pair intact */
+            out[k++] = in[i];
+            continue;
         }
-        out[k++] = in[i];
+        if (c == '[') {
+            class_depth++;
+            out[k++] = c;
+            if (i + 1 < *n && in[i + 1] == '^') out[k++] = in[++i];
+            if (i + 1 < *n && in[i + 1] == ']') out[k++] = in[++i]; /* a leading ] is literal */
+            continue;
+        }
+        if (c == ']' && class_depth > 0) class_depth--;
+        out[k++] = c;
     }
     free(in);
     *cps = out;

@@ -11,6 +11,11 @@
 #define MAX_JSON_BYTES ((size_t)512 << 20)
 #define MAX_ADDED 100000
 
+/* Added tokens, with ids assigned the way HF's AddedVocabulary assigns them
+ * when it loads a file: a token whose content is already a model piece takes
+ * that piece's id, a repeated content is ignored, any other token takes the
+ * next id after the model vocabulary and the added ids so far. (The "id"
+ * fields of the file agree with this for every file HF writes.) */
 static int parse_added(dl_tokenizer *tok, const cJSON *list) {
     if (!list || cJSON_IsNull(list)) return 0;
     if (!cJSON_IsArray(list)) return dl_fail("'added_tokens' must be an array");
@@ -18,16 +23,32 @@ static int parse_added(dl_tokenizer *tok, const cJSON *list) {
     if (n > MAX_ADDED) return dl_fail("%d added tokens (limit %d)", n, MAX_ADDED);
     tok->added = dl_calloc((size_t)(n ? n : 1), sizeof(dl_added_token));
     if (!tok->added) return -1;
+    int64_t max_id = -1;
     const cJSON *item;
     cJSON_ArrayForEach(item, list) {
         dl_added_token *a = &tok->added[tok->n_added];
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "id");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(item, "content");
-        if (!cJSON_IsNumber(id) || !cJSON_IsString(content) || id->valuedouble < 0 || id->valuedouble >= (1u << 24))
-            return dl_fail("added token %zu: needs a numeric 'id' in range and a string 'content'", tok->n_added);
-        a->id = (int32_t)id->valuedouble;
-        a->utf8 = dl_strdup(content->valuestring);
-        if (!a->utf8 || dl_utf8_to_cps(content->valuestring, &a->content, &a->len)) return -1;
+        if (!cJSON_IsString(content))
+            return dl_fail("added token %zu: needs a string 'content'", tok->n_added);
+        if (cJSON_IsNumber(id) && (id->valuedouble < 0 || id->valuedouble >= (1u << 24)))
+            return dl_fail("added token %zu: id %g out of range", tok->n_added, id->valuedouble);
+        const char *text = content->valuestring;
+        bool repeated = false;
+        for (size_t k = 0; k < tok->n_added && !repeated; k++) repeated = !strcmp(tok->added[k].utf8, text);
+        if (!*text || repeated) continue;
+        int32_t model_id = dl_unigram_piece_id(&tok->model, text, strlen(text));
+        if (model_id >= 0) {
+            a->id = model_id;
+        } else {
+            a->id = max_id >= (int64_t)tok->model.size ? (int32_t)(max_id + 1) : (int32_t)tok->model.size;
+        }
+        if (a->id > max_id) max_id = a->id;
+        if (cJSON_IsNumber(id) && (int32_t)id->valuedouble != a->id)
+            DL_WARN("text", "added token '%s' is listed with id %d but gets id %d (as in HF tokenizers)", text,
+                    (int)id->valuedouble, (int)a->id);
+        a->utf8 = dl_strdup(text);
+        if (!a->utf8 || dl_utf8_to_cps(text, &a->content, &a->len)) return -1;
         a->single_word = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(item, "single_word"));
         a->lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(item, "lstrip"));
         a->rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(item, "rstrip"));
@@ -35,7 +56,6 @@ static int parse_added(dl_tokenizer *tok, const cJSON *list) {
         const cJSON *norm = cJSON_GetObjectItemCaseSensitive(item, "normalized");
         a->normalized = cJSON_IsBool(norm) ? cJSON_IsTrue(norm) : !a->special;
         tok->n_added++;
-        if (a->len == 0) continue; /* never matches */
         if (a->normalized) tok->has_normalized_added = true;
         else tok->has_raw_added = true;
     }
