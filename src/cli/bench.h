@@ -12,5 +12,6 @@ struct dl_bench {
 };
 
 int bench_step(int argc, char **argv);
+int bench_gemm(int argc, char **argv);
 
 #endif

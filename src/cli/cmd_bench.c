@@ -7,6 +7,7 @@
 
 /* Add a line here when you add src/cli/bench_<what>.c. */
 static const struct dl_bench benches[] = {
+    {"gemm", bench_gemm, "GEMM GFLOP/s of the transformer shapes: CLBlast untuned, tuned, OpenBLAS"},
     {"step", bench_step, "one ALBERT training step (forward + backward): tokens/s, GFLOP/s, memory"},
     {NULL, NULL, NULL},
 };
