@@ -219,6 +219,33 @@ static void test_determinism(const char *dir) {
     CHECK(stream_hash(&other, 40) != h1);
 }
 
+/* Peers read the same documents, starting at different shards. */
+static void test_peers_cover_the_same_data(const char *dir) {
+    dl_data_text text = fake_text();
+    int starts_seen[4] = {0};
+    for (uint64_t peer = 0; peer < 8; peer++) {
+        dl_rng r;
+        dl_rng_seed(&r, dl_data_mix_seed(1234, peer, 1));
+        starts_seen[dl_rng_below(&r, 4)]++;
+        dl_data_config cfg = base_config(dir);
+        cfg.peer_seed = peer;
+        dl_data_stream *s;
+        CHECK_OK(dl_data_open_text(&cfg, &text, &s));
+        if (!s) continue;
+        dl_batch b = {0};
+        while (dl_data_next_batch(s, &b, 30) == DL_DATA_BATCH) {
+        }
+        dl_data_stats st;
+        dl_data_get_stats(s, &st);
+        CHECK(st.documents == 400 && st.passes == 1 && st.shards == 4);
+        dl_data_close(s);
+        dl_batch_free(&b);
+    }
+    int distinct = 0;
+    for (int i = 0; i < 4; i++) distinct += starts_seen[i] > 0;
+    CHECK(distinct >= 2);
+}
+
 static void test_errors(const char *dir) {
     dl_data_text text = fake_text();
     dl_data_stream *s;
@@ -268,6 +295,7 @@ int main(void) {
     test_masking_and_sop(numbers);
     test_whole_word(words);
     test_determinism(shards);
+    test_peers_cover_the_same_data(shards);
     test_errors(shards);
     rm_rf(dir);
     return dl_test_finish("test_data_pipeline");
