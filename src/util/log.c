@@ -1,12 +1,14 @@
 #include "dedloc/util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static int log_level = -1;
+/* Atomic: the level is read from every thread and set lazily on first use. */
+static _Atomic int log_level = -1;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static enum dl_log_level level_from_env(void) {
@@ -21,8 +23,13 @@ static enum dl_log_level level_from_env(void) {
 void dl_log_set_level(enum dl_log_level level) { log_level = (int)level; }
 
 enum dl_log_level dl_log_get_level(void) {
-    if (log_level < 0) log_level = (int)level_from_env();
-    return (enum dl_log_level)log_level;
+    int level = atomic_load(&log_level);
+    if (level < 0) {
+        int expected = -1;
+        level = (int)level_from_env();
+        if (!atomic_compare_exchange_strong(&log_level, &expected, level)) level = expected;
+    }
+    return (enum dl_log_level)level;
 }
 
 void dl_log(enum dl_log_level level, const char *module, const char *fmt, ...) {
