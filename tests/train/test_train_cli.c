@@ -5,6 +5,7 @@
  *     checkpoint folder: bit-identical weights (param_hash) at step S;
  *   - the same run stopped by SIGTERM, which saves and exits 0, then continued:
  *     bit-identical again;
+ *   - the same with fp16 storage (loss scale state included);
  *   - `dedloc export` writes a HF folder whose weights are the checkpoint's.
  * The weights hash is the last line of each JSON-lines log. */
 #include <signal.h>
@@ -151,6 +152,23 @@ int main(void) {
     CHECK_OK(last_record(path, hash_c, &step));
     CHECK(step == STEPS);
     CHECK_MSG(!strcmp(hash_a, hash_c), "resumed after SIGTERM %s vs uninterrupted %s", hash_c, hash_a);
+
+    /* fp16 storage with loss scaling: the loss scale state resumes too. */
+    char hash_d[17], hash_e[17];
+    CHECK(sh("%s train " TRAIN_ARGS " --precision fp16 --max-steps 4 --checkpoint-dir %s/d --log %s/d.jsonl",
+             DEDLOC_BINARY, corpus, dir, dir) == 0);
+    CHECK(sh("%s train " TRAIN_ARGS " --precision fp16 --max-steps 2 --checkpoint-dir %s/e --log %s/e.jsonl",
+             DEDLOC_BINARY, corpus, dir, dir) == 0);
+    CHECK(sh("%s train --quiet --max-steps 4 --checkpoint-dir %s/e --log %s/e.jsonl", DEDLOC_BINARY, dir, dir) == 0);
+    snprintf(path, sizeof path, "%s/d.jsonl", dir);
+    CHECK_OK(last_record(path, hash_d, &step));
+    CHECK(step == 4);
+    snprintf(path, sizeof path, "%s/e.jsonl", dir);
+    CHECK_OK(last_record(path, hash_e, &step));
+    CHECK(step == 4);
+    CHECK_MSG(!strcmp(hash_d, hash_e), "fp16 resumed %s vs uninterrupted %s", hash_e, hash_d);
+    CHECK_MSG(strcmp(hash_d, hash_a) != 0, "fp16 and fp32 runs should differ after 4 steps");
+    printf("fp16: uninterrupted %s, resumed %s\n", hash_d, hash_e);
 
     /* Export: the HF folder holds exactly the checkpoint's weights. */
     CHECK(sh("%s export --checkpoint %s/a --out %s/hf > /dev/null", DEDLOC_BINARY, dir, dir) == 0);
