@@ -206,6 +206,11 @@ int dl_checkpoint_save(const char *path, const dl_checkpoint *ck);
  * *ck (malloc'd fields; free with dl_checkpoint_free). */
 int dl_checkpoint_load(const char *path, size_t max_size, dl_checkpoint *ck);
 void dl_checkpoint_free(dl_checkpoint *ck);
+/* The same file image in memory, e.g. to send the training state to a peer
+ * that joins (*out malloc'd), and its verified reading (takes ownership of
+ * buffer, a malloc'd block, even on failure). */
+int dl_checkpoint_serialize(const dl_checkpoint *ck, char **out, size_t *out_size);
+int dl_checkpoint_parse(char *buffer, size_t size, dl_checkpoint *ck);
 
 /* Fills a checkpoint view from an optimizer (borrowed pointers: do not free
  * it with dl_checkpoint_free). */

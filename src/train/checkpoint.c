@@ -103,10 +103,11 @@ static char *print_and_delete(cJSON *o) {
     return s;
 }
 
-int dl_checkpoint_save(const char *path, const dl_checkpoint *ck) {
+/* Collects the tensors and the metadata of a checkpoint into a writer. */
+static dl_st_writer *build_writer(const dl_checkpoint *ck) {
     const dl_train_layout *l = &ck->layout;
     dl_st_writer *w = dl_st_writer_new();
-    if (!w) return dl_fail_context("checkpoint %s", path);
+    if (!w) return NULL;
     cJSON *sums = cJSON_CreateObject();
     const float *arrays[3] = {ck->params, ck->exp_avg, ck->exp_avg_sq};
     char key[160];
@@ -140,11 +141,29 @@ int dl_checkpoint_save(const char *path, const dl_checkpoint *ck) {
         dl_hash64_hex(metadata_hash((const char *const *)values), hex);
         rc = dl_st_writer_metadata(w, "metadata_checksum", hex);
     }
-    if (rc == 0) rc = dl_st_writer_write(w, path);
     for (int i = 0; i < CHECKED_KEYS; i++) cJSON_free(values[i]);
     cJSON_Delete(sums);
+    if (rc) {
+        dl_st_writer_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int dl_checkpoint_save(const char *path, const dl_checkpoint *ck) {
+    dl_st_writer *w = build_writer(ck);
+    int rc = w ? dl_st_writer_write(w, path) : -1;
     dl_st_writer_free(w);
     return rc ? dl_fail_context("cannot write checkpoint %s", path) : 0;
+}
+
+int dl_checkpoint_serialize(const dl_checkpoint *ck, char **out, size_t *out_size) {
+    *out = NULL;
+    *out_size = 0;
+    dl_st_writer *w = build_writer(ck);
+    int rc = w ? dl_st_writer_serialize(w, out, out_size) : -1;
+    dl_st_writer_free(w);
+    return rc ? dl_fail_context("cannot serialize the training state") : 0;
 }
 
 void dl_checkpoint_free(dl_checkpoint *ck) {
@@ -373,6 +392,19 @@ static int load_checked(const dl_safetensors *st, dl_checkpoint *ck) {
     ck->model_config_json = dl_strdup(values[2]);
     ck->run_json = dl_strdup(values[3]);
     return ck->model_config_json && ck->run_json ? 0 : -1;
+}
+
+int dl_checkpoint_parse(char *buffer, size_t size, dl_checkpoint *ck) {
+    memset(ck, 0, sizeof *ck);
+    dl_safetensors *st = NULL;
+    if (dl_st_parse(buffer, size, &st)) return dl_fail_context("training state refused");
+    int rc = load_checked(st, ck);
+    dl_st_free(st);
+    if (rc) {
+        dl_checkpoint_free(ck);
+        return dl_fail_context("training state refused");
+    }
+    return 0;
 }
 
 int dl_checkpoint_load(const char *path, size_t max_size, dl_checkpoint *ck) {

@@ -8,10 +8,11 @@
 #include "dedloc/train.h"
 #include "dedloc/util.h"
 
-static int temp_path(char dir[64], char path[96]) {
-    snprintf(dir, 64, "/tmp/dedloc_config_XXXXXX");
-    if (!mkdtemp(dir)) return dl_fail("cannot create a temporary folder in /tmp");
-    snprintf(path, 96, "%s/config.json", dir);
+static int temp_path(char dir[512], char path[600]) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, 512, "%s/dedloc_config_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(dir)) return dl_fail("cannot create a temporary folder (%s): set TMPDIR", dir);
+    snprintf(path, 600, "%s/config.json", dir);
     return 0;
 }
 
@@ -21,7 +22,7 @@ static void remove_temp(const char *dir, const char *path) {
 }
 
 int dl_train_config_to_json(const dl_albert_config *cfg, char **json) {
-    char dir[64], path[96];
+    char dir[512], path[600];
     *json = NULL;
     if (temp_path(dir, path)) return -1;
     int rc = dl_albert_config_save(path, cfg);
@@ -31,7 +32,7 @@ int dl_train_config_to_json(const dl_albert_config *cfg, char **json) {
 }
 
 int dl_train_config_from_json(const char *json, dl_albert_config *cfg) {
-    char dir[64], path[96];
+    char dir[512], path[600];
     if (temp_path(dir, path)) return -1;
     int rc = dl_write_file_atomic(path, json, strlen(json));
     if (rc == 0) rc = dl_albert_config_load(path, cfg);

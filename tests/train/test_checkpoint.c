@@ -184,6 +184,37 @@ static void test_corruption(void) {
     free(params);
 }
 
+/* The in-memory form (state transfer to a joining peer) is the file image. */
+static void test_memory(void) {
+    dl_optimizer opt;
+    float *params;
+    make_state(&opt, &params, 4);
+    dl_checkpoint ck;
+    dl_checkpoint_view(&ck, &opt, params);
+    fill_extra(&ck);
+    char *img = NULL;
+    size_t size = 0;
+    CHECK_OK(dl_checkpoint_serialize(&ck, &img, &size));
+    char path[512], *file = NULL;
+    size_t file_size = 0;
+    snprintf(path, sizeof path, "%s/mem.safetensors", dir);
+    CHECK_OK(dl_checkpoint_save(path, &ck));
+    CHECK_OK(dl_read_file(path, 1 << 24, &file, &file_size));
+    CHECK(file_size == size && img && file && memcmp(img, file, size) == 0);
+    char *copy = malloc(size);
+    memcpy(copy, img, size);
+    dl_checkpoint back;
+    CHECK_OK(dl_checkpoint_parse(img, size, &back)); /* takes img */
+    CHECK(back.step == opt.step && memcmp(back.params, params, opt.layout.total * 4) == 0);
+    dl_checkpoint_free(&back);
+    copy[size - 1] ^= 1;
+    CHECK(dl_checkpoint_parse(copy, size, &back) == -1); /* takes copy */
+    CHECK(strstr(dl_error(), "checksum") != NULL);
+    free(file);
+    dl_optimizer_free(&opt);
+    free(params);
+}
+
 static void test_folder(void) {
     char sub[512], path[600];
     snprintf(sub, sizeof sub, "%s/run", dir);
@@ -234,6 +265,7 @@ int main(void) {
     dl_log_set_level(DL_LOG_ERROR);
     test_round_trip();
     test_corruption();
+    test_memory();
     test_folder();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
