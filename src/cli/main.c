@@ -32,6 +32,7 @@ static void usage(FILE *out) {
             "  DEDLOC_LOG         log level: error, warn, info (default), debug\n"
             "  DEDLOC_CACHE_DIR   cache folder (default $XDG_CACHE_HOME/dedloc or ~/.cache/dedloc)\n"
             "  DEDLOC_CL_DIR      load kernel sources from this folder instead of the embedded ones\n"
+            "  DEDLOC_NO_TUNING   set to 1 to ignore CLBlast parameters stored by 'dedloc tune'\n"
             "\nexit status: 0 success, 1 runtime failure, 2 usage error\n");
 }
 
