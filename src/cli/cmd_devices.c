@@ -1,3 +1,4 @@
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,22 +37,39 @@ int cmd_devices(int argc, char **argv) {
         return DL_EXIT_FAILURE;
     }
     if (json) {
-        printf("[");
+        /* through cJSON so that any device string comes out properly escaped */
+        cJSON *list = cJSON_CreateArray();
         for (int i = 0; i < n; i++) {
-            dl_device_info *d = &infos[i];
-            printf("%s\n  {\"index\": %d, \"platform\": \"%s\", \"name\": \"%s\", \"vendor\": \"%s\", "
-                   "\"driver\": \"%s\", \"opencl_c\": \"%s\", \"type\": \"%s\", "
-                   "\"compute_units\": %u, \"clock_mhz\": %u, \"global_mem\": %llu, "
-                   "\"local_mem\": %llu, \"max_alloc\": %llu, \"max_work_group\": %zu, "
-                   "\"fp16\": %s, \"fp64\": %s, \"unified_memory\": %s}",
-                   i ? "," : "", d->index, d->platform, d->name, d->vendor, d->driver,
-                   d->opencl_c_version, d->is_gpu ? "gpu" : d->is_cpu ? "cpu" : "other",
-                   d->compute_units, d->max_clock_mhz, (unsigned long long)d->global_mem,
-                   (unsigned long long)d->local_mem, (unsigned long long)d->max_alloc,
-                   d->max_work_group, d->fp16 ? "true" : "false", d->fp64 ? "true" : "false",
-                   d->unified_memory ? "true" : "false");
+            const dl_device_info *d = &infos[i];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "index", d->index);
+            cJSON_AddStringToObject(o, "platform", d->platform);
+            cJSON_AddStringToObject(o, "name", d->name);
+            cJSON_AddStringToObject(o, "vendor", d->vendor);
+            cJSON_AddStringToObject(o, "driver", d->driver);
+            cJSON_AddStringToObject(o, "device_version", d->device_version);
+            cJSON_AddStringToObject(o, "opencl_c", d->opencl_c_version);
+            cJSON_AddStringToObject(o, "type", d->is_gpu ? "gpu" : d->is_cpu ? "cpu" : "other");
+            cJSON_AddNumberToObject(o, "compute_units", d->compute_units);
+            cJSON_AddNumberToObject(o, "clock_mhz", d->max_clock_mhz);
+            cJSON_AddNumberToObject(o, "global_mem", (double)d->global_mem);
+            cJSON_AddNumberToObject(o, "local_mem", (double)d->local_mem);
+            cJSON_AddNumberToObject(o, "max_alloc", (double)d->max_alloc);
+            cJSON_AddNumberToObject(o, "max_work_group", (double)d->max_work_group);
+            cJSON_AddBoolToObject(o, "fp16", d->fp16);
+            cJSON_AddBoolToObject(o, "fp64", d->fp64);
+            cJSON_AddBoolToObject(o, "unified_memory", d->unified_memory);
+            cJSON_AddItemToArray(list, o);
         }
-        printf("\n]\n");
+        char *text = cJSON_Print(list);
+        cJSON_Delete(list);
+        if (!text) {
+            free(infos);
+            fprintf(stderr, "dedloc devices: out of memory\n");
+            return DL_EXIT_FAILURE;
+        }
+        printf("%s\n", text);
+        free(text);
     } else {
         for (int i = 0; i < n; i++) {
             dl_device_info *d = &infos[i];
