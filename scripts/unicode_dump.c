@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "text/text_internal.h"
 
 int main(void) {
@@ -11,10 +13,10 @@ int main(void) {
     dl_ustr s = {0}, tmp = {0};
     for (uint32_t c = 0; c < 0x110000; c++) {
         if (c >= 0xD800 && c <= 0xDFFF) continue;
-        printf("%x %d%d%d%d %d%d%d%d%d", c, dl_uc_is_punctuation(c), dl_uc_is_mark(c), dl_uc_is_nonspacing_mark(c),
+        printf("%x %d %d%d%d%d %d%d%d%d%d%d", c, utf8proc_get_property((utf8proc_int32_t)c)->combining_class, dl_uc_is_punctuation(c), dl_uc_is_mark(c), dl_uc_is_nonspacing_mark(c),
                dl_uc_is_control(c), dl_uc_compat(DL_UC_PUNCT, c), dl_uc_compat(DL_UC_MARK, c),
                dl_uc_compat(DL_UC_NONSPACING, c), dl_uc_compat(DL_UC_CONTROL, c),
-               dl_uc_compat(DL_UC_NORM_UNCHANGED, c));
+               dl_uc_compat(DL_UC_NORM_UNCHANGED, c), dl_uc_compat(DL_UC_CCC_ZERO, c));
         for (int k = 0; k < 4; k++) {
             dl_normalizer n;
             memset(&n, 0, sizeof(n));

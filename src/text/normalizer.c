@@ -139,6 +139,7 @@ static bool is_ascii(const dl_ustr *s) {
 }
 
 static uint8_t combining_class(uint32_t c) {
+    if (dl_uc_compat(DL_UC_CCC_ZERO, c)) return 0; /* unknown to HF's tables: a starter there */
     return (uint8_t)utf8proc_get_property((utf8proc_int32_t)c)->combining_class;
 }
 

@@ -54,7 +54,7 @@ bool dl_uc_is_control(uint32_t c);     /* Cc, Cf, Cn, Co (BertNormalizer) */
 bool dl_uc_is_cjk(uint32_t c);
 /* Code points where HF tokenizers' (older) Unicode tables disagree with
  * utf8proc for one class (unicode_compat.c, generated): the class is flipped. */
-enum dl_uc_table { DL_UC_PUNCT, DL_UC_MARK, DL_UC_NONSPACING, DL_UC_CONTROL, DL_UC_NORM_UNCHANGED };
+enum dl_uc_table { DL_UC_PUNCT, DL_UC_MARK, DL_UC_NONSPACING, DL_UC_CONTROL, DL_UC_NORM_UNCHANGED, DL_UC_CCC_ZERO };
 bool dl_uc_compat(enum dl_uc_table table, uint32_t c);
 /* Full lowercase mapping of one char (Rust char::to_lowercase); returns count (1 or 2). */
 int dl_uc_lower(uint32_t c, uint32_t out[2]);

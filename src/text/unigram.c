@@ -5,6 +5,7 @@
  * one, and with byte_fallback an unknown span becomes its <0xXX> byte pieces. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dedloc/util.h"
@@ -117,6 +118,57 @@ int32_t dl_unigram_piece_id(const dl_unigram *m, const char *s, size_t len) {
     return len ? m->node_id[node] : -1;
 }
 
+/* The score HF holds for a JSON number. serde_json (without its
+ * float_roundtrip feature, as tokenizers builds it) reads "-3.8017570164508996"
+ * as the digits as an integer, converted to double, then divided by the power
+ * of ten: two roundings, so about one score in four ends 1 ulp away from the
+ * correctly rounded value strtod gives. Ties in the Viterbi lattice depend on
+ * those last bits, so we redo serde's arithmetic on the number's shortest
+ * decimal form (the form both HF and Python write). */
+static double serde_json_double(double v) {
+    if (v == 0.0 || v != v || v - v != 0.0) return v;
+    char buf[64];
+    int p = 15; /* most scores need 15..17 digits: search from there */
+    snprintf(buf, sizeof(buf), "%.*e", p - 1, v);
+    if (strtod(buf, NULL) == v) {
+        while (p > 1) {
+            char shorter[64];
+            snprintf(shorter, sizeof(shorter), "%.*e", p - 2, v);
+            if (strtod(shorter, NULL) != v) break;
+            memcpy(buf, shorter, sizeof(buf));
+            p--;
+        }
+    } else {
+        for (p = 16; p <= 17; p++) {
+            snprintf(buf, sizeof(buf), "%.*e", p - 1, v);
+            if (strtod(buf, NULL) == v) break;
+        }
+        if (p > 17) return v;
+    }
+    /* buf: [-]d.ddddde[+-]XX -> integer significand and decimal exponent */
+    const char *c = buf;
+    bool negative = *c == '-';
+    if (negative) c++;
+    uint64_t significand = 0;
+    int digits = 0;
+    for (; *c && *c != 'e'; c++)
+        if (*c >= '0' && *c <= '9') {
+            significand = significand * 10 + (uint64_t)(*c - '0');
+            digits++;
+        }
+    int exponent = (*c == 'e' ? atoi(c + 1) : 0) - (digits - 1);
+    double f = (double)significand;
+    char pow_text[16];
+    while (exponent < -308) {
+        f /= 1e308;
+        exponent += 308;
+    }
+    snprintf(pow_text, sizeof(pow_text), "1e%d", exponent < 0 ? -exponent : exponent);
+    double pow10 = strtod(pow_text, NULL); /* the correctly rounded literal, as serde's table */
+    f = exponent >= 0 ? f * pow10 : f / pow10;
+    return negative ? -f : f;
+}
+
 int dl_unigram_parse(const cJSON *json, dl_unigram *m) {
     memset(m, 0, sizeof(*m));
     m->unk_id = -1;
@@ -145,7 +197,7 @@ int dl_unigram_parse(const cJSON *json, dl_unigram *m) {
         if (len > MAX_PIECE_BYTES) return dl_fail("Unigram model: piece %zu is %zu bytes long", i, len);
         m->pieces[i] = dl_strdup(piece->valuestring);
         if (!m->pieces[i]) return -1;
-        m->scores[i] = score->valuedouble;
+        m->scores[i] = serde_json_double(score->valuedouble);
         if (m->scores[i] < m->min_score) m->min_score = m->scores[i];
         total_bytes += len;
         i++;
