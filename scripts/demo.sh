@@ -31,9 +31,11 @@ rm -rf "$RUN"
 mkdir -p "$RUN"
 echo "== Training the tiny ALBERT for $MINUTES minutes (LAMB on the host, fp32)"
 # sahajBERT's recipe scaled to a tiny model and a 2-core CPU: micro-batches of
-# 8 x 64 tokens, 16 samples per step, a larger LAMB learning rate.
+# 8 x 64 tokens, 16 samples per step, a larger LAMB learning rate. The corpus
+# is grouped by source package, so the shuffle buffer holds all of it (50000
+# examples) to keep each step's batch representative.
 build/dedloc train --model tiny --data "$CORPUS" --seq 64 --batch 8 --target-batch 16 \
-  --lr 0.1 --warmup-steps 10 --max-steps 600 --max-minutes "$MINUTES" \
+  --lr 0.1 --warmup-steps 10 --max-steps 600 --max-minutes "$MINUTES" --shuffle-buffer 50000 \
   --checkpoint-dir "$RUN/ckpt" --save-every 50 --log "$RUN/train.jsonl" --seed 1
 
 echo "== Loss by step (from $RUN/train.jsonl)"

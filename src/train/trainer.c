@@ -142,7 +142,7 @@ static int accumulate(loop_state *st, const dl_trainer_backend *be, step_record 
             r->dropped++;
             DL_DEBUG("train", "micro-batch dropped: non-finite gradient at loss scale %g", (double)scale);
             if (!st->o->loss_scaling && r->dropped >= 16)
-                return dl_fail("16 micro-batches in a row gave non-finite gradients in fp32: the run diverged "
+                return dl_fail("16 micro-batches of one step gave non-finite gradients in fp32: the run diverged "
                                "(lower --lr?)");
             continue;
         }
