@@ -168,6 +168,11 @@ int dl_model_forward_backward(dl_model *model, const dl_batch *batch, float loss
                               dl_losses *out);
 /* Forward only (evaluation): losses of one batch; gradients untouched. */
 int dl_model_forward(dl_model *model, const dl_batch *batch, dl_losses *out);
+/* Logits of the last dl_model_forward (not forward_backward, which turns
+ * them into gradients in place): sop_logits [B, 2] and, when mlm_logits is
+ * not NULL, the MLM logits [M, vocab] of the M labelled positions in
+ * row-major order (HF computes every position; only these enter the loss). */
+int dl_model_get_logits(dl_model *model, float *sop_logits, float *mlm_logits);
 /* Downloads the accumulated gradient as fp32, divided by loss_scale (pass
  * the scale used in forward_backward, 1 for none). */
 int dl_model_get_grads(dl_model *model, float loss_scale, float *grads);

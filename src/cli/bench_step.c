@@ -13,14 +13,17 @@
 static void help(FILE *out) {
     fprintf(out,
             "usage: dedloc bench step [--model tiny|sahajbert|DIR] [--batch B] [--seq T]\n"
-            "                         [--device D] [--warmup N] [--steps N] [--json]\n\n"
+            "                         [--precision fp32|fp16|bf16] [--device D] [--warmup N]\n"
+            "                         [--steps N] [--json]\n\n"
             "Times forward + backward (gradients accumulated on the device) of one\n"
-            "micro-batch of B x T random tokens with 15%% MLM labels, fp32. Reports the\n"
+            "micro-batch of B x T random tokens with 15%% MLM labels. Reports the\n"
             "median step time, tokens/s, the GEMM GFLOP/s the step achieves, its share of\n"
             "a 1024^3 SGEMM measured on the same device, and the device memory.\n\n"
             "  --model M    preset (tiny, sahajbert) or a HF model folder (default tiny)\n"
             "  --batch B    sequences per micro-batch (default 8)\n"
             "  --seq T      tokens per sequence (default 128)\n"
+            "  --precision  storage precision (default fp32; fp16/bf16 halve the kept\n"
+            "               activations, arithmetic stays fp32)\n"
             "  --warmup N   untimed steps first (default 1; the first compiles kernels)\n"
             "  --steps N    timed steps (default 3)\n"
             "  --json       one JSON object instead of the table\n"
@@ -70,17 +73,19 @@ static int compare_double(const void *a, const void *b) {
 }
 
 int bench_step(int argc, char **argv) {
-    const char *model_name = "tiny", *device_sel = NULL;
+    const char *model_name = "tiny", *device_sel = NULL, *precision_name = "fp32";
+    dl_precision precision;
     int B = 8, T = 128, warmup = 1, steps = 3, json = 0;
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'}, {"batch", required_argument, NULL, 'b'},
         {"seq", required_argument, NULL, 't'},   {"device", required_argument, NULL, 'd'},
         {"warmup", required_argument, NULL, 'w'}, {"steps", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},        {"help", no_argument, NULL, 'h'},
+        {"precision", required_argument, NULL, 'p'},
         {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:b:t:d:w:s:jh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:b:t:d:w:s:p:jh", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_name = optarg; break;
         case 'b': if (parse_positive(optarg, "--batch", &B)) return DL_EXIT_USAGE; break;
@@ -89,6 +94,7 @@ int bench_step(int argc, char **argv) {
         case 'w': if (parse_positive(optarg, "--warmup", &warmup)) return DL_EXIT_USAGE; break;
         case 's': if (parse_positive(optarg, "--steps", &steps)) return DL_EXIT_USAGE; break;
         case 'j': json = 1; break;
+        case 'p': precision_name = optarg; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -96,6 +102,10 @@ int bench_step(int argc, char **argv) {
     if (optind < argc || B < 1 || T < 1 || steps < 1) {
         fprintf(stderr, "dedloc bench step: batch, seq and steps must be at least 1\n");
         help(stderr);
+        return DL_EXIT_USAGE;
+    }
+    if (dl_precision_parse(precision_name, &precision)) {
+        fprintf(stderr, "dedloc bench step: %s\n", dl_error());
         return DL_EXIT_USAGE;
     }
     dl_albert_config cfg;
@@ -131,7 +141,7 @@ int bench_step(int argc, char **argv) {
         for (int b = 0; b < B; b++) batch.sentence_order_label[b] = (int32_t)dl_rng_below(&rng, 2);
     }
     if (!rc) rc = dl_device_open(device_sel, &dev);
-    if (!rc) rc = dl_model_create(dev, &cfg, B, T, DL_PRECISION_FP32, &model);
+    if (!rc) rc = dl_model_create(dev, &cfg, B, T, precision, &model);
     if (!rc) rc = dl_model_set_params(model, params);
     dl_losses losses = {0};
     for (int i = 0; !rc && i < warmup + steps; i++) {
@@ -158,19 +168,20 @@ int bench_step(int argc, char **argv) {
         const dl_device_info *info = dl_device_get_info(dev);
         if (json) {
             printf("{\"bench\": \"step\", \"model\": \"%s\", \"device\": \"%s\", \"precision\": "
-                   "\"fp32\", \"batch\": %d, \"seq\": %d, \"parameters\": %zu, \"masked\": %d, "
+                   "\"%s\", \"batch\": %d, \"seq\": %d, \"parameters\": %zu, \"masked\": %d, "
                    "\"steps\": %d, \"step_s\": %.6f, \"tokens_per_s\": %.1f, \"gemm_flops\": %.6g, "
                    "\"gflops\": %.2f, \"sgemm1024_gflops\": %.2f, \"share_of_sgemm\": %.4f, "
                    "\"model_memory_bytes\": %zu, \"device_peak_bytes\": %zu}\n",
-                   model_name, info->name, B, T, layout.total, losses.masked_tokens, steps,
-                   step_s, tokens_s, flops, gflops, gemm_gflops, gflops / gemm_gflops,
+                   model_name, info->name, precision_name, B, T, layout.total,
+                   losses.masked_tokens, steps, step_s, tokens_s, flops, gflops, gemm_gflops, gflops / gemm_gflops,
                    dl_model_memory_bytes(model), dl_device_bytes_peak(dev));
         } else {
             char desc[256];
             dl_albert_config_describe(&cfg, desc, sizeof desc);
             printf("model        %s (%s; %zu parameters)\n", model_name, desc, layout.total);
             printf("device       %s\n", info->name);
-            printf("batch        %d x %d tokens, %d masked, fp32\n", B, T, losses.masked_tokens);
+            printf("batch        %d x %d tokens, %d masked, %s storage\n", B, T,
+                   losses.masked_tokens, precision_name);
             printf("step         %.3f s (median of %d)   %.1f tokens/s\n", step_s, steps,
                    tokens_s);
             printf("GEMM work    %.1f GFLOP per step   %.2f GFLOP/s achieved\n", flops / 1e9,

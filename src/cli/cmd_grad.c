@@ -23,6 +23,9 @@ static void help(FILE *out) {
             "  --out FILE     safetensors to write: loss, mlm_loss, sop_loss (F32 [1]) and\n"
             "                 the gradient of each parameter under its HF name (the tied\n"
             "                 decoder weight once, as albert.embeddings.word_embeddings.weight)\n"
+            "  --logits FILE  also write the forward pass's sop_logits [B,2] and\n"
+            "                 prediction_logits [M,V] at the M labelled positions (row-major),\n"
+            "                 with the losses (the format scripts/check_export.py reads)\n"
             "  --device D     OpenCL device: index or part of its name (see dedloc devices)\n");
 }
 
@@ -44,19 +47,43 @@ static int write_output(const char *path, const dl_param_layout *layout, const d
     return rc;
 }
 
+static int write_logits(const char *path, dl_model *model, const dl_batch *batch,
+                        const dl_losses *l) {
+    int V = dl_model_config(model)->vocab_size, M = l->masked_tokens;
+    float *sop = dl_malloc((size_t)batch->batch * 2 * sizeof *sop);
+    float *mlm = dl_malloc(((size_t)M * (size_t)V + 1) * sizeof *mlm);
+    dl_st_writer *w = dl_st_writer_new();
+    int64_t one = 1, sop_shape[2] = {batch->batch, 2}, mlm_shape[2] = {M, V};
+    int rc = sop && mlm && w ? dl_model_get_logits(model, sop, mlm) : -1;
+    if (!rc) rc = dl_st_writer_metadata(w, "format", "pt");
+    if (!rc) rc = dl_st_writer_add(w, "sop_logits", DL_ST_F32, 2, sop_shape, sop);
+    if (!rc) rc = dl_st_writer_add(w, "prediction_logits", DL_ST_F32, 2, mlm_shape, mlm);
+    if (!rc) rc = dl_st_writer_add(w, "loss", DL_ST_F32, 1, &one, &l->loss);
+    if (!rc) rc = dl_st_writer_add(w, "mlm_loss", DL_ST_F32, 1, &one, &l->mlm_loss);
+    if (!rc) rc = dl_st_writer_add(w, "sop_loss", DL_ST_F32, 1, &one, &l->sop_loss);
+    if (!rc) rc = dl_st_writer_write(w, path);
+    dl_st_writer_free(w);
+    free(sop);
+    free(mlm);
+    return rc;
+}
+
 int cmd_grad(int argc, char **argv) {
-    const char *model_dir = NULL, *batch_path = NULL, *out_path = NULL, *device_sel = NULL;
+    const char *model_dir = NULL, *batch_path = NULL, *out_path = NULL, *device_sel = NULL,
+               *logits_path = NULL;
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'}, {"batch", required_argument, NULL, 'b'},
         {"out", required_argument, NULL, 'o'},   {"device", required_argument, NULL, 'd'},
+        {"logits", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},        {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:b:o:d:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:b:o:d:l:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 'b': batch_path = optarg; break;
         case 'o': out_path = optarg; break;
         case 'd': device_sel = optarg; break;
+        case 'l': logits_path = optarg; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -87,6 +114,11 @@ int cmd_grad(int argc, char **argv) {
         rc = grads ? dl_model_get_grads(model, 1.0f, grads) : -1;
     }
     if (!rc) rc = write_output(out_path, dl_model_layout(model), &losses, grads);
+    if (!rc && logits_path) {
+        dl_losses forward_losses;
+        rc = dl_model_forward(model, &batch, &forward_losses);
+        if (!rc) rc = write_logits(logits_path, model, &batch, &forward_losses);
+    }
     if (!rc)
         printf("loss %.7f (mlm %.7f over %d masked tokens, sop %.7f over %d sequences)\n",
                losses.loss, losses.mlm_loss, losses.masked_tokens, losses.sop_loss,

@@ -378,11 +378,25 @@ static int run(dl_model *m, const dl_batch *batch, float loss_scale, bool backwa
     if (!(loss_scale > 0) || !isfinite(loss_scale))
         return dl_fail("loss scale %g is not a positive finite number", loss_scale);
     dl_losses losses;
+    m->logits_valid = false;
     if (model_upload_batch(m, batch) || model_forward_pass(m, loss_scale, backward, &losses))
         return -1;
     if (backward && model_backward_pass(m)) return -1;
     if (dl_device_finish(m->dev)) return -1;
     if (out) *out = losses;
+    m->logits_valid = !backward;
+    return 0;
+}
+
+int dl_model_get_logits(dl_model *m, float *sop_logits, float *mlm_logits) {
+    if (!m->logits_valid)
+        return dl_fail("no logits: call dl_model_forward first (forward_backward replaces them "
+                       "by their gradients)");
+    if (dl_buffer_download(m->dev, &m->sop_logits, 0, sop_logits, (size_t)m->B * 2 * sizeof(float)))
+        return -1;
+    if (mlm_logits && m->M > 0)
+        return dl_buffer_download(m->dev, &m->logits, 0, mlm_logits,
+                                  (size_t)m->M * (size_t)m->cfg.vocab_size * sizeof(float));
     return 0;
 }
 

@@ -88,6 +88,7 @@ struct dl_model {
     /* shape of the last forward pass */
     int B, T, N, M;
     int word_segments;            /* distinct non-pad token ids in the batch */
+    bool logits_valid;            /* the last pass was forward only */
 };
 
 /* Uploads the batch (already checked) and builds the index lists; sets B, T, N, M. */

@@ -110,6 +110,26 @@ static void check_fixture(const char *name) {
     /* Forward only gives the same losses and leaves the gradients alone. */
     CHECK_OK(dl_model_forward(model, &batch, &losses2));
     CHECK(losses2.loss == losses.loss);
+    /* Its logits match transformers' (the MLM ones at the labelled rows). */
+    int V = cfg.vocab_size, M = losses.masked_tokens, N = batch.batch * batch.seq;
+    float *sop = malloc((size_t)batch.batch * 2 * sizeof *sop), *ref_sop = malloc((size_t)batch.batch * 2 * 4);
+    float *mlm = malloc(((size_t)M * V + 1) * 4), *ref_mlm = malloc((size_t)N * V * 4);
+    CHECK_OK(dl_model_get_logits(model, sop, mlm));
+    CHECK_OK(dl_st_get_f32(expected, "sop_logits", ref_sop, (size_t)batch.batch * 2));
+    CHECK_OK(dl_st_get_f32(expected, "prediction_logits", ref_mlm, (size_t)N * V));
+    double logit_err = dl_test_max_abs(sop, ref_sop, (size_t)batch.batch * 2);
+    for (int n = 0, row = 0; n < N; n++)
+        if (batch.labels[n] != -100) {
+            double e = dl_test_max_abs(mlm + (size_t)row * V, ref_mlm + (size_t)n * V, (size_t)V);
+            logit_err = fmax(logit_err, e);
+            row++;
+        }
+    printf("%s: logits max abs diff %.2e\n", name, logit_err);
+    CHECK_MSG(logit_err < 1e-5, "%s logits differ by %g", name, logit_err);
+    free(sop);
+    free(ref_sop);
+    free(mlm);
+    free(ref_mlm);
     float *after = malloc(layout->total * sizeof *after);
     CHECK_OK(dl_model_get_grads(model, 2048.0f, after));
     CHECK(!memcmp(after, again, layout->total * sizeof *after));

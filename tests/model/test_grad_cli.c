@@ -61,18 +61,29 @@ static void write_batch(const char *path, int B, int T, int64_t bad_id, bool dro
 
 int main(void) {
     CHECK(mkdtemp(tmpdir) != NULL);
-    char fixture[1024], args[4096], out[600], batch[600];
+    char fixture[1024], args[4096], out[600], batch[600], path[1200];
     snprintf(fixture, sizeof fixture, "%s/tests/fixtures/albert_odd", DEDLOC_SOURCE_DIR);
     snprintf(out, sizeof out, "%s/grads.safetensors", tmpdir);
     const char *dev = getenv("DEDLOC_TEST_DEVICE");
     char dev_arg[300] = "";
     if (dev) snprintf(dev_arg, sizeof dev_arg, "--device '%s'", dev);
 
-    snprintf(args, sizeof args, "grad --model %s --batch %s/batch.safetensors --out %s %s",
-             fixture, fixture, out, dev_arg);
+    snprintf(args, sizeof args,
+             "grad --model %s --batch %s/batch.safetensors --out %s --logits %s/logits %s",
+             fixture, fixture, out, tmpdir, dev_arg);
     CHECK(run(args) == 0);
+    dl_safetensors *logits = NULL;
+    snprintf(path, sizeof path, "%s/logits", tmpdir);
+    CHECK_OK(dl_st_read(path, 0, &logits));
+    if (logits) {
+        const dl_st_tensor *sop = dl_st_find(logits, "sop_logits"),
+                           *mlm = dl_st_find(logits, "prediction_logits");
+        CHECK(sop && sop->ndim == 2 && sop->shape[0] == 3 && sop->shape[1] == 2);
+        CHECK(mlm && mlm->ndim == 2 && mlm->shape[1] == 131);
+        CHECK(dl_st_find(logits, "loss") != NULL);
+        dl_st_free(logits);
+    }
     dl_safetensors *got = NULL, *want = NULL;
-    char path[1200];
     snprintf(path, sizeof path, "%s/expected.safetensors", fixture);
     CHECK_OK(dl_st_read(out, 0, &got));
     CHECK_OK(dl_st_read(path, 0, &want));
