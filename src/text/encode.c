@@ -39,7 +39,7 @@ static int push_id(encode_ctx *c, int32_t id) {
 
 static bool is_word_char(uint32_t c) { return dl_uc_is_word(c); } /* the \\w of Rust's regex crate */
 
-typedef int (*segment_fn)(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, bool at_origin);
+typedef int (*segment_fn)(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, size_t origin);
 
 /* Splits s on the added tokens whose 'normalized' flag equals normalized,
  * pushing token ids and handing the text between them to fn. As in HF: the
@@ -47,7 +47,7 @@ typedef int (*segment_fn)(const dl_tokenizer *tok, encode_ctx *c, const uint32_t
  * Aho-Corasick search HF uses), then each is checked for single_word and
  * widened by lstrip/rstrip; a widened match can cover the next matches,
  * which HF still emits, and so do we. */
-static int split_added(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, bool at_origin,
+static int split_added(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, size_t origin,
                        bool normalized, segment_fn fn) {
     size_t seg_start = 0, i = 0;
     while (i < n) {
@@ -76,20 +76,21 @@ static int split_added(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s
         }
         if (best->rstrip)
             while (stop < n && dl_uc_is_whitespace(s[stop])) stop++;
-        if (seg_start < start && fn(tok, c, s + seg_start, start - seg_start, at_origin && seg_start == 0)) return -1;
+        if (seg_start < start && fn(tok, c, s + seg_start, start - seg_start, dl_origin_from(origin, seg_start)))
+            return -1;
         if (push_id(c, best->id)) return -1;
         seg_start = stop;
     }
-    if (seg_start < n && fn(tok, c, s + seg_start, n - seg_start, at_origin && seg_start == 0)) return -1;
+    if (seg_start < n && fn(tok, c, s + seg_start, n - seg_start, dl_origin_from(origin, seg_start))) return -1;
     return 0;
 }
 
 /* ---- segments ------------------------------------------------------------------ */
 
 /* Pre-tokenizes normalized text and runs the model on each pre-token. */
-static int encode_normalized(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, bool at_origin) {
+static int encode_normalized(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, size_t origin) {
     dl_pieces_clear(&c->pieces);
-    if (dl_pieces_add(&c->pieces, s, n, at_origin)) return -1;
+    if (dl_pieces_add(&c->pieces, s, n, origin)) return -1;
     if (tok->pretokenizer && dl_pretokenizer_apply(tok->pretokenizer, &c->pieces, &c->pieces_tmp)) return -1;
     for (size_t i = 0; i < c->pieces.n; i++) {
         const dl_piece *p = &c->pieces.pieces[i];
@@ -101,16 +102,16 @@ static int encode_normalized(const dl_tokenizer *tok, encode_ctx *c, const uint3
 }
 
 /* Normalizes one raw segment (text between non-normalized added tokens). */
-static int encode_raw(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, bool at_origin) {
+static int encode_raw(const dl_tokenizer *tok, encode_ctx *c, const uint32_t *s, size_t n, size_t origin) {
     c->segment.len = 0;
     if (dl_ustr_append(&c->segment, s, n)) return -1;
-    c->segment.at_origin = at_origin;
+    c->segment.origin = origin < n ? origin : n;
     if (tok->normalizer && dl_normalizer_apply(tok->normalizer, &c->segment, &c->tmp)) return -1;
     if (c->segment.len == 0) return 0;
     /* encode_normalized reuses c->pieces, not c->segment, so segment stays valid */
     if (tok->has_normalized_added)
-        return split_added(tok, c, c->segment.cp, c->segment.len, c->segment.at_origin, true, encode_normalized);
-    return encode_normalized(tok, c, c->segment.cp, c->segment.len, c->segment.at_origin);
+        return split_added(tok, c, c->segment.cp, c->segment.len, c->segment.origin, true, encode_normalized);
+    return encode_normalized(tok, c, c->segment.cp, c->segment.len, c->segment.origin);
 }
 
 int dl_tokenizer_encode(const dl_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *count,
@@ -123,8 +124,8 @@ int dl_tokenizer_encode(const dl_tokenizer *tok, const char *text, size_t len, i
     size_t bad = 0;
     int rc = dl_utf8_decode(text, len, &raw, &bad);
     if (!rc) {
-        if (tok->has_raw_added) rc = split_added(tok, &c, raw.cp, raw.len, true, false, encode_raw);
-        else if (raw.len) rc = encode_raw(tok, &c, raw.cp, raw.len, true);
+        if (tok->has_raw_added) rc = split_added(tok, &c, raw.cp, raw.len, 1, false, encode_raw);
+        else if (raw.len) rc = encode_raw(tok, &c, raw.cp, raw.len, 1);
     }
     dl_ustr_free(&raw);
     ctx_free(&c);

@@ -106,27 +106,27 @@ static bool nmt_space(uint32_t c) {
 }
 
 static void apply_nmt(dl_ustr *s) {
-    size_t k = 0;
+    size_t k = 0, origin = 0;
     for (size_t i = 0; i < s->len; i++) {
         uint32_t c = s->cp[i];
-        if (nmt_removed(c)) {
-            if (k == 0) s->at_origin = false;
-            continue;
-        }
+        if (nmt_removed(c)) continue;
+        if (i < s->origin) origin++;
         s->cp[k++] = nmt_space(c) ? ' ' : c;
     }
     s->len = k;
+    s->origin = origin;
 }
 
 static int apply_lowercase(dl_ustr *s, dl_ustr *tmp) {
     tmp->len = 0;
-    tmp->at_origin = s->at_origin;
+    tmp->origin = 0;
     if (dl_ustr_reserve(tmp, s->len + 8)) return -1;
     for (size_t i = 0; i < s->len; i++) {
         uint32_t o[2];
         int k = dl_uc_lower(s->cp[i], o);
         for (int j = 0; j < k; j++)
             if (dl_ustr_push(tmp, o[j])) return -1;
+        if (i < s->origin) tmp->origin += (size_t)k;
     }
     dl_ustr_swap(s, tmp);
     return 0;
@@ -148,12 +148,13 @@ static uint8_t combining_class(uint32_t c) {
 static int apply_unicode(dl_ustr *s, dl_ustr *tmp, bool compat, bool compose) {
     if (is_ascii(s)) return 0; /* ASCII is invariant under every form */
     tmp->len = 0;
-    tmp->at_origin = s->at_origin;
+    tmp->origin = 0;
     utf8proc_option_t opt = UTF8PROC_DECOMPOSE | UTF8PROC_STABLE | (compat ? UTF8PROC_COMPAT : 0);
     for (size_t i = 0; i < s->len; i++) {
         uint32_t c = s->cp[i];
         if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = 0xFFFD;
         if (dl_ustr_reserve(tmp, tmp->len + 32)) return -1;
+        if (i == s->origin) tmp->origin = tmp->len; /* chars decomposed from the origin chars */
         if (dl_uc_compat(DL_UC_NORM_UNCHANGED, c)) {
             tmp->cp[tmp->len++] = c;
             continue;
@@ -164,6 +165,8 @@ static int apply_unicode(dl_ustr *s, dl_ustr *tmp, bool compat, bool compose) {
         if (n < 0 || n > 32) return dl_fail("Unicode decomposition of U+%04X failed", (unsigned)c);
         tmp->len += (size_t)n;
     }
+    if (s->origin >= s->len) tmp->origin = tmp->len;
+    bool had_origin = s->origin > 0;
     /* canonical ordering: stable sort of each run of non-starters by class */
     for (size_t i = 1; i < tmp->len; i++) {
         uint32_t c = tmp->cp[i];
@@ -178,12 +181,24 @@ static int apply_unicode(dl_ustr *s, dl_ustr *tmp, bool compat, bool compose) {
         }
         tmp->cp[j] = c;
     }
+    if (compose && tmp->origin > 0 && tmp->origin < tmp->len) {
+        /* the origin chars after composition: compose them alone and count */
+        uint32_t prefix[64];
+        size_t n0 = tmp->origin < 64 ? tmp->origin : 64;
+        memcpy(prefix, tmp->cp, n0 * sizeof(uint32_t));
+        utf8proc_ssize_t n1 = utf8proc_normalize_utf32((utf8proc_int32_t *)prefix, (utf8proc_ssize_t)n0,
+                                                       UTF8PROC_COMPOSE | UTF8PROC_STABLE);
+        if (n1 > 0) tmp->origin = (size_t)n1;
+    }
     if (compose) {
         utf8proc_ssize_t n = utf8proc_normalize_utf32((utf8proc_int32_t *)tmp->cp, (utf8proc_ssize_t)tmp->len,
                                                       UTF8PROC_COMPOSE | UTF8PROC_STABLE);
         if (n < 0) return dl_fail("Unicode composition failed");
         tmp->len = (size_t)n;
     }
+    /* composition may merge origin chars: keep the count within bounds */
+    if (tmp->origin > tmp->len) tmp->origin = tmp->len;
+    if (had_origin && tmp->len && !tmp->origin) tmp->origin = 1;
     dl_ustr_swap(s, tmp);
     return 0;
 }
@@ -199,7 +214,9 @@ static int replace_match(void *ctx, size_t start, size_t end) {
     struct replace_ctx *r = ctx;
     if (dl_ustr_append(r->dst, r->src->cp + r->last, start - r->last)) return -1;
     if (dl_ustr_append(r->dst, r->n->content, r->n->content_len)) return -1;
-    if (start == 0 && r->n->content_len == 0) r->dst->at_origin = false;
+    size_t o = r->src->origin; /* copied origin chars, then the content if the match starts among them */
+    r->dst->origin += (start < o ? start : o) - (r->last < o ? r->last : o);
+    if (start < o) r->dst->origin += r->n->content_len;
     r->last = end;
     return 0;
 }
@@ -211,11 +228,12 @@ static int apply_replace(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
         if (!found) return 0;
     }
     tmp->len = 0;
-    tmp->at_origin = s->at_origin;
+    tmp->origin = 0;
     struct replace_ctx r = {n, s, tmp, 0};
     if (dl_pattern_find(&n->pattern, s->cp, s->len, replace_match, &r)) return -1;
     if (r.last == 0 && tmp->len == 0) return 0; /* no match */
     if (dl_ustr_append(tmp, s->cp + r.last, s->len - r.last)) return -1;
+    if (r.last < s->origin) tmp->origin += s->origin - r.last;
     dl_ustr_swap(s, tmp);
     return 0;
 }
@@ -227,7 +245,7 @@ static void apply_strip(dl_ustr *s, bool left, bool right) {
     if (right)
         while (b > a && dl_uc_is_whitespace(s->cp[b - 1])) b--;
     if (a > 0) {
-        s->at_origin = false;
+        s->origin = dl_origin_from(s->origin, a);
         memmove(s->cp, s->cp + a, (b - a) * sizeof(uint32_t));
     }
     s->len = b - a;
@@ -235,22 +253,22 @@ static void apply_strip(dl_ustr *s, bool left, bool right) {
 
 /* StripAccents drops every mark (Mn, Mc, Me); BertNormalizer only Mn. */
 static void apply_strip_accents(dl_ustr *s, bool nonspacing_only) {
-    size_t k = 0;
+    size_t k = 0, origin = 0;
     for (size_t i = 0; i < s->len; i++) {
         uint32_t c = s->cp[i];
-        if (nonspacing_only ? dl_uc_is_nonspacing_mark(c) : dl_uc_is_mark(c)) {
-            if (k == 0) s->at_origin = false;
-            continue;
-        }
+        if (nonspacing_only ? dl_uc_is_nonspacing_mark(c) : dl_uc_is_mark(c)) continue;
+        if (i < s->origin) origin++;
         s->cp[k++] = s->cp[i];
     }
     s->len = k;
+    s->origin = origin;
 }
 
 static int apply_prepend(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
     if (s->len == 0) return 0;
     tmp->len = 0;
-    tmp->at_origin = s->at_origin;
+    /* the prepended chars align with the first char (HF's prepend) */
+    tmp->origin = s->origin ? s->origin + n->content_len : 0;
     if (dl_ustr_append(tmp, n->content, n->content_len) || dl_ustr_append(tmp, s->cp, s->len)) return -1;
     dl_ustr_swap(s, tmp);
     return 0;
@@ -258,20 +276,19 @@ static int apply_prepend(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
 
 static int apply_bert(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
     if (n->clean_text) {
-        size_t k = 0;
+        size_t k = 0, origin = 0;
         for (size_t i = 0; i < s->len; i++) {
             uint32_t c = s->cp[i];
-            if (c == 0 || c == 0xFFFD || dl_uc_is_control(c)) {
-                if (k == 0) s->at_origin = false;
-                continue;
-            }
+            if (c == 0 || c == 0xFFFD || dl_uc_is_control(c)) continue;
+            if (i < s->origin) origin++;
             s->cp[k++] = dl_uc_is_whitespace(c) ? ' ' : c;
         }
         s->len = k;
+        s->origin = origin;
     }
     if (n->handle_chinese) {
         tmp->len = 0;
-        tmp->at_origin = s->at_origin;
+        tmp->origin = 0;
         for (size_t i = 0; i < s->len; i++) {
             uint32_t c = s->cp[i];
             if (dl_uc_is_cjk(c)) {
@@ -279,6 +296,7 @@ static int apply_bert(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp) {
             } else if (dl_ustr_push(tmp, c)) {
                 return -1;
             }
+            if (i < s->origin) tmp->origin = tmp->len;
         }
         dl_ustr_swap(s, tmp);
     }

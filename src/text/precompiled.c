@@ -147,7 +147,7 @@ int dl_precompiled_apply(const struct dl_precompiled *p, dl_ustr *s, dl_ustr *tm
     size_t cap = 0, len;
     if (dl_utf8_encode(s->cp, s->len, &utf8, &cap, &len)) return -1;
     tmp->len = 0;
-    tmp->at_origin = s->at_origin;
+    tmp->origin = 0;
     int rc = 0;
     /* byte offset of each char, to cut clusters out of the UTF-8 copy */
     size_t *off = dl_malloc(dl_mul_size(s->len + 1, sizeof(size_t)));
@@ -176,6 +176,7 @@ int dl_precompiled_apply(const struct dl_precompiled *p, dl_ustr *s, dl_ustr *tm
                 rc = rc_r ? append_utf8(tmp, rc_r, rlen) : dl_ustr_push(tmp, s->cp[j]);
             }
         }
+        if (start == 0 && s->origin) tmp->origin = tmp->len; /* the first cluster holds the origin chars */
         start = i;
     }
     free(off);

@@ -9,7 +9,7 @@
 
 #define MAX_DEPTH 16
 
-int dl_pieces_add(dl_pieces *p, const uint32_t *cp, size_t n, bool at_origin) {
+int dl_pieces_add(dl_pieces *p, const uint32_t *cp, size_t n, size_t origin) {
     if (n == 0) return 0;
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 64;
@@ -20,7 +20,7 @@ int dl_pieces_add(dl_pieces *p, const uint32_t *cp, size_t n, bool at_origin) {
     }
     size_t start = p->text.len;
     if (dl_ustr_append(&p->text, cp, n)) return -1;
-    p->pieces[p->n++] = (dl_piece){start, start + n, at_origin};
+    p->pieces[p->n++] = (dl_piece){start, start + n, origin < n ? origin : n};
     return 0;
 }
 
@@ -199,7 +199,7 @@ static int regex_span(void *ctx, size_t start, size_t end) {
 
 /* Applies behaviour to the spans of piece [base, base+n) of src and appends
  * the resulting pieces to dst. */
-static int emit_spans(const uint32_t *s, spans *sp, enum dl_split_behavior behavior, bool at_origin,
+static int emit_spans(const uint32_t *s, spans *sp, enum dl_split_behavior behavior, size_t origin,
                       dl_pieces *dst) {
     /* merge spans in place according to the behaviour */
     size_t k = 0;
@@ -252,7 +252,7 @@ static int emit_spans(const uint32_t *s, spans *sp, enum dl_split_behavior behav
     }
     for (size_t i = 0; i < k; i++)
         if (dl_pieces_add(dst, s + sp->v[i].start, sp->v[i].end - sp->v[i].start,
-                          at_origin && sp->v[i].start == 0))
+                          dl_origin_from(origin, sp->v[i].start)))
             return -1;
     return 0;
 }
@@ -280,25 +280,25 @@ static int whitespace_spans(const uint32_t *s, size_t n, spans *out) {
     return 0;
 }
 
-static int split_piece(const dl_pretokenizer *pt, const uint32_t *s, size_t n, bool at_origin, dl_pieces *dst,
+static int split_piece(const dl_pretokenizer *pt, const uint32_t *s, size_t n, size_t origin, dl_pieces *dst,
                        spans *sp, dl_ustr *scratch) {
     sp->n = 0;
     switch (pt->kind) {
     case DL_PRETOK_DIGITS:
         if (char_spans(s, n, pred_digit, pt, sp)) return -1;
-        return emit_spans(s, sp, pt->individual_digits ? DL_SPLIT_ISOLATED : DL_SPLIT_CONTIGUOUS, at_origin, dst);
+        return emit_spans(s, sp, pt->individual_digits ? DL_SPLIT_ISOLATED : DL_SPLIT_CONTIGUOUS, origin, dst);
     case DL_PRETOK_PUNCTUATION:
         if (char_spans(s, n, pred_punct, pt, sp)) return -1;
-        return emit_spans(s, sp, pt->behavior, at_origin, dst);
+        return emit_spans(s, sp, pt->behavior, origin, dst);
     case DL_PRETOK_WHITESPACE_SPLIT:
         if (char_spans(s, n, pred_space, pt, sp)) return -1;
-        return emit_spans(s, sp, DL_SPLIT_REMOVED, at_origin, dst);
+        return emit_spans(s, sp, DL_SPLIT_REMOVED, origin, dst);
     case DL_PRETOK_CHAR_DELIMITER:
         if (char_spans(s, n, pred_delim, pt, sp)) return -1;
-        return emit_spans(s, sp, DL_SPLIT_REMOVED, at_origin, dst);
+        return emit_spans(s, sp, DL_SPLIT_REMOVED, origin, dst);
     case DL_PRETOK_WHITESPACE:
         if (whitespace_spans(s, n, sp)) return -1;
-        return emit_spans(s, sp, DL_SPLIT_ISOLATED, at_origin, dst);
+        return emit_spans(s, sp, DL_SPLIT_ISOLATED, origin, dst);
     case DL_PRETOK_BERT: {
         /* whitespace split, then every punctuation char isolated */
         if (char_spans(s, n, pred_space, pt, sp)) return -1;
@@ -309,7 +309,7 @@ static int split_piece(const dl_pretokenizer *pt, const uint32_t *s, size_t n, b
             words.n = 0;
             size_t a = sp->v[i].start;
             rc = char_spans(s + a, sp->v[i].end - a, pred_punct, pt, &words);
-            if (!rc) rc = emit_spans(s + a, &words, DL_SPLIT_ISOLATED, at_origin && a == 0, dst);
+            if (!rc) rc = emit_spans(s + a, &words, DL_SPLIT_ISOLATED, dl_origin_from(origin, a), dst);
         }
         free(words.v);
         return rc;
@@ -320,21 +320,22 @@ static int split_piece(const dl_pretokenizer *pt, const uint32_t *s, size_t n, b
         if (ctx.last < n && spans_push(sp, ctx.last, n, false)) return -1;
         if (pt->invert)
             for (size_t i = 0; i < sp->n; i++) sp->v[i].match = !sp->v[i].match;
-        return emit_spans(s, sp, pt->behavior, at_origin, dst);
+        return emit_spans(s, sp, pt->behavior, origin, dst);
     }
     case DL_PRETOK_METASPACE: {
         scratch->len = 0;
         bool prepend = false;
         if (!(n > 0 && s[0] == pt->replacement) && !(n > 0 && s[0] == ' ')) {
             if (pt->prepend == DL_PREPEND_ALWAYS) prepend = true;
-            else if (pt->prepend == DL_PREPEND_FIRST) prepend = at_origin;
+            else if (pt->prepend == DL_PREPEND_FIRST) prepend = origin > 0;
         }
         if (prepend && dl_ustr_push(scratch, pt->replacement)) return -1;
         if (dl_ustr_reserve(scratch, scratch->len + n)) return -1;
         for (size_t i = 0; i < n; i++) scratch->cp[scratch->len++] = s[i] == ' ' ? pt->replacement : s[i];
-        if (!pt->split) return dl_pieces_add(dst, scratch->cp, scratch->len, at_origin);
+        if (prepend && origin) origin++; /* the prepended char aligns with the first one */
+        if (!pt->split) return dl_pieces_add(dst, scratch->cp, scratch->len, origin);
         if (char_spans(scratch->cp, scratch->len, pred_replacement, pt, sp)) return -1;
-        return emit_spans(scratch->cp, sp, DL_SPLIT_MERGED_WITH_NEXT, at_origin, dst);
+        return emit_spans(scratch->cp, sp, DL_SPLIT_MERGED_WITH_NEXT, origin, dst);
     }
     case DL_PRETOK_SEQUENCE:
         break;
@@ -354,7 +355,7 @@ int dl_pretokenizer_apply(const dl_pretokenizer *pt, dl_pieces *p, dl_pieces *tm
     int rc = 0;
     for (size_t i = 0; i < p->n && !rc; i++) {
         const dl_piece *pc = &p->pieces[i];
-        rc = split_piece(pt, p->text.cp + pc->start, pc->end - pc->start, pc->at_origin, tmp, &sp, &scratch);
+        rc = split_piece(pt, p->text.cp + pc->start, pc->end - pc->start, pc->origin, tmp, &sp, &scratch);
     }
     free(sp.v);
     dl_ustr_free(&scratch);

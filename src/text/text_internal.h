@@ -4,8 +4,9 @@
  * Text travels between the stages as arrays of Unicode code points. HF
  * tokenizers tracks a full alignment with the original text; the ids depend on
  * it in one place only (Metaspace with prepend_scheme "first" prepends only to
- * the piece that starts at original offset 0), so a string carries a single
- * flag, at_origin, instead of an alignment table. */
+ * a piece that starts at original offset 0), so a string carries one number,
+ * origin: how many of its leading chars align to offset 0 of the original
+ * text (usually 0 or 1; a Prepend normalizer adds its chars to it). */
 #ifndef DEDLOC_TEXT_INTERNAL_H
 #define DEDLOC_TEXT_INTERNAL_H
 
@@ -25,7 +26,7 @@
 typedef struct {
     uint32_t *cp;
     size_t len, cap;
-    bool at_origin; /* its first char comes from offset 0 of the original text */
+    size_t origin; /* leading chars aligned to offset 0 of the original text */
 } dl_ustr;
 
 int dl_ustr_reserve(dl_ustr *s, size_t cap);
@@ -103,7 +104,7 @@ int dl_normalizer_apply(const dl_normalizer *n, dl_ustr *s, dl_ustr *tmp);
 /* A list of pieces over one code point buffer. */
 typedef struct {
     size_t start, end;
-    bool at_origin;
+    size_t origin; /* as dl_ustr.origin, for this piece */
 } dl_piece;
 
 typedef struct {
@@ -112,7 +113,9 @@ typedef struct {
     size_t n, cap;
 } dl_pieces;
 
-int dl_pieces_add(dl_pieces *p, const uint32_t *cp, size_t n, bool at_origin);
+int dl_pieces_add(dl_pieces *p, const uint32_t *cp, size_t n, size_t origin);
+/* The origin of a part starting at index start of a string with origin o. */
+static inline size_t dl_origin_from(size_t o, size_t start) { return o > start ? o - start : 0; }
 void dl_pieces_clear(dl_pieces *p);
 void dl_pieces_free(dl_pieces *p);
 
