@@ -145,8 +145,31 @@ static uint8_t combining_class(uint32_t c) {
 
 /* Unicode normalization: decompose each char (canonically or compatibly),
  * put marks in canonical order, then compose for the C forms. */
+/* True when no normalization form changes s: no char decomposes (Hangul
+ * syllables decompose algorithmically), none is a mark with a combining
+ * class, and no two neighbours could compose. Most text takes this path. */
+static bool is_normalization_stable(const dl_ustr *s) {
+    utf8proc_uint16_t prev_comb = UINT16_MAX;
+    for (size_t i = 0; i < s->len; i++) {
+        uint32_t c = s->cp[i];
+        if (c < 0x80) {
+            prev_comb = UINT16_MAX; /* ASCII letters do start compositions, but only with marks */
+            if (i + 1 < s->len && s->cp[i + 1] >= 0x80) prev_comb = 0;
+            continue;
+        }
+        if (c > 0x10FFFF || (c >= 0x1100 && c <= 0x11FF) || (c >= 0xA960 && c <= 0xA97F) ||
+            (c >= 0xAC00 && c <= 0xD7FF))
+            return false;
+        const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)c);
+        if (p->decomp_seqindex != UINT16_MAX || p->combining_class) return false;
+        if (p->comb_index != UINT16_MAX && prev_comb != UINT16_MAX) return false;
+        prev_comb = p->comb_index;
+    }
+    return true;
+}
+
 static int apply_unicode(dl_ustr *s, dl_ustr *tmp, bool compat, bool compose) {
-    if (is_ascii(s)) return 0; /* ASCII is invariant under every form */
+    if (is_ascii(s) || is_normalization_stable(s)) return 0;
     tmp->len = 0;
     tmp->origin = 0;
     utf8proc_option_t opt = UTF8PROC_DECOMPOSE | UTF8PROC_STABLE | (compat ? UTF8PROC_COMPAT : 0);
@@ -214,9 +237,11 @@ static int replace_match(void *ctx, size_t start, size_t end) {
     struct replace_ctx *r = ctx;
     if (dl_ustr_append(r->dst, r->src->cp + r->last, start - r->last)) return -1;
     if (dl_ustr_append(r->dst, r->n->content, r->n->content_len)) return -1;
-    size_t o = r->src->origin; /* copied origin chars, then the content if the match starts among them */
+    /* Copied origin chars count; HF inserts the content with the alignment of
+     * the match's last char, so it counts only if that char did. */
+    size_t o = r->src->origin;
     r->dst->origin += (start < o ? start : o) - (r->last < o ? r->last : o);
-    if (start < o) r->dst->origin += r->n->content_len;
+    if (end <= o) r->dst->origin += r->n->content_len;
     r->last = end;
     return 0;
 }

@@ -176,12 +176,15 @@ int dl_precompiled_apply(const struct dl_precompiled *p, dl_ustr *s, dl_ustr *tm
                 rc = rc_r ? append_utf8(tmp, rc_r, rlen) : dl_ustr_push(tmp, s->cp[j]);
             }
         }
-        if (start == 0 && s->origin) tmp->origin = tmp->len; /* the first cluster holds the origin chars */
+        /* The first cluster holds the origin chars. When it maps to nothing HF
+         * loses the removal and aligns the next output char with offset 0. */
+        if (start == 0 && s->origin) tmp->origin = tmp->len ? tmp->len : SIZE_MAX;
         start = i;
     }
     free(off);
     free(utf8);
     if (rc) return -1;
+    if (tmp->origin == SIZE_MAX) tmp->origin = tmp->len ? 1 : 0;
     dl_ustr_swap(s, tmp);
     return 0;
 }

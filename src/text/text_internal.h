@@ -165,6 +165,10 @@ typedef struct {
     uint32_t *node_first;
     uint8_t *edge_byte;
     uint32_t *edge_child;
+    /* wide nodes (the root, the lead bytes of a script) also get a direct
+     * 256-entry child table: node_dense[n] indexes dense, or is UINT32_MAX */
+    uint32_t *node_dense;
+    uint32_t *dense;
     int32_t *node_id; /* id ending at a node, -1 if none */
     size_t n_nodes;
 } dl_unigram;

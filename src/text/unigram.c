@@ -14,6 +14,7 @@
 #define UNK_PENALTY 10.0
 #define MAX_VOCAB (1u << 24)
 #define MAX_PIECE_BYTES 4096
+#define DENSE_MIN_CHILDREN 16
 
 /* Construction-time trie: transitions in an open-addressing hash table. */
 typedef struct {
@@ -58,6 +59,8 @@ static void build_insert(build_trie *t, dl_unigram *m, const char *s, size_t len
 
 /* Child of node for byte b, or 0 (the root is never a child). */
 static inline uint32_t trie_child(const dl_unigram *m, uint32_t node, unsigned char b) {
+    uint32_t d = m->node_dense[node];
+    if (d != UINT32_MAX) return m->dense[(size_t)d * 256 + b];
     uint32_t lo = m->node_first[node], hi = m->node_first[node + 1];
     while (hi - lo > 8) { /* wide nodes (the root, common prefixes): binary search */
         uint32_t mid = (lo + hi) / 2;
@@ -105,6 +108,21 @@ static int compress_trie(dl_unigram *m, const build_trie *t) {
             m->edge_child[j] = child;
         }
     free(fill);
+    /* dense rows for nodes with many children */
+    size_t n_dense = 0;
+    m->node_dense = dl_malloc(dl_mul_size(m->n_nodes, sizeof(uint32_t)));
+    if (!m->node_dense) return -1;
+    for (size_t n = 0; n < m->n_nodes; n++) {
+        bool wide = m->node_first[n + 1] - m->node_first[n] > DENSE_MIN_CHILDREN;
+        m->node_dense[n] = wide ? (uint32_t)n_dense++ : UINT32_MAX;
+    }
+    m->dense = dl_calloc(n_dense ? n_dense * 256 : 1, sizeof(uint32_t));
+    if (!m->dense) return -1;
+    for (size_t n = 0; n < m->n_nodes; n++) {
+        if (m->node_dense[n] == UINT32_MAX) continue;
+        uint32_t *row = m->dense + (size_t)m->node_dense[n] * 256;
+        for (uint32_t e = m->node_first[n]; e < m->node_first[n + 1]; e++) row[m->edge_byte[e]] = m->edge_child[e];
+    }
     return 0;
 }
 
@@ -240,6 +258,8 @@ void dl_unigram_free(dl_unigram *m) {
     free(m->node_first);
     free(m->edge_byte);
     free(m->edge_child);
+    free(m->node_dense);
+    free(m->dense);
     free(m->node_id);
     memset(m, 0, sizeof(*m));
 }
