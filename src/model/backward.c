@@ -57,7 +57,7 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
     float sqrt_d = sqrtf((float)hs);
     size_t global = (size_t)rows;
     if (DL_ARG(k, 0, m->d_att.mem) || DL_ARG(k, 1, a->att.mem) || DL_ARG(k, 2, rows) ||
-        DL_ARG(k, 3, T) || DL_ARG(k, 4, sqrt_d) || dl_launch(m->dev, k, 1, &global, NULL))
+        DL_ARG(k, 3, T) || DL_ARG(k, 4, sqrt_d) || model_launch(m, k, 1, &global))
         return -1;
     /* S = Q K^T (scaled inside the softmax): dQ = dS K, dK = dS^T Q */
     if (model_attention_gemm(m, false, false, T, hs, T, &m->d_att, true, &a->k, false, &m->d_q,
@@ -120,19 +120,19 @@ static int embeddings_backward(dl_model *m, const dl_buffer *d_hidden0) {
         (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, m->d_emb.mem) ||
          DL_ARG(k, 2, m->word_sorted_rows.mem) || DL_ARG(k, 3, m->word_seg_ids.mem) ||
          DL_ARG(k, 4, m->word_seg_start.mem) || DL_ARG(k, 5, segments) || DL_ARG(k, 6, word) ||
-         DL_ARG(k, 7, E) || dl_launch(m->dev, k, 2, g_word, NULL)))
+         DL_ARG(k, 7, E) || model_launch(m, k, 2, g_word)))
         return -1;
     k = m->k.embedding_backward_position;
     size_t g_pos[2] = {(size_t)E, (size_t)T};
     if (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, m->d_emb.mem) || DL_ARG(k, 2, pos) ||
         DL_ARG(k, 3, B) || DL_ARG(k, 4, T) || DL_ARG(k, 5, E) ||
-        dl_launch(m->dev, k, 2, g_pos, NULL))
+        model_launch(m, k, 2, g_pos))
         return -1;
     k = m->k.embedding_backward_type;
     size_t g_type[2] = {(size_t)E, (size_t)types};
     if (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, m->d_emb.mem) ||
         DL_ARG(k, 2, m->token_type_ids.mem) || DL_ARG(k, 3, type) || DL_ARG(k, 4, N) ||
-        DL_ARG(k, 5, types) || DL_ARG(k, 6, E) || dl_launch(m->dev, k, 2, g_type, NULL))
+        DL_ARG(k, 5, types) || DL_ARG(k, 6, E) || model_launch(m, k, 2, g_type))
         return -1;
     return 0;
 }

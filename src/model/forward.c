@@ -122,7 +122,7 @@ static int layer_forward(dl_model *m, int l) {
     size_t global = (size_t)rows;
     if (DL_ARG(k, 0, a->att.mem) || DL_ARG(k, 1, m->attention_mask.mem) || DL_ARG(k, 2, rows) ||
         DL_ARG(k, 3, heads) || DL_ARG(k, 4, T) || DL_ARG(k, 5, sqrt_d) ||
-        dl_launch(m->dev, k, 1, &global, NULL) || model_keep(m, &a->att, &kept->att, scores))
+        model_launch(m, k, 1, &global) || model_keep(m, &a->att, &kept->att, scores))
         return -1;
     /* ctx = P V */
     if (model_attention_gemm(m, false, false, T, hs, T, &a->att, true, &a->v, false, &a->ctx,
@@ -162,7 +162,7 @@ static int cross_entropy(dl_model *m, dl_buffer *logits, const dl_buffer *target
     if (DL_ARG(k, 0, logits->mem) || DL_ARG(k, 1, targets->mem) || DL_ARG(k, 2, losses->mem) ||
         DL_ARG(k, 3, rows) || DL_ARG(k, 4, V) || DL_ARG(k, 5, grad_scale) || DL_ARG(k, 6, grad))
         return -1;
-    return dl_launch(m->dev, k, 1, &global, NULL);
+    return model_launch(m, k, 1, &global);
 }
 
 /* Mean of the per-row losses, summed on the host in row order. */
@@ -190,7 +190,7 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses 
     if (DL_ARG(k, 0, m->emb_sum.mem) || DL_ARG(k, 1, m->input_ids.mem) ||
         DL_ARG(k, 2, m->token_type_ids.mem) || DL_ARG(k, 3, m->params.mem) ||
         DL_ARG(k, 4, word) || DL_ARG(k, 5, pos) || DL_ARG(k, 6, type) || DL_ARG(k, 7, N) ||
-        DL_ARG(k, 8, T) || DL_ARG(k, 9, E) || dl_launch(m->dev, k, 2, global, NULL))
+        DL_ARG(k, 8, T) || DL_ARG(k, 9, E) || model_launch(m, k, 2, global))
         return -1;
     dl_buffer *first = m->staged ? &m->x_work : &m->hidden[0];
     if (op_layernorm_forward(m, &m->emb_ln, &m->emb_mean, &m->emb_rstd, &m->emb_sum, o->emb_ln_g,

@@ -315,7 +315,7 @@ static int storage_kernel(dl_model *m, cl_kernel k, const dl_buffer *dst, const 
     int count = (int)n;
     size_t global = n;
     if (DL_ARG(k, 0, dst->mem) || DL_ARG(k, 1, src->mem) || DL_ARG(k, 2, count)) return -1;
-    return dl_launch(m->dev, k, 1, &global, NULL);
+    return model_launch(m, k, 1, &global);
 }
 
 int model_keep(dl_model *m, dl_buffer *work, dl_buffer *stored, size_t n) {

@@ -111,6 +111,9 @@ void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x);
 /* Backward from the loss gradients; accumulates into m->grads. */
 int model_backward_pass(dl_model *m);
 
+/* Enqueues a 1- or 2-D launch with the model's fixed work-group size. */
+int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global);
+
 /* ---- launchers (ops.c). Parameter and gradient offsets are in elements. ---- */
 /* out[rows, out_f] = in[rows, in_f] W^T (no bias; see op_bias_add). */
 int op_linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,

@@ -3,17 +3,24 @@
 #include "dedloc/util.h"
 #include "model/model_internal.h"
 
-static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+/* A fixed work-group size for every launch: the kernels bound-check, and a
+ * driver that chose the size per launch (PoCL does) would compile a kernel
+ * variant for each batch shape. */
+int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global) {
+    size_t group = dl_device_get_info(m->dev)->max_work_group;
+    size_t local[2] = {group < 64 ? group : 64, 1};
+    return dl_launch(m->dev, k, (cl_uint)dims, global, local);
+}
 
-/* 2-D launch over (columns, rows) with a modest work-group on the columns. */
+/* 2-D launch over (columns, rows). */
 static int launch_2d(dl_model *m, cl_kernel k, int cols, int rows) {
-    size_t global[2] = {round_up((size_t)cols, 1), (size_t)rows};
-    return dl_launch(m->dev, k, 2, global, NULL);
+    size_t global[2] = {(size_t)cols, (size_t)rows};
+    return model_launch(m, k, 2, global);
 }
 
 static int launch_1d(dl_model *m, cl_kernel k, int n) {
     size_t global[1] = {(size_t)n};
-    return dl_launch(m->dev, k, 1, global, NULL);
+    return model_launch(m, k, 1, global);
 }
 
 int op_linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,
