@@ -135,6 +135,27 @@ static void check_fixture(const char *name) {
     CHECK(!memcmp(after, again, layout->total * sizeof *after));
     free(after);
 
+    /* No labelled position: HF's mean over nothing is NaN; here the MLM loss
+     * is 0 and adds no gradient, so such a micro-batch still trains SOP. */
+    dl_batch unlabelled;
+    CHECK_OK(dl_batch_alloc(&unlabelled, batch.batch, batch.seq));
+    size_t tokens = (size_t)batch.batch * batch.seq;
+    memcpy(unlabelled.input_ids, batch.input_ids, tokens * 4);
+    memcpy(unlabelled.token_type_ids, batch.token_type_ids, tokens * 4);
+    memcpy(unlabelled.attention_mask, batch.attention_mask, tokens * 4);
+    memcpy(unlabelled.sentence_order_label, batch.sentence_order_label, (size_t)batch.batch * 4);
+    CHECK_OK(dl_model_zero_grad(model));
+    CHECK_OK(dl_model_forward_backward(model, &unlabelled, 1.0f, &losses2));
+    CHECK(losses2.masked_tokens == 0 && losses2.mlm_loss == 0.0f);
+    CHECK(losses2.loss == losses2.sop_loss && losses2.sop_loss == losses.sop_loss);
+    CHECK_OK(dl_model_get_grads(model, 1.0f, again));
+    const dl_param_entry *pred_bias = dl_param_layout_find(layout, "predictions.bias");
+    bool finite = true, bias_zero = true;
+    for (size_t i = 0; i < layout->total; i++) finite = finite && isfinite(again[i]);
+    for (size_t i = 0; i < pred_bias->numel; i++) bias_zero = bias_zero && again[pred_bias->offset + i] == 0.0f;
+    CHECK(finite && bias_zero);
+    dl_batch_free(&unlabelled);
+
     /* A model sized for larger batches computes the same bits on this one. */
     dl_model *roomy = NULL;
     int roomy_seq = batch.seq + 3 <= cfg.max_position_embeddings ? batch.seq + 3 : batch.seq;
