@@ -45,7 +45,8 @@ static void help(FILE *out) {
     fprintf(out,
             "usage: dedloc tune [--device D] [--model tiny|sahajbert] [--budget-seconds S]\n\n"
             "Searches CLBlast GEMM parameters for the matrix shapes of a model preset on one\n"
-            "device, within about S seconds (default 300):\n"
+            "device, within about S seconds (default 300; a candidate started before the\n"
+            "deadline is finished, so a cold run may overshoot by one candidate's time):\n"
             "  1. times the preset's shapes with CLBlast's built-in parameters;\n"
             "  2. runs CLBlast's kernel tuner (clblast_tuner_xgemm, Debian clblast-utils)\n"
             "     for about a third of the budget and keeps its fastest verified settings;\n"
@@ -184,6 +185,7 @@ int cmd_tune(int argc, char **argv) {
     double base[4], base_total, best_times[4], best_total;
     printf("built-in parameters:");
     fflush(stdout);
+    double base_started = dl_now();
     if (preset_seconds(dev, preset, base, &base_total)) {
         fprintf(stderr, "\ndedloc tune: %s\n", dl_error());
         dl_device_close(dev);
@@ -193,6 +195,8 @@ int cmd_tune(int argc, char **argv) {
         printf(" %s %.1f", preset->shapes[i].name,
                dl_gemm_shape_flops(&preset->shapes[i]) / base[i] / 1e9);
     printf(" GFLOP/s (%.0f s so far)\n", dl_now() - started);
+    /* a candidate costs about what the built-in timing cost: compile + runs */
+    double last_cost = dl_now() - base_started;
     memcpy(best_times, base, sizeof base);
     best_total = base_total;
 
@@ -215,7 +219,6 @@ int cmd_tune(int argc, char **argv) {
     if (ncand == 0) ncand = dl_tune_builtin_candidates(candidates, MAX_CANDIDATES);
 
     int best = -1;
-    double last_cost = 0;
     for (int i = 0; i < ncand; i++) {
         double t0 = dl_now();
         if (t0 + last_cost > deadline) {
