@@ -81,6 +81,10 @@ static void test_files(void) {
     CHECK(!strcmp(dl_error(), "outer 1: inner"));
     CHECK(dl_mul_size(SIZE_MAX / 2, 3) == SIZE_MAX);
     unlink(path);
+    rmdir(sub);
+    snprintf(sub, sizeof sub, "%s/a", dir);
+    rmdir(sub);
+    CHECK(rmdir(dir) == 0); /* nothing else left behind */
 }
 
 int main(void) {
