@@ -90,9 +90,9 @@ static int load_int_tensor(const dl_safetensors *st, const char *name, int ndim,
     }
     for (size_t i = 0; i < n; i++) {
         if (tmp[i] < INT32_MIN || tmp[i] > INT32_MAX) {
+            long long bad = (long long)tmp[i];
             free(tmp);
-            return dl_fail("tensor %s: value %lld at %zu does not fit 32 bits", name,
-                           (long long)tmp[i], i);
+            return dl_fail("tensor %s: value %lld at %zu does not fit 32 bits", name, bad, i);
         }
         out[i] = (int32_t)tmp[i];
     }
