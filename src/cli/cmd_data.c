@@ -1,4 +1,6 @@
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +50,20 @@ static void show_row(const dl_tokenizer *tok, const dl_batch *b, int row) {
     printf("\n");
 }
 
+/* Strict integer option: the whole text is a number in [lo, hi] (atoi would
+ * take "abc" as 0 and "8x" as 8). */
+static int parse_int(const char *name, const char *text, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 0);
+    if (*text == 0 || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "dedloc data: --%s must be an integer in [%lld, %lld], got '%s'\n", name, lo, hi, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int cmd_data(int argc, char **argv) {
     const char *source = NULL, *tok_path = NULL;
     int batches = 10, show = 2, json = 0;
@@ -72,24 +88,31 @@ int cmd_data(int argc, char **argv) {
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "d:t:n:b:s:S:r:p:wk:ojh", opts, NULL)) != -1) {
+        long long v = 0;
+        int bad = 0;
         switch (c) {
         case 'd': source = optarg; break;
         case 't': tok_path = optarg; break;
-        case 'n': batches = atoi(optarg); break;
-        case 'b': cfg.batch_size = atoi(optarg); break;
-        case 's': cfg.max_seq_len = atoi(optarg); break;
-        case 'S': cfg.shuffle_buffer = atoi(optarg); break;
-        case 'r': cfg.seed = strtoull(optarg, NULL, 0); break;
-        case 'p': cfg.peer_seed = strtoull(optarg, NULL, 0); break;
+        case 'n': bad = parse_int("batches", optarg, 0, INT_MAX, &v); batches = (int)v; break;
+        case 'b': bad = parse_int("batch", optarg, 1, 65536, &v); cfg.batch_size = (int)v; break;
+        case 's': bad = parse_int("seq", optarg, 8, 8192, &v); cfg.max_seq_len = (int)v; break;
+        case 'S': bad = parse_int("shuffle", optarg, 1, 1 << 24, &v); cfg.shuffle_buffer = (int)v; break;
+        case 'r': bad = parse_int("seed", optarg, 0, LLONG_MAX, &v); cfg.seed = (uint64_t)v; break;
+        case 'p': bad = parse_int("peer-seed", optarg, 0, LLONG_MAX, &v); cfg.peer_seed = (uint64_t)v; break;
         case 'w': cfg.whole_word_mask = true; break;
-        case 'k': show = atoi(optarg); break;
+        case 'k': bad = parse_int("show", optarg, 0, INT_MAX, &v); show = (int)v; break;
         case 'o': cfg.loop = false; break;
         case 'j': json = 1; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
+        if (bad) {
+            fprintf(stderr, "see 'dedloc data --help'\n");
+            return DL_EXIT_USAGE;
+        }
     }
-    if (!source || !tok_path || optind != argc || batches < 0) {
+    if (!source || !tok_path || optind != argc) {
+        fprintf(stderr, "dedloc data: %s\n\n", optind != argc ? "unexpected argument" : !source ? "--data SOURCE is required" : "--tokenizer FILE is required");
         help(stderr);
         return DL_EXIT_USAGE;
     }

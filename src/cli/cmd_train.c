@@ -351,6 +351,26 @@ int cmd_train(int argc, char **argv) {
     opt.total_steps = a.given[OPT_TOTAL] ? a.total : (tiny ? a.max_steps : 125000);
     opt.warmup_steps = a.given[OPT_WARMUP] ? a.warmup : (tiny ? a.max_steps / 10 : 5000);
     if (kind == DL_OPT_ADAMW) opt.eps = 1e-8;
+    if (resuming) {
+        /* The trainer continues with the optimizer settings stored in the
+         * checkpoint; the ones given now override them (as --help says). */
+        dl_opt_config *kept = &ck.opt_config;
+        if (a.given[OPT_OPTIMIZER] && kept->kind != kind) {
+            fprintf(stderr, "dedloc train: --optimizer %s: the checkpoint was trained with %s and its moments "
+                            "belong to it; resume without --optimizer\n", a.optimizer, dl_opt_kind_name(kept->kind));
+            exit_code = DL_EXIT_USAGE;
+            goto done;
+        }
+        if (a.given[OPT_LR]) kept->lr = a.lr;
+        if (a.given[OPT_WD]) kept->weight_decay = a.wd;
+        if (a.given[OPT_CLIP]) kept->max_grad_norm = a.clip;
+        if (a.given[OPT_TOTAL]) kept->total_steps = a.total;
+        if (a.given[OPT_WARMUP]) kept->warmup_steps = a.warmup;
+        if (a.max_steps > kept->total_steps)
+            DL_WARN("train", "--max-steps %lld is past the schedule's end (total steps %" PRId64
+                    "): later steps run at learning rate 0; pass --total-steps to extend the schedule",
+                    a.max_steps, kept->total_steps);
+    }
 
     /* 3. Tokenizer, data, device, model. */
     if (a.tokenizer ? dl_tokenizer_load(a.tokenizer, &tok) : dl_tokenizer_load_demo(&tok)) goto fail;

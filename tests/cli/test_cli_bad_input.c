@@ -1,0 +1,175 @@
+/* The dedloc binary against a careless or hostile user: every command answers
+ * --help with exit 0 and an unknown option with exit 2; malformed numbers are
+ * usage errors; garbage, empty and truncated input files fail with exit 1 and
+ * a message, leaving no output file behind; a resumed `dedloc train` honours
+ * the optimizer options given on its command line. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dedloc/util.h"
+#include "dl_test.h"
+
+static char dir[256];
+
+/* Runs a shell command line (stdout and stderr to files in dir); returns the
+ * exit status, or -1 when it did not exit normally (a crash). */
+static int sh(const char *fmt, ...) DL_PRINTF(1, 2);
+static int sh(const char *fmt, ...) {
+    char cmd[4096], full[4600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "cd %s && %s >out.txt 2>err.txt </dev/null", dir, cmd);
+    int rc = system(full);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Whether the file dir/name contains needle. */
+static int file_has(const char *name, const char *needle) {
+    char path[512], *text;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (dl_read_file(path, 1 << 24, &text, NULL)) return 0;
+    int found = strstr(text, needle) != NULL;
+    free(text);
+    return found;
+}
+
+static int exists(const char *name) {
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
+static void write_bytes(const char *name, const void *data, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(data, 1, n, f);
+        fclose(f);
+    }
+}
+
+static void help_and_unknown_options(void) {
+    static const char *commands[] = {"devices", "bench", "bench gemm", "bench step", "tune",   "tokenize",
+                                     "data",    "serve-data", "grad",   "train",      "export", "peer"};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        int rc = sh("%s %s --help", DEDLOC_BINARY, commands[i]);
+        CHECK_MSG(rc == 0, "dedloc %s --help: exit %d", commands[i], rc);
+        CHECK_MSG(file_has("out.txt", "usage"), "dedloc %s --help prints no usage", commands[i]);
+        rc = sh("%s %s --no-such-option", DEDLOC_BINARY, commands[i]);
+        CHECK_MSG(rc == 2, "dedloc %s --no-such-option: exit %d", commands[i], rc);
+    }
+    CHECK(sh("%s no-such-command", DEDLOC_BINARY) == 2);
+    CHECK(sh("%s", DEDLOC_BINARY) == 2);
+}
+
+static void data_numbers(const char *tok, const char *corpus) {
+    static const char *bad[] = {"--batches abc", "--batches -1", "--batch 0",   "--batch 8x", "--batch -3",
+                                "--seq 100000",  "--seq 3",      "--shuffle 0", "--show x",   "--seed ''"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = sh("%s data --tokenizer %s --data %s --batches 1 --show 0 %s", DEDLOC_BINARY, tok, corpus, bad[i]);
+        CHECK_MSG(rc == 2, "dedloc data %s: exit %d, want 2 (usage)", bad[i], rc);
+    }
+    CHECK(sh("%s data --data %s", DEDLOC_BINARY, corpus) == 2);
+    CHECK(file_has("err.txt", "--tokenizer FILE is required"));
+    CHECK(sh("%s data --tokenizer %s --data %s --batches 1 --batch 2 --seq 16 --show 0", DEDLOC_BINARY, tok,
+             corpus) == 0);
+    CHECK(file_has("out.txt", "1 batches of 2 x 16"));
+}
+
+static void garbage_files(const char *tok, const char *corpus, const char *fixture) {
+    unsigned char junk[4096];
+    dl_rng rng;
+    dl_rng_seed(&rng, 7);
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (unsigned char)dl_rng_below(&rng, 256);
+    write_bytes("junk.bin", junk, sizeof junk);
+    write_bytes("empty", "", 0);
+    write_bytes("half.json", "{\"version\": \"1.0\", \"model\": {", 29);
+    /* A model folder with a valid config and a model.safetensors cut short. */
+    CHECK(sh("mkdir -p cut && cp %s/config.json cut/ && head -c 3000 %s/model.safetensors > cut/model.safetensors",
+             fixture, fixture) == 0);
+    CHECK(sh("mkdir -p junkmodel && cp junk.bin junkmodel/config.json && cp junk.bin junkmodel/model.safetensors") ==
+          0);
+
+    static const char *tokenizers[] = {"junk.bin", "empty", "half.json", "no-such-file"};
+    for (size_t i = 0; i < 4; i++) {
+        int rc = sh("%s tokenize --tokenizer %s --input %s", DEDLOC_BINARY, tokenizers[i], corpus);
+        CHECK_MSG(rc == 1, "tokenize --tokenizer %s: exit %d", tokenizers[i], rc);
+        CHECK_MSG(file_has("err.txt", tokenizers[i]), "tokenize --tokenizer %s: error names no file", tokenizers[i]);
+    }
+    /* Binary garbage as text is replaced, not fatal. */
+    CHECK(sh("%s tokenize --tokenizer %s --input junk.bin", DEDLOC_BINARY, tok) == 0);
+
+    static const char *models[] = {"cut", "junkmodel", "junk.bin", "empty", "no-such-dir"};
+    for (size_t i = 0; i < 5; i++) {
+        int rc = sh("%s grad --model %s --batch %s/batch.safetensors --out g.st", DEDLOC_BINARY, models[i], fixture);
+        CHECK_MSG(rc == 1, "grad --model %s: exit %d", models[i], rc);
+        CHECK(!exists("g.st"));
+        rc = sh("%s train --model %s --data %s --max-steps 1 --batch 2 --seq 16 --quiet", DEDLOC_BINARY, models[i],
+                corpus);
+        CHECK_MSG(rc == 1, "train --model %s: exit %d", models[i], rc);
+    }
+    static const char *batches[] = {"junk.bin", "empty", "half.json", "cut/model.safetensors"};
+    for (size_t i = 0; i < 4; i++) {
+        int rc = sh("%s grad --model %s --batch %s --out g.st", DEDLOC_BINARY, fixture, batches[i]);
+        CHECK_MSG(rc == 1, "grad --batch %s: exit %d", batches[i], rc);
+        CHECK(!exists("g.st"));
+    }
+    static const char *checkpoints[] = {"junk.bin", "empty", "cut/model.safetensors", "no-such-file"};
+    for (size_t i = 0; i < 4; i++) {
+        int rc = sh("%s export --checkpoint %s --out exported", DEDLOC_BINARY, checkpoints[i]);
+        CHECK_MSG(rc == 1, "export --checkpoint %s: exit %d", checkpoints[i], rc);
+        CHECK(!exists("exported/model.safetensors"));
+        rc = sh("%s train --resume %s --data %s --quiet", DEDLOC_BINARY, checkpoints[i], corpus);
+        CHECK_MSG(rc == 1, "train --resume %s: exit %d", checkpoints[i], rc);
+    }
+    /* Outputs that cannot be written: a regular file where a folder belongs. */
+    CHECK(sh("%s grad --model %s --batch %s/batch.safetensors --out empty/g.st", DEDLOC_BINARY, fixture, fixture) ==
+          1);
+    CHECK(sh("%s train --data %s --checkpoint-dir empty --max-steps 1 --quiet", DEDLOC_BINARY, corpus) == 1);
+    CHECK(sh("%s train --data %s --max-steps 1 --batch 2 --seq 16 --target-batch 2 --log . --quiet", DEDLOC_BINARY,
+             corpus) == 1);
+    CHECK(file_has("err.txt", "cannot open the log"));
+}
+
+/* The optimizer options given to a resumed run are applied, not silently
+ * replaced by the checkpoint's (the schedule's end, --lr ...). */
+static void resume_overrides(const char *corpus) {
+    const char *base = "--data %s --batch 2 --seq 16 --target-batch 2 --seed 1 --checkpoint-dir ck --quiet";
+    char args[512];
+    snprintf(args, sizeof args, base, corpus);
+    CHECK(sh("%s train %s --max-steps 2", DEDLOC_BINARY, args) == 0);
+    /* Past the stored schedule's end without --total-steps: said aloud. */
+    CHECK(sh("%s train %s --max-steps 3 --log lr0.jsonl", DEDLOC_BINARY, args) == 0);
+    CHECK(file_has("err.txt", "past the schedule's end"));
+    /* --lr 0.001 --total-steps 10, warmup 0 (stored): step 4 runs at
+     * 0.001 * (1 - 3/10). */
+    CHECK(sh("%s train %s --max-steps 4 --lr 0.001 --total-steps 10 --log lr.jsonl", DEDLOC_BINARY, args) == 0);
+    CHECK(file_has("lr.jsonl", "\"step\": 4,"));
+    CHECK_MSG(file_has("lr.jsonl", "\"lr\": 0.0007,"), "the resumed run ignored --lr / --total-steps");
+    CHECK(sh("%s train %s --max-steps 5 --optimizer adamw", DEDLOC_BINARY, args) == 2);
+}
+
+int main(void) {
+    dl_log_set_level(DL_LOG_WARN);
+    snprintf(dir, sizeof dir, "/tmp/dedloc_cli_bad_XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    const char *tok = DEDLOC_SOURCE_DIR "/assets/tokenizer_bn_demo.json";
+    const char *corpus = DEDLOC_SOURCE_DIR "/tests/fixtures/data/bn_paragraphs.txt";
+    const char *fixture = DEDLOC_SOURCE_DIR "/tests/fixtures/albert_tiny";
+    help_and_unknown_options();
+    data_numbers(tok, corpus);
+    garbage_files(tok, corpus, fixture);
+    resume_overrides(corpus);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+    return dl_test_finish("cli_bad_input");
+}
