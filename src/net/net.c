@@ -52,7 +52,26 @@ static void sockaddr_to_string(const struct sockaddr *sa, char *out, size_t cap)
 
 /* "ip:port", "[v6]:port" or "host:port" (resolved, blocking: only used for
  * configuration, never for addresses received from the network). */
+/* The port of "host:port" / "[v6]:port" must be all digits and at most 65535:
+ * libevent's parser reads "12x" as port 12 and getaddrinfo takes a numeric
+ * service modulo 65536 ("99999" -> 34463), both silently. */
+static int check_port(const char *text) {
+    const char *port = NULL;
+    if (text[0] == '[') {
+        const char *close = strstr(text, "]:");
+        port = close ? close + 2 : NULL;
+    } else if (strchr(text, ':') && strchr(text, ':') == strrchr(text, ':')) {
+        port = strchr(text, ':') + 1;
+    }
+    if (!port) return 0; /* a bare address: the parsers below decide */
+    size_t digits = strspn(port, "0123456789");
+    if (digits == 0 || port[digits] != 0 || digits > 5 || atol(port) > 65535)
+        return dl_fail("'%s': the port must be a number in 0..65535", text);
+    return 0;
+}
+
 static int resolve_address(const char *text, struct sockaddr_storage *ss, int *len, bool allow_dns) {
+    if (check_port(text)) return -1;
     *len = (int)sizeof *ss;
     memset(ss, 0, sizeof *ss);
     if (evutil_parse_sockaddr_port(text, (struct sockaddr *)ss, len) == 0) return 0;

@@ -2,7 +2,8 @@
  * --help with exit 0 and an unknown option with exit 2; malformed numbers are
  * usage errors; garbage, empty and truncated input files fail with exit 1 and
  * a message, leaving no output file behind; a resumed `dedloc train` honours
- * the optimizer options given on its command line. */
+ * the optimizer options given on its command line; peer addresses with a bad
+ * port are refused. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,20 @@ static void resume_overrides(const char *corpus) {
     CHECK(sh("%s train %s --max-steps 5 --optimizer adamw", DEDLOC_BINARY, args) == 2);
 }
 
+/* A port out of range or with trailing junk is refused, not wrapped or cut
+ * (99999 used to listen on 34463, "12x" on 12). */
+static void peer_ports(void) {
+    static const char *bad[] = {"127.0.0.1:99999", "127.0.0.1:12x", "[::1]:70000", "127.0.0.1:", "localhost:65536"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = sh("%s peer --run-id qa --no-dht --duration 1 --listen '%s'", DEDLOC_BINARY, bad[i]);
+        CHECK_MSG(rc == 1, "peer --listen %s: exit %d", bad[i], rc);
+        CHECK_MSG(file_has("err.txt", "port must be a number"), "peer --listen %s: no port error", bad[i]);
+        rc = sh("%s peer --run-id qa --no-dht --duration 1 --listen 127.0.0.1:0 --initial-peers '%s'",
+                DEDLOC_BINARY, bad[i]);
+        CHECK_MSG(rc == 1, "peer --initial-peers %s: exit %d", bad[i], rc);
+    }
+}
+
 int main(void) {
     dl_log_set_level(DL_LOG_WARN);
     snprintf(dir, sizeof dir, "/tmp/dedloc_cli_bad_XXXXXX");
@@ -168,6 +183,7 @@ int main(void) {
     data_numbers(tok, corpus);
     garbage_files(tok, corpus, fixture);
     resume_overrides(corpus);
+    peer_ports();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
