@@ -42,7 +42,7 @@ static void help(FILE *out) {
             "  --optimizer O        lamb (default) or adamw\n"
             "  --lr X               peak learning rate (tiny 0.005, otherwise 0.00176)\n"
             "  --warmup-steps N     linear warmup (tiny 10%% of --max-steps, otherwise 5000)\n"
-            "  --total-steps N      where the linear decay reaches 0 (default --max-steps)\n"
+            "  --total-steps N      where the linear decay reaches 0 (tiny --max-steps, otherwise 125000)\n"
             "  --weight-decay X     (0.01; never on biases and LayerNorm weights)\n"
             "  --max-grad-norm X    global gradient clipping (1.0; 0 disables)\n"
             "  --precision P        fp32 (default), fp16 (half storage, dynamic loss scaling) or bf16\n"
@@ -338,7 +338,12 @@ int cmd_train(int argc, char **argv) {
         }
     }
     if (!a.given[OPT_SEQ]) a.seq = tiny ? 128 : 512;
-    if (a.seq > cfg.max_position_embeddings) a.seq = cfg.max_position_embeddings;
+    if (a.seq > cfg.max_position_embeddings) {
+        if (a.given[OPT_SEQ])
+            DL_WARN("train", "--seq %lld exceeds the model's %d positions; using %d", a.seq,
+                    cfg.max_position_embeddings, cfg.max_position_embeddings);
+        a.seq = cfg.max_position_embeddings;
+    }
     if (!a.given[OPT_TARGET]) a.target = tiny ? 32 : 4096;
     if (!a.given[OPT_MAX_STEPS]) a.max_steps = tiny ? 300 : 125000;
 

@@ -156,6 +156,10 @@ static void resume_overrides(const char *corpus) {
     CHECK(file_has("lr.jsonl", "\"step\": 4,"));
     CHECK_MSG(file_has("lr.jsonl", "\"lr\": 0.0007,"), "the resumed run ignored --lr / --total-steps");
     CHECK(sh("%s train %s --max-steps 5 --optimizer adamw", DEDLOC_BINARY, args) == 2);
+    /* A --seq beyond the model's positions is cut to them, and said so. */
+    CHECK(sh("%s train --data %s --batch 2 --seq 4096 --target-batch 2 --max-steps 1 --quiet", DEDLOC_BINARY,
+             corpus) == 0);
+    CHECK(file_has("err.txt", "--seq 4096 exceeds the model's 128 positions"));
 }
 
 /* A port out of range or with trailing junk is refused, not wrapped or cut
