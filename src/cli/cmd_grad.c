@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "dedloc/model.h"
@@ -118,6 +119,8 @@ int cmd_grad(int argc, char **argv) {
         dl_losses forward_losses;
         rc = dl_model_forward(model, &batch, &forward_losses);
         if (!rc) rc = write_logits(logits_path, model, &batch, &forward_losses);
+        /* A failed run leaves no output: scripts check for --out alone. */
+        if (rc) unlink(out_path);
     }
     if (!rc)
         printf("loss %.7f (mlm %.7f over %d masked tokens, sop %.7f over %d sequences)\n",

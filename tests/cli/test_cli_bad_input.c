@@ -134,6 +134,10 @@ static void garbage_files(const char *tok, const char *corpus, const char *fixtu
     /* Outputs that cannot be written: a regular file where a folder belongs. */
     CHECK(sh("%s grad --model %s --batch %s/batch.safetensors --out empty/g.st", DEDLOC_BINARY, fixture, fixture) ==
           1);
+    /* --out is written before --logits: a failing --logits takes it back. */
+    CHECK(sh("%s grad --model %s --batch %s/batch.safetensors --out g.st --logits empty/l.st", DEDLOC_BINARY, fixture,
+             fixture) == 1);
+    CHECK(!exists("g.st"));
     CHECK(sh("%s train --data %s --checkpoint-dir empty --max-steps 1 --quiet", DEDLOC_BINARY, corpus) == 1);
     CHECK(sh("%s train --data %s --max-steps 1 --batch 2 --seq 16 --target-batch 2 --log . --quiet", DEDLOC_BINARY,
              corpus) == 1);
