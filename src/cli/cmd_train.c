@@ -204,6 +204,11 @@ static int adopt_run_settings(train_args *a, const char *run_json, char **owned,
             *fields[i].str = owned[(*n_owned)++];
             a->given[fields[i].opt] = true;
         } else if (fields[i].num && cJSON_IsNumber(it)) {
+            /* The file is untrusted: a NaN or 1e300 cast to an integer is undefined. */
+            if (!(it->valuedouble >= -9e15 && it->valuedouble <= 9e15)) {
+                cJSON_Delete(run);
+                return dl_fail("the checkpoint's run setting '%s' is out of range", fields[i].key);
+            }
             *fields[i].num = (long long)it->valuedouble;
             a->given[fields[i].opt] = true;
         }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dedloc/train.h"
 #include "dedloc/util.h"
 #include "dl_test.h"
 
@@ -160,6 +161,20 @@ static void resume_overrides(const char *corpus) {
     CHECK(file_has("lr.jsonl", "\"step\": 4,"));
     CHECK_MSG(file_has("lr.jsonl", "\"lr\": 0.0007,"), "the resumed run ignored --lr / --total-steps");
     CHECK(sh("%s train %s --max-steps 5 --optimizer adamw", DEDLOC_BINARY, args) == 2);
+    /* A checkpoint whose run settings hold an absurd number is refused. */
+    dl_checkpoint ck;
+    char path[512];
+    snprintf(path, sizeof path, "%s/ck/checkpoint-0000000004.safetensors", dir);
+    CHECK_OK(dl_checkpoint_load(path, 0, &ck));
+    if (ck.run_json) {
+        free(ck.run_json);
+        ck.run_json = dl_strdup("{\"model\": \"tiny\", \"batch\": 1e300, \"seq\": 16}");
+        snprintf(path, sizeof path, "%s/bad_run.safetensors", dir);
+        CHECK_OK(dl_checkpoint_save(path, &ck));
+        CHECK(sh("%s train --resume bad_run.safetensors --data %s --quiet", DEDLOC_BINARY, corpus) == 1);
+        CHECK(file_has("err.txt", "run setting 'batch' is out of range"));
+    }
+    dl_checkpoint_free(&ck);
     /* A --seq beyond the model's positions is cut to them, and said so. */
     CHECK(sh("%s train --data %s --batch 2 --seq 4096 --target-batch 2 --max-steps 1 --quiet", DEDLOC_BINARY,
              corpus) == 0);
