@@ -25,7 +25,7 @@ static void spawn(int i, const char *bootstrap) {
 int main(void) {
 #ifndef DEDLOC_HAVE_OPENDHT
     printf("test_net_dht: skipped (built without OpenDHT)\n");
-    return 0;
+    return 77; /* ctest reports it as skipped, not passed */
 #endif
     procs_init();
     alarm(110);
