@@ -11,7 +11,8 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: dedloc tokenize [--tokenizer FILE] [--input FILE] [--pair] [--special] [--tokens]\n\n"
+            "usage: dedloc tokenize [--tokenizer FILE] [--input FILE] [--pair] [--special] [--tokens]\n"
+            "                       [--type-ids]\n\n"
             "Encodes UTF-8 text with a HF tokenizers tokenizer.json (Unigram model) and prints,\n"
             "for each input line, the token ids separated by single spaces (an empty line for an\n"
             "empty encoding). Lines end at '\\n' (a '\\r' before it is dropped).\n\n"
@@ -84,8 +85,8 @@ int cmd_tokenize(int argc, char **argv) {
     char *line = NULL;
     size_t line_cap = 0, invalid = 0, line_no = 0;
     ssize_t got;
-    int rc = DL_EXIT_OK;
-    while ((got = getline(&line, &line_cap, in)) >= 0) {
+    int rc = DL_EXIT_OK, read_errno = 0;
+    while ((errno = 0, got = getline(&line, &line_cap, in)) >= 0) {
         line_no++;
         size_t len = (size_t)got;
         if (len && line[len - 1] == '\n') len--;
@@ -127,8 +128,10 @@ int cmd_tokenize(int argc, char **argv) {
         free(types);
         if (rc) break;
     }
+    if (got < 0) read_errno = errno; /* e.g. EISDIR when --input names a directory */
     if (rc == DL_EXIT_OK && ferror(in)) {
-        fprintf(stderr, "dedloc tokenize: reading %s failed\n", input ? input : "standard input");
+        fprintf(stderr, "dedloc tokenize: reading %s failed: %s\n", input ? input : "standard input",
+                read_errno ? strerror(read_errno) : "read error");
         rc = DL_EXIT_FAILURE;
     }
     if (fflush(stdout)) {
