@@ -13,13 +13,14 @@
 
 static void help(FILE *out) {
     fprintf(out,
-            "usage: dedloc data --data SOURCE --tokenizer FILE [options]\n\n"
+            "usage: dedloc data --data SOURCE [--tokenizer FILE] [options]\n\n"
             "Runs the training-data stream without training: prints the first rows\n"
             "decoded, then the stream's counters. Useful to check a source (a file,\n"
             "a shard folder, an http:// URL served by 'dedloc serve-data') before a run.\n\n"
             "  --data SOURCE        text or JSON-lines file (.gz ok), shard folder, http:// URL;\n"
             "                       prefix paragraphs: for blank-line separated documents\n"
-            "  --tokenizer FILE     tokenizer.json\n"
+            "  --tokenizer FILE     tokenizer.json (default: the built-in demo Bengali tokenizer,\n"
+            "                       as in 'dedloc train')\n"
             "  --batches N          batches to take (default 10; the stream ends earlier\n"
             "                       with --once when the source is exhausted)\n"
             "  --batch B --seq T    batch shape (default 8 x 128)\n"
@@ -111,14 +112,14 @@ int cmd_data(int argc, char **argv) {
             return DL_EXIT_USAGE;
         }
     }
-    if (!source || !tok_path || optind != argc) {
-        fprintf(stderr, "dedloc data: %s\n\n", optind != argc ? "unexpected argument" : !source ? "--data SOURCE is required" : "--tokenizer FILE is required");
+    if (!source || optind != argc) {
+        fprintf(stderr, "dedloc data: %s\n\n", optind != argc ? "unexpected argument" : "--data SOURCE is required");
         help(stderr);
         return DL_EXIT_USAGE;
     }
     cfg.source = source;
     dl_tokenizer *tok;
-    if (dl_tokenizer_load(tok_path, &tok)) {
+    if (tok_path ? dl_tokenizer_load(tok_path, &tok) : dl_tokenizer_load_demo(&tok)) {
         fprintf(stderr, "dedloc data: %s\n", dl_error());
         return DL_EXIT_FAILURE;
     }
