@@ -56,6 +56,10 @@ int dl_bytesrc_open_file(const char *path, const dl_data_io *io, dl_bytesrc **ou
 /* url: http://host[:port]/path. Streams with back-pressure (the socket is only
  * read while the consumer asks for bytes), resumes with Range after failures. */
 int dl_bytesrc_open_http(const char *url, const dl_data_io *io, dl_bytesrc **out);
+/* 0 when the host of an http:// URL resolves, else -1 with the resolver's
+ * reason. Checked once when a stream opens: a name that does not resolve is a
+ * mistake in the URL, not an outage to wait out. */
+int dl_http_check_host(const char *url);
 /* Either of the above, by the spec's scheme. */
 int dl_bytesrc_open(const char *spec, const dl_data_io *io, dl_bytesrc **out);
 bool dl_data_is_url(const char *spec);

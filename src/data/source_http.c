@@ -9,6 +9,7 @@
  * towards the stall timeout: a consumer that pauses for minutes does not make
  * the source look stalled. */
 #include <inttypes.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ typedef struct http_src {
     int status;               /* HTTP status of the active request */
     bool body_usable;         /* status and Content-Range are what we asked for */
     bool eof;
+    bool answered;            /* the server has sent a response head at least once */
     int failures;             /* consecutive failures without progress */
     double last_progress;
     char why[256];
@@ -60,6 +62,7 @@ static void set_why(http_src *h, const char *fmt, ...) {
 
 static int on_headers(struct evhttp_request *req, void *arg) {
     http_src *h = arg;
+    h->answered = true;
     h->status = evhttp_request_get_response_code(req);
     struct evkeyvalq *hdrs = evhttp_request_get_input_headers(req);
     h->body_usable = false;
@@ -126,7 +129,11 @@ static void on_done(struct evhttp_request *req, void *arg) {
     http_src *h = arg;
     if (h->state == REQ_FAILED) return;
     if (!req || evhttp_request_get_response_code(req) == 0) {
-        set_why(h, "connection failed");
+        if (h->answered)
+            set_why(h, "connection failed");
+        else
+            set_why(h, "cannot connect to %s port %d (connection refused, or the server is not up yet)",
+                    h->host, h->port);
         h->state = REQ_FAILED;
         return;
     }
@@ -261,6 +268,28 @@ static void http_close(dl_bytesrc *s) {
     if (h->pending) evbuffer_free(h->pending);
     if (h->evbase) event_base_free(h->evbase);
     free(h);
+}
+
+int dl_http_check_host(const char *url) {
+    struct evhttp_uri *uri = evhttp_uri_parse(url);
+    const char *host = uri ? evhttp_uri_get_host(uri) : NULL;
+    if (!host || !*host) {
+        if (uri) evhttp_uri_free(uri);
+        return dl_fail("%s: expected http://host[:port]/path", url);
+    }
+    char name[256];
+    size_t hl = strlen(host);
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']')
+        snprintf(name, sizeof name, "%.*s", (int)(hl - 2), host + 1);
+    else
+        snprintf(name, sizeof name, "%s", host);
+    evhttp_uri_free(uri);
+    struct addrinfo hints = {0}, *found = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    int err = getaddrinfo(name, NULL, &hints, &found);
+    if (err) return dl_fail("%s: cannot resolve host '%s': %s", url, name, gai_strerror(err));
+    freeaddrinfo(found);
+    return 0;
 }
 
 int dl_bytesrc_open_http(const char *url, const dl_data_io *io, dl_bytesrc **out) {

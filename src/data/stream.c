@@ -349,6 +349,7 @@ int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_da
 
     s->io = (dl_data_io){cfg->io_timeout_s, cfg->max_retries, cfg->retry_base_s,
                          cfg->retry_max_s, &s->stop, &s->counters};
+    if (dl_data_is_url(s->source) && dl_http_check_host(s->source)) goto fail;
     if (dl_data_list_shards(s->source, &s->io, &s->shards, &s->shard_count)) goto fail;
     /* Each peer starts at its own shard, so early batches differ between
      * peers even before the shuffle buffer has mixed anything. */

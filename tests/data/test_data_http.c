@@ -192,6 +192,7 @@ static void test_faults(void) {
     memset(&st, 0, sizeof st);
     CHECK(dl_bytesrc_slurp(url, &io, 1 << 26, &got, &got_len) == -1);
     CHECK(st.retries == 4);
+    CHECK_MSG(strstr(dl_error(), "cannot connect to 127.0.0.1 port") != NULL, "%s", dl_error());
     free(text);
 }
 
@@ -422,6 +423,26 @@ static void test_outage_at_start(const char *dir) {
     dl_data_server_stop(srv);
 }
 
+/* A host name that cannot be resolved is a mistake in the URL: opening the
+ * stream fails at once with the resolver's reason instead of retrying. The
+ * label is longer than DNS allows, so no query leaves the machine. */
+static void test_unresolvable_host(void) {
+    char url[256];
+    snprintf(url, sizeof url, "http://%s.invalid/s.txt",
+             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    dl_data_config cfg;
+    dl_data_config_default(&cfg);
+    cfg.source = url;
+    cfg.batch_size = 4;
+    cfg.max_seq_len = 32;
+    cfg.shuffle_buffer = 8;
+    dl_data_text model = fake_text();
+    dl_data_stream *s = NULL;
+    CHECK(dl_data_open_text(&cfg, &model, &s) == -1);
+    CHECK(s == NULL);
+    CHECK_MSG(strstr(dl_error(), "cannot resolve host") != NULL, "%s", dl_error());
+}
+
 int main(void) {
     dl_log_set_level(DL_LOG_ERROR);
     /* SIGPIPE keeps its default action: the sources and the server must not
@@ -431,6 +452,7 @@ int main(void) {
     test_server(dir);
     test_killed_server(dir);
     test_outage_at_start(dir);
+    test_unresolvable_host();
     rm_rf(dir);
     return dl_test_finish("test_data_http");
 }
