@@ -79,8 +79,11 @@ static void data_numbers(const char *tok, const char *corpus) {
         int rc = sh("%s data --tokenizer %s --data %s --batches 1 --show 0 %s", DEDLOC_BINARY, tok, corpus, bad[i]);
         CHECK_MSG(rc == 2, "dedloc data %s: exit %d, want 2 (usage)", bad[i], rc);
     }
-    CHECK(sh("%s data --data %s", DEDLOC_BINARY, corpus) == 2);
-    CHECK(file_has("err.txt", "--tokenizer FILE is required"));
+    CHECK(sh("%s data", DEDLOC_BINARY) == 2);
+    CHECK(file_has("err.txt", "--data SOURCE is required"));
+    /* Like `dedloc train`, `dedloc data` defaults to the built-in demo tokenizer. */
+    CHECK(sh("%s data --data %s --batches 1 --batch 2 --seq 16 --show 0", DEDLOC_BINARY, corpus) == 0);
+    CHECK(file_has("out.txt", "1 batches of 2 x 16"));
     CHECK(sh("%s data --tokenizer %s --data %s --batches 1 --batch 2 --seq 16 --show 0", DEDLOC_BINARY, tok,
              corpus) == 0);
     CHECK(file_has("out.txt", "1 batches of 2 x 16"));
@@ -108,6 +111,11 @@ static void garbage_files(const char *tok, const char *corpus, const char *fixtu
     }
     /* Binary garbage as text is replaced, not fatal. */
     CHECK(sh("%s tokenize --tokenizer %s --input junk.bin", DEDLOC_BINARY, tok) == 0);
+    /* A folder as --input: the error names the path and the reason. */
+    CHECK(sh("mkdir -p inputdir && %s tokenize --input inputdir", DEDLOC_BINARY) == 1);
+    CHECK(file_has("err.txt", "reading inputdir failed: Is a directory"));
+    CHECK(sh("%s tokenize --help", DEDLOC_BINARY) == 0);
+    CHECK_MSG(file_has("out.txt", "[--type-ids]"), "tokenize usage line omits --type-ids");
 
     static const char *models[] = {"cut", "junkmodel", "junk.bin", "empty", "no-such-dir"};
     for (size_t i = 0; i < 5; i++) {
