@@ -434,11 +434,14 @@ int cmd_train(int argc, char **argv) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     if (rc) goto fail;
+    char loss_text[64] = "no optimizer step completed"; /* first/last loss exist only after a step */
+    if (res.steps_this_run > 0)
+        snprintf(loss_text, sizeof loss_text, "loss %.4f -> %.4f", (double)res.first_loss, (double)res.last_loss);
     fprintf(stderr,
-            "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); loss %.4f -> %.4f; %.1f samples/s; "
+            "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); %s; %.1f samples/s; "
             "weights %s%s%s\n",
-            res.interrupted ? "stopped" : res.time_limit ? "time limit reached" : "done", res.steps, res.steps_this_run, (double)res.first_loss,
-            (double)res.last_loss, res.samples_per_second, res.param_hash, res.checkpoint[0] ? "; saved " : "",
+            res.interrupted ? "stopped" : res.time_limit ? "time limit reached" : "done", res.steps, res.steps_this_run, loss_text,
+            res.samples_per_second, res.param_hash, res.checkpoint[0] ? "; saved " : "",
             res.checkpoint);
     exit_code = res.interrupted && !res.checkpoint[0] ? 130 : DL_EXIT_OK;
     goto done;

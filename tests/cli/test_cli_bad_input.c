@@ -151,6 +151,11 @@ static void garbage_files(const char *tok, const char *corpus, const char *fixtu
     CHECK(sh("%s train --data %s --max-steps 1 --batch 2 --seq 16 --target-batch 2 --log . --quiet", DEDLOC_BINARY,
              corpus) == 1);
     CHECK(file_has("err.txt", "cannot open the log"));
+    /* A run that ends before any optimizer step reports no made-up losses. */
+    CHECK(sh("%s train --data %s --max-steps 0 --batch 2 --seq 16 --target-batch 2 --quiet", DEDLOC_BINARY, corpus) ==
+          0);
+    CHECK(file_has("err.txt", "no optimizer step completed"));
+    CHECK(!file_has("err.txt", "loss 0.0000 -> 0.0000"));
 }
 
 /* The optimizer options given to a resumed run are applied, not silently
