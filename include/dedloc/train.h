@@ -227,7 +227,9 @@ int dl_checkpoint_save_in_dir(const char *dir, const dl_checkpoint *ck, int keep
 /* Loads the newest checkpoint of dir that verifies; a corrupted newer one is
  * reported (warning) and the previous one is tried. Returns 0 with *ck filled,
  * 1 if dir has no checkpoint at all (or does not exist), -1 if there are
- * checkpoints but none loads. path_out (may be NULL) gets the path used. */
+ * checkpoints but none loads. path_out (may be NULL) gets the path used.
+ * First removes (and logs) checkpoint-*.safetensors.tmp.<pid> files left by a
+ * writer whose pid no longer runs. */
 int dl_checkpoint_load_latest(const char *dir, dl_checkpoint *ck, char *path_out, size_t path_size);
 
 /* ---- the training loop of one peer --------------------------------------------

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -528,8 +529,44 @@ int dl_checkpoint_save_in_dir(const char *dir, const dl_checkpoint *ck, int keep
     return 0;
 }
 
+/* Removes checkpoint-<step>.safetensors.tmp.<pid> files whose writer (the pid
+ * in the name) no longer runs: a writer killed mid-save leaves one behind, and
+ * nothing else would ever delete it. A live pid's file may be in the middle of
+ * being written and is left alone. */
+static void remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    static const char tmp_mark[] = ".tmp.";
+    size_t base_len = strlen(CKPT_PREFIX) + 10 + strlen(CKPT_SUFFIX), mark_len = strlen(tmp_mark);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *name = e->d_name;
+        size_t len = strlen(name);
+        if (len <= base_len + mark_len || len - base_len - mark_len > 10 ||
+            strncmp(name + base_len, tmp_mark, mark_len) != 0)
+            continue;
+        char base[64];
+        snprintf(base, sizeof base, "%.*s", (int)base_len, name);
+        int64_t step;
+        if (parse_name(base, &step)) continue;
+        long pid = 0;
+        const char *digits = name + base_len + mark_len;
+        for (; *digits >= '0' && *digits <= '9'; digits++) pid = pid * 10 + (*digits - '0');
+        if (*digits || pid <= 0 || pid > INT32_MAX) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (unlink(path) == 0)
+            DL_INFO("train", "removed %s, left by a checkpoint writer (pid %ld) that no longer runs", path, pid);
+        else
+            DL_WARN("train", "cannot remove the stale %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+}
+
 int dl_checkpoint_load_latest(const char *dir, dl_checkpoint *ck, char *path_out, size_t path_size) {
     memset(ck, 0, sizeof *ck);
+    remove_stale_temps(dir);
     ckpt_entry *list;
     int count;
     int rc = list_checkpoints(dir, &list, &count);

@@ -1,10 +1,12 @@
 /* Checkpoints: a round trip restores every bit; keep-last-N prunes; a
  * truncated file, a flipped byte (in a tensor or in the metadata) and a file
  * that is not a checkpoint are refused with a clear error, and the folder
- * loader falls back to the previous checkpoint. */
+ * loader falls back to the previous checkpoint and removes temporary files
+ * left by a killed writer. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dedloc/safetensors.h"
@@ -237,9 +239,25 @@ static void test_folder(void) {
         snprintf(path, sizeof path, "%s/checkpoint-%010d.safetensors", sub, step);
         CHECK_MSG(dl_file_exists(path) == (step >= 5), "step %d kept? %d", step, dl_file_exists(path));
     }
+    /* Temporary files of a killed writer are removed by the scan; a running
+     * writer's (this process) and a look-alike name are left alone. */
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    CHECK(child > 0 && waitpid(child, NULL, 0) == child);
+    char stale[700], live[700], other[700];
+    snprintf(stale, sizeof stale, "%s/checkpoint-%010d.safetensors.tmp.%ld", sub, 8, (long)child);
+    snprintf(live, sizeof live, "%s/checkpoint-%010d.safetensors.tmp.%ld", sub, 8, (long)getpid());
+    snprintf(other, sizeof other, "%s/checkpoint-%010d.safetensors.tmp.%ldx", sub, 8, (long)child);
+    write_bytes(stale, "x", 1);
+    write_bytes(live, "x", 1);
+    write_bytes(other, "x", 1);
     char used[600];
     CHECK_OK(dl_checkpoint_load_latest(sub, &back, used, sizeof used));
     CHECK(back.step == 7 && strstr(used, "0000000007"));
+    CHECK(!dl_file_exists(stale));
+    CHECK(dl_file_exists(live) && dl_file_exists(other));
+    unlink(live);
+    unlink(other);
     dl_checkpoint_free(&back);
 
     /* Corrupt the newest: the previous one is used. */
