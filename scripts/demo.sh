@@ -3,7 +3,8 @@
 # demo Bengali corpus for a few minutes on this machine (one peer, no network)
 # and shows the loss falling. Everything lands in build/demo/:
 #   train.jsonl (one record per optimizer step), ckpt/ (checkpoints), hf/ (export).
-#   DEMO_MINUTES=3 ./scripts/demo.sh      (default 3 minutes of training)
+#   DEMO_MINUTES=3 ./scripts/demo.sh      (at most 3 minutes of training, the default)
+#   DEMO_STEPS=300 ./scripts/demo.sh      (optimizer steps; the schedule decays over them)
 # Run it again to start over; `build/dedloc train --checkpoint-dir build/demo/ckpt`
 # continues the last run instead.
 set -euo pipefail
@@ -26,16 +27,20 @@ fi
 echo "$CORPUS: $(wc -l < "$CORPUS") lines, $(du -h "$CORPUS" | cut -f1)"
 
 MINUTES=${DEMO_MINUTES:-3}
+STEPS=${DEMO_STEPS:-300}
 RUN=build/demo
 rm -rf "$RUN"
 mkdir -p "$RUN"
-echo "== Training the tiny ALBERT for $MINUTES minutes (LAMB on the host, fp32)"
+echo "== Training the tiny ALBERT for $STEPS steps or $MINUTES minutes (LAMB on the host, fp32)"
 # sahajBERT's recipe scaled to a tiny model and a 2-core CPU: micro-batches of
-# 8 x 64 tokens, 16 samples per step, a larger LAMB learning rate. The corpus
-# is grouped by source package, so the shuffle buffer holds all of it (50000
-# examples) to keep each step's batch representative.
+# 8 x 64 tokens, 16 samples per step, a larger LAMB learning rate that decays
+# to zero over DEMO_STEPS steps (about 2-3 minutes here). With a rate of 0.1 the
+# loss falls for ~180 steps and then climbs back; 0.02 falls steadily (MLM
+# 8.98 -> 7.46 over 300 steps). The corpus is grouped by source package, so the
+# shuffle buffer holds all of it (50000 examples) to keep each step's batch
+# representative.
 build/dedloc train --model tiny --data "$CORPUS" --seq 64 --batch 8 --target-batch 16 \
-  --lr 0.1 --warmup-steps 10 --max-steps 600 --max-minutes "$MINUTES" --shuffle-buffer 50000 \
+  --lr 0.02 --warmup-steps 10 --max-steps "$STEPS" --max-minutes "$MINUTES" --shuffle-buffer 50000 \
   --checkpoint-dir "$RUN/ckpt" --save-every 50 --log "$RUN/train.jsonl" --seed 1
 
 echo "== Loss by step (from $RUN/train.jsonl)"
