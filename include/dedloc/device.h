@@ -164,6 +164,24 @@ int dl_convert_f32_to_bf16(dl_device *dev, const dl_buffer *src, size_t src_off,
 int dl_convert_bf16_to_f32(dl_device *dev, const dl_buffer *src, size_t src_off, dl_buffer *dst,
                            size_t dst_off, size_t n);
 
+/* ---- GEMM timing (src/device/gemm_timing.c) ----
+ * Shapes and timing shared by `dedloc bench gemm` and `dedloc tune`.
+ * Row-major C[m x n] = op(A)[m x k] * op(B)[k x n], batch times. Linear layers
+ * multiply activations by PyTorch-layout weights [out, in]: trans_b. */
+typedef struct dl_gemm_shape {
+    const char *name;
+    size_t m, n, k, batch;
+    bool trans_a, trans_b;
+} dl_gemm_shape;
+
+/* Floating-point operations of one call: 2 m n k batch. */
+double dl_gemm_shape_flops(const dl_gemm_shape *shape);
+
+/* Allocates the operands once (random non-zero data), calls the GEMM once to
+ * compile and warm up, then times `repeat` calls, each to completion. Returns
+ * the median seconds per call in *seconds. */
+int dl_gemm_time(dl_device *dev, const dl_gemm_shape *shape, int repeat, double *seconds);
+
 /* ---- CLBlast tuning (src/device/tune*.c) ----
  * Tuned GEMM parameters live in dl_cache_dir()/clblast/<device key>.json,
  * written by `dedloc tune`. The key names the device, platform and driver, so

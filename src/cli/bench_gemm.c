@@ -9,7 +9,6 @@
 
 #include "cli/bench.h"
 #include "cli/commands.h"
-#include "cli/gemm_timing.h"
 #include "dedloc/device.h"
 #include "dedloc/util.h"
 

@@ -1,4 +1,4 @@
-#include "cli/gemm_timing.h"
+#include "dedloc/device.h"
 
 #include <stdlib.h>
 
