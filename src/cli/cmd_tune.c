@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/tune_explore.h"
 #include "dedloc/device.h"
 #include "dedloc/util.h"
 

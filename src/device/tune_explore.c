@@ -1,4 +1,4 @@
-#include "cli/tune_explore.h"
+#include "dedloc/device.h"
 
 #include <dirent.h>
 #include <errno.h>
