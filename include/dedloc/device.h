@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
@@ -181,6 +182,9 @@ double dl_gemm_shape_flops(const dl_gemm_shape *shape);
  * compile and warm up, then times `repeat` calls, each to completion. Returns
  * the median seconds per call in *seconds. */
 int dl_gemm_time(dl_device *dev, const dl_gemm_shape *shape, int repeat, double *seconds);
+/* The device's SGEMM rate as a reference: seconds of one n x n x n product
+ * (constant operands), the best of 5 calls after an untimed first one. */
+int dl_gemm_square_seconds(dl_device *dev, size_t n, double *seconds);
 
 /* ---- CLBlast tuning (src/device/tune*.c) ----
  * Tuned GEMM parameters live in dl_cache_dir()/clblast/<device key>.json,
@@ -220,5 +224,47 @@ int dl_tune_explore(const dl_device_info *info, size_t m, size_t n, size_t k, do
 /* A few configurations that do well on CPUs and GPUs, for when the tuner is
  * not installed. */
 int dl_tune_builtin_candidates(dl_xgemm_config *out, int max_out);
+
+/* ---- the tuning search (src/device/tune_search.c) ----
+ * What `dedloc tune` runs: time a model preset's GEMM shapes with CLBlast's
+ * built-in parameters, explore (above), time the candidates on the preset's
+ * shapes within the budget, store the winner as this device's tuning file. */
+enum { DL_TUNE_PRESET_SHAPES_MAX = 4 };
+
+/* A model preset's linear layers for 8 x 128 tokens, and the size the kernel
+ * tuner explores for it. */
+typedef struct dl_tune_preset {
+    const char *name;
+    dl_gemm_shape shapes[DL_TUNE_PRESET_SHAPES_MAX];
+    int nshapes;
+    size_t explore_m, explore_n, explore_k;
+} dl_tune_preset;
+
+/* "sahajbert" or "tiny"; NULL for any other name. */
+const dl_tune_preset *dl_tune_preset_find(const char *name);
+/* Median seconds (3 timed calls) of each of the preset's shapes with the
+ * parameters in force, and their sum. */
+int dl_tune_preset_seconds(dl_device *dev, const dl_tune_preset *preset, double *per_shape,
+                           double *total);
+/* Makes CLBlast use these Xgemm parameters (single precision) on the device,
+ * for the rest of the process (CLBlastOverrideParameters). */
+int dl_tune_override_xgemm(dl_device *dev, const dl_xgemm_config *config);
+/* "NAME=value NAME=value ..." into buf. */
+void dl_xgemm_config_describe(const dl_xgemm_config *config, char *buf, size_t size);
+/* Times candidates in order on the preset's shapes until the next one, which
+ * costs about last_cost seconds, would end past deadline (dl_now() time).
+ * Returns the index of the fastest candidate that beat base_total seconds,
+ * with its per-shape seconds in best_times, or -1 if none did (best_times
+ * untouched). A line per candidate goes to progress (may be NULL); a failing
+ * candidate is reported there and skipped. The last candidate's parameters
+ * stay in force. */
+int dl_tune_time_candidates(dl_device *dev, const dl_tune_preset *preset,
+                            const dl_xgemm_config *candidates, int ncand, double deadline,
+                            double last_cost, double base_total, double *best_times, FILE *progress);
+/* Writes the tuning file at path (dl_tune_path) atomically: the winning
+ * parameters, the preset's shapes with their built-in and tuned GFLOP/s (from
+ * the seconds in base and tuned), the device, driver and budget. */
+int dl_tune_store(const dl_device_info *info, const dl_tune_preset *preset, const dl_xgemm_config *best,
+                  const double *base, const double *tuned, double budget_seconds, const char *path);
 
 #endif
