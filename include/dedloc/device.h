@@ -2,7 +2,12 @@
  * sources, on-disk binary cache), buffers, kernel launches and GEMM (CLBlast).
  *
  * Everything above this layer sees a dl_device and dl_buffer; nothing above it
- * calls OpenCL directly except to set kernel arguments (DL_ARG). */
+ * calls OpenCL directly except to set kernel arguments (DL_ARG). Also here:
+ * GEMM timing and CLBlast tuning (the search `dedloc tune` runs and the stored
+ * parameters every open applies).
+ *
+ * Lives in src/device/ (kernels in cl/); depends on util only. The model
+ * builds on it; `dedloc devices`, `bench gemm` and `tune` call it. */
 #ifndef DEDLOC_DEVICE_H
 #define DEDLOC_DEVICE_H
 

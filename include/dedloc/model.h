@@ -12,7 +12,10 @@
  * optimizer step), dl_model_zero_grad, one dl_model_forward_backward per
  * micro-batch (gradients accumulate), dl_model_get_grads. Everything is
  * deterministic: the same batch and parameters on the same device give the
- * same bits. */
+ * same bits.
+ *
+ * Lives in src/model/ (kernels in cl/); depends on device, safetensors and
+ * util, and knows nothing of training, the data pipeline or the network. */
 #ifndef DEDLOC_MODEL_H
 #define DEDLOC_MODEL_H
 

@@ -1,9 +1,14 @@
 /* dedloc training on the host: the optimizer (LAMB, AdamW), the learning-rate
- * schedule, gradient clipping and accumulation, dynamic loss scaling.
+ * schedule, gradient clipping and accumulation, dynamic loss scaling,
+ * checkpoints, the training loop of one peer and its device backend.
  *
- * Everything here works on one flat fp32 vector of parameters and a second
+ * Lives in src/train/; depends on model, data (the device backend only),
+ * safetensors (checkpoints) and util, and knows nothing of the network.
+ *
+ * The optimizer works on one flat fp32 vector of parameters and a second
  * flat vector of gradients with the same layout; it knows nothing of the
- * model beyond the layout view below. All arithmetic is plain C, single
+ * model beyond the layout view below (only the device backend, near the end,
+ * touches the model and the data). All arithmetic is plain C, single
  * threaded, in a fixed order, built with -ffp-contract=off and no fast-math:
  * the same gradient gives bit-identical weights on every machine.
  *

@@ -1,3 +1,6 @@
+/* GEMM timing for `dedloc bench gemm`, `bench step` and `dedloc tune`: the
+ * median of timed calls of one shape after an untimed call that compiles,
+ * and the best-of rate of a square product as a device reference. */
 #include "dedloc/device.h"
 
 #include <stdlib.h>

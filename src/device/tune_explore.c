@@ -1,3 +1,6 @@
+/* Exploration for `dedloc tune`: CLBlast's kernel tuner (clblast_tuner_xgemm)
+ * as a child process in a scratch folder, bounded in time; its table of
+ * verified configurations is parsed and the fastest distinct ones kept. */
 #include "dedloc/device.h"
 
 #include <dirent.h>
