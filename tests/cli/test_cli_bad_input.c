@@ -23,6 +23,13 @@ static void help_and_unknown_options(void) {
         rc = sh("%s %s --no-such-option", DEDLOC_BINARY, commands[i]);
         CHECK_MSG(rc == 2, "dedloc %s --no-such-option: exit %d", commands[i], rc);
     }
+    /* Stray arguments are usage errors too. */
+    static const char *stray[] = {"devices extra", "tokenize extra", "serve-data a b", "bench nope",
+                                  "export --checkpoint a --out b extra"};
+    for (size_t i = 0; i < sizeof stray / sizeof stray[0]; i++) {
+        int rc = sh("%s %s", DEDLOC_BINARY, stray[i]);
+        CHECK_MSG(rc == 2, "dedloc %s: exit %d", stray[i], rc);
+    }
     CHECK(sh("%s no-such-command", DEDLOC_BINARY) == 2);
     CHECK(sh("%s", DEDLOC_BINARY) == 2);
 }
