@@ -1,5 +1,10 @@
 /* dedloc utilities: errors, logging, checked allocation, files, fp16/bf16,
- * hashing, random numbers and clocks. Every other module builds on these. */
+ * hashing, random numbers and clocks. Every other module builds on these.
+ *
+ * Lives in src/util/ (batch.h's allocation too); depends on no other dedloc
+ * module. Module arrows point down only: cli -> collab -> (net, train);
+ * train -> (model, data); model -> (device, safetensors); data -> text;
+ * everything -> util. */
 #ifndef DEDLOC_UTIL_H
 #define DEDLOC_UTIL_H
 
