@@ -90,6 +90,57 @@ static void export_whole_or_absent(void) {
     CHECK(exists("mine/notes.txt") && !exists("mine/config.json"));
 }
 
+/* Outputs that cannot be written are refused before anything is computed;
+ * an existing log is appended to, never damaged by the check. */
+static void train_outputs_checked_at_start(void) {
+    write_bytes("afile", "x", 1);
+    CHECK(sh("%s train " SMALL_RUN " --max-steps 1 --checkpoint-dir afile/ck", DEDLOC_BINARY) == 1);
+    CHECK(file_has("err.txt", "--checkpoint-dir afile/ck"));
+    CHECK_MSG(!file_has("err.txt", "device:"), "the run opened the device before refusing the folder");
+    CHECK(sh("%s train " SMALL_RUN " --max-steps 1 --log /dev/full", DEDLOC_BINARY) == 1);
+    CHECK(file_has("err.txt", "the log /dev/full cannot be written"));
+    write_bytes("old.jsonl", "{\"step\": 1}\n", 12);
+    CHECK(sh("%s train " SMALL_RUN " --max-steps 0 --log old.jsonl", DEDLOC_BINARY) == 0);
+    CHECK(file_has("old.jsonl", "{\"step\": 1}\n") && count_in("old.jsonl", "\n") == 1);
+}
+
+/* What a run shows: progress from the first micro-batch, an ETA within
+ * --max-minutes, a summary over several steps, and the odd settings said. */
+static void train_progress(void) {
+    const char *run = "--data " CORPUS " --batch 2 --seq 16 --seed 1";
+    CHECK(sh("%s train %s --target-batch 8 --max-steps 4", DEDLOC_BINARY, run) == 0);
+    CHECK(file_has("err.txt", "first micro-batch (compiling the device kernels"));
+    CHECK(file_has("err.txt", "step 1/4 | accumulating 2/8 samples |"));
+    CHECK(file_has("err.txt", "loss ") && file_has("err.txt", "(mean of the first 2 steps -> of the last 2)"));
+    /* 300 steps cannot fit in 0.06 s: every ETA is the time left, 0 s. */
+    CHECK(sh("%s train %s --target-batch 2 --max-steps 300 --max-minutes 0.001", DEDLOC_BINARY, run) == 0);
+    CHECK(file_has("err.txt", "time limit reached"));
+    CHECK_MSG(count_in("err.txt", "ETA ") > 0 && count_in("err.txt", "ETA ") == count_in("err.txt", "ETA 0s"),
+              "an ETA beyond --max-minutes");
+    CHECK(sh("%s train %s --target-batch 2 --batch 4 --max-steps 1 --quiet", DEDLOC_BINARY, run) == 0);
+    CHECK(file_has("err.txt", "--target-batch 2 is smaller than --batch 4"));
+    CHECK(sh("%s train --help", DEDLOC_BINARY) == 0);
+    CHECK(file_has("out.txt", "0 keeps them all"));
+    /* A config.json size out of range names the range. */
+    CHECK(sh("sed 's/\"intermediate_size\": *[0-9]*/\"intermediate_size\": 2147483647/' %s/tests/fixtures/"
+             "albert_tiny/config.json > big.json && grep -q 2147483647 big.json", DEDLOC_SOURCE_DIR) == 0);
+    CHECK(sh("%s train " SMALL_RUN " --model big.json --max-steps 1", DEDLOC_BINARY) == 1);
+    CHECK(file_has("err.txt", "'intermediate_size' must be a whole number from -1000000000 to 1000000000"));
+}
+
+/* The first Ctrl-C is acknowledged at once; the run then stops after the
+ * micro-batch and saves. */
+static void train_interrupt(void) {
+    CHECK(sh("{ %s train " SMALL_RUN " --max-steps 100000 --checkpoint-dir ckint --save-every 0 --log int.jsonl "
+             "2> int_err.txt & p=$!; for i in $(seq 300); do grep -q step int.jsonl 2>/dev/null && break; "
+             "sleep 0.1; done; kill -INT $p; wait $p; echo $? > int_rc.txt; }",
+             DEDLOC_BINARY) == 0);
+    CHECK(file_has("int_err.txt", "stopping after this micro-batch"));
+    CHECK(file_has("int_err.txt", "Ctrl-C again to quit now"));
+    CHECK(file_has("int_err.txt", "stopped at step"));
+    CHECK(file_has("int_rc.txt", "0\n"));
+}
+
 static void peer_messages(void) {
     int port = closed_port();
     CHECK(port > 0);
@@ -150,6 +201,9 @@ int main(void) {
     if (cli_dir_make("/tmp/dedloc_cli_first_XXXXXX")) return 1;
     export_stands_alone();
     export_whole_or_absent();
+    train_outputs_checked_at_start();
+    train_progress();
+    train_interrupt();
     peer_messages();
     data_messages();
     cli_dir_remove();
