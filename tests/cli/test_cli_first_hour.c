@@ -141,6 +141,15 @@ static void train_interrupt(void) {
     CHECK(file_has("int_rc.txt", "0\n"));
 }
 
+/* Long first steps say what they are doing; tune states a useful budget. */
+static void bench_and_tune_say_what(void) {
+    CHECK(sh("%s bench step --model tiny --batch 2 --seq 16 --warmup 1 --steps 1", DEDLOC_BINARY) == 0);
+    CHECK(file_has("err.txt", "warm-up step 1 of 1: running (compiles the device kernels"));
+    CHECK(sh("%s tune --help", DEDLOC_BINARY) == 0);
+    CHECK(file_has("out.txt", "a useful budget there is at least 120 s"));
+    CHECK(file_has("out.txt", "always a verdict"));
+}
+
 static void peer_messages(void) {
     int port = closed_port();
     CHECK(port > 0);
@@ -204,6 +213,7 @@ int main(void) {
     train_outputs_checked_at_start();
     train_progress();
     train_interrupt();
+    bench_and_tune_say_what();
     peer_messages();
     data_messages();
     cli_dir_remove();
