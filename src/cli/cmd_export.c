@@ -106,6 +106,17 @@ int cmd_export(int argc, char **argv) {
         help(stderr);
         return DL_EXIT_USAGE;
     }
+    /* "hf/" names the folder hf: its temporary sibling must not land inside it. */
+    char out_name[4096];
+    size_t out_len = strlen(out);
+    while (out_len > 1 && out[out_len - 1] == '/') out_len--;
+    if (out_len == 0 || out_len >= sizeof out_name) {
+        fprintf(stderr, "dedloc export: --out '%s' is not a usable folder name\n", out);
+        return DL_EXIT_USAGE;
+    }
+    memcpy(out_name, out, out_len);
+    out_name[out_len] = 0;
+    out = out_name;
     dl_checkpoint ck;
     char used[4096];
     struct stat st;

@@ -71,6 +71,10 @@ static void export_stands_alone(void) {
     CHECK(sh("%s export --checkpoint ck --out hf2 --tokenizer %s/tests/fixtures/text/tok_spm_albert.json",
              DEDLOC_BINARY, DEDLOC_SOURCE_DIR) == 0);
     CHECK(sh("cmp hf2/tokenizer.json %s/tests/fixtures/text/tok_spm_albert.json", DEDLOC_SOURCE_DIR) == 0);
+    /* "hf2/" is the folder hf2, replaced as a whole. */
+    CHECK(sh("%s export --checkpoint ck --out hf2/", DEDLOC_BINARY) == 0);
+    CHECK(sh("cmp hf2/tokenizer.json %s/assets/tokenizer_bn_demo.json && test -z \"$(ls -A hf2 | grep -v json$ | "
+             "grep -v safetensors$)\"", DEDLOC_SOURCE_DIR) == 0);
 }
 
 /* A full disk (here: a file size limit, the same EFBIG/ENOSPC path) leaves
