@@ -145,6 +145,23 @@ static void train_interrupt(void) {
     CHECK(file_has("int_rc.txt", "0\n"));
 }
 
+/* The checkpoint folder breaks mid-run (a file takes its place, as a full
+ * disk would refuse the writes): training goes on, the error names the last
+ * good checkpoint, and a final save that fails makes the exit status 1. */
+static void train_save_fails(void) {
+    CHECK(sh("{ %s train " SMALL_RUN " --max-steps 100000 --checkpoint-dir cksave --save-every 1 --log save.jsonl "
+             "2> save_err.txt & p=$!; "
+             "for i in $(seq 300); do test -e cksave/checkpoint-0000000001.safetensors && break; sleep 0.1; done; "
+             "mv cksave cksave.away && touch cksave; "
+             "n=$(grep -c step save.jsonl); for i in $(seq 300); do test $(grep -c step save.jsonl) -ge $((n + 2)) "
+             "&& break; sleep 0.1; done; kill -INT $p; wait $p; echo $? > save_rc.txt; }",
+             DEDLOC_BINARY) == 0);
+    CHECK(file_has("save_rc.txt", "1\n"));
+    CHECK(file_has("save_err.txt", "FAILED") && file_has("save_err.txt", "Training goes on; the last good checkpoint is"));
+    CHECK(file_has("save_err.txt", "the final checkpoint could not be saved"));
+    CHECK(sh("ls cksave.away/checkpoint-*.safetensors") == 0); /* the good ones stay */
+}
+
 /* Long first steps say what they are doing; tune states a useful budget. */
 static void bench_and_tune_say_what(void) {
     CHECK(sh("%s bench step --model tiny --batch 2 --seq 16 --warmup 1 --steps 1", DEDLOC_BINARY) == 0);
@@ -217,6 +234,7 @@ int main(void) {
     train_outputs_checked_at_start();
     train_progress();
     train_interrupt();
+    train_save_fails();
     bench_and_tune_say_what();
     peer_messages();
     data_messages();
