@@ -98,6 +98,19 @@ void dl_linereader_free(dl_linereader *lr);
 int dl_data_list_shards(const char *spec, const dl_data_io *io, char ***shards, size_t *count);
 void dl_data_free_shards(char **shards, size_t count);
 
+/* ---- does a shard look like text? (textcheck.c) ----------------------------------------------- */
+typedef struct dl_text_check {
+    uint64_t bytes, invalid, nul; /* bytes looked at; invalid UTF-8 sequences; NUL bytes */
+    bool done;                    /* judged: look no further */
+} dl_text_check;
+void dl_text_check_reset(dl_text_check *tc);
+void dl_text_check_line(dl_text_check *tc, const char *line, size_t n);
+/* True once enough bytes were seen to judge. */
+bool dl_text_check_due(const dl_text_check *tc);
+/* Judges what was seen (once): a shard with many invalid sequences or NUL
+ * bytes gets a warning naming it, if warn. */
+void dl_text_check_judge(dl_text_check *tc, const char *shard, bool warn);
+
 /* ---- documents over the shards --------------------------------------------------------- */
 typedef struct dl_docreader dl_docreader;
 /* start_shard: where this peer begins (then wraps around). */

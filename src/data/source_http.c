@@ -206,6 +206,13 @@ static int after_failure(http_src *h) {
     double wait = base;
     for (int i = 1; i < h->failures && wait < cap; i++) wait *= 2;
     if (wait > cap) wait = cap;
+    if (h->failures == 1 && max > 0) {
+        /* Said once, up front: how long a mistyped address will keep us waiting. */
+        double budget = 0, w = base;
+        for (int i = 0; i < max; i++, w = w * 2 > cap ? cap : w * 2) budget += w;
+        DL_WARN("data", "%s: %s at byte %" PRIu64 "; retrying %d times over about %.0f s before giving up "
+                "(check the address in --data if this persists)", h->url, h->why, h->received_end, max, budget);
+    }
     DL_WARN("data", "%s: %s at byte %" PRIu64 "; retry %d/%d in %.2f s", h->url, h->why,
             h->received_end, h->failures, max, wait);
     h->state = REQ_NONE;

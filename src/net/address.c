@@ -46,6 +46,11 @@ static int check_port(const char *text) {
     return 0;
 }
 
+int dl_net_check_address(const char *text) {
+    if (!text || !*text) return dl_fail("an empty address (expected host:port)");
+    return check_port(text);
+}
+
 int dl_net_resolve_address(const char *text, struct sockaddr_storage *ss, int *len, bool allow_dns) {
     if (check_port(text)) return -1;
     *len = (int)sizeof *ss;
