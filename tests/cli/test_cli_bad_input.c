@@ -168,6 +168,13 @@ static void peer_ports(void) {
                 DEDLOC_BINARY, bad[i]);
         CHECK_MSG(rc == 2, "peer --initial-peers %s: exit %d", bad[i], rc);
     }
+    /* No port at all is a usage error too, not a failure found at bind time. */
+    static const char *portless[] = {"bad", "::1", "[::1]"};
+    for (size_t i = 0; i < sizeof portless / sizeof portless[0]; i++) {
+        int rc = sh("%s peer --run-id qa --no-dht --duration 1 --listen '%s'", DEDLOC_BINARY, portless[i]);
+        CHECK_MSG(rc == 2, "peer --listen %s: exit %d", portless[i], rc);
+        CHECK_MSG(file_has("err.txt", "has no port"), "peer --listen %s: no 'has no port' error", portless[i]);
+    }
 }
 
 int main(void) {
