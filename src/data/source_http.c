@@ -210,8 +210,9 @@ static bool explain_tls_failure(http_src *h) {
     struct bufferevent *bev = evhttp_connection_get_bufferevent(h->conn);
     SSL *ssl = bev ? bufferevent_openssl_get_ssl(bev) : NULL;
     if (!ssl) return false;
+    /* Without checks the result is still recorded, but refused nothing. */
     long verify = SSL_get_verify_result(ssl);
-    if (verify != X509_V_OK) {
+    if (verify != X509_V_OK && !(h->io && h->io->insecure_tls)) {
         set_why(h, "the TLS certificate of %s was refused: %s (a private CA: --ca-file FILE)",
                 h->at.host, X509_verify_cert_error_string(verify));
         h->permanent = true;

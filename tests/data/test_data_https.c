@@ -370,14 +370,17 @@ static void test_certificates(const char *dir, const test_cert *ca, const char *
     free_cert(&self);
 }
 
-static void test_cut_and_resume(SSL_CTX *ctx, const char *ca_pem, const char *data, size_t len) {
+/* insecure: the server's certificate is self-signed and not checked; a cut
+ * must still be an ordinary retry, not a refused certificate. */
+static void test_cut_and_resume(SSL_CTX *ctx, const char *ca_pem, bool insecure, const char *data,
+                                size_t len) {
     test_server ts = {.ctx = ctx, .data = data, .len = len, .cut = len / 3};
     server_start(&ts);
     char url[128];
     snprintf(url, sizeof url, "https://127.0.0.1:%d/cut.txt", ts.port);
     dl_data_stats st = {0};
-    dl_data_io io = make_io(&st, ca_pem, false);
-    CHECK_MSG(fetch(url, &io, data, len) == 0, "cut: %s", dl_error());
+    dl_data_io io = make_io(&st, ca_pem, insecure);
+    CHECK_MSG(fetch(url, &io, data, len) == 0, "cut (insecure %d): %s", insecure, dl_error());
     server_stop(&ts);
     /* the second request resumes at the byte where the first was cut */
     CHECK_MSG(atomic_load(&ts.requests) == 2 && st.retries == 1 && ts.range_starts[0] == -1 &&
@@ -511,7 +514,12 @@ int main(void) {
     SSL_CTX *good_ctx = server_ctx(&good, NULL);
 
     test_certificates(dir, &ca, ca_pem, data, len);
-    test_cut_and_resume(good_ctx, ca_pem, data, len);
+    test_cut_and_resume(good_ctx, ca_pem, false, data, len);
+    test_cert self = make_cert("self", "IP:127.0.0.1", NULL, -1, 30, false);
+    SSL_CTX *self_ctx = server_ctx(&self, NULL);
+    test_cut_and_resume(self_ctx, NULL, true, data, len);
+    SSL_CTX_free(self_ctx);
+    free_cert(&self);
     test_redirects(good_ctx, ca_pem, data, len);
     test_stream_stops(data, len);
     test_cli(dir, good_ctx, ca_pem, data, len);
