@@ -333,15 +333,18 @@ static void test_certificates(const char *dir, const test_cert *ca, const char *
             CHECK_MSG(rc == -1 && strstr(dl_error(), cases[i].reason) &&
                           strstr(dl_error(), "certificate of 127.0.0.1 was refused"),
                       "%s: rc %d, %s", cases[i].name, rc, rc ? dl_error() : "accepted");
-            /* a refused certificate is final: one attempt, no retries */
-            CHECK_MSG(st.retries == 0 && atomic_load(&ts.handshake_failures) == 1,
-                      "%s: %llu retries, %d handshakes failed", cases[i].name,
-                      (unsigned long long)st.retries, atomic_load(&ts.handshake_failures));
+            /* a refused certificate is final: no retries */
+            CHECK_MSG(st.retries == 0, "%s: %llu retries", cases[i].name,
+                      (unsigned long long)st.retries);
             /* the checks can be switched off */
             memset(&st, 0, sizeof st);
             io = make_io(&st, ca_pem, true);
             CHECK_MSG(fetch(url, &io, data, len) == 0, "%s with insecure_tls: %s", cases[i].name,
                       dl_error());
+            /* The server takes connections in turn, so it has seen the refused
+             * handshake by now: exactly one attempt was made. */
+            CHECK_MSG(atomic_load(&ts.handshake_failures) == 1, "%s: %d handshakes failed",
+                      cases[i].name, atomic_load(&ts.handshake_failures));
         }
         server_stop(&ts);
         SSL_CTX_free(ts.ctx);
