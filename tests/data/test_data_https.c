@@ -6,12 +6,16 @@
  *   - with the test CA (ca_file) the bytes that arrive are the file's bytes,
  *     also when the first response is cut mid-body (resumed with Range);
  *   - a wrong name, an expired or a self-signed certificate fails at once,
- *     with the reason, without retries; insecure_tls accepts all of them;
+ *     with the reason, without retries; insecure_tls accepts all of them; no
+ *     SNI is sent for an IP address;
  *   - redirect chains (301/302/303/307/308, absolute and relative Locations)
  *     are followed up to 5 hops, http->http and https->https; a 6th hop and
  *     https->http are refused with a clear message;
+ *   - by host name (where "localhost" resolves to 127.0.0.1 first): the
+ *     name is sent (SNI) and checked against the certificate's DNS names;
  *   - `dedloc data` takes --ca-file and --insecure-tls (warned once). */
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -108,6 +112,7 @@ typedef struct {
     int other_port;
     int listen_fd, port;
     atomic_int requests, handshake_failures;
+    char sni[64];              /* server name the last TLS client sent, "" if none */
     long range_starts[64];
     bool cut_done;
     atomic_int stop;
@@ -215,6 +220,8 @@ static void *server_main(void *arg) {
                 close(c.fd);
                 continue;
             }
+            const char *sni = SSL_get_servername(c.ssl, TLSEXT_NAMETYPE_host_name);
+            snprintf(ts->sni, sizeof ts->sni, "%s", sni ? sni : "");
         }
         char req[8192] = {0};
         size_t got = 0;
@@ -329,6 +336,7 @@ static void test_certificates(const char *dir, const test_cert *ca, const char *
         int rc = fetch(url, &io, data, len);
         if (!cases[i].reason) {
             CHECK_MSG(rc == 0, "%s: %s", cases[i].name, dl_error());
+            CHECK_MSG(ts.sni[0] == 0, "SNI '%s' sent for an IP address", ts.sni);
         } else {
             CHECK_MSG(rc == -1 && strstr(dl_error(), cases[i].reason) &&
                           strstr(dl_error(), "certificate of 127.0.0.1 was refused"),
@@ -375,6 +383,44 @@ static void test_certificates(const char *dir, const test_cert *ca, const char *
 
 /* insecure: the server's certificate is self-signed and not checked; a cut
  * must still be an ordinary retry, not a refused certificate. */
+/* By name: only where "localhost" means 127.0.0.1 first (the client dials
+ * the first address; the servers listen on 127.0.0.1 only). */
+static void test_host_names(const test_cert *ca, const char *ca_pem, const char *data, size_t len) {
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *found = NULL;
+    bool v4_first = getaddrinfo("localhost", NULL, &hints, &found) == 0 && found &&
+                    found->ai_family == AF_INET &&
+                    ((struct sockaddr_in *)found->ai_addr)->sin_addr.s_addr == htonl(INADDR_LOOPBACK);
+    if (found) freeaddrinfo(found);
+    if (!v4_first) {
+        printf("test_data_https: 'localhost' is not 127.0.0.1 first here; host name checks not run\n");
+        return;
+    }
+    test_cert named = make_cert("localhost", "DNS:localhost", ca, -1, 30, false);
+    test_cert other = make_cert("other", "DNS:other.example, IP:127.0.0.1", ca, -1, 30, false);
+    const test_cert *leaves[] = {&named, &other};
+    for (int i = 0; i < 2; i++) {
+        test_server ts = {.ctx = server_ctx(leaves[i], NULL), .data = data, .len = len};
+        server_start(&ts);
+        char url[128];
+        snprintf(url, sizeof url, "https://localhost:%d/file.txt", ts.port);
+        dl_data_stats st = {0};
+        dl_data_io io = make_io(&st, ca_pem, false);
+        int rc = fetch(url, &io, data, len);
+        if (i == 0) {
+            CHECK_MSG(rc == 0, "by name: %s", dl_error());
+            CHECK_MSG(!strcmp(ts.sni, "localhost"), "SNI '%s'", ts.sni);
+        } else {
+            /* the certificate names 127.0.0.1, but the URL asked for localhost */
+            CHECK_MSG(rc == -1 && strstr(dl_error(), "hostname mismatch"), "other name: %s",
+                      rc ? dl_error() : "accepted");
+        }
+        server_stop(&ts);
+        SSL_CTX_free(ts.ctx);
+    }
+    free_cert(&named);
+    free_cert(&other);
+}
+
 static void test_cut_and_resume(SSL_CTX *ctx, const char *ca_pem, bool insecure, const char *data,
                                 size_t len) {
     test_server ts = {.ctx = ctx, .data = data, .len = len, .cut = len / 3};
@@ -517,6 +563,7 @@ int main(void) {
     SSL_CTX *good_ctx = server_ctx(&good, NULL);
 
     test_certificates(dir, &ca, ca_pem, data, len);
+    test_host_names(&ca, ca_pem, data, len);
     test_cut_and_resume(good_ctx, ca_pem, false, data, len);
     test_cert self = make_cert("self", "IP:127.0.0.1", NULL, -1, 30, false);
     SSL_CTX *self_ctx = server_ctx(&self, NULL);
