@@ -30,7 +30,10 @@ static void help(FILE *out) {
             "                       model folder (config.json + model.safetensors: its weights\n"
             "                       are the starting point)\n"
             "  --tokenizer FILE     tokenizer.json (default: the built-in Bengali demo tokenizer)\n"
-            "  --data SOURCE        text / JSON-lines file (.gz ok), shard folder, or http:// URL\n"
+            "  --data SOURCE        text / JSON-lines file (.gz ok), shard folder, or http(s):// URL\n"
+            "  --ca-file FILE       https data: trust the PEM CA certificates in FILE, not the system's\n"
+            "  --insecure-tls       https data without certificate checks (anyone on the path can\n"
+            "                       alter the data; warned)\n"
             "  --batch B            sequences per micro-batch (8)\n"
             "  --seq T              tokens per sequence (tiny 128, otherwise 512)\n"
             "  --shuffle-buffer N   examples in the shuffle buffer (10000)\n"
@@ -74,11 +77,14 @@ static void help(FILE *out) {
 enum {
     OPT_MODEL = 256, OPT_TOKENIZER, OPT_DATA, OPT_BATCH, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_PRECISION,
     OPT_CKDIR, OPT_KEEP, OPT_LOG, OPT_SEED, OPT_PEER_SEED, OPT_DEVICE, OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD,
-    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_HELP, OPT_COUNT
+    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_CA_FILE, OPT_INSECURE_TLS, OPT_HELP,
+    OPT_COUNT
 };
 
 typedef struct {
     const char *model, *tokenizer, *data, *precision, *ckdir, *log, *device, *optimizer, *resume;
+    const char *ca_file; /* TLS settings are this machine's, never stored in the run settings */
+    bool insecure_tls;
     long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
     double lr, wd, clip, max_minutes;
     bool quiet;
@@ -137,6 +143,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"resume", required_argument, NULL, OPT_RESUME},
         {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE}, {"quiet", no_argument, NULL, OPT_QUIET},
         {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
+        {"ca-file", required_argument, NULL, OPT_CA_FILE}, {"insecure-tls", no_argument, NULL, OPT_INSECURE_TLS},
         {"help", no_argument, NULL, OPT_HELP}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->model = "tiny";
@@ -177,6 +184,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_RESUME: a->resume = optarg; break;
         case OPT_SHUFFLE: bad = parse_ll(optarg, 1, 1 << 24, &a->shuffle, "--shuffle-buffer"); break;
         case OPT_QUIET: a->quiet = true; break;
+        case OPT_CA_FILE: a->ca_file = optarg; break;
+        case OPT_INSECURE_TLS: a->insecure_tls = true; break;
         case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
         case 'h':
         case OPT_HELP: help(stdout); return 1;
@@ -386,6 +395,8 @@ int cmd_train(int argc, char **argv) {
     dc.peer_seed = (uint64_t)a.peer_seed;
     dc.shuffle_buffer = (int)a.shuffle;
     dc.loop = true;
+    dc.tls_ca_file = a.ca_file;
+    dc.tls_insecure = a.insecure_tls;
     if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
     const dl_param_layout *ml = dl_model_layout(be.model);
     if (dl_train_layout_from_model(ml, &layout)) goto fail;

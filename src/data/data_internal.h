@@ -24,6 +24,8 @@ typedef struct dl_data_io {
     double retry_base_s, retry_max_s;
     const atomic_int *stop;   /* nonzero: abandon waits as soon as possible (may be NULL) */
     dl_data_stats *counters;  /* bytes and retries are added here (producer-owned; may be NULL) */
+    const char *ca_file;      /* https: trust these PEM CA certificates instead of the system's */
+    bool insecure_tls;        /* https: skip certificate checks (warned once) */
 } dl_data_io;
 
 /* SIGPIPE safety without touching the process's signal dispositions: a
@@ -50,13 +52,20 @@ typedef struct dl_bytesrc dl_bytesrc;
 struct dl_bytesrc {
     long (*read)(dl_bytesrc *src, void *buf, size_t cap);
     void (*close)(dl_bytesrc *src);
+    /* Set with a -1 from read that no retry or later pass can fix (a refused
+     * certificate or redirect): the stream stops instead of skipping the shard. */
+    bool failed_for_good;
 };
 
 int dl_bytesrc_open_file(const char *path, const dl_data_io *io, dl_bytesrc **out);
-/* url: http://host[:port]/path. Streams with back-pressure (the socket is only
- * read while the consumer asks for bytes), resumes with Range after failures. */
+/* url: http(s)://host[:port]/path. Streams with back-pressure (the socket is
+ * only read while the consumer asks for bytes), resumes with Range after
+ * failures, follows up to DL_HTTP_MAX_REDIRECTS redirects (never https to
+ * http). https checks the certificate and host name (io->ca_file,
+ * io->insecure_tls). */
+enum { DL_HTTP_MAX_REDIRECTS = 5 };
 int dl_bytesrc_open_http(const char *url, const dl_data_io *io, dl_bytesrc **out);
-/* 0 when the host of an http:// URL resolves, else -1 with the resolver's
+/* 0 when the host of an http(s):// URL resolves, else -1 with the resolver's
  * reason. Checked once when a stream opens: a name that does not resolve is a
  * mistake in the URL, not an outage to wait out. */
 int dl_http_check_host(const char *url);

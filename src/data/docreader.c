@@ -172,6 +172,7 @@ int dl_docreader_next(dl_docreader *dr, const char **text, size_t *len) {
         int r = dl_linereader_next(dr->lr, &line, &n);
         if (r < 0) {
             if (dl_data_io_stopped(dr->io)) return dl_fail("data stream stopped");
+            if (dr->src && dr->src->failed_for_good) return -1;
             dr->counters->failed_shards++;
             DL_WARN("data", "abandoning shard %s: %s", dr->shard_name, dl_error());
             close_shard(dr);
