@@ -182,7 +182,7 @@ int cmd_tune(int argc, char **argv) {
     printf("tuning CLBlast GEMM for '%s' on [%d] %s, budget %.0f s\n", preset->name, info->index,
            info->name, budget);
 
-    double base[4], base_total, best_times[4], best_total;
+    double base[4] = {0}, base_total, best_times[4] = {0}, best_total;
     printf("built-in parameters:");
     fflush(stdout);
     double base_started = dl_now();

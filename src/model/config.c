@@ -186,7 +186,7 @@ int dl_albert_config_save(const char *path, const dl_albert_config *c) {
     char *with_newline = dl_malloc(len + 2);
     int rc = -1;
     if (with_newline) {
-        memcpy(with_newline, text, len);
+        memcpy(with_newline, text, len); /* NOLINT(bugprone-not-null-terminated-result): written with its length */
         with_newline[len] = '\n';
         rc = dl_write_file_atomic(path, with_newline, len + 1);
         free(with_newline);
