@@ -97,7 +97,7 @@ int cmd_tune(int argc, char **argv) {
     printf("tuning CLBlast GEMM for '%s' on [%d] %s, budget %.0f s\n", preset->name, info->index,
            info->name, budget);
 
-    double base[DL_TUNE_PRESET_SHAPES_MAX], base_total, best_times[DL_TUNE_PRESET_SHAPES_MAX];
+    double base[DL_TUNE_PRESET_SHAPES_MAX] = {0}, base_total, best_times[DL_TUNE_PRESET_SHAPES_MAX] = {0};
     printf("built-in parameters:");
     fflush(stdout);
     double base_started = dl_now();

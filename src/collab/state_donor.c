@@ -271,7 +271,8 @@ int dl_state_donor_publish(dl_state_donor *d, uint64_t epoch, const struct dl_st
         hashes[k] = dl_hash64(s->data + s->buffer_start[s->map[k].buffer] + s->map[k].offset, s->map[k].len, 0);
     struct dl_state_span whole = {s->data, (size_t)total};
     dl_state_whole_hash(&whole, 1, &desc.whole_hash);
-    dl_collab_param_hash((const float *)s->data, buffers[0].size / 4, desc.param_hash);
+    const void *params = s->data; /* buffer 0, the fp32 parameters, starts the snapshot */
+    dl_collab_param_hash(params, buffers[0].size / 4, desc.param_hash);
     s->desc = dl_state_desc_encode(&desc, hashes, meta, &s->desc_size);
     free(hashes);
     if (!s->desc) {

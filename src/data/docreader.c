@@ -93,7 +93,7 @@ static const char *json_document(dl_docreader *dr, const char *line, size_t len,
                              ? cJSON_GetObjectItemCaseSensitive(obj, dr->json_field)
                              : NULL;
     const char *result = NULL;
-    if (cJSON_IsString(field) && field->valuestring) {
+    if (field && cJSON_IsString(field) && field->valuestring) {
         size_t n = strlen(field->valuestring);
         if (n + 1 > dr->doc_cap) {
             char *grown = dl_realloc(dr->doc, n + 1);

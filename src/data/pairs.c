@@ -25,6 +25,7 @@ typedef struct {
 } id_vec;
 
 static int vec_push(id_vec *v, const int32_t *ids, size_t n) {
+    if (n == 0) return 0; /* an empty segment: memcpy may not be given a NULL v->ids */
     if (v->len + n > v->cap) {
         size_t cap = v->cap ? v->cap : 64;
         while (cap < v->len + n) cap *= 2;

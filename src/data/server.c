@@ -79,7 +79,7 @@ static void send_listing(dl_data_server *srv, struct evhttp_request *req, bool h
         if (names[count]) count++;
     }
     closedir(d);
-    qsort(names, count, sizeof *names, cmp_str);
+    if (count) qsort(names, count, sizeof *names, cmp_str); /* names is NULL when empty */
     struct evbuffer *body = evbuffer_new();
     for (size_t i = 0; i < count; i++) {
         if (body) evbuffer_add_printf(body, "%s\n", names[i]);
@@ -279,6 +279,7 @@ int dl_data_server_start(const char *dir, const char *host, int port, dl_data_se
         goto fail;
     }
     struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
     socklen_t sl = sizeof ss;
     if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl)) {
         dl_fail("getsockname: %s", strerror(errno));

@@ -168,7 +168,7 @@ static int fill_batch(dl_data_stream *s, dl_batch *b) {
     dl_mask_params mp = {s->cfg.mlm_probability, s->cfg.mask_replace_prob,
                          s->cfg.random_replace_prob, s->cfg.whole_word_mask};
     for (int row = 0; row < b->batch; row++) {
-        dl_example ex;
+        dl_example ex = {0};
         int r = next_example(s, &ex);
         if (r <= 0) return r;
         size_t n = (size_t)ex.len < T ? (size_t)ex.len : T;

@@ -43,7 +43,7 @@ static int check_matrix(const char *name, const dl_buffer *buf, size_t elem, siz
     /* last element index + 1, computed in floating point first to reject overflow */
     double need = (double)off + (double)(batch - 1) * (double)stride + (double)(rows - 1) * ld +
                   (double)cols;
-    double have = (double)(buf->size / elem);
+    double have = (double)(buf->size / elem); /* NOLINT(bugprone-integer-division): whole elements */
     if (need > have)
         return dl_fail("GEMM: matrix %s (%zu x %zu, offset %zu, ld %zu, batch %zu, stride %zu) "
                        "needs %.0f elements, its buffer holds %.0f",

@@ -197,7 +197,7 @@ int dl_albert_config_to_json(const dl_albert_config *c, char **json) {
     size_t len = strlen(text);
     char *with_newline = dl_malloc(len + 2);
     if (with_newline) {
-        memcpy(with_newline, text, len);
+        memcpy(with_newline, text, len); /* NOLINT(bugprone-not-null-terminated-result): written with its length */
         with_newline[len] = '\n';
         with_newline[len + 1] = 0;
     }

@@ -264,7 +264,7 @@ static void read_cb(struct bufferevent *bev, void *arg) {
         }
         if (rc == DL_FRAME_BAD_VERSION) {
             char why[96];
-            snprintf(why, sizeof why, "protocol version %u, we speak %u", h.version, DL_WIRE_VERSION);
+            snprintf(why, sizeof why, "protocol version %u, we speak %u", (unsigned)h.version, (unsigned)DL_WIRE_VERSION);
             dl_conn_reject(c, DL_ERR_VERSION, why, false);
             return;
         }

@@ -16,7 +16,7 @@ int dl_handshake_begin(struct dl_handshake *hs, bool outbound, const struct dl_i
     memset(&h, 0, sizeof h);
     h.version = DL_WIRE_VERSION;
     if (strlen(run_id) >= sizeof h.run_id) return dl_fail("run id longer than %zu bytes", sizeof h.run_id - 1);
-    strcpy(h.run_id, run_id);
+    memcpy(h.run_id, run_id, strlen(run_id) + 1); /* length checked above */
     memcpy(h.sign_pk, id->pk, DL_WIRE_PK);
     memcpy(h.kx_pk, hs->kx_pk, DL_WIRE_PK);
     randombytes_buf(h.nonce, sizeof h.nonce);

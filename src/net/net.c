@@ -150,8 +150,10 @@ static int start_listener(struct dl_net *net) {
                                             (struct sockaddr *)&ss, len);
     if (!net->listener) return dl_fail("cannot listen on %s: %s", spec, strerror(errno));
     struct sockaddr_storage bound;
+    memset(&bound, 0, sizeof bound);
     socklen_t bl = sizeof bound;
-    getsockname(evconnlistener_get_fd(net->listener), (struct sockaddr *)&bound, &bl);
+    if (getsockname(evconnlistener_get_fd(net->listener), (struct sockaddr *)&bound, &bl))
+        return dl_fail("cannot read the address bound for %s: %s", spec, strerror(errno));
     dl_net_sockaddr_string((struct sockaddr *)&bound, net->listen_addr, sizeof net->listen_addr);
     net->listen_port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
     if (net->cfg.announce && *net->cfg.announce) {

@@ -129,6 +129,7 @@ static int parse_tensor(const cJSON *entry, size_t data_size, dl_st_tensor *t) {
         numel *= extent;
     }
     size_t elem = dl_st_dtype_size(t->dtype);
+    if (elem == 0) return dl_fail("tensor '%s': dtype %s has no element size", name, dtype->valuestring);
     if (numel > SIZE_MAX / elem) return dl_fail("tensor '%s': byte size overflows", name);
     t->numel = (size_t)numel;
     t->nbytes = (size_t)numel * elem;
@@ -384,7 +385,7 @@ int dl_st_get_i64(const dl_safetensors *st, const char *name, int64_t *out, size
         case DL_ST_I64: memcpy(&out[i], src + 8 * i, 8); break;
         case DL_ST_I32: { int32_t v; memcpy(&v, src + 4 * i, 4); out[i] = v; break; }
         case DL_ST_I16: { int16_t v; memcpy(&v, src + 2 * i, 2); out[i] = v; break; }
-        case DL_ST_I8: out[i] = (int8_t)src[i]; break;
+        case DL_ST_I8: out[i] = src[i] < 128 ? src[i] : (int64_t)src[i] - 256; break; /* two's complement */
         case DL_ST_U8: out[i] = src[i]; break;
         case DL_ST_BOOL:
             if (src[i] > 1)

@@ -192,7 +192,7 @@ int dl_st_writer_serialize(dl_st_writer *w, char **out, size_t *out_size) {
         return -1;
     }
     for (int i = 0; i < 8; i++) image[i] = (char)((uint64_t)padded >> (8 * i));
-    memcpy(image + 8, header, header_len);
+    memcpy(image + 8, header, header_len); /* NOLINT(bugprone-not-null-terminated-result): padded with spaces, not a C string */
     memset(image + 8 + header_len, ' ', padded - header_len);
     cJSON_free(header);
     size_t at = 8 + padded;

@@ -27,8 +27,7 @@ static int write_json(const char *dir, const char *name, cJSON *obj) {
     char *with_newline = dl_malloc(len + 2);
     int rc = -1;
     if (with_newline) {
-        memcpy(with_newline, text, len);
-        with_newline[len] = '\n';
+        snprintf(with_newline, len + 2, "%s\n", text);
         rc = dl_write_file_atomic(path, with_newline, len + 1);
     }
     free(with_newline);

@@ -235,7 +235,7 @@ static int emit_spans(const uint32_t *s, spans *sp, enum dl_split_behavior behav
             }
             prev_match = m;
         }
-        memmove(sp->v, sp->v + w, (sp->n - w) * sizeof(span));
+        if (w < sp->n) memmove(sp->v, sp->v + w, (sp->n - w) * sizeof(span)); /* sp->v is NULL when empty */
         k = sp->n - w;
         break;
     }

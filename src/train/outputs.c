@@ -51,14 +51,14 @@ static int check_log(const char *path) {
     if (fd < 0) return dl_fail("cannot open the log %s for appending: %s", path, strerror(errno));
     struct stat st;
     int err = 0;
-    if (fstat(fd, &st) != 0) {
-        err = errno;
-    } else if (S_ISREG(st.st_mode)) {
-        /* One byte written and taken back: the file is as it was. */
+    /* A regular file gets one byte written and taken back (it ends as it
+     * was); a device gets an empty write, which /dev/full refuses. */
+    bool stat_ok = fstat(fd, &st) == 0;
+    if (stat_ok && S_ISREG(st.st_mode)) {
         if (write_all(fd, "\n", 1) || fsync(fd)) err = errno;
         if (ftruncate(fd, st.st_size) != 0 && !err) err = errno;
-    } else if (write(fd, "", 0) < 0) {
-        err = errno; /* a device: /dev/full refuses even an empty write */
+    } else if (!stat_ok || write(fd, "", 0) < 0) {
+        err = errno;
     }
     close(fd);
     if (err) {

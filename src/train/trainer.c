@@ -28,7 +28,9 @@ int dl_train_layout_from_model(const dl_param_layout *ml, dl_train_layout *out) 
             break;
         }
         out->tensors[i].ndim = ml->entries[i].ndim;
-        for (int d = 0; d < ml->entries[i].ndim && d < DL_TRAIN_MAX_DIMS; d++)
+        /* A model entry holds at most 2 dimensions: never read past them. */
+        enum { MODEL_DIMS = sizeof ml->entries[i].shape / sizeof ml->entries[i].shape[0] };
+        for (int d = 0; d < MODEL_DIMS && d < ml->entries[i].ndim; d++)
             out->tensors[i].shape[d] = ml->entries[i].shape[d];
     }
     free(names);
