@@ -50,8 +50,7 @@ static double worst_tensor_error(const dl_train_layout *l, const float *a, const
         double err = dl_test_max_abs(a + ts->offset, b + ts->offset, ts->numel), mag = 0;
         for (size_t i = 0; i < ts->numel; i++)
             if (fabs(b[ts->offset + i]) > mag) mag = fabs(b[ts->offset + i]);
-        double rel = mag > 0 ? err / mag : err;
-        if (!(rel <= worst)) worst = rel;
+        worst = dl_test_worse(worst, mag > 0 ? err / mag : err);
     }
     return worst;
 }
@@ -144,7 +143,7 @@ static int run_case(const cJSON *c, run_result *out, bool check, double *max_err
             CHECK_MSG(gerr <= 1e-6, "%s step %d: clipped gradient off by %.3g", name, s, gerr);
             double perr = worst_tensor_error(&out->opt.layout, out->params, after);
             CHECK_MSG(perr <= 1e-6, "%s step %d: weights off by %.3g", name, s, perr);
-            if (perr > *max_err) *max_err = perr;
+            *max_err = dl_test_worse(*max_err, perr);
         }
     }
     if (check) {
