@@ -3,7 +3,7 @@
 with the same rules as src/data/sentences.c) with the same tokenizer.json and
 reports MB/s of sentence text and tokens/s, one thread and all threads.
 
-    /work/refenv/bin/python scripts/bench_data_hf.py \
+    $REFENV/bin/python scripts/bench_data_hf.py \
         --tokenizer assets/tokenizer_bn_demo.json --data tests/fixtures/data/bn_paragraphs.txt
 
 Pinned: tokenizers==0.19.1 (see requirements-reference.txt). Reference only.

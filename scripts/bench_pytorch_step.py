@@ -6,8 +6,8 @@ two run side by side. Reference-only; pinned versions in
 scripts/requirements-reference.txt (torch 1.13.1 from Debian's python3-torch,
 transformers 4.40.2).
 
-    /work/refenv/bin/python scripts/bench_pytorch_step.py --model tiny --batch 8 --seq 128
-    /work/refenv/bin/python scripts/bench_pytorch_step.py --model sahajbert --batch 8 --seq 128 --json
+    $REFENV/bin/python scripts/bench_pytorch_step.py --model tiny --batch 8 --seq 128
+    $REFENV/bin/python scripts/bench_pytorch_step.py --model sahajbert --batch 8 --seq 128 --json
 
 Presets mirror dl_albert_config_preset() in src/model/config.c; --config takes
 a HF config.json instead. The batch is random: no padding, 15% of the tokens

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """HF tokenizers side of the tokenizer benchmark (reference script; needs
-tokenizers==0.19.1, e.g. /work/refenv/bin/python). Encodes every line of the
+tokenizers==0.19.1, e.g. $REFENV/bin/python). Encodes every line of the
 input like build/bench_tokenizer does: one `encode` per line on one thread,
 then `encode_batch` over all lines (Rust threads, RAYON_NUM_THREADS or all
 cores). With --dedloc it also runs build/bench_tokenizer on the same input and

@@ -2,7 +2,7 @@
 """Checks that a model exported by `dedloc export` loads in transformers and
 computes what dedloc computed.
 
-    /work/refenv/bin/python scripts/check_export.py --model DIR --batch BATCH.safetensors \\
+    $REFENV/bin/python scripts/check_export.py --model DIR --batch BATCH.safetensors \\
         [--logits LOGITS.safetensors] [--tol 1e-4] [--save-logits OUT.safetensors]
 
 DIR            written by `dedloc export`: config.json + model.safetensors.

@@ -2,7 +2,7 @@
 """Checks a folder written by `dedloc export` against transformers through
 losses and gradients (no logits dump needed):
 
-    /work/refenv/bin/python scripts/check_export_grads.py --model DIR [--dedloc build/dedloc]
+    $REFENV/bin/python scripts/check_export_grads.py --model DIR [--dedloc build/dedloc]
 
 1. AlbertForPreTraining.from_pretrained(DIR) must load with no missing,
    unexpected or mismatched weights (the export loads unchanged);

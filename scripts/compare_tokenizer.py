@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compares `dedloc tokenize` with HF tokenizers id for id on any tokenizer.json
-and any text file (reference script; needs tokenizers==0.19.1, e.g. /work/refenv).
+and any text file (reference script; needs tokenizers==0.19.1, e.g. $REFENV from scripts/make_refenv.sh).
 
   scripts/compare_tokenizer.py --tokenizer tok.json --input text.txt [--pair] \
       [--dedloc build/dedloc]

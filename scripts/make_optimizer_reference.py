@@ -13,9 +13,9 @@ Output (committed, reference-only; nothing at build or test time needs Python):
   tests/fixtures/train/optimizer_ref.bin   raw little-endian float32 arrays
   tests/fixtures/train/optimizer_ref.json  manifest: cases, tensors, array offsets
 
-Pinned versions (the reference venv /work/refenv):
+Pinned versions (the reference venv that scripts/make_refenv.sh makes):
   torch 1.13 (Debian python3-torch), torch-optimizer 0.3.0, transformers 4.40.2
-Run:  /work/refenv/bin/python scripts/make_optimizer_reference.py
+Run:  $REFENV/bin/python scripts/make_optimizer_reference.py
 """
 import json
 import os

@@ -9,7 +9,7 @@ because a different torch or transformers could change the bits:
     transformers  4.40.2   (PyPI)
     safetensors   0.4.3    (PyPI)
     numpy         1.24.2   (Debian python3-numpy)
-Run:  /work/refenv/bin/python scripts/make_reference.py [--only tiny,odd]
+Run:  $REFENV/bin/python scripts/make_reference.py [--only tiny,odd]
 
 PARAMETER NAMES (what the C model must use, measured with the versions above):
   model.named_parameters() of AlbertForPreTraining lists

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the tokenizer fixtures of tests/text (reference script; needs
-tokenizers==0.19.1, e.g. /work/refenv/bin/python).
+tokenizers==0.19.1, e.g. $REFENV/bin/python).
 
   scripts/make_tokenizer_fixtures.py [--corpus build/corpus/bn.txt]
 

@@ -8,7 +8,7 @@ Pipeline (see docs of the text module / DESIGN.md):
   pre-tokenizer Metaspace('▁'), digits one by one, punctuation isolated
   post-process  [CLS] $A [SEP] / [CLS] $A [SEP] $B:1 [SEP]:1
 
-Requires tokenizers==0.19.1 (e.g. /work/refenv/bin/python).
+Requires tokenizers==0.19.1 (e.g. $REFENV/bin/python).
   scripts/train_tokenizer.py --corpus build/corpus/bn.txt --vocab-size 8000 \
       --out assets/tokenizer_bn_demo.json
 """

@@ -43,24 +43,48 @@ static int dl_test_passed, dl_test_failed;
         }                                                                              \
     } while (0)
 
-/* Relative L2 error ||a-b|| / max(||b||, tiny). */
-static inline double dl_test_rel_l2(const float *a, const float *b, size_t n) {
+/* Comparing floats. A test poisons outputs with NaN so that an element a
+ * kernel never wrote shows up; these helpers must therefore never let a NaN
+ * go: a running maximum written as `if (e > worst) worst = e`, `!(e <= worst)`
+ * or fmax() drops a NaN as soon as a later element is finite.
+ *
+ * dl_test_diff: |a - b|, 0 when a == b (equal infinities included), NaN when
+ * either side is NaN (a NaN matches nothing, not even another NaN: no test
+ * expects one), +Inf when only one side is infinite or the signs differ. */
+static inline double dl_test_diff(double a, double b) { return a == b ? 0.0 : fabs(a - b); }
+
+/* The worse of a running worst error and a new one: NaN is worse than any
+ * number and stays once seen. */
+static inline double dl_test_worse(double worst, double e) {
+    if (isnan(worst) || isnan(e)) return NAN;
+    return e > worst ? e : worst;
+}
+
+/* max |a-b| over n elements; NaN if any element is NaN on either side, +Inf
+ * if an infinity meets a finite value or one of the other sign. */
+static inline double dl_test_max_abs(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = dl_test_worse(m, dl_test_diff(a[i], b[i]));
+    return m;
+}
+
+/* Relative L2 error ||a-b|| / max(||b||, floor). Sums keep a NaN (and an
+ * infinite difference) to the end, so the result then fails any tolerance. */
+static inline double dl_test_rel_l2_floor(const float *a, const float *b, size_t n, double floor) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)b[i];
+        double d = dl_test_diff(a[i], b[i]);
         num += d * d;
         den += (double)b[i] * (double)b[i];
     }
-    return sqrt(num) / (den > 0 ? sqrt(den) : 1e-30);
+    if (isnan(num) || isnan(den)) return NAN;
+    double norm = sqrt(den);
+    return sqrt(num) / (norm > floor ? norm : floor);
 }
 
-static inline double dl_test_max_abs(const float *a, const float *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m)) m = d; /* NaN propagates as failure */
-    }
-    return m;
+/* Relative L2 error ||a-b|| / ||b|| (||b|| = 0 counts as 1e-30). */
+static inline double dl_test_rel_l2(const float *a, const float *b, size_t n) {
+    return dl_test_rel_l2_floor(a, b, n, 1e-30);
 }
 
 /* Call last in main(): prints the summary and returns the exit status. */

@@ -11,6 +11,48 @@
 
 static char temp_root[] = "/tmp/dedloc-test-device-XXXXXX";
 
+/* The OpenCL runtime's own answer for one device, asked here directly. */
+static void check_against_runtime(const dl_device_info *d) {
+    cl_device_type type = 0;
+    cl_uint units = 0;
+    cl_ulong mem = 0;
+    char name[256] = {0};
+    cl_device_id id = d->device_id;
+    CHECK(clGetDeviceInfo(id, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS);
+    CHECK(clGetDeviceInfo(id, CL_DEVICE_NAME, sizeof name - 1, name, NULL) == CL_SUCCESS);
+    CHECK(clGetDeviceInfo(id, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) == CL_SUCCESS);
+    CHECK(clGetDeviceInfo(id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL) == CL_SUCCESS);
+    size_t ext_size = 0;
+    CHECK(clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_size) == CL_SUCCESS);
+    char *extensions = calloc(ext_size + 1, 1);
+    CHECK(extensions && clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, ext_size, extensions, NULL) ==
+                            CL_SUCCESS);
+    CHECK_MSG(d->is_gpu == ((type & CL_DEVICE_TYPE_GPU) != 0), "%s: is_gpu %d, type 0x%lx", d->name,
+              d->is_gpu, (unsigned long)type);
+    CHECK_MSG(d->is_cpu == ((type & CL_DEVICE_TYPE_CPU) != 0), "%s: is_cpu %d, type 0x%lx", d->name,
+              d->is_cpu, (unsigned long)type);
+    CHECK_MSG(strstr(d->name, name) != NULL || strstr(name, d->name) != NULL, "'%s' vs '%s'", d->name,
+              name);
+    CHECK(d->compute_units == units);
+    CHECK(d->global_mem == mem);
+    CHECK(extensions && d->fp16 == (strstr(extensions, "cl_khr_fp16") != NULL));
+    free(extensions);
+}
+
+/* Devices across all platforms, counted with the runtime's own calls. */
+static int runtime_device_count(void) {
+    cl_uint nplat = 0, total = 0;
+    if (clGetPlatformIDs(0, NULL, &nplat) != CL_SUCCESS || nplat == 0) return 0;
+    cl_platform_id plats[16];
+    if (nplat > 16) nplat = 16;
+    if (clGetPlatformIDs(nplat, plats, NULL) != CL_SUCCESS) return 0;
+    for (cl_uint p = 0; p < nplat; p++) {
+        cl_uint n = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &n) == CL_SUCCESS) total += n;
+    }
+    return (int)total;
+}
+
 static void test_listing(dl_device_info **infos, int *count) {
     CHECK_OK(dl_device_list(infos, count));
     CHECK(*count >= 1);
@@ -26,8 +68,10 @@ static void test_listing(dl_device_info **infos, int *count) {
         CHECK(d->max_work_group >= 1);
         CHECK(d->max_work_item[0] >= 1);
         CHECK_MSG(!strncmp(d->opencl_c_version, "OpenCL C ", 9), "'%s'", d->opencl_c_version);
-        CHECK(d->is_gpu || d->is_cpu || (!d->is_gpu && !d->is_cpu));
+        check_against_runtime(d);
     }
+    CHECK_MSG(*count == runtime_device_count(), "%d listed, the runtime has %d", *count,
+              runtime_device_count());
 }
 
 static void test_selection(const dl_device_info *infos, int count) {

@@ -13,20 +13,14 @@
 
 static dl_device *device;
 
-static double rel_err(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
+static double rel_err(double a, double b) { return dl_test_diff(a, b) / fmax(fabs(b), 1e-30); }
 
 /* Relative L2 error with a floor on the reference norm: the attention key
  * bias gradient is exactly zero in exact arithmetic (softmax ignores a
  * constant added to a whole row of scores), so both sides hold only rounding
  * noise (~1e-12) and a plain relative error would compare noise with noise. */
 static double grad_error(const float *got, const float *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)got[i] - want[i];
-        num += d * d;
-        den += (double)want[i] * want[i];
-    }
-    return sqrt(num) / fmax(sqrt(den), 1e-6);
+    return dl_test_rel_l2_floor(got, want, n, 1e-6);
 }
 
 static void check_fixture(const char *name) {
@@ -83,10 +77,8 @@ static void check_fixture(const char *name) {
         if (getenv("DEDLOC_TEST_VERBOSE") || !(err < 1e-4))
             printf("%s:   %-80s rel L2 %.2e\n", name, e->name, err);
         CHECK_MSG(err < 1e-4, "%s gradient %s rel L2 %g", name, e->name, err);
-        if (!(err <= worst)) {
-            worst = err;
-            worst_name = e->name;
-        }
+        if (!(err <= worst)) worst_name = e->name;
+        worst = dl_test_worse(worst, err);
     }
     printf("%s: worst gradient %s, rel L2 %.2e\n", name, worst_name, worst);
 
@@ -121,7 +113,7 @@ static void check_fixture(const char *name) {
     for (int n = 0, row = 0; n < N; n++)
         if (batch.labels[n] != -100) {
             double e = dl_test_max_abs(mlm + (size_t)row * V, ref_mlm + (size_t)n * V, (size_t)V);
-            logit_err = fmax(logit_err, e);
+            logit_err = dl_test_worse(logit_err, e);
             row++;
         }
     printf("%s: logits max abs diff %.2e\n", name, logit_err);
@@ -217,10 +209,8 @@ static void check_fixture_storage(const char *name, dl_precision precision, doub
         if (strstr(e->name, "key.bias")) continue; /* exactly zero, noise on both sides */
         CHECK_OK(dl_st_get_f32(expected, e->name, ref + e->offset, e->numel));
         double err = grad_error(grads + e->offset, ref + e->offset, e->numel);
-        if (!(err <= worst)) {
-            worst = err;
-            worst_name = e->name;
-        }
+        if (!(err <= worst)) worst_name = e->name;
+        worst = dl_test_worse(worst, err);
     }
     printf("%s %s: loss rel err %.2e, worst gradient %s rel L2 %.2e\n", name,
            dl_precision_name(precision), le, worst_name, worst);

@@ -97,7 +97,7 @@ int main(void) {
         float a, b;
         CHECK_OK(dl_st_get_f32(got, "loss", &a, 1));
         CHECK_OK(dl_st_get_f32(want, "loss", &b, 1));
-        CHECK(fabs(a - b) <= 1e-5 * fabs(b));
+        CHECK(dl_test_diff(a, b) <= 1e-5 * fabs(b));
         float *ga = malloc(layout.total * sizeof *ga), *gb = malloc(layout.total * sizeof *gb);
         for (int i = 0; i < layout.count; i++) {
             const dl_param_entry *e = &layout.entries[i];
@@ -105,12 +105,8 @@ int main(void) {
             CHECK_MSG(t && t->ndim == e->ndim && t->shape[0] == e->shape[0], "%s", e->name);
             CHECK_OK(dl_st_get_f32(got, e->name, ga, e->numel));
             CHECK_OK(dl_st_get_f32(want, e->name, gb, e->numel));
-            double num = 0, den = 0;
-            for (size_t j = 0; j < e->numel; j++) {
-                num += ((double)ga[j] - gb[j]) * ((double)ga[j] - gb[j]);
-                den += (double)gb[j] * gb[j];
-            }
-            CHECK_MSG(sqrt(num) / fmax(sqrt(den), 1e-6) < 1e-4, "%s", e->name);
+            double err = dl_test_rel_l2_floor(ga, gb, e->numel, 1e-6);
+            CHECK_MSG(err < 1e-4, "%s rel L2 %g", e->name, err);
         }
         free(ga);
         free(gb);

@@ -325,6 +325,25 @@ static void test_swarm_view(void) {
     CHECK(fabs(dl_swarm_refresh_period(7, 4, 0.5, 10) - 4.0) < 1e-12);
 }
 
+/* Peer ids are BLAKE2b-128 of the public key (libsodium's generichash).
+ * References: RFC 7693 appendix A for BLAKE2b-512("abc"); Python's hashlib
+ * for the peer id: hashlib.blake2b(bytes(range(32)), digest_size=16)
+ * (scripts/util_reference_values.py prints both). */
+static void test_peer_id_hash(void) {
+    static const char abc512[] = "ba80a53f981c4d0d6a2797b69f12f6e94c212f14685ac4b74b12bb6fdbffa2d1"
+                                 "7d87c5392aab792dc252d5de4533cc9518d38aa8dbf1925ab92386edd4009923";
+    uint8_t h[64];
+    char hex[129];
+    CHECK(crypto_generichash(h, sizeof h, (const uint8_t *)"abc", 3, NULL, 0) == 0);
+    sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+    CHECK_MSG(!strcmp(hex, abc512), "BLAKE2b-512(abc) = %s", hex);
+    uint8_t pk[DL_WIRE_PK];
+    for (int i = 0; i < DL_WIRE_PK; i++) pk[i] = (uint8_t)i;
+    char id[DL_PEER_ID_HEX];
+    dl_peer_id_from_pk(pk, id);
+    CHECK_MSG(!strcmp(id, "f39a2cad58411cd49f577e5086b8031f"), "peer id %s", id);
+}
+
 static void test_identity_file(void) {
     char dir[] = "/tmp/dl_net_id_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -357,5 +376,6 @@ int main(void) {
     test_records();
     test_swarm_view();
     test_identity_file();
+    test_peer_id_hash();
     return dl_test_finish("test_net_codec");
 }

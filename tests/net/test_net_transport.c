@@ -442,26 +442,6 @@ int main(void) {
     test_requests(a, b);
     test_hostile(a, b);
 
-    /* IPv6 loopback, where the machine has it */
-    struct dl_net_config c6 = cfg;
-    c6.run_id = "transport-v6";
-    c6.listen = "[::1]:0";
-    c6.initial_peers = NULL;
-    dl_net *c = NULL, *d = NULL;
-    if (dl_net_start(&c6, &c) == 0) {
-        CHECK(strncmp(dl_net_listen_address(c), "[::1]:", 6) == 0);
-        c6.initial_peers = dl_net_listen_address(c);
-        CHECK_OK(dl_net_start(&c6, &d));
-        if (d) {
-            CHECK(wait_peers(c, 2, 10000));
-            CHECK(wait_peers(d, 2, 10000));
-            dl_net_stop(d);
-        }
-        dl_net_stop(c);
-    } else {
-        printf("IPv6 loopback unavailable, skipped: %s\n", dl_error());
-    }
-
     /* a clean exit: goodbye removes b from a's view well before any expiry */
     dl_net_stop(b);
     CHECK(wait_peers(a, 1, 5000));
