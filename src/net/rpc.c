@@ -273,7 +273,7 @@ void dl_rpc_fail_all(struct dl_net *net) {
 
 /* ---- public entry points (any thread) ------------------------------------------ */
 
-static struct dl_cmd *payload_cmd(const void *payload, size_t size, size_t max) {
+static struct dl_cmd *payload_cmd(const void *payload, size_t size, size_t max, unsigned flags) {
     if (size > max) {
         dl_fail("payload of %zu bytes exceeds the frame limit (%zu)", size, max);
         return NULL;
@@ -282,7 +282,7 @@ static struct dl_cmd *payload_cmd(const void *payload, size_t size, size_t max) 
     if (!cmd) return NULL;
     uint8_t *z = NULL;
     size_t zn = 0;
-    int rc = dl_wire_deflate(payload, size, &z, &zn);
+    int rc = (flags & DL_NET_RAW) ? 1 : dl_wire_deflate(payload, size, &z, &zn);
     if (rc < 0) {
         free(cmd);
         return NULL;
@@ -306,12 +306,18 @@ static struct dl_cmd *payload_cmd(const void *payload, size_t size, size_t max) 
 
 uint64_t dl_net_request(dl_net *net, const char *peer_id, const char *method, const void *payload,
                         size_t size, double timeout_s, dl_net_response_fn callback, void *user) {
+    return dl_net_request_ex(net, peer_id, method, payload, size, timeout_s, 0, callback, user);
+}
+
+uint64_t dl_net_request_ex(dl_net *net, const char *peer_id, const char *method, const void *payload,
+                           size_t size, double timeout_s, unsigned flags, dl_net_response_fn callback,
+                           void *user) {
     if (!method || strlen(method) >= DL_WIRE_METHOD_MAX || !peer_id || strlen(peer_id) >= DL_PEER_ID_HEX ||
         !(timeout_s > 0) || timeout_s > 86400) {
         dl_fail("request: bad method, peer id or timeout");
         return 0;
     }
-    struct dl_cmd *cmd = payload_cmd(payload, size, net->cfg.max_frame - 256);
+    struct dl_cmd *cmd = payload_cmd(payload, size, net->cfg.max_frame - 256, flags);
     if (!cmd) return 0;
     cmd->type = CMD_REQUEST;
     snprintf(cmd->peer_id, sizeof cmd->peer_id, "%s", peer_id);
@@ -336,8 +342,13 @@ int dl_net_cancel(dl_net *net, uint64_t request_id) {
 }
 
 int dl_net_respond(dl_net *net, uint64_t token, int status, const void *payload, size_t size) {
+    return dl_net_respond_ex(net, token, status, payload, size, 0);
+}
+
+int dl_net_respond_ex(dl_net *net, uint64_t token, int status, const void *payload, size_t size,
+                      unsigned flags) {
     if (status != DL_NET_OK && status != DL_NET_REMOTE_ERROR) return dl_fail("respond: status must be OK or REMOTE_ERROR");
-    struct dl_cmd *cmd = payload_cmd(payload, size, net->cfg.max_frame - 256);
+    struct dl_cmd *cmd = payload_cmd(payload, size, net->cfg.max_frame - 256, flags);
     if (!cmd) return -1;
     cmd->type = CMD_RESPOND;
     cmd->id = token;
