@@ -494,7 +494,11 @@ static void on_chunk_ack(struct dl_round *r, struct dl_avg_event *ev) {
     }
     const char *text = ev->size ? (const char *)ev->data : "";
     int tl = (int)ev->size;
-    if (ev->status == DL_NET_REMOTE_ERROR && tl >= 13 && !strncmp(text, "unknown round", 13)) {
+    bool unknown = ev->status == DL_NET_REMOTE_ERROR && tl >= 13 && !strncmp(text, "unknown round", 13);
+    /* Right after matchmaking a connection to a member we only know from
+     * its records may still be on its way: not a failure yet. */
+    bool connecting = ev->status == DL_NET_DISCONNECTED && dl_now() - r->group_time < DL_AVG_CONNECT_GRACE_S;
+    if (unknown || connecting) {
         /* The aggregator has not seen the group record yet: try again soon. */
         if (s->num_resend <= DL_AVG_SEND_WINDOW) s->resend[s->num_resend++] = ev->chunk;
         s->resend_at = dl_now() + 0.05;

@@ -25,6 +25,8 @@
 #define DL_AVG_SEND_WINDOW 4
 #define DL_AVG_RESULT_WINDOW 4
 #define DL_AVG_REDUCE_AHEAD 4
+/* Seconds after the group forms during which "not connected" means "not yet". */
+#define DL_AVG_CONNECT_GRACE_S 3.0
 
 enum dl_avg_event_kind {
     EV_JOIN, EV_CHUNK, EV_RESULT, EV_FETCH, EV_REREDUCE, EV_CONTRIB,  /* incoming requests */

@@ -235,16 +235,27 @@ static int join(struct dl_round *r, const struct dl_avg_options *opt, const char
     memcpy(self.pk, dl_net_public_key(c->net), DL_NET_PUBLIC_KEY);
     uint8_t msg[DL_AVG_JOIN_SIZE];
     write_join(msg, &self);
+    /* The leader may be known from its records before we are connected to
+     * it: a join that finds no connection is sent again until this time. */
+    double give_up = fmin(dl_now() + c->cfg.matchmaking_ceiling_s, r->deadline);
     double timeout = fmin(c->cfg.matchmaking_ceiling_s + 5, r->deadline - dl_now());
     if (dl_round_request(r, leader, "avg.join", msg, sizeof msg, timeout, EV_JOIN_REPLY, 0, 0, 0))
         return dl_round_fail(r, DL_AVG_NO_GROUP, "cannot ask the leader %s: %s", leader, dl_error());
+    double resend_at = 0;
     for (;;) {
         if (dl_now() >= r->deadline) return dl_round_fail(r, DL_AVG_NO_GROUP, "no group before the deadline");
-        struct dl_avg_event *ev = dl_round_wait_events(r, r->deadline);
+        if (resend_at > 0 && dl_now() >= resend_at) {
+            resend_at = 0;
+            if (dl_round_request(r, leader, "avg.join", msg, sizeof msg, timeout, EV_JOIN_REPLY, 0, 0, 0))
+                return dl_round_fail(r, DL_AVG_NO_GROUP, "cannot ask the leader %s: %s", leader, dl_error());
+        }
+        struct dl_avg_event *ev = dl_round_wait_events(r, resend_at > 0 ? resend_at : r->deadline);
         int rc = 1;
         while (ev) {
             struct dl_avg_event *next = ev->next;
-            if (ev->kind == EV_JOIN_REPLY && rc == 1) {
+            if (ev->kind == EV_JOIN_REPLY && rc == 1 && ev->status == DL_NET_DISCONNECTED && dl_now() < give_up) {
+                resend_at = dl_now() + 0.1;
+            } else if (ev->kind == EV_JOIN_REPLY && rc == 1) {
                 if (ev->status != DL_NET_OK) {
                     rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the leader %s did not take us: %s%s%.*s", leader,
                                        dl_net_status_name(ev->status), ev->size ? ": " : "", (int)ev->size,
