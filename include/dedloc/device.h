@@ -57,6 +57,9 @@ enum {
      * keeps overrides per OpenCL device for the whole process, so this only
      * means something before any device of the process applied them. */
     DL_OPEN_NO_TUNING = 1u << 0,
+    /* Every GEMM through CLBlast, whatever the default backend: for timing
+     * and tuning CLBlast itself (bench gemm, tune). */
+    DL_OPEN_CLBLAST = 1u << 1,
 };
 /* dl_device_open with flags (DL_OPEN_*). */
 int dl_device_open_ex(const char *selector, unsigned flags, dl_device **out);
@@ -149,6 +152,18 @@ typedef struct dl_gemm_args {
 /* Offsets, leading dimensions and batch strides are checked against the
  * buffer sizes before CLBlast runs; a violation is an error naming the matrix. */
 int dl_gemm(dl_device *dev, const dl_gemm_args *args);
+
+/* Who computes fp32 GEMMs. On a CPU device whose buffers are host memory
+ * (PoCL), OpenBLAS on the mapped buffers is several times faster than CLBlast's
+ * OpenCL kernels (bench/README.md); it is the default there when the build has
+ * OpenBLAS. DEDLOC_GEMM_BACKEND=clblast|openblas overrides the default at
+ * open. CLBlast is always the path on GPUs and for fp16. */
+typedef enum { DL_GEMM_CLBLAST = 0, DL_GEMM_OPENBLAS = 1 } dl_gemm_backend;
+dl_gemm_backend dl_device_gemm_backend(const dl_device *dev);
+const char *dl_gemm_backend_name(dl_gemm_backend backend);
+/* Selects the backend; OpenBLAS only on a host-memory CPU device of a build
+ * with OpenBLAS (else -1 with the reason). */
+int dl_device_set_gemm_backend(dl_device *dev, dl_gemm_backend backend);
 
 /* ---- precision conversion on the device (cl/convert.cl) ----
  * n elements from src (element offset src_off) to dst (element offset dst_off).

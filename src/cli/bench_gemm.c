@@ -146,7 +146,7 @@ int bench_gemm(int argc, char **argv) {
     /* CLBlast keeps parameter overrides per OpenCL device for the process:
      * measure the built-in parameters first, then apply the stored ones. */
     dl_device *dev;
-    if (dl_device_open_ex(device_sel, DL_OPEN_NO_TUNING, &dev)) {
+    if (dl_device_open_ex(device_sel, DL_OPEN_NO_TUNING | DL_OPEN_CLBLAST, &dev)) {
         fprintf(stderr, "dedloc bench gemm: %s\n", dl_error());
         return DL_EXIT_FAILURE;
     }

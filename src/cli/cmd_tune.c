@@ -172,7 +172,7 @@ int cmd_tune(int argc, char **argv) {
 
     double started = dl_now(), deadline = started + budget;
     dl_device *dev;
-    if (dl_device_open_ex(device_sel, DL_OPEN_NO_TUNING, &dev)) {
+    if (dl_device_open_ex(device_sel, DL_OPEN_NO_TUNING | DL_OPEN_CLBLAST, &dev)) {
         fprintf(stderr, "dedloc tune: %s\n", dl_error());
         return DL_EXIT_FAILURE;
     }

@@ -236,6 +236,7 @@ int dl_device_open_ex(const char *selector, unsigned flags, dl_device **out) {
         return -1;
     }
     if (!(flags & DL_OPEN_NO_TUNING)) dl_tune_apply_stored(dev);
+    dev->gemm_backend = (flags & DL_OPEN_CLBLAST) ? DL_GEMM_CLBLAST : dl_gemm_default_backend(&dev->info);
     *out = dev;
     return 0;
 }
