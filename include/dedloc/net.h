@@ -76,6 +76,12 @@ int dl_net_dht_port(const dl_net *net);
 int dl_net_publish_progress(dl_net *net, uint64_t epoch, double samples_accumulated,
                             double samples_per_second);
 
+/* Sets what our next progress records carry besides progress: the
+ * BLAKE2b-256 of our parameters (NULL: none), and our upload bandwidth as
+ * measured in past averaging rounds (published when none was declared). */
+int dl_net_set_param_hash(dl_net *net, const uint8_t hash[32]);
+int dl_net_set_measured_bandwidth(dl_net *net, double mbit);
+
 /* One peer as the swarm view sees it. */
 struct dl_swarm_peer {
     char peer_id[DL_PEER_ID_HEX];
@@ -84,9 +90,11 @@ struct dl_swarm_peer {
     double samples_accumulated;  /* as published */
     double samples_per_second;
     double time;                 /* owner's wall clock at publication (Unix seconds) */
-    double bandwidth_mbit;
+    double bandwidth_mbit;       /* declared, else measured in its past rounds; 0 = unknown */
     bool client_mode;
     bool is_self;
+    bool has_param_hash;         /* param_hash was published */
+    uint8_t param_hash[32];      /* BLAKE2b-256 of its parameters at epoch (signed with the record) */
 };
 
 /* The DeDLOC view of the collaboration at one moment. */

@@ -425,6 +425,9 @@ int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_op
     if (r->status == DL_AVG_OK && r->group_time < t_end) {
         double mbit = (double)r->bytes_sent * 8e-6 / (t_end - r->group_time);
         c->measured_mbit = c->measured_mbit > 0 ? 0.7 * c->measured_mbit + 0.3 * mbit : mbit;
+        /* A lower bound of the upload capacity (the round may not have
+         * saturated it); published in our progress record. */
+        if (!(c->cfg.bandwidth_mbit > 0)) dl_net_set_measured_bandwidth(c->net, c->measured_mbit);
     }
     fill_result(r, result, t0, r->group_time, t_end);
     if (r->status != DL_AVG_OK)
