@@ -387,8 +387,13 @@ static void pump_aggregate(struct dl_round *r, double now) {
         bool ready = true;
         for (size_t j = 0; j < r->g.n; j++) {
             if (j == r->me || r->g.members[j].role == DL_MEMBER_AUX || r->dropped[j] || a->contrib[j]) continue;
+            /* A sender whose window we hold (chunks we have not acknowledged)
+             * is waiting for us, not stalled. */
+            uint32_t held = 0;
+            for (uint32_t later = k + 1; later < r->agg_chunks; later++) held += r->agg[later].contrib[j] != NULL;
             if (r->failed[j]) drop_sender(r, j, "it failed");
-            else if (now - r->last_from[j] > r->stall_s) drop_sender(r, j, "nothing arrived from it in time");
+            else if (held < DL_AVG_SEND_WINDOW && now - r->last_from[j] > r->stall_s)
+                drop_sender(r, j, "nothing arrived from it in time");
             else ready = false;
         }
         if (!ready) return;
@@ -413,6 +418,8 @@ static void pump_aggregate(struct dl_round *r, double now) {
                            "sent data that does not decode (NaN, Inf or garbage)");
             else
                 dl_round_respond(r, a->ack_token[j], DL_NET_OK, NULL, 0);
+            /* It may send again from now on: its silence counts from here. */
+            r->last_from[j] = now;
         }
         free(own);
         a->contrib[r->me] = NULL;
@@ -462,7 +469,10 @@ static void pump_send(struct dl_round *r, double now) {
         if (p == r->me || !s->total || r->failed[p] || s->done_or_failed) continue;
         while (s->inflight < DL_AVG_SEND_WINDOW) {
             uint32_t k;
-            if (s->num_resend && now >= s->resend_at) k = s->resend[--s->num_resend];
+            /* Chunks to send again go first: the aggregator acknowledges in
+             * order, so later chunks would only fill the window behind them. */
+            if (s->num_resend && now < s->resend_at) break;
+            if (s->num_resend) k = s->resend[--s->num_resend];
             else if (s->next < s->total) k = s->next++;
             else break;
             size_t size;
