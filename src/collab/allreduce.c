@@ -196,6 +196,18 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
     return store_result(r, (size_t)gi, copy, size);
 }
 
+/* Called at every step of the round thread. A gap longer than stall_s
+ * between two steps means we were stopped long enough for others to count
+ * us out: they may have re-reduced our part, so our bits could differ. */
+void dl_round_progress(struct dl_round *r) {
+    double now = dl_now();
+    if (now - r->last_loop > r->stall_s)
+        dl_round_fail(r, DL_AVG_UNSURE,
+                      "this peer stood still for %.1f s mid-round; applying nothing (catch up by state download)",
+                      now - r->last_loop);
+    r->last_loop = now;
+}
+
 /* ---- setup and teardown ------------------------------------------------------- */
 
 static int setup(struct dl_round *r) {
@@ -409,6 +421,7 @@ static void pump_aggregate(struct dl_round *r, double now) {
         }
         bool bad[DL_AVG_MAX_MEMBERS] = {false};
         int rc = dl_round_reduce(r, r->me, k, 0, a->contrib, bad);
+        dl_round_progress(r);
         for (size_t j = 0; j < r->g.n; j++) {
             if (j == r->me || !a->contrib[j]) continue;
             free(a->contrib[j]);
@@ -597,15 +610,8 @@ int dl_round_run(struct dl_round *r) {
     r->last_loop = dl_now();
     for (;;) {
         double now = dl_now();
-        if (now - r->last_loop > r->stall_s) {
-            /* We were stopped long enough for others to count us out: they
-             * may have re-reduced our part, so our bits could differ. */
-            dl_round_fail(r, DL_AVG_UNSURE,
-                          "this peer stood still for %.1f s mid-round; applying nothing (catch up by state download)",
-                          now - r->last_loop);
-            break;
-        }
-        r->last_loop = now;
+        dl_round_progress(r);
+        if (r->status != DL_AVG_OK) break;
         pump_send(r, now);
         pump_aggregate(r, now);
         pump_results(r, now);
@@ -623,6 +629,7 @@ int dl_round_run(struct dl_round *r) {
             struct dl_avg_event *next = ev->next;
             if (r->status == DL_AVG_OK) on_event(r, ev);
             else if (ev->token) dl_round_respond_text(r, ev->token, "round failed");
+            dl_round_progress(r);
             dl_avg_event_free(ev);
             ev = next;
         }
