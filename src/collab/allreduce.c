@@ -193,6 +193,7 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
     if (!copy) return -1;
     memcpy(copy, msg, size);
     r->last_heard[reducer] = dl_now();
+    r->heard[reducer] = true;
     return store_result(r, (size_t)gi, copy, size);
 }
 
@@ -224,11 +225,12 @@ static int setup(struct dl_round *r) {
     r->failed = dl_calloc(n, sizeof *r->failed);
     r->last_from = dl_calloc(n, sizeof *r->last_from);
     r->last_heard = dl_calloc(n, sizeof *r->last_heard);
+    r->heard = dl_calloc(n, sizeof *r->heard);
     r->send = dl_calloc(n, sizeof *r->send);
     r->out = dl_calloc(n, sizeof *r->out);
     r->tmp = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
     r->acc = dl_malloc(sizeof(double) * DL_AVG_CHUNK_ELEMS);
-    if (!r->first_chunk || !r->dropped || !r->failed || !r->last_from || !r->last_heard || !r->send || !r->out ||
+    if (!r->first_chunk || !r->dropped || !r->failed || !r->last_from || !r->last_heard || !r->heard || !r->send || !r->out ||
         !r->tmp || !r->acc)
         return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
     for (size_t p = 0; p < n; p++) r->first_chunk[p + 1] = r->first_chunk[p] + dl_round_chunks_of(r, p);
@@ -291,6 +293,7 @@ void dl_round_free(struct dl_round *r) {
     free(r->failed);
     free(r->last_from);
     free(r->last_heard);
+    free(r->heard);
     free(r->tmp);
     free(r->acc);
     free(r);
@@ -368,6 +371,7 @@ static void on_chunk(struct dl_round *r, struct dl_avg_event *ev) {
     }
     r->bytes_received += ev->size;
     r->last_from[j] = r->last_heard[j] = dl_now();
+    r->heard[j] = true;
     struct dl_agg_chunk *a = &r->agg[k];
     if (r->dropped[j]) {
         dl_round_respond_text(r, ev->token, "left out: too slow for this round");
@@ -512,6 +516,7 @@ static void on_chunk_ack(struct dl_round *r, struct dl_avg_event *ev) {
     if (s->inflight) s->inflight--;
     if (ev->status == DL_NET_OK) {
         r->last_heard[p] = dl_now();
+        r->heard[p] = true;
         if (++s->acked >= s->total) s->done_or_failed = true;
         return;
     }
@@ -520,7 +525,8 @@ static void on_chunk_ack(struct dl_round *r, struct dl_avg_event *ev) {
     bool unknown = ev->status == DL_NET_REMOTE_ERROR && tl >= 13 && !strncmp(text, "unknown round", 13);
     /* Right after matchmaking a connection to a member we only know from
      * its records may still be on its way: not a failure yet. */
-    bool connecting = ev->status == DL_NET_DISCONNECTED && dl_now() - r->group_time < DL_AVG_CONNECT_GRACE_S;
+    bool connecting = ev->status == DL_NET_DISCONNECTED && !r->heard[p] &&
+                      dl_now() - r->group_time < DL_AVG_CONNECT_GRACE_S;
     if (unknown || connecting) {
         /* The aggregator has not seen the group record yet: try again soon. */
         if (s->num_resend <= DL_AVG_SEND_WINDOW) s->resend[s->num_resend++] = ev->chunk;

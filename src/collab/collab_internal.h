@@ -142,6 +142,7 @@ struct dl_round {
     /* what we think of the others */
     bool *failed;
     double *last_heard;
+    bool *heard;                  /* it answered us at least once this round */
     struct dl_recovery *rec;      /* per global chunk */
     struct dl_rereduce *rr;       /* per global chunk */
     /* outcome */

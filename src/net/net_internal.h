@@ -49,6 +49,7 @@ struct dl_target {
     uint8_t pk[DL_WIRE_PK];
     bool has_pk, initial, is_self;
     double next_attempt, backoff, last_seen;
+    double last_dial;                 /* when we last dialled it */
 };
 
 struct dl_ban {
@@ -85,7 +86,7 @@ struct dl_cmd {
     uint8_t pk[DL_WIRE_PK];
     double timeout_s;
     double samples, samples_per_second;  /* CMD_PUBLISH */
-    double park_until;                /* CMD_REQUEST waiting for a connection */
+    double park_start, park_until;    /* CMD_REQUEST waiting for a connection */
     uint8_t *payload;                 /* owned; already compressed when compressed */
     size_t size;
     uint64_t raw_size;
