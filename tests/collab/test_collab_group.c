@@ -125,7 +125,9 @@ int main(void) {
     CHECK(dl_group_parse(bad, forged_size, parsed) != 0);
     free(bad);
     *swapped = *g;
-    swapped->members[g->members[0].role == DL_MEMBER_TRAINER ? 0 : 1].part_elems += 1;
+    size_t grower = 0;
+    while (g->members[grower].role == DL_MEMBER_CLIENT) grower++;
+    swapped->members[grower].part_elems += 1;
     bad = dl_group_sign(swapped, leader, &forged_size);
     CHECK(dl_group_parse(bad, forged_size, parsed) != 0 && strstr(dl_error(), "tile"));
     free(bad);
