@@ -116,7 +116,9 @@ static void report_round(int round, const struct dl_avg_result *res, const float
         cJSON_AddItemToArray(chunks, c);
     }
     char hash[17] = "";
-    if (res->status == DL_AVG_OK) dl_hash64_hex(dl_hash64(vec, n * sizeof(float), 0), hash);
+    /* An aux member receives no result: it has nothing to hash. */
+    bool has_result = res->status == DL_AVG_OK && res->num_members && res->members[res->my_index].role != 2;
+    if (has_result) dl_hash64_hex(dl_hash64(vec, n * sizeof(float), 0), hash);
     cJSON_AddStringToObject(o, "hash", hash);
     cJSON_AddStringToObject(o, "compression", dl_codec_name(res->compression));
     cJSON_AddNumberToObject(o, "total_s", res->total_s);
@@ -254,7 +256,7 @@ int bench_allreduce_member(int argc, char **argv) {
         emit(start);
         struct dl_avg_result res;
         dl_collab_average(collab, vec, n, &opt, &res);
-        if (out_prefix && res.status == DL_AVG_OK) {
+        if (out_prefix && res.status == DL_AVG_OK && !ccfg.aux) {
             char path[1024];
             snprintf(path, sizeof path, "%s.out%d.bin", out_prefix, round);
             if (write_floats(path, vec, n)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
