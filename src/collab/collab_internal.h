@@ -72,6 +72,7 @@ struct dl_collab {
     double spread_ema;            /* arrival spread of past matchmakings (s) */
     double measured_mbit;         /* upload rate of past rounds */
     int misbehaviour;             /* tests only: enum dl_misbehaviour */
+    uint64_t rounds_done, last_epoch; /* lock */
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */

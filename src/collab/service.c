@@ -137,7 +137,15 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
         return;
     }
     if (slot->kind == EV_JOIN) {
-        for_cur = true; /* joins wait in the inbox for the round of their epoch */
+        /* Joins wait in the inbox for the round of their epoch, unless that
+         * round is over already. */
+        uint64_t epoch = in->size == DL_AVG_JOIN_SIZE ? dl_get_u64(in->payload + 8) : 0;
+        if (!cur && c->rounds_done && epoch <= c->last_epoch) {
+            pthread_mutex_unlock(&c->lock);
+            respond_text(net, in->token, "the group of this epoch is closed: keep the gradient for the next round");
+            return;
+        }
+        for_cur = true;
     } else if (in->size >= DL_GROUP_ROUND_ID) {
         if (cur && cur->has_group && !memcmp(in->payload, cur->g.round_id, DL_GROUP_ROUND_ID)) for_cur = true;
         else if (c->last && !memcmp(in->payload, c->last->g.round_id, DL_GROUP_ROUND_ID)) {
@@ -447,6 +455,8 @@ int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_op
                 dl_avg_status_name(r->status), r->reason);
     pthread_mutex_lock(&c->lock);
     c->cur = NULL;
+    c->rounds_done++;
+    if (opt.epoch > c->last_epoch) c->last_epoch = opt.epoch;
     bool keep = r->has_group && r->status == DL_AVG_OK && r->i_receive;
     if (keep) c->last = r;
     pthread_mutex_unlock(&c->lock);
