@@ -436,7 +436,7 @@ static void pump_aggregate(struct dl_round *r, double now) {
             else
                 dl_round_respond(r, a->ack_token[j], DL_NET_OK, NULL, 0);
             /* It may send again from now on: its silence counts from here. */
-            r->last_from[j] = now;
+            r->last_from[j] = dl_now();
         }
         free(own);
         a->contrib[r->me] = NULL;
