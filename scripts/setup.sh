@@ -3,6 +3,8 @@
 # those missing), then configures and builds into build/. Idempotent.
 #   ./scripts/setup.sh            install + build (RelWithDebInfo)
 #   BUILD_DIR=... CMAKE_ARGS=... ./scripts/setup.sh
+# This is the development and test build: test hooks on (DEDLOC_TEST_HOOKS=OFF
+# ./scripts/setup.sh for a build like an install's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +14,10 @@ PACKAGES=(
   pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo libclblast-dev clblast-utils
   # networking, serialisation, compression, crypto, DHT
   libevent-dev libmsgpack-dev zlib1g-dev libsodium-dev libopendht-c-dev
+  # https data sources (libevent_openssl over OpenSSL); the tests make certificates with openssl
+  libssl-dev openssl
+  # the .deb package (dpkg-shlibdeps) and its install test in a Debian root
+  dpkg-dev debootstrap
   # text: Unicode, regex, JSON; hashing
   libutf8proc-dev libpcre2-dev libcjson-dev libxxhash-dev
   # benchmarks compare CPU GEMM with OpenBLAS
@@ -36,6 +42,7 @@ fi
 
 BUILD_DIR=${BUILD_DIR:-build}
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} ${CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
+  -DDEDLOC_TEST_HOOKS=${DEDLOC_TEST_HOOKS:-ON} ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "setup: built $BUILD_DIR/dedloc"

@@ -1,5 +1,10 @@
 /* dedloc utilities: errors, logging, checked allocation, files, fp16/bf16,
- * hashing, random numbers and clocks. Every other module builds on these. */
+ * hashing, random numbers and clocks. Every other module builds on these.
+ *
+ * Lives in src/util/ (batch.h's allocation too); depends on no other dedloc
+ * module. Module arrows point down only: cli -> collab -> (net, train);
+ * train -> (model, data); model -> (device, safetensors); data -> text;
+ * everything -> util. */
 #ifndef DEDLOC_UTIL_H
 #define DEDLOC_UTIL_H
 
@@ -57,6 +62,13 @@ int dl_write_file_atomic(const char *path, const void *data, size_t size);
 /* mkdir -p with mode 0755. */
 int dl_mkdirs(const char *path);
 bool dl_file_exists(const char *path);
+/* rm -rf: removes path and, if it is a folder, everything under it (links are
+ * removed, not followed). A path that does not exist is not an error. */
+int dl_remove_tree(const char *path);
+/* Puts the finished folder tmp in place as path: a rename, so path is either
+ * absent/old or whole. An existing folder at path is moved aside first and
+ * removed once tmp is in place. */
+int dl_replace_dir(const char *tmp, const char *path);
 /* The cache folder: $DEDLOC_CACHE_DIR, else $XDG_CACHE_HOME/dedloc, else
  * ~/.cache/dedloc. Created on first use. Returns a static string. */
 const char *dl_cache_dir(void);

@@ -1,3 +1,4 @@
+/* dedloc devices: lists every OpenCL device with the index --device takes. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -29,6 +30,11 @@ int cmd_devices(int argc, char **argv) {
             help(stderr);
             return DL_EXIT_USAGE;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dedloc devices: unexpected argument '%s'\n", argv[optind]);
+        help(stderr);
+        return DL_EXIT_USAGE;
     }
     dl_device_info *infos;
     int n;

@@ -1,3 +1,6 @@
+/* OpenCL discovery and opening a device: the device list, the selector
+ * (index or name part), the context and queue, and OpenCL error names with
+ * advice for the user. */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>

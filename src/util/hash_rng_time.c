@@ -1,3 +1,5 @@
+/* Hashing (xxh64), the deterministic random generator every module seeds
+ * from its configuration, and the clocks. */
 #include "dedloc/util.h"
 
 #include <math.h>
