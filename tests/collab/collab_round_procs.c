@@ -384,6 +384,7 @@ static int run(const struct scenario *sc) {
         }
     }
     double started = 0, limit = t0 + 120;
+    int victim = sc->victim;
     bool fault_done = !sc->fault, resumed = true;
     double resume_at = 0;
     for (;;) {
@@ -406,27 +407,41 @@ static int run(const struct scenario *sc) {
             if (every) started = now_s();
         }
         if (started && !fault_done && now_s() >= started + sc->fault_at) {
-            struct member *v = &members[sc->victim];
+            /* Never hit the leader: on a slow machine the group may still be
+             * forming, and without its leader nobody would average at all.
+             * Any other victim is fine for the round. */
+            int leader = -1;
+            for (int i = 0; i < num_members; i++)
+                if (strcmp(members[i].role, "client") &&
+                    (leader < 0 || strcmp(members[i].peer_id, members[leader].peer_id) < 0))
+                    leader = i;
+            if (victim == leader && sc->fault && strcmp(sc->fault, "port")) {
+                members[victim].victim = false;
+                do victim = (victim + 1) % num_members;
+                while (victim == leader || strcmp(members[victim].role, "trainer"));
+                members[victim].victim = true;
+            }
+            struct member *v = &members[victim];
             if (!strcmp(sc->fault, "kill") && v->pid > 0) {
-                printf("SIGKILL member %d (%s) at +%.2f s\n", sc->victim, v->role, now_s() - started);
+                printf("SIGKILL member %d (%s) at +%.2f s\n", victim, v->role, now_s() - started);
                 kill(v->pid, SIGKILL);
             } else if (!strcmp(sc->fault, "stop") && v->pid > 0) {
-                printf("SIGSTOP member %d (%s) at +%.2f s\n", sc->victim, v->role, now_s() - started);
+                printf("SIGSTOP member %d (%s) at +%.2f s\n", victim, v->role, now_s() - started);
                 kill(v->pid, SIGSTOP);
                 resumed = false;
                 resume_at = now_s() + 9;
             } else if (!strcmp(sc->fault, "port")) {
-                garbage_on_port(members[sc->victim].listen);
+                garbage_on_port(members[victim].listen);
             }
             fault_done = true;
         }
         if (!resumed) {
             bool others = true;
             for (int i = 0; i < num_members; i++)
-                if (i != sc->victim && !members[i].round && members[i].pid > 0) others = false;
+                if (i != victim && !members[i].round && members[i].pid > 0) others = false;
             if (others || now_s() >= resume_at) {
-                printf("SIGCONT member %d at +%.2f s\n", sc->victim, now_s() - started);
-                kill(members[sc->victim].pid, SIGCONT);
+                printf("SIGCONT member %d at +%.2f s\n", victim, now_s() - started);
+                kill(members[victim].pid, SIGCONT);
                 resumed = true;
             }
         }
