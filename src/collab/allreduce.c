@@ -568,6 +568,17 @@ static void on_event(struct dl_round *r, struct dl_avg_event *ev) {
     case EV_CHUNK_ACK: on_chunk_ack(r, ev); break;
     case EV_RESULT: {
         r->bytes_received += ev->size;
+        size_t part, k;
+        if (dl_round_ref_chunk(r, ev->data, ev->size, &part, &k) >= 0 && r->failed[part] && ev->size > 18 &&
+            ev->data[18] == 0) {
+            /* Its aggregator counts as failed here: this chunk may be being
+             * re-reduced, and a member must not hold the aggregator's bits
+             * where others hold the re-reducer's. It comes from the
+             * re-reducer, or relayed by a member, or from the aggregator
+             * once it has shown it is alive. */
+            dl_round_respond(r, ev->token, DL_NET_OK, NULL, 0);
+            break;
+        }
         int rc = dl_round_accept_result(r, ev->data, ev->size, true, ev->peer_id);
         if (rc < 0 && r->status == DL_AVG_OK) {
             long j = dl_group_find(&r->g, ev->peer_id);
