@@ -15,6 +15,7 @@ _dedloc_options() {
         tune) echo '--budget-seconds --device --help --model --no-tuner' ;;
         'bench gemm') echo '--device --help --json --repeat --shapes' ;;
         'bench step') echo '--batch --help --json --model --precision --seq --steps --warmup' ;;
+        'bench allreduce') echo '--aux --bandwidths --client-mode --compression --deadline --help --json --kill-one --peers --rounds --size' ;;
         grad) echo '--batch --device --help --logits --model --out' ;;
         export) echo '--checkpoint --help --out --tokenizer' ;;
     esac
@@ -30,7 +31,7 @@ _dedloc() {
     local key=${COMP_WORDS[1]}
     if [[ $key == bench ]]; then
         if ((COMP_CWORD == 2)); then
-            COMPREPLY=($(compgen -W 'gemm step --help' -- "$cur"))
+            COMPREPLY=($(compgen -W 'gemm step allreduce --help' -- "$cur"))
             return 0
         fi
         key="bench ${COMP_WORDS[2]}"

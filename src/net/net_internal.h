@@ -50,6 +50,7 @@ struct dl_target {
     bool has_pk, initial, is_self;
     bool warned; /* an initial peer's failure was said once (warning level) */
     double next_attempt, backoff, last_seen;
+    double last_dial;                 /* when we last dialled it */
 };
 
 struct dl_ban {
@@ -86,6 +87,7 @@ struct dl_cmd {
     uint8_t pk[DL_WIRE_PK];
     double timeout_s;
     double samples, samples_per_second;  /* CMD_PUBLISH */
+    double park_start, park_until;    /* CMD_REQUEST waiting for a connection */
     uint8_t *payload;                 /* owned; already compressed when compressed */
     size_t size;
     uint64_t raw_size;
@@ -142,6 +144,13 @@ struct dl_net {
     double my_samples, my_sps, my_time;
     bool force_publish, stopping;
     double next_publish, stop_deadline;
+    /* Requests to a known peer we are not connected to yet: they wait here
+     * (at most handshake_timeout_s) while it is dialled. */
+    struct dl_cmd *parked;
+    /* lock: extra fields of our progress record */
+    uint8_t param_hash[32];
+    bool has_param_hash;
+    double measured_mbit;
 
     struct dl_dht *dht;
     int dht_port;

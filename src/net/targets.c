@@ -136,6 +136,7 @@ void dl_net_tick_targets(struct dl_net *net, double now) {
             !(t->has_pk && dl_net_is_banned(net, t->pk))) {
             t->next_attempt = now + t->backoff;
             t->backoff = t->backoff * 2 > 30 ? 30 : t->backoff * 2;
+            t->last_dial = now;
             dial(net, t);
         }
         i++;
