@@ -158,7 +158,7 @@ int bench_allreduce(int argc, char **argv) {
     }
     double bw[MAX_BENCH_PEERS];
     size_t nbw = 0;
-    for (const char *p = bandwidths; *p && nbw < MAX_BENCH_PEERS;) {
+    for (const char *p = bandwidths; p && *p && nbw < MAX_BENCH_PEERS;) {
         char *end;
         double v = strtod(p, &end);
         if (end == p || !(v > 0)) {
@@ -167,6 +167,10 @@ int bench_allreduce(int argc, char **argv) {
         }
         bw[nbw++] = v;
         p = *end == ',' ? end + 1 : end;
+    }
+    if (nbw == 0) {
+        fprintf(stderr, "dedloc bench allreduce: --bandwidths names no bandwidth\n");
+        return DL_EXIT_USAGE;
     }
     signal(SIGPIPE, SIG_IGN);
     struct member_proc *m = dl_calloc(np, sizeof *m);
@@ -288,10 +292,9 @@ int bench_allreduce(int argc, char **argv) {
         double rate = red_s > 0 ? red_e / red_s : 0;
         if (!json) {
             char hs[100] = "";
-            for (int h = 0; h < nh; h++) {
-                strcat(hs, hashes[h]);
-                if (h + 1 < nh) strcat(hs, ",");
-            }
+            size_t used = 0;
+            for (int h = 0; h < nh && used < sizeof hs; h++)
+                used += (size_t)snprintf(hs + used, sizeof hs - used, "%s%s", h ? "," : "", hashes[h]);
             printf("%5d %5zu %9.3f %9.3f %10.2f %10.2f %9.3f %3zu/%-2zu %11.2f %9.1f %12.1f %s\n", r, members, t,
                    bound, algbw / 1e6, busbw / 1e6, eff, ok, np, sent_max / 1e6, rss_max / 1e6, rate / 1e6, hs);
         }
