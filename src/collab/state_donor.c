@@ -142,8 +142,10 @@ static void serve(dl_state_donor *d, const struct job *job) {
             payload = bad;
         }
     }
-    /* dl_net_respond copies (or compresses) the payload before it returns. */
-    if (dl_net_respond(d->net, job->token, DL_NET_OK, payload, size))
+    /* dl_net_respond copies the payload before it returns. Chunks of float
+     * tensors go raw: deflate never saves an eighth on them and cost most of
+     * the transfer's CPU. */
+    if (dl_net_respond_ex(d->net, job->token, DL_NET_OK, payload, size, job->kind == JOB_CHUNK ? DL_NET_RAW : 0))
         DL_WARN("collab", "cannot answer a state request: %s", dl_error());
     free(bad);
     pthread_mutex_lock(&d->lock);
