@@ -7,395 +7,178 @@
 #include <string.h>
 
 #include "dedloc/util.h"
+#include "net/msgpack_fields.h"
 #include "net/wire.h"
-
-/* ---- structural check ------------------------------------------------------ */
-
-static int need(size_t pos, size_t n, size_t size) { return n <= size && pos <= size - n; }
-
-static uint64_t read_be(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v = v << 8 | p[i];
-    return v;
-}
-
-int dl_msgpack_check(const uint8_t *data, size_t size) {
-    enum { MAX_DEPTH = 16 };
-    uint64_t stack[MAX_DEPTH + 1];
-    int sp = 1;
-    stack[0] = 1;
-    uint64_t pending = 1; /* items still expected; each needs at least one byte */
-    size_t pos = 0;
-    while (sp > 0) {
-        if (stack[sp - 1] == 0) {
-            sp--;
-            continue;
-        }
-        stack[sp - 1]--;
-        pending--;
-        if (pos >= size) return dl_fail("msgpack: truncated");
-        uint8_t b = data[pos++];
-        uint64_t skip = 0, items = 0;
-        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-        } else if (b >= 0x80 && b <= 0x8f) {
-            items = 2ull * (b & 0x0f);
-        } else if (b >= 0x90 && b <= 0x9f) {
-            items = b & 0x0f;
-        } else if (b >= 0xa0 && b <= 0xbf) {
-            skip = b & 0x1f;
-        } else {
-            int lenbytes = 0, fixed = 0, ext = 0, kind = 0; /* kind 1 array, 2 map */
-            switch (b) {
-            case 0xc4: case 0xd9: lenbytes = 1; break;
-            case 0xc5: case 0xda: lenbytes = 2; break;
-            case 0xc6: case 0xdb: lenbytes = 4; break;
-            case 0xc7: lenbytes = 1; ext = 1; break;
-            case 0xc8: lenbytes = 2; ext = 1; break;
-            case 0xc9: lenbytes = 4; ext = 1; break;
-            case 0xca: fixed = 4; break;
-            case 0xcb: fixed = 8; break;
-            case 0xcc: case 0xd0: fixed = 1; break;
-            case 0xcd: case 0xd1: fixed = 2; break;
-            case 0xce: case 0xd2: fixed = 4; break;
-            case 0xcf: case 0xd3: fixed = 8; break;
-            case 0xd4: fixed = 2; break;
-            case 0xd5: fixed = 3; break;
-            case 0xd6: fixed = 5; break;
-            case 0xd7: fixed = 9; break;
-            case 0xd8: fixed = 17; break;
-            case 0xdc: lenbytes = 2; kind = 1; break;
-            case 0xdd: lenbytes = 4; kind = 1; break;
-            case 0xde: lenbytes = 2; kind = 2; break;
-            case 0xdf: lenbytes = 4; kind = 2; break;
-            default: return dl_fail("msgpack: invalid byte 0x%02x", b);
-            }
-            if (lenbytes) {
-                if (!need(pos, (size_t)lenbytes, size)) return dl_fail("msgpack: truncated length");
-                uint64_t n = read_be(data + pos, lenbytes);
-                pos += (size_t)lenbytes;
-                if (kind == 1) items = n;
-                else if (kind == 2) items = 2 * n;
-                else skip = n + (uint64_t)ext;
-            } else {
-                skip = (uint64_t)fixed;
-            }
-        }
-        if (skip > size - pos) return dl_fail("msgpack: a field claims %llu bytes, %zu remain",
-                                              (unsigned long long)skip, size - pos);
-        pos += (size_t)skip;
-        if (items) {
-            if (pending + items > size - pos)
-                return dl_fail("msgpack: a container claims %llu elements, %zu bytes remain",
-                               (unsigned long long)items, size - pos);
-            if (sp > MAX_DEPTH) return dl_fail("msgpack: nested deeper than %d", MAX_DEPTH);
-            stack[sp++] = items;
-            pending += items;
-        }
-    }
-    if (pos != size) return dl_fail("msgpack: %zu trailing bytes", size - pos);
-    return 0;
-}
-
-/* ---- encoding helpers ------------------------------------------------------ */
-
-struct enc {
-    msgpack_sbuffer sbuf;
-    msgpack_packer pk;
-};
-
-static void enc_init(struct enc *e) {
-    msgpack_sbuffer_init(&e->sbuf);
-    msgpack_packer_init(&e->pk, &e->sbuf, msgpack_sbuffer_write);
-}
-
-static uint8_t *enc_finish(struct enc *e, size_t *size) {
-    *size = e->sbuf.size;
-    uint8_t *out = dl_malloc(e->sbuf.size ? e->sbuf.size : 1);
-    if (out) memcpy(out, e->sbuf.data, e->sbuf.size);
-    msgpack_sbuffer_destroy(&e->sbuf);
-    return out;
-}
-
-static void pack_str(msgpack_packer *pk, const char *s) {
-    size_t n = strlen(s);
-    msgpack_pack_str(pk, n);
-    msgpack_pack_str_body(pk, s, n);
-}
-
-static void pack_bin(msgpack_packer *pk, const void *p, size_t n) {
-    msgpack_pack_bin(pk, n);
-    msgpack_pack_bin_body(pk, p, n);
-}
-
-/* ---- decoding helpers ------------------------------------------------------ */
-
-struct dec {
-    msgpack_unpacked und;
-    const msgpack_object *fields;
-    uint32_t count;
-    const uint8_t *data;
-    size_t size;
-};
-
-/* Decodes one array of at least min_fields; extra trailing fields are
- * ignored so later versions may append. */
-static int dec_begin(struct dec *d, const uint8_t *data, size_t size, uint32_t min_fields,
-                     const char *what) {
-    msgpack_unpacked_init(&d->und);
-    d->data = data;
-    d->size = size;
-    if (dl_msgpack_check(data, size)) {
-        msgpack_unpacked_destroy(&d->und);
-        return dl_fail_context("%s", what);
-    }
-    size_t off = 0;
-    if (msgpack_unpack_next(&d->und, (const char *)data, size, &off) != MSGPACK_UNPACK_SUCCESS) {
-        msgpack_unpacked_destroy(&d->und);
-        return dl_fail("%s: msgpack does not parse", what);
-    }
-    if (d->und.data.type != MSGPACK_OBJECT_ARRAY || d->und.data.via.array.size < min_fields) {
-        msgpack_unpacked_destroy(&d->und);
-        return dl_fail("%s: expected an array of at least %u fields", what, min_fields);
-    }
-    d->fields = d->und.data.via.array.ptr;
-    d->count = d->und.data.via.array.size;
-    return 0;
-}
-
-static void dec_end(struct dec *d) { msgpack_unpacked_destroy(&d->und); }
-
-static int get_u64(const struct dec *d, uint32_t i, uint64_t *v, const char *what) {
-    if (d->fields[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-        return dl_fail("%s: field %u must be an unsigned integer", what, i);
-    *v = d->fields[i].via.u64;
-    return 0;
-}
-
-static int get_u32(const struct dec *d, uint32_t i, uint32_t *v, const char *what) {
-    uint64_t x = 0;
-    if (get_u64(d, i, &x, what)) return -1;
-    if (x > UINT32_MAX) return dl_fail("%s: field %u out of range", what, i);
-    *v = (uint32_t)x;
-    return 0;
-}
-
-static int get_f64(const struct dec *d, uint32_t i, double *v, const char *what) {
-    const msgpack_object *o = &d->fields[i];
-    if (o->type == MSGPACK_OBJECT_FLOAT64 || o->type == MSGPACK_OBJECT_FLOAT32) *v = o->via.f64;
-    else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) *v = (double)o->via.u64;
-    else return dl_fail("%s: field %u must be a number", what, i);
-    if (!(*v == *v) || *v > 1e300 || *v < -1e300) return dl_fail("%s: field %u is not finite", what, i);
-    return 0;
-}
-
-static int get_bool(const struct dec *d, uint32_t i, bool *v, const char *what) {
-    if (d->fields[i].type != MSGPACK_OBJECT_BOOLEAN) return dl_fail("%s: field %u must be a boolean", what, i);
-    *v = d->fields[i].via.boolean;
-    return 0;
-}
-
-/* A string copied into out (NUL-terminated), refusing NULs and overlength. */
-static int get_str(const struct dec *d, uint32_t i, char *out, size_t cap, const char *what) {
-    const msgpack_object *o = &d->fields[i];
-    if (o->type != MSGPACK_OBJECT_STR) return dl_fail("%s: field %u must be a string", what, i);
-    if (o->via.str.size >= cap) return dl_fail("%s: field %u longer than %zu bytes", what, i, cap - 1);
-    if (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))
-        return dl_fail("%s: field %u contains NUL", what, i);
-    memcpy(out, o->via.str.ptr, o->via.str.size);
-    out[o->via.str.size] = 0;
-    return 0;
-}
-
-/* A binary field pointing into the caller's buffer. */
-static int get_bin(const struct dec *d, uint32_t i, const uint8_t **p, size_t *n, const char *what) {
-    const msgpack_object *o = &d->fields[i];
-    if (o->type != MSGPACK_OBJECT_BIN) return dl_fail("%s: field %u must be binary", what, i);
-    const uint8_t *ptr = (const uint8_t *)o->via.bin.ptr;
-    if (o->via.bin.size && (ptr < d->data || ptr + o->via.bin.size > d->data + d->size))
-        return dl_fail("%s: field %u outside the message", what, i);
-    *p = ptr;
-    *n = o->via.bin.size;
-    return 0;
-}
-
-static int get_bin_exact(const struct dec *d, uint32_t i, uint8_t *out, size_t n, const char *what) {
-    const uint8_t *p = NULL;
-    size_t len = 0;
-    if (get_bin(d, i, &p, &len, what)) return -1;
-    if (len != n) return dl_fail("%s: field %u must be %zu bytes, not %zu", what, i, n, len);
-    memcpy(out, p, n);
-    return 0;
-}
 
 /* ---- messages ---------------------------------------------------------- */
 
 uint8_t *dl_msg_hello_encode(const struct dl_msg_hello *m, size_t *size) {
-    struct enc e;
-    enc_init(&e);
+    struct dl_enc e;
+    dl_enc_init(&e);
     msgpack_pack_array(&e.pk, 6);
     msgpack_pack_uint32(&e.pk, m->version);
-    pack_str(&e.pk, m->run_id);
-    pack_bin(&e.pk, m->sign_pk, DL_WIRE_PK);
-    pack_bin(&e.pk, m->kx_pk, DL_WIRE_PK);
-    pack_bin(&e.pk, m->nonce, DL_WIRE_NONCE);
+    dl_pack_str(&e.pk, m->run_id);
+    dl_pack_bin(&e.pk, m->sign_pk, DL_WIRE_PK);
+    dl_pack_bin(&e.pk, m->kx_pk, DL_WIRE_PK);
+    dl_pack_bin(&e.pk, m->nonce, DL_WIRE_NONCE);
     if (m->client_mode) msgpack_pack_true(&e.pk);
     else msgpack_pack_false(&e.pk);
-    return enc_finish(&e, size);
+    return dl_enc_finish(&e, size);
 }
 
 int dl_msg_hello_decode(const uint8_t *data, size_t size, struct dl_msg_hello *m) {
     const char *w = "HELLO";
-    struct dec d;
-    if (dec_begin(&d, data, size, 6, w)) return -1;
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 6, w)) return -1;
     memset(m, 0, sizeof *m);
-    int rc = get_u32(&d, 0, &m->version, w) || get_str(&d, 1, m->run_id, sizeof m->run_id, w) ||
-             get_bin_exact(&d, 2, m->sign_pk, DL_WIRE_PK, w) ||
-             get_bin_exact(&d, 3, m->kx_pk, DL_WIRE_PK, w) ||
-             get_bin_exact(&d, 4, m->nonce, DL_WIRE_NONCE, w) || get_bool(&d, 5, &m->client_mode, w);
-    dec_end(&d);
+    int rc = dl_dec_u32(&d, 0, &m->version, w) || dl_dec_str(&d, 1, m->run_id, sizeof m->run_id, w) ||
+             dl_dec_bin_exact(&d, 2, m->sign_pk, DL_WIRE_PK, w) ||
+             dl_dec_bin_exact(&d, 3, m->kx_pk, DL_WIRE_PK, w) ||
+             dl_dec_bin_exact(&d, 4, m->nonce, DL_WIRE_NONCE, w) || dl_dec_bool(&d, 5, &m->client_mode, w);
+    dl_dec_end(&d);
     return rc ? -1 : 0;
 }
 
 uint8_t *dl_msg_auth_encode(const uint8_t sig[DL_WIRE_SIG], size_t *size) {
-    struct enc e;
-    enc_init(&e);
+    struct dl_enc e;
+    dl_enc_init(&e);
     msgpack_pack_array(&e.pk, 1);
-    pack_bin(&e.pk, sig, DL_WIRE_SIG);
-    return enc_finish(&e, size);
+    dl_pack_bin(&e.pk, sig, DL_WIRE_SIG);
+    return dl_enc_finish(&e, size);
 }
 
 int dl_msg_auth_decode(const uint8_t *data, size_t size, uint8_t sig[DL_WIRE_SIG]) {
-    struct dec d;
-    if (dec_begin(&d, data, size, 1, "AUTH")) return -1;
-    int rc = get_bin_exact(&d, 0, sig, DL_WIRE_SIG, "AUTH");
-    dec_end(&d);
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 1, "AUTH")) return -1;
+    int rc = dl_dec_bin_exact(&d, 0, sig, DL_WIRE_SIG, "AUTH");
+    dl_dec_end(&d);
     return rc;
 }
 
 uint8_t *dl_msg_error_encode(const struct dl_msg_error *m, size_t *size) {
-    struct enc e;
-    enc_init(&e);
+    struct dl_enc e;
+    dl_enc_init(&e);
     msgpack_pack_array(&e.pk, 3);
     msgpack_pack_uint32(&e.pk, m->code);
-    pack_str(&e.pk, m->text);
+    dl_pack_str(&e.pk, m->text);
     msgpack_pack_uint32(&e.pk, m->version);
-    return enc_finish(&e, size);
+    return dl_enc_finish(&e, size);
 }
 
 int dl_msg_error_decode(const uint8_t *data, size_t size, struct dl_msg_error *m) {
     const char *w = "ERROR";
-    struct dec d;
-    if (dec_begin(&d, data, size, 3, w)) return -1;
-    int rc = get_u32(&d, 0, &m->code, w) || get_str(&d, 1, m->text, sizeof m->text, w) ||
-             get_u32(&d, 2, &m->version, w);
-    dec_end(&d);
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 3, w)) return -1;
+    int rc = dl_dec_u32(&d, 0, &m->code, w) || dl_dec_str(&d, 1, m->text, sizeof m->text, w) ||
+             dl_dec_u32(&d, 2, &m->version, w);
+    dl_dec_end(&d);
     return rc ? -1 : 0;
 }
 
 uint8_t *dl_msg_ping_encode(uint64_t nonce, size_t *size) {
-    struct enc e;
-    enc_init(&e);
+    struct dl_enc e;
+    dl_enc_init(&e);
     msgpack_pack_array(&e.pk, 1);
     msgpack_pack_uint64(&e.pk, nonce);
-    return enc_finish(&e, size);
+    return dl_enc_finish(&e, size);
 }
 
 int dl_msg_ping_decode(const uint8_t *data, size_t size, uint64_t *nonce) {
-    struct dec d;
-    if (dec_begin(&d, data, size, 1, "PING")) return -1;
-    int rc = get_u64(&d, 0, nonce, "PING");
-    dec_end(&d);
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 1, "PING")) return -1;
+    int rc = dl_dec_u64(&d, 0, nonce, "PING");
+    dl_dec_end(&d);
     return rc;
 }
 
 uint8_t *dl_msg_records_encode(const uint8_t *const *blobs, const size_t *sizes, size_t count,
                                size_t *size) {
-    struct enc e;
-    enc_init(&e);
+    struct dl_enc e;
+    dl_enc_init(&e);
     msgpack_pack_array(&e.pk, count);
-    for (size_t i = 0; i < count; i++) pack_bin(&e.pk, blobs[i], sizes[i]);
-    return enc_finish(&e, size);
+    for (size_t i = 0; i < count; i++) dl_pack_bin(&e.pk, blobs[i], sizes[i]);
+    return dl_enc_finish(&e, size);
 }
 
 int dl_msg_records_decode(const uint8_t *data, size_t size,
                           int (*fn)(void *user, const uint8_t *blob, size_t blob_size), void *user) {
-    struct dec d;
-    if (dec_begin(&d, data, size, 0, "RECORDS")) return -1;
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 0, "RECORDS")) return -1;
     int rc = 0;
     if (d.count > DL_WIRE_MAX_RECORDS) rc = dl_fail("RECORDS: %u records, at most %d", d.count, DL_WIRE_MAX_RECORDS);
     for (uint32_t i = 0; !rc && i < d.count; i++) {
         const uint8_t *p = NULL;
         size_t n = 0;
-        rc = get_bin(&d, i, &p, &n, "RECORDS");
+        rc = dl_dec_bin(&d, i, &p, &n, "RECORDS");
         if (!rc) rc = fn(user, p, n);
     }
-    dec_end(&d);
+    dl_dec_end(&d);
     return rc ? -1 : 0;
 }
 
 uint8_t *dl_msg_request_encode(const struct dl_msg_request *m, size_t *size) {
-    struct enc e;
-    enc_init(&e);
+    struct dl_enc e;
+    dl_enc_init(&e);
     msgpack_pack_array(&e.pk, 6);
     msgpack_pack_uint64(&e.pk, m->id);
-    pack_str(&e.pk, m->method);
+    dl_pack_str(&e.pk, m->method);
     msgpack_pack_double(&e.pk, m->timeout_s);
     if (m->compressed) msgpack_pack_true(&e.pk);
     else msgpack_pack_false(&e.pk);
     msgpack_pack_uint64(&e.pk, m->raw_size);
-    pack_bin(&e.pk, m->payload, m->size);
-    return enc_finish(&e, size);
+    dl_pack_bin(&e.pk, m->payload, m->size);
+    return dl_enc_finish(&e, size);
 }
 
 int dl_msg_request_decode(const uint8_t *data, size_t size, struct dl_msg_request *m) {
     const char *w = "REQUEST";
-    struct dec d;
-    if (dec_begin(&d, data, size, 6, w)) return -1;
-    int rc = get_u64(&d, 0, &m->id, w) || get_str(&d, 1, m->method, sizeof m->method, w) ||
-             get_f64(&d, 2, &m->timeout_s, w) || get_bool(&d, 3, &m->compressed, w) ||
-             get_u64(&d, 4, &m->raw_size, w) || get_bin(&d, 5, &m->payload, &m->size, w);
-    dec_end(&d);
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 6, w)) return -1;
+    int rc = dl_dec_u64(&d, 0, &m->id, w) || dl_dec_str(&d, 1, m->method, sizeof m->method, w) ||
+             dl_dec_f64(&d, 2, &m->timeout_s, w) || dl_dec_bool(&d, 3, &m->compressed, w) ||
+             dl_dec_u64(&d, 4, &m->raw_size, w) || dl_dec_bin(&d, 5, &m->payload, &m->size, w);
+    dl_dec_end(&d);
     if (!rc && !m->compressed && m->raw_size != m->size) rc = dl_fail("REQUEST: size mismatch");
     return rc ? -1 : 0;
 }
 
 uint8_t *dl_msg_response_encode(const struct dl_msg_response *m, size_t *size) {
-    struct enc e;
-    enc_init(&e);
+    struct dl_enc e;
+    dl_enc_init(&e);
     msgpack_pack_array(&e.pk, 5);
     msgpack_pack_uint64(&e.pk, m->id);
     msgpack_pack_uint32(&e.pk, m->status);
     if (m->compressed) msgpack_pack_true(&e.pk);
     else msgpack_pack_false(&e.pk);
     msgpack_pack_uint64(&e.pk, m->raw_size);
-    pack_bin(&e.pk, m->payload, m->size);
-    return enc_finish(&e, size);
+    dl_pack_bin(&e.pk, m->payload, m->size);
+    return dl_enc_finish(&e, size);
 }
 
 int dl_msg_response_decode(const uint8_t *data, size_t size, struct dl_msg_response *m) {
     const char *w = "RESPONSE";
-    struct dec d;
-    if (dec_begin(&d, data, size, 5, w)) return -1;
-    int rc = get_u64(&d, 0, &m->id, w) || get_u32(&d, 1, &m->status, w) ||
-             get_bool(&d, 2, &m->compressed, w) || get_u64(&d, 3, &m->raw_size, w) ||
-             get_bin(&d, 4, &m->payload, &m->size, w);
-    dec_end(&d);
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 5, w)) return -1;
+    int rc = dl_dec_u64(&d, 0, &m->id, w) || dl_dec_u32(&d, 1, &m->status, w) ||
+             dl_dec_bool(&d, 2, &m->compressed, w) || dl_dec_u64(&d, 3, &m->raw_size, w) ||
+             dl_dec_bin(&d, 4, &m->payload, &m->size, w);
+    dl_dec_end(&d);
     if (!rc && !m->compressed && m->raw_size != m->size) rc = dl_fail("RESPONSE: size mismatch");
     return rc ? -1 : 0;
 }
 
 uint8_t *dl_msg_cancel_encode(uint64_t id, size_t *size) {
-    struct enc e;
-    enc_init(&e);
+    struct dl_enc e;
+    dl_enc_init(&e);
     msgpack_pack_array(&e.pk, 1);
     msgpack_pack_uint64(&e.pk, id);
-    return enc_finish(&e, size);
+    return dl_enc_finish(&e, size);
 }
 
 int dl_msg_cancel_decode(const uint8_t *data, size_t size, uint64_t *id) {
-    struct dec d;
-    if (dec_begin(&d, data, size, 1, "CANCEL")) return -1;
-    int rc = get_u64(&d, 0, id, "CANCEL");
-    dec_end(&d);
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 1, "CANCEL")) return -1;
+    int rc = dl_dec_u64(&d, 0, id, "CANCEL");
+    dl_dec_end(&d);
     return rc;
 }

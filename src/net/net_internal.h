@@ -160,16 +160,31 @@ struct dl_conn *dl_net_conn_by_pk(struct dl_net *net, const uint8_t pk[DL_WIRE_P
 void dl_net_send_records(struct dl_net *net, struct dl_conn *c, struct dl_conn *except,
                          const uint8_t *blob, size_t size);
 
-/* net.c */
+/* address.c */
+void dl_net_sockaddr_string(const struct sockaddr *sa, char *out, size_t cap);
+/* "ip:port", "[v6]:port", or with allow_dns "host:port" (resolved, blocking:
+ * configuration only, never addresses received from the network). */
+int dl_net_resolve_address(const char *text, struct sockaddr_storage *ss, int *len, bool allow_dns);
+
+/* targets.c */
 bool dl_net_is_banned(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]);
 void dl_net_ban(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]);
+/* The target with this key, else the keyless one at this address. */
+struct dl_target *dl_net_find_target(struct dl_net *net, const uint8_t *pk, const char *address);
 /* False when we dialled an address learned with a key (record or DHT) and
  * another key answered. Initial peers may change identity. */
 bool dl_net_target_accepts(struct dl_net *net, const char *address, const uint8_t pk[DL_WIRE_PK]);
 void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, bool from_dht);
+void dl_net_tick_targets(struct dl_net *net, double now);
+
+/* gossip.c */
+void dl_net_publish_record(struct dl_net *net, bool goodbye);
+void dl_net_tick_publish(struct dl_net *net, double now);
 void dl_net_on_ready(struct dl_net *net, struct dl_conn *c);
 void dl_net_on_closed(struct dl_net *net, struct dl_conn *c);
 void dl_net_on_records(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
+
+/* net.c */
 int dl_net_post(struct dl_net *net, struct dl_cmd *cmd);
 
 /* rpc.c */

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dedloc/net.h"
+#include "net/msgpack_fields.h"
 
 #define DL_WIRE_MAGIC0 0xD1
 #define DL_WIRE_MAGIC1 0x0C
@@ -77,12 +78,6 @@ void dl_frame_seal(struct dl_seal *seal, uint8_t type, const uint8_t *body, size
 int dl_frame_open(struct dl_seal *seal, const uint8_t header[DL_WIRE_HEADER], uint8_t *body,
                   size_t *size);
 
-/* ---- msgpack helpers ------------------------------------------------------
- * dl_msgpack_check walks a buffer without allocating and refuses anything a
- * decoder would be unwise to trust: containers that claim more elements than
- * bytes remain, nesting deeper than 16, trailing bytes. Every decoder runs it
- * first, so msgpack-c never allocates more than a small multiple of the input. */
-int dl_msgpack_check(const uint8_t *data, size_t size);
 
 /* ---- messages ---------------------------------------------------------- */
 struct dl_msg_hello {

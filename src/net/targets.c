@@ -1,0 +1,129 @@
+/* Whom we dial and whom we ignore: the dial targets (initial peers, peers
+ * seen in records, DHT finds) with their backoff, and the ban list. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dedloc/util.h"
+#include "net/net_internal.h"
+
+bool dl_net_is_banned(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]) {
+    double now = dl_now();
+    for (size_t i = 0; i < net->num_bans; i++)
+        if (net->bans[i].until > now && !memcmp(net->bans[i].pk, pk, DL_WIRE_PK)) return true;
+    return false;
+}
+
+void dl_net_ban(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]) {
+    double now = dl_now();
+    size_t slot = net->num_bans;
+    for (size_t i = 0; i < net->num_bans; i++)
+        if (net->bans[i].until <= now || !memcmp(net->bans[i].pk, pk, DL_WIRE_PK)) {
+            slot = i;
+            break;
+        }
+    if (slot == net->num_bans) {
+        if (net->num_bans == sizeof net->bans / sizeof net->bans[0]) slot = 0; /* oldest-ish */
+        else net->num_bans++;
+    }
+    memcpy(net->bans[slot].pk, pk, DL_WIRE_PK);
+    net->bans[slot].until = now + net->cfg.ban_s;
+}
+
+struct dl_target *dl_net_find_target(struct dl_net *net, const uint8_t *pk, const char *address) {
+    for (size_t i = 0; i < net->num_targets; i++) {
+        struct dl_target *t = &net->targets[i];
+        if (pk && t->has_pk && !memcmp(t->pk, pk, DL_WIRE_PK)) return t;
+    }
+    for (size_t i = 0; i < net->num_targets; i++) {
+        struct dl_target *t = &net->targets[i];
+        if (address && !strcmp(t->address, address) && (!pk || !t->has_pk)) return t;
+    }
+    return NULL;
+}
+
+void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, bool from_dht) {
+    if (!address || !*address) return;
+    if (pk && !memcmp(pk, net->id.pk, DL_WIRE_PK)) return;
+    if (!strcmp(address, net->announce_addr)) return;
+    struct sockaddr_storage ss;
+    int len;
+    if (dl_net_resolve_address(address, &ss, &len, false)) return; /* only literal addresses from peers */
+    struct dl_target *t = dl_net_find_target(net, pk, address);
+    if (!t) {
+        if (net->num_targets == DL_NET_MAX_TARGETS) return;
+        t = &net->targets[net->num_targets++];
+        memset(t, 0, sizeof *t);
+        t->backoff = 1;
+        t->next_attempt = dl_now();
+        if (from_dht) DL_INFO("net", "DHT: found a peer at %s", address);
+    }
+    snprintf(t->address, sizeof t->address, "%s", address);
+    if (pk) {
+        memcpy(t->pk, pk, DL_WIRE_PK);
+        t->has_pk = true;
+    }
+    t->last_seen = dl_now();
+}
+
+bool dl_net_target_accepts(struct dl_net *net, const char *address, const uint8_t pk[DL_WIRE_PK]) {
+    bool known = false;
+    for (size_t i = 0; i < net->num_targets; i++) {
+        const struct dl_target *t = &net->targets[i];
+        if (strcmp(t->address, address)) continue;
+        known = true;
+        if (t->initial || !t->has_pk || !memcmp(t->pk, pk, DL_WIRE_PK)) return true;
+    }
+    return !known;
+}
+
+static void dial(struct dl_net *net, struct dl_target *t) {
+    struct sockaddr_storage ss;
+    int len;
+    if (dl_net_resolve_address(t->address, &ss, &len, t->initial)) {
+        DL_WARN("net", "cannot dial %s: %s", t->address, dl_error());
+        return;
+    }
+    if (net->num_conns >= DL_NET_MAX_CONNS) return;
+    struct bufferevent *bev = bufferevent_socket_new(net->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) return;
+    struct dl_conn *c = dl_conn_new(net, bev, true, t->address, t->address);
+    if (!c) {
+        bufferevent_free(bev);
+        return;
+    }
+    struct timeval tv = {(time_t)net->cfg.handshake_timeout_s, 0};
+    bufferevent_set_timeouts(bev, NULL, &tv); /* connect timeout; cleared once ready */
+    if (bufferevent_socket_connect(bev, (struct sockaddr *)&ss, len)) {
+        dl_conn_close(c, "connect failed");
+        return;
+    }
+    DL_DEBUG("net", "dialling %s", t->address);
+}
+
+/* Each tick: forget targets whose peers are gone; dial the others with backoff. */
+void dl_net_tick_targets(struct dl_net *net, double now) {
+    for (size_t i = 0; i < net->num_targets;) {
+        struct dl_target *t = &net->targets[i];
+        bool connected = t->has_pk && dl_net_conn_by_pk(net, t->pk, false);
+        bool dialling = false;
+        for (struct dl_conn *c = net->conns; c && !dialling; c = c->next)
+            if (c->outbound && c->state < CONN_AUTH && !strcmp(c->dialled, t->address)) dialling = true;
+        if (connected) t->last_seen = now;
+        if (!t->initial && !connected && now - t->last_seen > net->cfg.expiry_s) {
+            pthread_mutex_lock(&net->lock);
+            bool has_record = t->has_pk && dl_swarm_find(&net->swarm, t->pk);
+            pthread_mutex_unlock(&net->lock);
+            if (!has_record) {
+                *t = net->targets[--net->num_targets];
+                continue;
+            }
+        }
+        if (!t->is_self && !connected && !dialling && now >= t->next_attempt &&
+            !(t->has_pk && dl_net_is_banned(net, t->pk))) {
+            t->next_attempt = now + t->backoff;
+            t->backoff = t->backoff * 2 > 30 ? 30 : t->backoff * 2;
+            dial(net, t);
+        }
+        i++;
+    }
+}
