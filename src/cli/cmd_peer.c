@@ -40,6 +40,13 @@ static void help(FILE *out) {
             "  --dht-port PORT          UDP port of the DHT node (default listen port + 1; 0 = any)\n"
             "  --dht-bootstrap LIST     host:port,... of DHT nodes to join\n"
             "  --duration S             leave after S seconds (default: run until Ctrl-C)\n\n"
+            "admission (default: an open run that anyone knowing the run id may join):\n"
+            "  --run-key KEY            run authority's public key (hex, or a file holding it):\n"
+            "                           admit only peers with a valid token from it\n"
+            "  --token FILE             our token ('dedloc authority issue' for our peer id)\n"
+            "  --revoked FILE           the authority's signed revocation list (re-read on change)\n"
+            "  --allow FILE             peer ids admitted without a token, one per line\n"
+            "  --roles LIST             roles admitted with a token (default trainer,aux,monitor)\n\n"
             "testing aids (a bare peer has no progress of its own):\n"
             "  --fake-epoch E           publish epoch E\n"
             "  --fake-samples N         publish N samples accumulated at start\n"
@@ -88,6 +95,19 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
+/* "trainer,aux" -> DL_ROLE_BIT mask */
+static int parse_roles(const char *list, unsigned *mask) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", list);
+    *mask = 0;
+    for (char *save = NULL, *r = strtok_r(buf, ",", &save); r; r = strtok_r(NULL, ",", &save)) {
+        int role = dl_role_parse(r);
+        if (role < 0) return -1;
+        *mask |= DL_ROLE_BIT(role);
+    }
+    return *mask ? 0 : -1;
+}
+
 int cmd_peer(int argc, char **argv) {
     struct dl_net_config cfg;
     dl_net_config_default(&cfg);
@@ -96,7 +116,7 @@ int cmd_peer(int argc, char **argv) {
     uint64_t fake_epoch = 0;
     enum { O_RUN = 256, O_LISTEN, O_ANNOUNCE, O_INITIAL, O_IDENTITY, O_STATUS, O_CLIENT, O_MAXUP,
            O_BW, O_TARGET, O_EXPIRY, O_KEEPALIVE, O_NODHT, O_DHTPORT, O_DHTBOOT, O_DURATION,
-           O_FEPOCH, O_FSAMPLES, O_FSPS };
+           O_FEPOCH, O_FSAMPLES, O_FSPS, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"listen", required_argument, NULL, O_LISTEN},
         {"announce", required_argument, NULL, O_ANNOUNCE}, {"initial-peers", required_argument, NULL, O_INITIAL},
@@ -107,7 +127,10 @@ int cmd_peer(int argc, char **argv) {
         {"no-dht", no_argument, NULL, O_NODHT}, {"dht-port", required_argument, NULL, O_DHTPORT},
         {"dht-bootstrap", required_argument, NULL, O_DHTBOOT}, {"duration", required_argument, NULL, O_DURATION},
         {"fake-epoch", required_argument, NULL, O_FEPOCH}, {"fake-samples", required_argument, NULL, O_FSAMPLES},
-        {"fake-samples-per-second", required_argument, NULL, O_FSPS}, {"help", no_argument, NULL, 'h'},
+        {"fake-samples-per-second", required_argument, NULL, O_FSPS}, {"run-key", required_argument, NULL, O_RUNKEY},
+        {"token", required_argument, NULL, O_TOKEN}, {"revoked", required_argument, NULL, O_REVOKED},
+        {"allow", required_argument, NULL, O_ALLOW}, {"roles", required_argument, NULL, O_ROLES},
+        {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -132,6 +155,11 @@ int cmd_peer(int argc, char **argv) {
         case O_FEPOCH: bad = parse_double(optarg, 0, 1e15, &v); fake_epoch = (uint64_t)v; break;
         case O_FSAMPLES: bad = parse_double(optarg, 0, 1e15, &fake_samples); break;
         case O_FSPS: bad = parse_double(optarg, 0, 1e9, &fake_sps); break;
+        case O_RUNKEY: cfg.run_key = optarg; break;
+        case O_TOKEN: cfg.token_path = optarg; break;
+        case O_REVOKED: cfg.revoked_path = optarg; break;
+        case O_ALLOW: cfg.allow_path = optarg; break;
+        case O_ROLES: bad = parse_roles(optarg, &cfg.admit_roles); break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }

@@ -152,7 +152,7 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
     uint8_t sig[DL_WIRE_SIG];
     dl_handshake_sign(&c->hs, &net->id, sig);
     size_t n;
-    uint8_t *auth = dl_msg_auth_encode(sig, &n);
+    uint8_t *auth = dl_msg_auth_encode(sig, net->trust.my_token, net->trust.my_token_size, &n);
     if (!auth || dl_conn_send(c, DL_MSG_AUTH, auth, n, false)) {
         free(auth);
         dl_conn_close(c, "cannot send AUTH");
@@ -164,7 +164,9 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
 static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
     struct dl_net *net = c->net;
     uint8_t sig[DL_WIRE_SIG];
-    if (dl_msg_auth_decode(body, size, sig)) {
+    const uint8_t *token;
+    size_t token_size;
+    if (dl_msg_auth_decode(body, size, sig, &token, &token_size)) {
         dl_conn_reject(c, DL_ERR_PROTOCOL, dl_error(), false);
         return;
     }
@@ -173,6 +175,7 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(c, DL_ERR_AUTH, "forged handshake signature", false);
         return;
     }
+    if (dl_net_admit(net, c, token, token_size)) return;
     dl_handshake_clear(&c->hs);
     /* Two connections to one peer (both dialled at once): keep the one
      * dialled by the smaller key, or the newer if both were dialled by the

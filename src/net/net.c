@@ -114,6 +114,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     dl_net_tick_targets(net, now);
     dl_rpc_tick(net, now);
     dl_dht_tick(net, now);
+    dl_net_tick_admission(net, now);
 }
 
 /* ---- listener --------------------------------------------------------------------- */
@@ -196,6 +197,7 @@ static void free_net(struct dl_net *net) {
     if (net->bucket_cfg) ev_token_bucket_cfg_free(net->bucket_cfg);
     if (net->base) event_base_free(net->base);
     dl_swarm_free(&net->swarm);
+    dl_trust_free(&net->trust);
     pthread_mutex_destroy(&net->lock);
     sodium_memzero(&net->id, sizeof net->id);
     free(net->run_id);
@@ -236,6 +238,7 @@ int dl_net_start(const struct dl_net_config *config, dl_net **out) {
     net->cfg.dht_bootstrap = net->dht_bootstrap_cfg;
     net->refresh_s = config->min_refresh_s;
     if (dl_identity_load(net->cfg.identity_path, &net->id)) goto fail;
+    if (dl_net_admission_start(net)) goto fail;
     net->base = event_base_new();
     if (!net->base) {
         dl_fail("libevent: event_base_new failed");

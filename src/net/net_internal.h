@@ -11,6 +11,7 @@
 
 #include "dedloc/net.h"
 #include "net/swarm.h"
+#include "net/trust.h"
 #include "net/wire.h"
 
 #define DL_NET_MAX_CONNS 256
@@ -39,6 +40,8 @@ struct dl_conn {
     char dialled[DL_NET_ADDR_MAX];    /* what we dialled (outbound only) */
     double created, last_rx, last_ping, closing_since;
     size_t incoming_requests;
+    int peer_role;                    /* enum dl_role its token grants; DL_ROLE_NONE in an open run */
+    double admitted_until;            /* wall clock when its token expires; 0 = never */
     struct dl_conn *next;
 };
 
@@ -144,6 +147,9 @@ struct dl_net {
 
     struct dl_dht *dht;
     int dht_port;
+
+    struct dl_trust trust;            /* who may join (admission.c) */
+    double next_admission_check;
 };
 
 /* conn.c */
@@ -195,6 +201,16 @@ void dl_rpc_run_cmd(struct dl_net *net, struct dl_cmd *cmd);
 void dl_rpc_tick(struct dl_net *net, double now);
 void dl_rpc_conn_closed(struct dl_net *net, struct dl_conn *c);
 void dl_rpc_fail_all(struct dl_net *net);
+
+/* admission.c */
+/* Loads the admission policy at start and says once whether the run is open. */
+int dl_net_admission_start(struct dl_net *net);
+/* Decides on a peer whose AUTH signature checked out; rejects it (and
+ * returns -1) when it is not admitted. */
+int dl_net_admit(struct dl_net *net, struct dl_conn *c, const uint8_t *token, size_t token_size);
+/* Once a second: re-reads a changed revocation list, and disconnects peers
+ * revoked since or whose token expired during the connection. */
+void dl_net_tick_admission(struct dl_net *net, double now);
 
 /* dht.c */
 int dl_dht_start(struct dl_net *net);

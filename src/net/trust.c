@@ -60,11 +60,13 @@ static int load_my_token(struct dl_trust *t, const char *path, const char *run_i
     free(text);
     struct dl_token tok;
     if (rc || dl_token_decode(t->my_token, t->my_token_size, &tok)) return dl_fail_context("token %s", path);
+    /* A token that cannot admit us is still presented (peers will say why
+     * they refuse it), but the user hears about it now. */
     const uint8_t *pk = t->have_key ? t->authority_pk : tok.authority_pk;
     if (dl_token_check(&tok, pk, run_id, my_peer_id, now))
-        return dl_fail_context("our token %s cannot admit us%s", path,
-                               strcmp(tok.peer_id, my_peer_id) ? " (use the --identity it was issued for)" : "");
-    t->my_token_expires = tok.expires;
+        DL_WARN("net", "our token %s will be refused: %s%s", path, dl_error(),
+                strcmp(tok.peer_id, my_peer_id) ? " (start with the --identity it was issued for)" : "");
+    else t->my_token_expires = tok.expires; /* warned again when it runs out */
     return 0;
 }
 

@@ -27,9 +27,9 @@ struct dl_trust {
 };
 
 /* Loads the run key, our token, the allowlist and the revocation list named
- * in config. Refuses a token that could never admit us (another peer id, run
- * or authority, or expired): better to fail at start than to be refused by
- * every peer. */
+ * in config. A token that cannot admit us (another peer id, run or
+ * authority, or expired) only gets a warning: peers will refuse it and say
+ * why. */
 int dl_trust_init(struct dl_trust *t, const struct dl_net_config *config, const char *run_id,
                   const char *my_peer_id, double now);
 void dl_trust_free(struct dl_trust *t);

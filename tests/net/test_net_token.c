@@ -10,6 +10,7 @@
 #include "dedloc/net.h"
 #include "dedloc/util.h"
 #include "dl_test.h"
+#include "net/trust.h"
 
 static char tmpdir[256];
 
@@ -194,6 +195,74 @@ static void test_revocations(const struct dl_authority *a, const struct dl_autho
     CHECK(dl_revocations_load(path, a->pk, &r) != 0);
 }
 
+/* The admission policy: token, roles, allowlist, revocations, open run. */
+static void test_policy(const struct dl_authority *a) {
+    char hex[DL_AUTHORITY_PK_HEX], allow[512], revoked[512];
+    dl_authority_public_hex(a->pk, hex);
+    path_in_tmp(allow, sizeof allow, "allow.txt");
+    FILE *f = fopen(allow, "w");
+    fprintf(f, "# friends\n  %s  # bob\n\n", PEER_B);
+    fclose(f);
+    path_in_tmp(revoked, sizeof revoked, "policy.revoked");
+    const char PEER_C[] = "0123456789abcdef0123456789abcdef";
+    CHECK_OK(dl_revocations_add(a, revoked, PEER_C));
+
+    struct dl_net_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    struct dl_trust t;
+    int role;
+    double until;
+    /* open run: everyone, no role */
+    CHECK_OK(dl_trust_init(&t, &cfg, "run-xy", PEER_A, 10));
+    CHECK(!t.closed);
+    CHECK_OK(dl_trust_admit(&t, "run-xy", PEER_B, NULL, 0, 10, &role, &until));
+    CHECK(role == DL_ROLE_NONE && until == 0);
+    dl_trust_free(&t);
+
+    cfg.run_key = hex;
+    cfg.allow_path = allow;
+    cfg.revoked_path = revoked;
+    cfg.admit_roles = DL_ROLE_BIT(DL_ROLE_TRAINER) | DL_ROLE_BIT(DL_ROLE_AUX);
+    CHECK_OK(dl_trust_init(&t, &cfg, "run-xy", PEER_A, 10));
+    CHECK(t.closed && t.have_key && t.num_allowed == 1);
+    uint8_t bin[DL_TOKEN_MAX_BYTES];
+    size_t n;
+    make_token(a, PEER_A, DL_ROLE_AUX, 5000, bin, &n);
+    CHECK_OK(dl_trust_admit(&t, "run-xy", PEER_A, bin, n, 10, &role, &until));
+    CHECK(role == DL_ROLE_AUX && until == 5000);
+    CHECK(dl_trust_admit(&t, "run-xy", PEER_A, bin, n, 6000, &role, &until) != 0 && strstr(dl_error(), "expired"));
+    CHECK(dl_trust_admit(&t, "run-xy", PEER_A, NULL, 0, 10, &role, &until) != 0 && strstr(dl_error(), "no token"));
+    /* on the allowlist: admitted without a token */
+    CHECK_OK(dl_trust_admit(&t, "run-xy", PEER_B, NULL, 0, 10, &role, &until));
+    /* monitors are not admitted here */
+    make_token(a, PEER_A, DL_ROLE_MONITOR, 5000, bin, &n);
+    CHECK(dl_trust_admit(&t, "run-xy", PEER_A, bin, n, 10, &role, &until) != 0 && strstr(dl_error(), "role monitor"));
+    /* revoked, even with a valid token */
+    make_token(a, PEER_C, DL_ROLE_TRAINER, 5000, bin, &n);
+    CHECK(dl_trust_admit(&t, "run-xy", PEER_C, bin, n, 10, &role, &until) != 0 && strstr(dl_error(), "revoked"));
+    /* a later list is picked up; an unchanged file is not re-read */
+    CHECK(!dl_trust_reload(&t));
+    CHECK(!dl_trust_is_revoked(&t, PEER_A));
+    usleep(20000);
+    CHECK_OK(dl_revocations_add(a, revoked, PEER_A));
+    CHECK(dl_trust_reload(&t));
+    CHECK(dl_trust_is_revoked(&t, PEER_A));
+    dl_trust_free(&t);
+
+    /* allowlist only: a token does not help */
+    cfg.run_key = NULL;
+    cfg.revoked_path = NULL;
+    CHECK_OK(dl_trust_init(&t, &cfg, "run-xy", PEER_A, 10));
+    CHECK(dl_trust_admit(&t, "run-xy", PEER_A, bin, n, 10, &role, &until) != 0 && strstr(dl_error(), "allowlist"));
+    CHECK_OK(dl_trust_admit(&t, "run-xy", PEER_B, NULL, 0, 10, &role, &until));
+    dl_trust_free(&t);
+    /* a malformed allowlist is an error at start, naming the line */
+    f = fopen(allow, "w");
+    fprintf(f, "%s\nnot-a-peer\n", PEER_B);
+    fclose(f);
+    CHECK(dl_trust_init(&t, &cfg, "run-xy", PEER_A, 10) != 0 && strstr(dl_error(), "line 2"));
+}
+
 int main(void) {
     if (sodium_init() < 0) return 1;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dedloc_token_test_%d", (int)getpid());
@@ -209,6 +278,7 @@ int main(void) {
     test_checks(&a, &other);
     test_authority_file();
     test_revocations(&a, &other);
+    test_policy(&a);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
