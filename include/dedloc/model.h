@@ -52,6 +52,8 @@ int dl_albert_config_validate(const dl_albert_config *cfg);
 /* Reads a HF config.json (untrusted: types and ranges checked; hidden_act
  * must be gelu_new; non-zero dropouts are warned about and ignored). */
 int dl_albert_config_load(const char *path, dl_albert_config *cfg);
+/* The same from config.json text in memory (size bytes); `what` names it in errors. */
+int dl_albert_config_parse(const char *text, size_t size, const char *what, dl_albert_config *cfg);
 /* Writes config.json as AlbertForPreTraining.save_pretrained would. */
 int dl_albert_config_save(const char *path, const dl_albert_config *cfg);
 /* Human-readable one-line summary into buf. */

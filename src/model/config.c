@@ -102,8 +102,13 @@ int dl_albert_config_load(const char *path, dl_albert_config *cfg) {
     char *text;
     size_t size;
     if (dl_read_file(path, CONFIG_JSON_MAX, &text, &size)) return -1;
-    cJSON *root = cJSON_ParseWithLength(text, size);
+    int rc = dl_albert_config_parse(text, size, path, cfg);
     free(text);
+    return rc;
+}
+
+int dl_albert_config_parse(const char *text, size_t size, const char *path, dl_albert_config *cfg) {
+    cJSON *root = cJSON_ParseWithLength(text, size);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return dl_fail("%s: not a JSON object", path);

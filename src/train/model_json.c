@@ -1,6 +1,6 @@
 /* The model configuration as JSON text, for checkpoints: the model module
- * reads and writes config.json files, so the text goes through a private
- * temporary folder and gets the same validation as any config.json. */
+ * writes config.json files, so the text is written through a private
+ * temporary folder; reading gets the same validation as any config.json. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,10 +32,6 @@ int dl_train_config_to_json(const dl_albert_config *cfg, char **json) {
 }
 
 int dl_train_config_from_json(const char *json, dl_albert_config *cfg) {
-    char dir[512], path[600];
-    if (temp_path(dir, path)) return -1;
-    int rc = dl_write_file_atomic(path, json, strlen(json));
-    if (rc == 0) rc = dl_albert_config_load(path, cfg);
-    remove_temp(dir, path);
+    int rc = dl_albert_config_parse(json, strlen(json), "config.json", cfg);
     return rc ? dl_fail_context("the model configuration in the checkpoint") : 0;
 }
