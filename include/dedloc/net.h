@@ -250,7 +250,10 @@ int dl_revocations_load(const char *path, const uint8_t *authority_pk, struct dl
 int dl_revocations_add(const struct dl_authority *a, const char *path, const char *peer_id);
 bool dl_revocations_contains(const struct dl_revocations *r, const char *peer_id);
 void dl_revocations_free(struct dl_revocations *r);
-/* Binary form (what the file holds after its text prefix), for tests and fuzzing. */
+/* Binary form (what the file holds after its text prefix; what peers gossip):
+ * decode verifies the signature; read_file takes the file's binary form
+ * without checking it (*bin malloc'd). */
 int dl_revocations_decode(const uint8_t *bin, size_t size, struct dl_revocations *r);
+int dl_revocations_read_file(const char *path, uint8_t **bin, size_t *size);
 
 #endif

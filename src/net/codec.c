@@ -191,3 +191,19 @@ int dl_msg_cancel_decode(const uint8_t *data, size_t size, uint64_t *id) {
     dl_dec_end(&d);
     return rc;
 }
+
+uint8_t *dl_msg_revocations_encode(const uint8_t *list, size_t list_size, size_t *size) {
+    struct dl_enc e;
+    dl_enc_init(&e);
+    msgpack_pack_array(&e.pk, 1);
+    dl_pack_bin(&e.pk, list, list_size);
+    return dl_enc_finish(&e, size);
+}
+
+int dl_msg_revocations_decode(const uint8_t *data, size_t size, const uint8_t **list, size_t *list_size) {
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 1, "REVOCATIONS")) return -1;
+    int rc = dl_dec_bin(&d, 0, list, list_size, "REVOCATIONS");
+    dl_dec_end(&d);
+    return rc;
+}

@@ -194,6 +194,7 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
     DL_INFO("net", "authenticated %s %s at %s (handshake %.2f ms)", c->peer_client ? "client" : "peer",
             c->peer_id, c->remote, (dl_now() - c->created) * 1e3);
     dl_net_on_ready(net, c);
+    dl_net_send_revocations(net, c, NULL);
 }
 
 static void on_sealed(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size) {
@@ -214,6 +215,7 @@ static void on_sealed(struct dl_conn *c, uint8_t type, const uint8_t *body, size
         return;
     }
     case DL_MSG_RECORDS: dl_net_on_records(net, c, body, size); return;
+    case DL_MSG_REVOCATIONS: dl_net_on_revocations(net, c, body, size); return;
     case DL_MSG_REQUEST: dl_rpc_on_request(net, c, body, size); return;
     case DL_MSG_RESPONSE: dl_rpc_on_response(net, c, body, size); return;
     case DL_MSG_CANCEL: dl_rpc_on_cancel(net, c, body, size); return;

@@ -211,6 +211,12 @@ int dl_net_admit(struct dl_net *net, struct dl_conn *c, const uint8_t *token, si
 /* Once a second: re-reads a changed revocation list, and disconnects peers
  * revoked since or whose token expired during the connection. */
 void dl_net_tick_admission(struct dl_net *net, double now);
+/* Sends the revocation list in force to c, or (c NULL) to every ready
+ * connection but except. */
+void dl_net_send_revocations(struct dl_net *net, struct dl_conn *c, struct dl_conn *except);
+/* A REVOCATIONS message: a newer list is put in force and forwarded; a
+ * forged one bans the sender. */
+void dl_net_on_revocations(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
 
 /* dht.c */
 int dl_dht_start(struct dl_net *net);

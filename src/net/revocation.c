@@ -72,28 +72,36 @@ int dl_revocations_decode(const uint8_t *bin, size_t size, struct dl_revocations
     return 0;
 }
 
-int dl_revocations_load(const char *path, const uint8_t *authority_pk, struct dl_revocations *r) {
-    memset(r, 0, sizeof *r);
-    if (sodium_init() < 0) return dl_fail("libsodium failed to initialise");
+int dl_revocations_read_file(const char *path, uint8_t **bin, size_t *bin_size) {
+    *bin = NULL;
+    *bin_size = 0;
     char *text;
     size_t size;
     size_t prefix = sizeof REVOCATION_TEXT_PREFIX - 1;
     if (dl_read_file(path, 4 * MAX_REVOKED * ID_BYTES, &text, &size)) return dl_fail_context("revocation list");
     size_t len = size;
     while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r')) len--;
-    size_t cap = len;
-    uint8_t *bin = size >= prefix && !memcmp(text, REVOCATION_TEXT_PREFIX, prefix) ? dl_malloc(cap + 1) : NULL;
-    size_t bin_size = 0;
+    uint8_t *out = len >= prefix && !memcmp(text, REVOCATION_TEXT_PREFIX, prefix) ? dl_malloc(len + 1) : NULL;
     const char *end = NULL;
-    int rc = !bin || sodium_base642bin(bin, cap + 1, text + prefix, len - prefix, NULL, &bin_size, &end,
+    int rc = !out || sodium_base642bin(out, len + 1, text + prefix, len - prefix, NULL, bin_size, &end,
                                        sodium_base64_VARIANT_URLSAFE_NO_PADDING) ||
              end != text + len;
     free(text);
     if (rc) {
-        free(bin);
+        free(out);
         return dl_fail("%s is not a dedloc revocation list", path);
     }
-    rc = dl_revocations_decode(bin, bin_size, r);
+    *bin = out;
+    return 0;
+}
+
+int dl_revocations_load(const char *path, const uint8_t *authority_pk, struct dl_revocations *r) {
+    memset(r, 0, sizeof *r);
+    if (sodium_init() < 0) return dl_fail("libsodium failed to initialise");
+    uint8_t *bin;
+    size_t bin_size;
+    if (dl_revocations_read_file(path, &bin, &bin_size)) return -1;
+    int rc = dl_revocations_decode(bin, bin_size, r);
     free(bin);
     if (rc) return dl_fail_context("%s", path);
     if (authority_pk && sodium_memcmp(authority_pk, r->authority_pk, DL_AUTHORITY_PK)) {

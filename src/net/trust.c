@@ -101,9 +101,14 @@ int dl_trust_init(struct dl_trust *t, const struct dl_net_config *config, const 
             dl_fail("cannot read revocation list %s: %s", t->revoked_path, strerror(errno));
             goto fail;
         }
-        if (dl_revocations_load(t->revoked_path, t->authority_pk, &t->revoked)) goto fail;
-        if (strcmp(t->revoked.run_id, run_id)) {
-            dl_fail("revocation list %s is for run '%s', not '%s'", t->revoked_path, t->revoked.run_id, run_id);
+        uint8_t *bin;
+        size_t size;
+        if (dl_revocations_read_file(t->revoked_path, &bin, &size)) goto fail;
+        int rc = dl_trust_offer_revocations(t, run_id, bin, size);
+        free(bin);
+        if (rc != 1) {
+            if (rc == 0) dl_fail("revocation list %s is not for this run and run key", t->revoked_path);
+            dl_fail_context("%s", t->revoked_path);
             goto fail;
         }
         t->revoked_mtime = st.st_mtim;
@@ -118,12 +123,13 @@ fail:
 void dl_trust_free(struct dl_trust *t) {
     free(t->allowed);
     free(t->revoked_path);
+    free(t->revoked_bin);
     dl_revocations_free(&t->revoked);
     sodium_memzero(t, sizeof *t);
 }
 
 bool dl_trust_is_revoked(const struct dl_trust *t, const char *peer_id) {
-    return t->revoked_path && dl_revocations_contains(&t->revoked, peer_id);
+    return t->have_revoked && dl_revocations_contains(&t->revoked, peer_id);
 }
 
 int dl_trust_admit(const struct dl_trust *t, const char *run_id, const char *peer_id,
@@ -150,7 +156,33 @@ int dl_trust_admit(const struct dl_trust *t, const char *run_id, const char *pee
     return 0;
 }
 
-bool dl_trust_reload(struct dl_trust *t) {
+int dl_trust_offer_revocations(struct dl_trust *t, const char *run_id, const uint8_t *bin, size_t size) {
+    if (!t->have_key) return 0;
+    struct dl_revocations fresh;
+    if (dl_revocations_decode(bin, size, &fresh)) return -1;
+    int rc = 0;
+    if (sodium_memcmp(fresh.authority_pk, t->authority_pk, DL_AUTHORITY_PK) || strcmp(fresh.run_id, run_id))
+        dl_fail("revocation list of another authority or run");
+    /* An older list (a restored backup, a slow peer) never un-revokes anyone. */
+    else if (t->have_revoked && fresh.serial <= t->revoked.serial)
+        dl_fail("revocation list not newer than ours");
+    else rc = 1;
+    uint8_t *copy = rc == 1 ? dl_malloc(size) : NULL;
+    if (!copy) {
+        dl_revocations_free(&fresh);
+        return 0;
+    }
+    memcpy(copy, bin, size);
+    dl_revocations_free(&t->revoked);
+    free(t->revoked_bin);
+    t->revoked = fresh;
+    t->revoked_bin = copy;
+    t->revoked_bin_size = size;
+    t->have_revoked = true;
+    return 1;
+}
+
+bool dl_trust_reload(struct dl_trust *t, const char *run_id) {
     if (!t->revoked_path) return false;
     struct stat st;
     if (!stat_revoked(t, &st)) return false;
@@ -159,19 +191,19 @@ bool dl_trust_reload(struct dl_trust *t) {
         return false;
     t->revoked_mtime = st.st_mtim;
     t->revoked_size = st.st_size;
-    struct dl_revocations fresh;
-    if (dl_revocations_load(t->revoked_path, t->authority_pk, &fresh)) {
-        DL_WARN("net", "keeping the previous revocation list: %s", dl_error());
+    uint8_t *bin = NULL;
+    size_t size = 0;
+    int rc = dl_revocations_read_file(t->revoked_path, &bin, &size) ? -1
+                                                                    : dl_trust_offer_revocations(t, run_id, bin, size);
+    free(bin);
+    if (rc < 0) {
+        DL_WARN("net", "keeping the revocation list in force: %s", dl_error());
         return false;
     }
-    /* An older list (a restored backup) never un-revokes anyone. */
-    if (fresh.serial <= t->revoked.serial || strcmp(fresh.run_id, t->revoked.run_id)) {
-        DL_WARN("net", "ignoring revocation list %s: older than the one in use, or for another run", t->revoked_path);
-        dl_revocations_free(&fresh);
+    if (rc == 0) {
+        DL_WARN("net", "ignoring %s: %s", t->revoked_path, dl_error());
         return false;
     }
-    dl_revocations_free(&t->revoked);
-    t->revoked = fresh;
     DL_INFO("net", "loaded revocation list %s (%zu peers revoked)", t->revoked_path, t->revoked.count);
     return true;
 }

@@ -20,8 +20,11 @@ struct dl_trust {
     uint64_t my_token_expires;
     uint8_t (*allowed)[16];           /* allowlist, raw peer ids */
     size_t num_allowed;
-    char *revoked_path;
+    char *revoked_path;               /* our copy of the authority's list, or NULL */
+    bool have_revoked;                /* a list is in force (from the file or from a peer) */
     struct dl_revocations revoked;
+    uint8_t *revoked_bin;             /* its signed binary form, forwarded to peers */
+    size_t revoked_bin_size;
     struct timespec revoked_mtime;
     off_t revoked_size;
 };
@@ -42,8 +45,12 @@ int dl_trust_admit(const struct dl_trust *t, const char *run_id, const char *pee
                    const uint8_t *token, size_t token_size, double now, int *role, double *expires);
 
 /* Re-reads the revocation list when its file changed; returns true when a
- * new list was loaded (connected peers should then be checked again). */
-bool dl_trust_reload(struct dl_trust *t);
+ * newer list was loaded (connected peers should then be checked again). */
+bool dl_trust_reload(struct dl_trust *t, const char *run_id);
+/* A list a peer sent (binary form): 1 when it is newer than ours and now in
+ * force, 0 when it is not for us or not newer (ignored), -1 when its
+ * signature is forged (the error says so). Needs the run key. */
+int dl_trust_offer_revocations(struct dl_trust *t, const char *run_id, const uint8_t *bin, size_t size);
 bool dl_trust_is_revoked(const struct dl_trust *t, const char *peer_id);
 
 #endif

@@ -32,6 +32,7 @@ enum dl_msg_type {
     DL_MSG_PING = 0x10,
     DL_MSG_PONG = 0x11,
     DL_MSG_RECORDS = 0x12,   /* signed progress/peer records (exchange and gossip) */
+    DL_MSG_REVOCATIONS = 0x13, /* the run authority's signed revocation list (gossip) */
     DL_MSG_REQUEST = 0x20,
     DL_MSG_RESPONSE = 0x21,
     DL_MSG_CANCEL = 0x22,
@@ -136,6 +137,9 @@ uint8_t *dl_msg_request_encode(const struct dl_msg_request *m, size_t *size);
 int dl_msg_request_decode(const uint8_t *data, size_t size, struct dl_msg_request *m);
 uint8_t *dl_msg_response_encode(const struct dl_msg_response *m, size_t *size);
 int dl_msg_response_decode(const uint8_t *data, size_t size, struct dl_msg_response *m);
+/* REVOCATIONS: [list bin], the list's binary form (points into data). */
+uint8_t *dl_msg_revocations_encode(const uint8_t *list, size_t list_size, size_t *size);
+int dl_msg_revocations_decode(const uint8_t *data, size_t size, const uint8_t **list, size_t *list_size);
 uint8_t *dl_msg_cancel_encode(uint64_t id, size_t *size);
 int dl_msg_cancel_decode(const uint8_t *data, size_t size, uint64_t *id);
 

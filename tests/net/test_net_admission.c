@@ -1,9 +1,11 @@
 /* Admission with real `dedloc peer` processes on loopback: peers holding
  * tokens from the run authority form a swarm; a peer without a token, with
  * an expired token, and with a token issued for another peer id is refused,
- * and its own log says why; a member revoked while connected is
- * disconnected and told so. The authority and tokens are made with the
- * `dedloc authority` command itself (the expired token with the library,
+ * and its own log says why; a member whose token runs out during the
+ * connection is disconnected; a member revoked while connected is
+ * disconnected by the peer that reads the list and, through the list's
+ * gossip, by the peer that does not. The authority and tokens are made with
+ * the `dedloc authority` command itself (the expired token with the library,
  * since the command issues no token already expired). */
 #include <sys/stat.h>
 
@@ -17,7 +19,7 @@ static char tmpdir[] = "/tmp/dl_net_admission_XXXXXX";
 static char run_key_hex[DL_AUTHORITY_PK_HEX];
 static char key_path[300], revoked_path[300];
 
-enum { A, B, F, C_NO_TOKEN, D_EXPIRED, E_OTHER_ID, NUM };
+enum { A, B, F, G_SHORT, C_NO_TOKEN, D_EXPIRED, E_OTHER_ID, NUM };
 static struct peer_proc procs[NUM];
 static char ids[NUM][DL_PEER_ID_HEX];
 static char ident_path[NUM][300], token_path[NUM][300], log_path[NUM][300];
@@ -44,7 +46,7 @@ static void spawn(int i, const char *initial) {
     a[n++] = "--identity"; a[n++] = ident_path[i];
     a[n++] = "--run-key"; a[n++] = run_key_hex;
     if (token_path[i][0]) { a[n++] = "--token"; a[n++] = token_path[i]; }
-    if (i == A || i == B) { a[n++] = "--revoked"; a[n++] = revoked_path; }
+    if (i == A) { a[n++] = "--revoked"; a[n++] = revoked_path; } /* B learns revocations from A */
     if (initial) { a[n++] = "--initial-peers"; a[n++] = initial; }
     while (n < 24) a[n++] = NULL;
     proc_spawn(&procs[i], log_path[i], a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
@@ -118,8 +120,9 @@ int main(void) {
         if (i == D_EXPIRED) continue;
         /* E holds a valid token, but it names B */
         const char *for_id = i == E_OTHER_ID ? ids[B] : ids[i];
-        CHECK(run_cmd("%s authority issue --key %s --peer %s --expires 1d --name peer%d > %s", DEDLOC_BINARY,
-                      key_path, for_id, i, token_path[i]) == 0);
+        /* G's token runs out a few seconds after it joined */
+        CHECK(run_cmd("%s authority issue --key %s --peer %s --expires %s --name peer%d > %s", DEDLOC_BINARY,
+                      key_path, for_id, i == G_SHORT ? "12s" : "1d", i, token_path[i]) == 0);
     }
     write_expired_token(D_EXPIRED);
     /* The list exists from the start (revoking someone else). */
@@ -133,8 +136,9 @@ int main(void) {
     snprintf(initial, sizeof initial, "%s", procs[A].listen);
     spawn(B, initial);
     spawn(F, initial);
-    struct expect_view three = {3, 0, 0};
-    CHECK_MSG(procs_wait_views(procs, F + 1, &three, 30), "the members did not form a swarm");
+    spawn(G_SHORT, initial);
+    struct expect_view four = {4, 0, 0};
+    CHECK_MSG(procs_wait_views(procs, G_SHORT + 1, &four, 30), "the members did not form a swarm");
 
     /* Outsiders are refused, each told why. */
     spawn(C_NO_TOKEN, initial);
@@ -149,14 +153,19 @@ int main(void) {
         proc_pump(&procs[i]);
         CHECK_MSG(json_num(procs[i].last, "num_peers") == 1, "outsider %d sees %g peers", i,
                   json_num(procs[i].last, "num_peers"));
-        for (int m = A; m <= F; m++) CHECK(!json_peers_contain(procs[m].last, ids[i]));
+        for (int m = A; m <= G_SHORT; m++) CHECK(!json_peers_contain(procs[m].last, ids[i]));
     }
-    CHECK(json_num(procs[A].last, "num_peers") == 3);
+
+    /* G's token runs out: every member drops it. */
+    CHECK(wait_log(G_SHORT, "refused us: not admitted: token expired during the connection", 20));
+    struct expect_view three = {3, 0, 0};
+    CHECK_MSG(procs_wait_views(procs, F + 1, &three, 20), "the expired member is still in the view");
 
     /* A member revoked while connected is disconnected and stays out. */
     CHECK(run_cmd("%s authority revoke --key %s --peer %s --out %s 2>/dev/null", DEDLOC_BINARY, key_path, ids[F],
                   revoked_path) == 0);
     CHECK(wait_log(F, "not admitted: revoked", 20));
+    CHECK(wait_log(B, "put in force (2 peers revoked)", 20)); /* gossiped by A */
     struct expect_view two = {2, 0, 0};
     CHECK_MSG(procs_wait_views(procs, B + 1, &two, 20), "the revoked member is still in the view");
     CHECK(!json_peers_contain(procs[A].last, ids[F]) && !json_peers_contain(procs[B].last, ids[F]));

@@ -241,12 +241,30 @@ static void test_policy(const struct dl_authority *a) {
     make_token(a, PEER_C, DL_ROLE_TRAINER, 5000, bin, &n);
     CHECK(dl_trust_admit(&t, "run-xy", PEER_C, bin, n, 10, &role, &until) != 0 && strstr(dl_error(), "revoked"));
     /* a later list is picked up; an unchanged file is not re-read */
-    CHECK(!dl_trust_reload(&t));
+    CHECK(!dl_trust_reload(&t, "run-xy"));
     CHECK(!dl_trust_is_revoked(&t, PEER_A));
     usleep(20000);
     CHECK_OK(dl_revocations_add(a, revoked, PEER_A));
-    CHECK(dl_trust_reload(&t));
+    CHECK(dl_trust_reload(&t, "run-xy"));
     CHECK(dl_trust_is_revoked(&t, PEER_A));
+    /* lists from peers: an older one is ignored, a newer one put in force,
+     * a forged one refused */
+    uint8_t *older_bin = NULL, *newer_bin = NULL;
+    size_t older_n = 0, newer_n = 0;
+    CHECK_OK(dl_revocations_read_file(revoked, &older_bin, &older_n));
+    CHECK(dl_trust_offer_revocations(&t, "run-xy", older_bin, older_n) == 0);
+    usleep(20000);
+    CHECK_OK(dl_revocations_add(a, revoked, PEER_B));
+    CHECK_OK(dl_revocations_read_file(revoked, &newer_bin, &newer_n));
+    CHECK(!dl_trust_is_revoked(&t, PEER_B));
+    newer_bin[newer_n - 1] ^= 1;
+    CHECK(dl_trust_offer_revocations(&t, "run-xy", newer_bin, newer_n) < 0 && strstr(dl_error(), "signature"));
+    newer_bin[newer_n - 1] ^= 1;
+    CHECK(dl_trust_offer_revocations(&t, "run-xy", newer_bin, newer_n) == 1);
+    CHECK(dl_trust_is_revoked(&t, PEER_B) && t.revoked_bin_size == newer_n);
+    CHECK(dl_trust_offer_revocations(&t, "run-other", newer_bin, newer_n) == 0);
+    free(older_bin);
+    free(newer_bin);
     dl_trust_free(&t);
 
     /* allowlist only: a token does not help */
