@@ -45,8 +45,7 @@ uint8_t *dl_msg_auth_encode(const uint8_t sig[DL_WIRE_SIG], const uint8_t *token
     dl_enc_init(&e);
     msgpack_pack_array(&e.pk, 2);
     dl_pack_bin(&e.pk, sig, DL_WIRE_SIG);
-    static const uint8_t no_token[1];
-    dl_pack_bin(&e.pk, token_size ? token : no_token, token_size);
+    dl_pack_bin(&e.pk, token, token_size);
     return dl_enc_finish(&e, size);
 }
 

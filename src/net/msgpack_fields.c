@@ -119,7 +119,8 @@ void dl_pack_str(msgpack_packer *pk, const char *s) {
 
 void dl_pack_bin(msgpack_packer *pk, const void *p, size_t n) {
     msgpack_pack_bin(pk, n);
-    msgpack_pack_bin_body(pk, p, n);
+    /* An empty field may come with a NULL pointer, which memcpy must not see. */
+    if (n) msgpack_pack_bin_body(pk, p, n);
 }
 
 /* ---- decoding helpers ------------------------------------------------------ */

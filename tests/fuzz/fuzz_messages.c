@@ -14,7 +14,7 @@ static int count_blob(void *user, const uint8_t *blob, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_setup();
     if (size < 1) return 0;
-    uint8_t which = data[0] % 9;
+    uint8_t which = data[0] % 10;
     size_t n = size - 1;
     uint8_t *body = (uint8_t *)fuzz_copy(data + 1, n, false);
     uint8_t *again = NULL;
@@ -93,6 +93,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             /* A compressed payload is inflated with the claimed size as the bound. */
             uint8_t *raw = NULL;
             if (m.compressed && dl_wire_inflate(m.payload, m.size, m.raw_size, 1u << 20, &raw) == 0) free(raw);
+        }
+        break;
+    }
+    case 9: {
+        const uint8_t *list, *list2;
+        size_t ln, ln2;
+        if (dl_msg_revocations_decode(body, n, &list, &ln) == 0) {
+            again = dl_msg_revocations_encode(list, ln, &again_n);
+            FUZZ_ASSERT(again && dl_msg_revocations_decode(again, again_n, &list2, &ln2) == 0);
+            FUZZ_ASSERT(ln == ln2 && (ln == 0 || !memcmp(list, list2, ln)));
         }
         break;
     }

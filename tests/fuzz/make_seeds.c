@@ -140,6 +140,9 @@ static void net_seeds(void) {
                       sodium_base64_VARIANT_URLSAFE_NO_PADDING);
     free(list_text);
     put_selected("fuzz_token", "revocations", 2, list_bin, list_bin_n);
+    b = dl_msg_revocations_encode(list_bin, list_bin_n, &n);
+    put_selected("fuzz_messages", "revocations", 9, b, n);
+    free(b);
 }
 
 static void checkpoint_seed(void) {
