@@ -191,6 +191,10 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(old, DL_ERR_DUPLICATE, "duplicate connection (replaced)", false);
     }
     c->state = CONN_READY;
+    /* At most one frame plus its header waits in the buffer; libevent moves
+     * 16 KiB per read by default, and gradient parts are megabytes. */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, DL_WIRE_HEADER + (size_t)net->cfg.max_frame + 4096);
+    bufferevent_set_max_single_read(c->bev, 256 * 1024);
     DL_INFO("net", "authenticated %s %s at %s (handshake %.2f ms)", c->peer_client ? "client" : "peer",
             c->peer_id, c->remote, (dl_now() - c->created) * 1e3);
     dl_net_on_ready(net, c);
@@ -348,10 +352,11 @@ struct dl_conn *dl_conn_new(struct dl_net *net, struct bufferevent *bev, bool ou
     net->conns = c;
     net->num_conns++;
     bufferevent_setcb(bev, read_cb, NULL, event_cb, c);
-    /* Bounded input: at most one frame plus its header waits in the buffer. */
-    bufferevent_setwatermark(bev, EV_READ, 0, DL_WIRE_HEADER + (size_t)net->cfg.max_frame + 4096);
-    /* libevent moves 16 KiB per read by default; gradient parts are megabytes. */
-    bufferevent_set_max_single_read(bev, 256 * 1024);
+    /* Bounded input: before authentication only small frames are accepted,
+     * so only a little is read ahead; on_auth widens it once the peer has
+     * proved who it is. */
+    bufferevent_setwatermark(bev, EV_READ, 0, 2 * (DL_WIRE_HEADER + DL_NET_PREAUTH_MAX_BODY));
+    bufferevent_set_max_single_read(bev, 4096);
     bufferevent_set_max_single_write(bev, 256 * 1024);
     if (net->rate_group) bufferevent_add_to_rate_limit_group(bev, net->rate_group);
     bufferevent_enable(bev, EV_READ | EV_WRITE);

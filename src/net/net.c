@@ -130,6 +130,10 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         evutil_closesocket(fd);
         return;
     }
+    if (!dl_net_door_admit(net, sa)) {
+        evutil_closesocket(fd);
+        return;
+    }
     struct bufferevent *bev = bufferevent_socket_new(net->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {
         evutil_closesocket(fd);

@@ -16,6 +16,12 @@
 
 #define DL_NET_MAX_CONNS 256
 #define DL_NET_MAX_PREAUTH 64
+/* Per remote host (door.c): unauthenticated connections at once, and new
+ * connections per second with a burst allowance. */
+#define DL_NET_MAX_PREAUTH_PER_HOST 16
+#define DL_NET_DOOR_RATE 20.0
+#define DL_NET_DOOR_BURST 40.0
+#define DL_NET_DOOR_HOSTS 256
 #define DL_NET_MAX_TARGETS 1024
 #define DL_NET_MAX_HANDLERS 32
 #define DL_NET_MAX_INCOMING_PER_CONN 64
@@ -52,6 +58,12 @@ struct dl_target {
     uint8_t pk[DL_WIRE_PK];
     bool has_pk, initial, is_self;
     double next_attempt, backoff, last_seen;
+};
+
+struct dl_door_host {
+    char host[48];
+    double tokens, last, last_warned;
+    size_t refused;
 };
 
 struct dl_ban {
@@ -149,6 +161,7 @@ struct dl_net {
     int dht_port;
 
     struct dl_trust trust;            /* who may join (admission.c) */
+    struct dl_door_host door[DL_NET_DOOR_HOSTS]; /* limits per remote host (door.c) */
     double next_admission_check;
 };
 
@@ -201,6 +214,10 @@ void dl_rpc_run_cmd(struct dl_net *net, struct dl_cmd *cmd);
 void dl_rpc_tick(struct dl_net *net, double now);
 void dl_rpc_conn_closed(struct dl_net *net, struct dl_conn *c);
 void dl_rpc_fail_all(struct dl_net *net);
+
+/* door.c */
+/* Whether a new inbound connection from sa is within its host's limits. */
+bool dl_net_door_admit(struct dl_net *net, const struct sockaddr *sa);
 
 /* admission.c */
 /* Loads the admission policy at start and says once whether the run is open. */
