@@ -1,7 +1,8 @@
 /* bench_gemm: the GEMM benchmark as a standalone program. The benchmark itself
- * is `dedloc bench gemm` (src/cli/bench_gemm.c, which links OpenBLAS for the
- * CPU comparison); this runs the dedloc binary built beside it with the same
- * arguments, so both always measure the same thing. */
+ * is `dedloc bench gemm` (src/cli/bench_gemm.c over the device module's GEMM
+ * timing, with bench/gemm_openblas.c linked in for the CPU comparison); this
+ * runs the dedloc binary built beside it with the same arguments, so both
+ * always measure the same thing. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>

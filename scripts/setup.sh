@@ -3,6 +3,8 @@
 # those missing), then configures and builds into build/. Idempotent.
 #   ./scripts/setup.sh            install + build (RelWithDebInfo)
 #   BUILD_DIR=... CMAKE_ARGS=... ./scripts/setup.sh
+# This is the development and test build: test hooks on (DEDLOC_TEST_HOOKS=OFF
+# ./scripts/setup.sh for a build like an install's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +38,7 @@ fi
 
 BUILD_DIR=${BUILD_DIR:-build}
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} ${CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
+  -DDEDLOC_TEST_HOOKS=${DEDLOC_TEST_HOOKS:-ON} ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "setup: built $BUILD_DIR/dedloc"

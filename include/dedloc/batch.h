@@ -1,6 +1,7 @@
 /* One training batch as the data pipeline produces it and the model consumes
  * it: plain row-major int32 arrays, ready to upload. Shared by src/data
- * (producer) and src/model (consumer); neither depends on the other. */
+ * (producer) and src/model (consumer); neither depends on the other. Its
+ * allocation lives in src/util/batch.c. */
 #ifndef DEDLOC_BATCH_H
 #define DEDLOC_BATCH_H
 

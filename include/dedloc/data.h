@@ -40,6 +40,9 @@
  * generator seeded from (seed, peer_seed): the same configuration over the
  * same bytes gives bit-identical batches, whether the bytes come from a file or
  * over HTTP with failures and retries.
+ *
+ * Lives in src/data/; depends on text (the tokenizer, bound in data_open.c
+ * only) and util, and knows nothing of the model: batches are dl_batch.
  */
 #ifndef DEDLOC_DATA_H
 #define DEDLOC_DATA_H

@@ -2,13 +2,19 @@
  * sources, on-disk binary cache), buffers, kernel launches and GEMM (CLBlast).
  *
  * Everything above this layer sees a dl_device and dl_buffer; nothing above it
- * calls OpenCL directly except to set kernel arguments (DL_ARG). */
+ * calls OpenCL directly except to set kernel arguments (DL_ARG). Also here:
+ * GEMM timing and CLBlast tuning (the search `dedloc tune` runs and the stored
+ * parameters every open applies).
+ *
+ * Lives in src/device/ (kernels in cl/); depends on util only. The model
+ * builds on it; `dedloc devices`, `bench gemm` and `tune` call it. */
 #ifndef DEDLOC_DEVICE_H
 #define DEDLOC_DEVICE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
@@ -57,6 +63,9 @@ enum {
      * keeps overrides per OpenCL device for the whole process, so this only
      * means something before any device of the process applied them. */
     DL_OPEN_NO_TUNING = 1u << 0,
+    /* Every GEMM through CLBlast, whatever the default backend: for timing
+     * and tuning CLBlast itself (bench gemm, tune). */
+    DL_OPEN_CLBLAST = 1u << 1,
 };
 /* dl_device_open with flags (DL_OPEN_*). */
 int dl_device_open_ex(const char *selector, unsigned flags, dl_device **out);
@@ -150,6 +159,18 @@ typedef struct dl_gemm_args {
  * buffer sizes before CLBlast runs; a violation is an error naming the matrix. */
 int dl_gemm(dl_device *dev, const dl_gemm_args *args);
 
+/* Who computes fp32 GEMMs. On a CPU device whose buffers are host memory
+ * (PoCL), OpenBLAS on the mapped buffers is several times faster than CLBlast's
+ * OpenCL kernels (bench/README.md); it is the default there when the build has
+ * OpenBLAS. DEDLOC_GEMM_BACKEND=clblast|openblas overrides the default at
+ * open. CLBlast is always the path on GPUs and for fp16. */
+typedef enum { DL_GEMM_CLBLAST = 0, DL_GEMM_OPENBLAS = 1 } dl_gemm_backend;
+dl_gemm_backend dl_device_gemm_backend(const dl_device *dev);
+const char *dl_gemm_backend_name(dl_gemm_backend backend);
+/* Selects the backend; OpenBLAS only on a host-memory CPU device of a build
+ * with OpenBLAS (else -1 with the reason). */
+int dl_device_set_gemm_backend(dl_device *dev, dl_gemm_backend backend);
+
 /* ---- precision conversion on the device (cl/convert.cl) ----
  * n elements from src (element offset src_off) to dst (element offset dst_off).
  * Bit-identical to the host conversions in dedloc/util.h (dl_f32_to_f16 ...):
@@ -164,6 +185,27 @@ int dl_convert_f32_to_bf16(dl_device *dev, const dl_buffer *src, size_t src_off,
 int dl_convert_bf16_to_f32(dl_device *dev, const dl_buffer *src, size_t src_off, dl_buffer *dst,
                            size_t dst_off, size_t n);
 
+/* ---- GEMM timing (src/device/gemm_timing.c) ----
+ * Shapes and timing shared by `dedloc bench gemm` and `dedloc tune`.
+ * Row-major C[m x n] = op(A)[m x k] * op(B)[k x n], batch times. Linear layers
+ * multiply activations by PyTorch-layout weights [out, in]: trans_b. */
+typedef struct dl_gemm_shape {
+    const char *name;
+    size_t m, n, k, batch;
+    bool trans_a, trans_b;
+} dl_gemm_shape;
+
+/* Floating-point operations of one call: 2 m n k batch. */
+double dl_gemm_shape_flops(const dl_gemm_shape *shape);
+
+/* Allocates the operands once (random non-zero data), calls the GEMM once to
+ * compile and warm up, then times `repeat` calls, each to completion. Returns
+ * the median seconds per call in *seconds. */
+int dl_gemm_time(dl_device *dev, const dl_gemm_shape *shape, int repeat, double *seconds);
+/* The device's SGEMM rate as a reference: seconds of one n x n x n product
+ * (constant operands), the best of 5 calls after an untimed first one. */
+int dl_gemm_square_seconds(dl_device *dev, size_t n, double *seconds);
+
 /* ---- CLBlast tuning (src/device/tune*.c) ----
  * Tuned GEMM parameters live in dl_cache_dir()/clblast/<device key>.json,
  * written by `dedloc tune`. The key names the device, platform and driver, so
@@ -177,5 +219,72 @@ void dl_tune_path(const dl_device_info *info, char *path, size_t size);
  * be NULL) tells whether a file existed and was applied. A missing file is not
  * an error; a malformed one is (-1, with the reason). */
 int dl_tune_apply(dl_device *dev, bool *applied);
+
+/* ---- tuning exploration (src/device/tune_explore.c) ----
+ * For `dedloc tune`: runs CLBlast's own kernel tuner (clblast_tuner_xgemm,
+ * Debian package clblast-utils) as a child process for a bounded time and
+ * keeps the fastest verified configurations it printed. */
+enum { DL_XGEMM_PARAMS_MAX = 24 };
+
+/* One complete parameter set of CLBlast's Xgemm kernel. */
+typedef struct dl_xgemm_config {
+    size_t count;
+    char names[DL_XGEMM_PARAMS_MAX][16];
+    size_t values[DL_XGEMM_PARAMS_MAX];
+    double tuner_gflops; /* as the tuner measured it, 0 for built-in candidates */
+} dl_xgemm_config;
+
+/* Runs the tuner on `info`'s device for an m x n x k product until it ends or
+ * `seconds` pass, then returns the best distinct configurations (at most
+ * max_out, fastest first) in out. *found may be 0 if nothing finished. Fails
+ * if the tuner cannot be started. */
+int dl_tune_explore(const dl_device_info *info, size_t m, size_t n, size_t k, double seconds,
+                    dl_xgemm_config *out, int max_out, int *found);
+
+/* A few configurations that do well on CPUs and GPUs, for when the tuner is
+ * not installed. */
+int dl_tune_builtin_candidates(dl_xgemm_config *out, int max_out);
+
+/* ---- the tuning search (src/device/tune_search.c) ----
+ * What `dedloc tune` runs: time a model preset's GEMM shapes with CLBlast's
+ * built-in parameters, explore (above), time the candidates on the preset's
+ * shapes within the budget, store the winner as this device's tuning file. */
+enum { DL_TUNE_PRESET_SHAPES_MAX = 4 };
+
+/* A model preset's linear layers for 8 x 128 tokens, and the size the kernel
+ * tuner explores for it. */
+typedef struct dl_tune_preset {
+    const char *name;
+    dl_gemm_shape shapes[DL_TUNE_PRESET_SHAPES_MAX];
+    int nshapes;
+    size_t explore_m, explore_n, explore_k;
+} dl_tune_preset;
+
+/* "sahajbert" or "tiny"; NULL for any other name. */
+const dl_tune_preset *dl_tune_preset_find(const char *name);
+/* Median seconds (3 timed calls) of each of the preset's shapes with the
+ * parameters in force, and their sum. */
+int dl_tune_preset_seconds(dl_device *dev, const dl_tune_preset *preset, double *per_shape,
+                           double *total);
+/* Makes CLBlast use these Xgemm parameters (single precision) on the device,
+ * for the rest of the process (CLBlastOverrideParameters). */
+int dl_tune_override_xgemm(dl_device *dev, const dl_xgemm_config *config);
+/* "NAME=value NAME=value ..." into buf. */
+void dl_xgemm_config_describe(const dl_xgemm_config *config, char *buf, size_t size);
+/* Times candidates in order on the preset's shapes until the next one, which
+ * costs about last_cost seconds, would end past deadline (dl_now() time).
+ * Returns the index of the fastest candidate that beat base_total seconds,
+ * with its per-shape seconds in best_times, or -1 if none did (best_times
+ * untouched). A line per candidate goes to progress (may be NULL); a failing
+ * candidate is reported there and skipped. The last candidate's parameters
+ * stay in force. */
+int dl_tune_time_candidates(dl_device *dev, const dl_tune_preset *preset,
+                            const dl_xgemm_config *candidates, int ncand, double deadline,
+                            double last_cost, double base_total, double *best_times, FILE *progress);
+/* Writes the tuning file at path (dl_tune_path) atomically: the winning
+ * parameters, the preset's shapes with their built-in and tuned GFLOP/s (from
+ * the seconds in base and tuned), the device, driver and budget. */
+int dl_tune_store(const dl_device_info *info, const dl_tune_preset *preset, const dl_xgemm_config *best,
+                  const double *base, const double *tuned, double budget_seconds, const char *path);
 
 #endif

@@ -12,13 +12,17 @@
  * optimizer step), dl_model_zero_grad, one dl_model_forward_backward per
  * micro-batch (gradients accumulate), dl_model_get_grads. Everything is
  * deterministic: the same batch and parameters on the same device give the
- * same bits. */
+ * same bits.
+ *
+ * Lives in src/model/ (kernels in cl/); depends on device, safetensors and
+ * util, and knows nothing of training, the data pipeline or the network. */
 #ifndef DEDLOC_MODEL_H
 #define DEDLOC_MODEL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dedloc/batch.h"
 #include "dedloc/device.h"
@@ -49,12 +53,17 @@ int dl_albert_config_preset(const char *name, dl_albert_config *cfg);
 /* Checks sizes are positive and bounded, heads divide hidden, groups <=
  * layers, pad id inside the vocabulary. */
 int dl_albert_config_validate(const dl_albert_config *cfg);
-/* Reads a HF config.json (untrusted: types and ranges checked; hidden_act
- * must be gelu_new; non-zero dropouts are warned about and ignored). */
+/* Parses HF config.json text of `size` bytes (untrusted: types and ranges
+ * checked; hidden_act must be gelu_new; non-zero dropouts are warned about
+ * and ignored). origin names the text in errors and warnings (a path, or
+ * e.g. "the checkpoint's model configuration"). */
+int dl_albert_config_parse(const char *json, size_t size, const char *origin, dl_albert_config *cfg);
+/* dl_albert_config_parse of a config.json file. */
 int dl_albert_config_load(const char *path, dl_albert_config *cfg);
-/* The same from config.json text in memory (size bytes); `what` names it in errors. */
-int dl_albert_config_parse(const char *text, size_t size, const char *what, dl_albert_config *cfg);
-/* Writes config.json as AlbertForPreTraining.save_pretrained would. */
+/* config.json text as AlbertForPreTraining.save_pretrained writes it, ending
+ * in a newline (*json malloc'd, NUL-terminated). */
+int dl_albert_config_to_json(const dl_albert_config *cfg, char **json);
+/* Writes dl_albert_config_to_json's text to path (atomically). */
 int dl_albert_config_save(const char *path, const dl_albert_config *cfg);
 /* Human-readable one-line summary into buf. */
 void dl_albert_config_describe(const dl_albert_config *cfg, char *buf, size_t size);
@@ -181,5 +190,23 @@ int dl_model_get_grads(dl_model *model, float loss_scale, float *grads);
 /* Device memory the model holds (parameters, gradients, activations,
  * scratch), in bytes. */
 size_t dl_model_memory_bytes(const dl_model *model);
+
+/* ---- step timing (src/model/step_timing.c) ----------------------------------- */
+typedef struct dl_step_timing {
+    double step_seconds;        /* median of the timed steps: zero-grad + forward + backward */
+    double flops;               /* GEMM operations of one step (dl_albert_step_flops) */
+    int masked_tokens;          /* MLM positions of the batch */
+    size_t parameters;          /* elements of the flat parameter vector */
+    size_t model_memory_bytes;  /* dl_model_memory_bytes of the timed model */
+} dl_step_timing;
+
+/* Creates the model on dev for batch x seq tokens in the given storage
+ * precision, sets params (NULL: dl_albert_init_params with seed 1), and times
+ * `warmup` untimed then `steps` timed steps on one fixed batch of random
+ * tokens with 15% MLM labels (the same batch for every call). A line per step
+ * goes to progress (may be NULL). The model is freed before returning. */
+int dl_model_time_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch,
+                       int seq, dl_precision precision, int warmup, int steps, FILE *progress,
+                       dl_step_timing *out);
 
 #endif

@@ -2,7 +2,11 @@
  * (8-byte little-endian header length, JSON header via cJSON, raw
  * little-endian data). Everything read is validated before use: header length,
  * JSON shape, dtypes, shapes against sizes, offsets inside the file, no
- * overlapping tensors. */
+ * overlapping tensors.
+ *
+ * Lives in src/safetensors/ as its own module because two modules use it:
+ * model (HF model folders, batch and gradient files) and train
+ * (checkpoints). It depends on util only. */
 #ifndef DEDLOC_SAFETENSORS_H
 #define DEDLOC_SAFETENSORS_H
 

@@ -4,7 +4,9 @@
  * Contract with src/data: dl_tokenizer_encode produces the ids of one text
  * without special tokens; dl_tokenizer_encode_pair applies the post-processor
  * template ([CLS] A [SEP] B [SEP]) and its type ids. A tokenizer is immutable
- * after loading and safe to share between threads. */
+ * after loading and safe to share between threads.
+ *
+ * Lives in src/text/ (the demo tokenizer in assets/); depends on util only. */
 #ifndef DEDLOC_TEXT_H
 #define DEDLOC_TEXT_H
 

@@ -1,9 +1,14 @@
 /* dedloc training on the host: the optimizer (LAMB, AdamW), the learning-rate
- * schedule, gradient clipping and accumulation, dynamic loss scaling.
+ * schedule, gradient clipping and accumulation, dynamic loss scaling,
+ * checkpoints, the training loop of one peer and its device backend.
  *
- * Everything here works on one flat fp32 vector of parameters and a second
+ * Lives in src/train/; depends on model, data (the device backend only),
+ * safetensors (checkpoints) and util, and knows nothing of the network.
+ *
+ * The optimizer works on one flat fp32 vector of parameters and a second
  * flat vector of gradients with the same layout; it knows nothing of the
- * model beyond the layout view below. All arithmetic is plain C, single
+ * model beyond the layout view below (only the device backend, near the end,
+ * touches the model and the data). All arithmetic is plain C, single
  * threaded, in a fixed order, built with -ffp-contract=off and no fast-math:
  * the same gradient gives bit-identical weights on every machine.
  *
@@ -21,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dedloc/data.h"
 #include "dedloc/model.h"
 
 /* ---- parameter layout view -------------------------------------------------
@@ -212,6 +218,10 @@ void dl_checkpoint_free(dl_checkpoint *ck);
 int dl_checkpoint_serialize(const dl_checkpoint *ck, char **out, size_t *out_size);
 int dl_checkpoint_parse(char *buffer, size_t size, dl_checkpoint *ck);
 
+/* Parses the checkpoint's model configuration (HF config.json text, checked
+ * like a config.json file). */
+int dl_checkpoint_model_config(const dl_checkpoint *ck, dl_albert_config *cfg);
+
 /* Fills a checkpoint view from an optimizer (borrowed pointers: do not free
  * it with dl_checkpoint_free). */
 void dl_checkpoint_view(dl_checkpoint *ck, const dl_optimizer *opt, float *params);
@@ -289,13 +299,30 @@ int dl_trainer_run(const dl_trainer_options *opts, const dl_opt_config *opt_conf
                    const dl_train_layout *layout, float *params, const dl_checkpoint *resume,
                    const dl_trainer_backend *backend, dl_trainer_result *result);
 
+/* ---- the device backend (src/train/device_backend.c) ---------------------------
+ * The backend every training peer uses: the model on an OpenCL device, fed
+ * micro-batches by the data stream. */
+typedef struct dl_device_backend {
+    dl_device *device;       /* owned */
+    dl_model *model;         /* owned, on device */
+    dl_data_stream *data;    /* owned */
+    dl_batch batch;          /* the current micro-batch */
+} dl_device_backend;
+
+/* Opens the data stream (data, with tok), the device (selector as in
+ * dl_device_open; its name is logged) and the model for micro-batches of
+ * data->batch_size x data->max_seq_len in the given storage precision. The
+ * model's weights are set later (dl_trainer_run does it through the
+ * callbacks). On failure everything opened so far is closed again. */
+int dl_device_backend_open(dl_device_backend *be, const dl_data_config *data, const dl_tokenizer *tok,
+                           const char *device_selector, const dl_albert_config *cfg,
+                           dl_precision precision);
+void dl_device_backend_close(dl_device_backend *be);
+/* The callbacks for dl_trainer_run over be (be must outlive their use). */
+dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be);
+
 /* Builds the optimizer's layout view from the model's (names, shapes); weight
  * decay follows dl_train_no_decay_name, as sahajBERT's training script did. */
 int dl_train_layout_from_model(const dl_param_layout *model_layout, dl_train_layout *out);
-
-/* The model configuration as HF config.json text and back (validated like a
- * config.json file). *json is malloc'd. */
-int dl_train_config_to_json(const dl_albert_config *cfg, char **json);
-int dl_train_config_from_json(const char *json, dl_albert_config *cfg);
 
 #endif

@@ -9,12 +9,11 @@
 
 #include "cli/bench.h"
 #include "cli/commands.h"
-#include "cli/gemm_timing.h"
 #include "dedloc/device.h"
 #include "dedloc/util.h"
 
 #ifdef DEDLOC_HAVE_OPENBLAS
-#include <cblas.h>
+#include "bench/gemm_openblas.h"
 #endif
 
 /* Square products, then ALBERT-large (sahajBERT) for 8 x 128 tokens: the
@@ -48,44 +47,6 @@ static void help(FILE *out) {
             "  --shapes LIST  comma-separated shape names (default: all)\n"
             "  --json         one JSON object instead of the table\n");
 }
-
-#ifdef DEDLOC_HAVE_OPENBLAS
-/* Median seconds per call of the same product through cblas_sgemm. */
-static int openblas_seconds(const dl_gemm_shape *s, int repeat, double *seconds) {
-    size_t batch = s->batch ? s->batch : 1;
-    size_t a_elems = s->m * s->k, b_elems = s->k * s->n, c_elems = s->m * s->n;
-    float *a = dl_malloc(batch * a_elems * 4), *b = dl_malloc(batch * b_elems * 4),
-          *c = dl_calloc(batch * c_elems, 4);
-    double *times = dl_calloc((size_t)repeat + 1, sizeof *times);
-    if (!a || !b || !c || !times) {
-        free(a), free(b), free(c), free(times);
-        return -1;
-    }
-    dl_rng rng;
-    dl_rng_seed(&rng, 3);
-    for (size_t i = 0; i < batch * a_elems; i++) a[i] = 0.5f + dl_rng_uniform(&rng);
-    for (size_t i = 0; i < batch * b_elems; i++) b[i] = 0.5f + dl_rng_uniform(&rng);
-    for (int r = 0; r <= repeat; r++) { /* r == 0 warms up */
-        double t0 = dl_now();
-        for (size_t p = 0; p < batch; p++)
-            cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans,
-                        s->trans_b ? CblasTrans : CblasNoTrans, (int)s->m, (int)s->n, (int)s->k,
-                        1.0f, a + p * a_elems, (int)(s->trans_a ? s->m : s->k), b + p * b_elems,
-                        (int)(s->trans_b ? s->k : s->n), 0.0f, c + p * c_elems, (int)s->n);
-        times[r] = dl_now() - t0;
-    }
-    /* median of the timed calls (insertion sort: a handful of values) */
-    for (int i = 2; i <= repeat; i++)
-        for (int j = i; j > 1 && times[j - 1] > times[j]; j--) {
-            double t = times[j];
-            times[j] = times[j - 1];
-            times[j - 1] = t;
-        }
-    *seconds = times[1 + repeat / 2];
-    free(a), free(b), free(c), free(times);
-    return 0;
-}
-#endif
 
 static bool shape_selected(const char *list, const char *name) {
     if (!list) return true;
@@ -146,7 +107,7 @@ int bench_gemm(int argc, char **argv) {
     /* CLBlast keeps parameter overrides per OpenCL device for the process:
      * measure the built-in parameters first, then apply the stored ones. */
     dl_device *dev;
-    if (dl_device_open_ex(device_sel, DL_OPEN_NO_TUNING, &dev)) {
+    if (dl_device_open_ex(device_sel, DL_OPEN_NO_TUNING | DL_OPEN_CLBLAST, &dev)) {
         fprintf(stderr, "dedloc bench gemm: %s\n", dl_error());
         return DL_EXIT_FAILURE;
     }
@@ -188,7 +149,7 @@ int bench_gemm(int argc, char **argv) {
     for (int i = 0; i < NSHAPES && !rc && use_openblas; i++) {
         if (!selected[i]) continue;
         double t;
-        if (!(rc = openblas_seconds(&shapes[i], repeat, &t))) openblas[i] = gflops(&shapes[i], t);
+        if (!(rc = dl_openblas_gemm_seconds(&shapes[i], repeat, &t))) openblas[i] = gflops(&shapes[i], t);
     }
 #endif
     if (rc) {

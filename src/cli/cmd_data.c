@@ -1,3 +1,5 @@
+/* dedloc data: runs the data stream on a source without training and prints
+ * the first rows decoded, then the stream's counters. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>

@@ -1,3 +1,4 @@
+/* dedloc devices: lists every OpenCL device with the index --device takes. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>

@@ -58,7 +58,7 @@ int cmd_export(int argc, char **argv) {
     int exit_code = DL_EXIT_FAILURE;
     dl_albert_config cfg;
     dl_param_layout layout = {0};
-    if (dl_train_config_from_json(ck.model_config_json, &cfg) || dl_param_layout_build(&cfg, &layout))
+    if (dl_checkpoint_model_config(&ck, &cfg) || dl_param_layout_build(&cfg, &layout))
         goto fail;
     if (layout.total != ck.layout.total || layout.count != ck.layout.count) {
         dl_fail("%s holds %zu parameters in %d tensors; its configuration needs %zu in %d", used, ck.layout.total,

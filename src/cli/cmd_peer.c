@@ -1,6 +1,8 @@
 /* dedloc peer: a bare peer that trains nothing. It joins a collaboration,
  * keeps the DHT and the peer lists alive (a stable bootstrap address for a
- * run) and prints its swarm view as one JSON object per line. */
+ * run) and prints its swarm view as one JSON object per line. Test builds
+ * (CMake option DEDLOC_TEST_HOOKS) also take --fake-* progress for the
+ * swarm tests; production builds neither take nor show them. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <signal.h>
@@ -47,10 +49,12 @@ static void help(FILE *out) {
             "  --revoked FILE           the authority's signed revocation list (re-read on change)\n"
             "  --allow FILE             peer ids admitted without a token, one per line\n"
             "  --roles LIST             roles admitted with a token (default trainer,aux,monitor)\n\n"
-            "testing aids (a bare peer has no progress of its own):\n"
+#ifdef DEDLOC_TEST_HOOKS
+            "testing aids (a bare peer has no progress of its own; test builds only):\n"
             "  --fake-epoch E           publish epoch E\n"
             "  --fake-samples N         publish N samples accumulated at start\n"
             "  --fake-samples-per-second X   and a rate of X samples/s (samples grow with it)\n\n"
+#endif
             "Each JSON line holds: time, peer_id, listen, announce, dht_port, peers (ids of the\n"
             "peers counted alive, ours included), num_peers, connections, global_epoch,\n"
             "collective_samples, samples_per_second, eta_s (-1 = no rate), refresh_s.\n");
@@ -116,7 +120,7 @@ int cmd_peer(int argc, char **argv) {
     uint64_t fake_epoch = 0;
     enum { O_RUN = 256, O_LISTEN, O_ANNOUNCE, O_INITIAL, O_IDENTITY, O_STATUS, O_CLIENT, O_MAXUP,
            O_BW, O_TARGET, O_EXPIRY, O_KEEPALIVE, O_NODHT, O_DHTPORT, O_DHTBOOT, O_DURATION,
-           O_FEPOCH, O_FSAMPLES, O_FSPS, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES };
+           O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES, O_FEPOCH, O_FSAMPLES, O_FSPS };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"listen", required_argument, NULL, O_LISTEN},
         {"announce", required_argument, NULL, O_ANNOUNCE}, {"initial-peers", required_argument, NULL, O_INITIAL},
@@ -126,10 +130,15 @@ int cmd_peer(int argc, char **argv) {
         {"expiry", required_argument, NULL, O_EXPIRY}, {"keepalive", required_argument, NULL, O_KEEPALIVE},
         {"no-dht", no_argument, NULL, O_NODHT}, {"dht-port", required_argument, NULL, O_DHTPORT},
         {"dht-bootstrap", required_argument, NULL, O_DHTBOOT}, {"duration", required_argument, NULL, O_DURATION},
+        {"run-key", required_argument, NULL, O_RUNKEY}, {"token", required_argument, NULL, O_TOKEN},
+        {"revoked", required_argument, NULL, O_REVOKED}, {"allow", required_argument, NULL, O_ALLOW},
+        {"roles", required_argument, NULL, O_ROLES},
+#ifdef DEDLOC_TEST_HOOKS
+        /* Test hooks (CMake option DEDLOC_TEST_HOOKS): progress a bare peer does
+         * not have, for the swarm tests. Kept last: opts[c - O_RUN] names an option. */
         {"fake-epoch", required_argument, NULL, O_FEPOCH}, {"fake-samples", required_argument, NULL, O_FSAMPLES},
-        {"fake-samples-per-second", required_argument, NULL, O_FSPS}, {"run-key", required_argument, NULL, O_RUNKEY},
-        {"token", required_argument, NULL, O_TOKEN}, {"revoked", required_argument, NULL, O_REVOKED},
-        {"allow", required_argument, NULL, O_ALLOW}, {"roles", required_argument, NULL, O_ROLES},
+        {"fake-samples-per-second", required_argument, NULL, O_FSPS},
+#endif
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
     int c;
@@ -152,14 +161,16 @@ int cmd_peer(int argc, char **argv) {
         case O_DHTPORT: bad = parse_double(optarg, 0, 65535, &v); cfg.dht_port = (int)v; break;
         case O_DHTBOOT: cfg.dht_bootstrap = optarg; cfg.use_dht = true; break;
         case O_DURATION: bad = parse_double(optarg, 0, 1e9, &duration); break;
-        case O_FEPOCH: bad = parse_double(optarg, 0, 1e15, &v); fake_epoch = (uint64_t)v; break;
-        case O_FSAMPLES: bad = parse_double(optarg, 0, 1e15, &fake_samples); break;
-        case O_FSPS: bad = parse_double(optarg, 0, 1e9, &fake_sps); break;
         case O_RUNKEY: cfg.run_key = optarg; break;
         case O_TOKEN: cfg.token_path = optarg; break;
         case O_REVOKED: cfg.revoked_path = optarg; break;
         case O_ALLOW: cfg.allow_path = optarg; break;
         case O_ROLES: bad = parse_roles(optarg, &cfg.admit_roles); break;
+#ifdef DEDLOC_TEST_HOOKS
+        case O_FEPOCH: bad = parse_double(optarg, 0, 1e15, &v); fake_epoch = (uint64_t)v; break;
+        case O_FSAMPLES: bad = parse_double(optarg, 0, 1e15, &fake_samples); break;
+        case O_FSPS: bad = parse_double(optarg, 0, 1e9, &fake_sps); break;
+#endif
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }

@@ -1,3 +1,5 @@
+/* dedloc serve-data: serves a shard folder over HTTP (index.txt and Range
+ * requests) with the data module's server. */
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>

@@ -235,41 +235,6 @@ static char *run_settings_json(const train_args *a) {
     return s;
 }
 
-/* ---- the backend: the device model fed by the data stream ------------------ */
-typedef struct {
-    dl_model *model;
-    dl_data_stream *data;
-    dl_batch batch;
-} device_backend;
-
-static int be_set_params(void *ctx, const float *params) {
-    return dl_model_set_params(((device_backend *)ctx)->model, params);
-}
-
-static int next_batch(device_backend *b) {
-    int rc = dl_data_next_batch(b->data, &b->batch, -1);
-    if (rc == DL_DATA_BATCH) return 0;
-    if (rc == DL_DATA_END) return dl_fail("the data source ended");
-    return rc == DL_DATA_TIMEOUT ? dl_fail("timed out waiting for data") : -1;
-}
-
-static int be_micro_batch(void *ctx, float loss_scale, float *grad, int *samples, dl_losses *losses) {
-    device_backend *b = ctx;
-    if (next_batch(b)) return -1;
-    if (dl_model_zero_grad(b->model) || dl_model_forward_backward(b->model, &b->batch, loss_scale, losses) ||
-        dl_model_get_grads(b->model, loss_scale, grad))
-        return -1;
-    *samples = b->batch.batch;
-    return 0;
-}
-
-static int be_skip(void *ctx, int64_t n) {
-    device_backend *b = ctx;
-    for (int64_t i = 0; i < n; i++)
-        if (next_batch(b)) return -1;
-    return 0;
-}
-
 static bool is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -289,8 +254,7 @@ int cmd_train(int argc, char **argv) {
     dl_albert_config cfg;
     float *params = NULL;
     dl_tokenizer *tok = NULL;
-    dl_device *dev = NULL;
-    device_backend be = {0};
+    dl_device_backend be = {0};
     dl_train_layout layout = {0};
     char *config_json = NULL, *run_json = NULL;
     char ck_path[4096] = "";
@@ -310,7 +274,7 @@ int cmd_train(int argc, char **argv) {
             DL_WARN("train", "--model %s ignored: a resumed run keeps the checkpoint's model", a.model);
         a.given[OPT_MODEL] = false;
         if (adopt_run_settings(&a, ck.run_json, owned, &n_owned)) goto fail;
-        if (dl_train_config_from_json(ck.model_config_json, &cfg)) goto fail;
+        if (dl_checkpoint_model_config(&ck, &cfg)) goto fail;
         DL_INFO("train", "resuming from %s (step %" PRId64 ")", ck_path, ck.step);
     }
     if (!a.data) {
@@ -398,10 +362,7 @@ int cmd_train(int argc, char **argv) {
     dc.peer_seed = (uint64_t)a.peer_seed;
     dc.shuffle_buffer = (int)a.shuffle;
     dc.loop = true;
-    if (dl_data_open(&dc, tok, &be.data)) goto fail;
-    if (dl_device_open(a.device, &dev)) goto fail;
-    DL_INFO("train", "device: %s", dl_device_get_info(dev)->name);
-    if (dl_model_create(dev, &cfg, (int)a.batch, (int)a.seq, precision, &be.model)) goto fail;
+    if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
     const dl_param_layout *ml = dl_model_layout(be.model);
     if (dl_train_layout_from_model(ml, &layout)) goto fail;
     if (!params) {
@@ -414,7 +375,7 @@ int cmd_train(int argc, char **argv) {
             desc, layout.total, a.batch, a.seq, a.target, dl_precision_name(precision), dl_opt_kind_name(kind));
 
     /* 4. Train. */
-    if (dl_train_config_to_json(&cfg, &config_json)) goto fail;
+    if (dl_albert_config_to_json(&cfg, &config_json)) goto fail;
     run_json = run_settings_json(&a);
     dl_trainer_options to = {
         .target_batch = a.target, .max_steps = a.max_steps, .max_seconds = a.max_minutes * 60.0, .loss_scaling = precision == DL_PRECISION_FP16,
@@ -428,7 +389,7 @@ int cmd_train(int argc, char **argv) {
     sa.sa_flags = SA_RESETHAND; /* a second signal ends the program at once */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    dl_trainer_backend backend = {&be, be_set_params, be_micro_batch, be_skip};
+    dl_trainer_backend backend = dl_device_backend_callbacks(&be);
     dl_trainer_result res;
     int rc = dl_trainer_run(&to, &opt, &layout, params, resuming ? &ck : NULL, &backend, &res);
     signal(SIGINT, SIG_DFL);
@@ -451,10 +412,7 @@ done:
     free(config_json);
     cJSON_free(run_json);
     dl_train_layout_free(&layout);
-    if (be.model) dl_model_free(be.model);
-    if (be.data) dl_data_close(be.data);
-    dl_batch_free(&be.batch);
-    if (dev) dl_device_close(dev);
+    dl_device_backend_close(&be);
     if (tok) dl_tokenizer_free(tok);
     free(params);
     dl_checkpoint_free(&ck);

@@ -3,43 +3,19 @@
  * (fast: it compiles only the GEMM kernel), then the best few candidates are
  * timed through the real routine on the preset's shapes against CLBlast's
  * built-in parameters; the winner, if it beats them, is stored in
- * dl_cache_dir()/clblast/<device key>.json and applied at every device open. */
-#include <cjson/cJSON.h>
-#include <clblast_c.h>
+ * dl_cache_dir()/clblast/<device key>.json and applied at every device open.
+ * The search itself lives in the device module (src/device/tune_*.c); this
+ * file parses the options, calls it and prints. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/gemm_timing.h"
-#include "cli/tune_explore.h"
 #include "dedloc/device.h"
 #include "dedloc/util.h"
 
-enum { MAX_CANDIDATES = 6, TIMING_REPEAT = 3 };
-
-/* The preset's linear layers for 8 x 128 tokens (weights [out, in]: B^T). */
-typedef struct tune_preset {
-    const char *name;
-    dl_gemm_shape shapes[4];
-    int nshapes;
-    size_t explore_m, explore_n, explore_k; /* the size the kernel tuner runs */
-} tune_preset;
-
-static const tune_preset presets[] = {
-    {"sahajbert",
-     {{"attn-proj", 1024, 1024, 1024, 1, false, true},
-      {"ffn-up", 1024, 4096, 1024, 1, false, true},
-      {"ffn-down", 1024, 1024, 4096, 1, false, true}},
-     3, 512, 512, 512},
-    {"tiny",
-     {{"attn-proj", 1024, 128, 128, 1, false, true},
-      {"ffn-up", 1024, 512, 128, 1, false, true},
-      {"ffn-down", 1024, 128, 512, 1, false, true},
-      {"mlm-decoder", 1024, 8000, 64, 1, false, true}},
-     4, 256, 256, 256},
-};
+enum { MAX_CANDIDATES = 6 };
 
 static void help(FILE *out) {
     fprintf(out,
@@ -62,73 +38,6 @@ static void help(FILE *out) {
             "                       candidate timed through the routine costs 10-20 s of\n"
             "                       compilation\n"
             "  --no-tuner           skip clblast_tuner_xgemm; time built-in candidates\n");
-}
-
-/* Total median seconds of the preset's shapes with the current parameters. */
-static int preset_seconds(dl_device *dev, const tune_preset *p, double *per_shape, double *total) {
-    *total = 0;
-    for (int i = 0; i < p->nshapes; i++) {
-        if (dl_gemm_time(dev, &p->shapes[i], TIMING_REPEAT, &per_shape[i])) return -1;
-        *total += per_shape[i];
-    }
-    return 0;
-}
-
-static int override_xgemm(dl_device *dev, const dl_xgemm_config *c) {
-    const char *names[DL_XGEMM_PARAMS_MAX];
-    for (size_t i = 0; i < c->count; i++) names[i] = c->names[i];
-    CLBlastStatusCode st = CLBlastOverrideParameters(dl_device_get_info(dev)->device_id, "Xgemm",
-                                                     CLBlastPrecisionSingle, c->count, names,
-                                                     c->values);
-    return st == CLBlastSuccess ? 0 : dl_fail("CLBlast refused the parameters (error %d)", (int)st);
-}
-
-static void describe(const dl_xgemm_config *c, char *buf, size_t size) {
-    size_t used = 0;
-    buf[0] = 0;
-    for (size_t i = 0; i < c->count && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%s=%zu", i ? " " : "", c->names[i],
-                                 c->values[i]);
-}
-
-static int store(const dl_device_info *info, const tune_preset *p, const dl_xgemm_config *best,
-                 const double *base, const double *tuned, double budget, const char *path) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "format", 1);
-    cJSON_AddStringToObject(root, "device", info->name);
-    cJSON_AddStringToObject(root, "platform", info->platform);
-    cJSON_AddStringToObject(root, "driver", info->driver);
-    cJSON_AddStringToObject(root, "model", p->name);
-    cJSON_AddNumberToObject(root, "budget_seconds", budget);
-    cJSON_AddNumberToObject(root, "created_unix", (double)(long long)dl_wall_time());
-    cJSON *shapes = cJSON_AddArrayToObject(root, "shapes");
-    for (int i = 0; i < p->nshapes; i++) {
-        cJSON *s = cJSON_CreateObject();
-        cJSON_AddStringToObject(s, "name", p->shapes[i].name);
-        cJSON_AddNumberToObject(s, "m", (double)p->shapes[i].m);
-        cJSON_AddNumberToObject(s, "n", (double)p->shapes[i].n);
-        cJSON_AddNumberToObject(s, "k", (double)p->shapes[i].k);
-        cJSON_AddNumberToObject(s, "builtin_gflops", dl_gemm_shape_flops(&p->shapes[i]) / base[i] / 1e9);
-        cJSON_AddNumberToObject(s, "tuned_gflops", dl_gemm_shape_flops(&p->shapes[i]) / tuned[i] / 1e9);
-        cJSON_AddItemToArray(shapes, s);
-    }
-    cJSON *kernels = cJSON_AddArrayToObject(root, "kernels");
-    cJSON *entry = cJSON_CreateObject();
-    cJSON_AddStringToObject(entry, "kernel", "Xgemm");
-    cJSON_AddNumberToObject(entry, "precision", 32);
-    cJSON *params = cJSON_AddObjectToObject(entry, "parameters");
-    for (size_t i = 0; i < best->count; i++)
-        cJSON_AddNumberToObject(params, best->names[i], (double)best->values[i]);
-    cJSON_AddItemToArray(kernels, entry);
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!text) return dl_fail("out of memory writing the tuning file");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/clblast", dl_cache_dir());
-    int rc = dl_mkdirs(dir);
-    if (!rc) rc = dl_write_file_atomic(path, text, strlen(text));
-    free(text);
-    return rc;
 }
 
 int cmd_tune(int argc, char **argv) {
@@ -162,9 +71,7 @@ int cmd_tune(int argc, char **argv) {
         fprintf(stderr, "dedloc tune: unexpected argument '%s'\n", argv[optind]);
         return DL_EXIT_USAGE;
     }
-    const tune_preset *preset = NULL;
-    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
-        if (!strcmp(model, presets[i].name)) preset = &presets[i];
+    const dl_tune_preset *preset = dl_tune_preset_find(model);
     if (!preset) {
         fprintf(stderr, "dedloc tune: unknown model '%s' (tiny, sahajbert)\n", model);
         return DL_EXIT_USAGE;
@@ -172,7 +79,7 @@ int cmd_tune(int argc, char **argv) {
 
     double started = dl_now(), deadline = started + budget;
     dl_device *dev;
-    if (dl_device_open_ex(device_sel, DL_OPEN_NO_TUNING, &dev)) {
+    if (dl_device_open_ex(device_sel, DL_OPEN_NO_TUNING | DL_OPEN_CLBLAST, &dev)) {
         fprintf(stderr, "dedloc tune: %s\n", dl_error());
         return DL_EXIT_FAILURE;
     }
@@ -182,11 +89,11 @@ int cmd_tune(int argc, char **argv) {
     printf("tuning CLBlast GEMM for '%s' on [%d] %s, budget %.0f s\n", preset->name, info->index,
            info->name, budget);
 
-    double base[4], base_total, best_times[4], best_total;
+    double base[DL_TUNE_PRESET_SHAPES_MAX], base_total, best_times[DL_TUNE_PRESET_SHAPES_MAX];
     printf("built-in parameters:");
     fflush(stdout);
     double base_started = dl_now();
-    if (preset_seconds(dev, preset, base, &base_total)) {
+    if (dl_tune_preset_seconds(dev, preset, base, &base_total)) {
         fprintf(stderr, "\ndedloc tune: %s\n", dl_error());
         dl_device_close(dev);
         return DL_EXIT_FAILURE;
@@ -198,7 +105,6 @@ int cmd_tune(int argc, char **argv) {
     /* a candidate costs about what the built-in timing cost: compile + runs */
     double last_cost = dl_now() - base_started;
     memcpy(best_times, base, sizeof base);
-    best_total = base_total;
 
     dl_xgemm_config candidates[MAX_CANDIDATES];
     int ncand = 0;
@@ -218,37 +124,15 @@ int cmd_tune(int argc, char **argv) {
     }
     if (ncand == 0) ncand = dl_tune_builtin_candidates(candidates, MAX_CANDIDATES);
 
-    int best = -1;
-    for (int i = 0; i < ncand; i++) {
-        double t0 = dl_now();
-        if (t0 + last_cost > deadline) {
-            printf("budget reached: %d of %d candidates timed\n", i, ncand);
-            break;
-        }
-        char desc[512];
-        describe(&candidates[i], desc, sizeof desc);
-        double times[4], total;
-        if (override_xgemm(dev, &candidates[i]) || preset_seconds(dev, preset, times, &total)) {
-            printf("  candidate %d failed: %s\n", i + 1, dl_error());
-            dl_clear_error();
-            continue;
-        }
-        last_cost = dl_now() - t0;
-        printf("  candidate %d: %.2f x the built-in speed (%s)\n", i + 1, base_total / total, desc);
-        fflush(stdout);
-        if (total < best_total) {
-            best_total = total;
-            memcpy(best_times, times, sizeof times);
-            best = i;
-        }
-    }
+    int best = dl_tune_time_candidates(dev, preset, candidates, ncand, deadline, last_cost, base_total,
+                                       best_times, stdout);
 
     int rc = DL_EXIT_OK;
     if (best < 0) {
         printf("no candidate beat CLBlast's built-in parameters; nothing stored");
         if (dl_file_exists(path)) printf(" (an earlier tuning stays in %s)", path);
         printf("\n");
-    } else if (store(info, preset, &candidates[best], base, best_times, budget, path)) {
+    } else if (dl_tune_store(info, preset, &candidates[best], base, best_times, budget, path)) {
         fprintf(stderr, "dedloc tune: %s\n", dl_error());
         rc = DL_EXIT_FAILURE;
     } else {

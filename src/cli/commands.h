@@ -1,5 +1,7 @@
 /* Subcommands of the dedloc binary. Each lives in src/cli/cmd_<name>.c, parses
- * its own options (getopt_long), prints --help, and returns an exit code. */
+ * its own options (getopt_long), prints --help, and returns an exit code.
+ * The CLI parses, calls and prints: what a command does lives in the library
+ * (include/dedloc/), so other programs and the tests can call it too. */
 #ifndef DEDLOC_CLI_COMMANDS_H
 #define DEDLOC_CLI_COMMANDS_H
 

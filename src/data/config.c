@@ -1,3 +1,4 @@
+/* The data pipeline's default configuration (sahajBERT's settings). */
 #include "dedloc/data.h"
 
 void dl_data_config_default(dl_data_config *cfg) {

@@ -1,3 +1,5 @@
+/* Device buffers: checked allocation, upload, download, fill and copy, with
+ * the device memory in use and its peak counted per device. */
 #include <string.h>
 
 #include "dedloc/util.h"

@@ -1,3 +1,6 @@
+/* OpenCL discovery and opening a device: the device list, the selector
+ * (index or name part), the context and queue, and OpenCL error names with
+ * advice for the user. */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +239,7 @@ int dl_device_open_ex(const char *selector, unsigned flags, dl_device **out) {
         return -1;
     }
     if (!(flags & DL_OPEN_NO_TUNING)) dl_tune_apply_stored(dev);
+    dev->gemm_backend = (flags & DL_OPEN_CLBLAST) ? DL_GEMM_CLBLAST : dl_gemm_default_backend(&dev->info);
     *out = dev;
     return 0;
 }

@@ -22,7 +22,13 @@ struct dl_device {
     size_t bytes_in_use, bytes_peak;
     dl_program_stats program_stats; /* guarded by lock */
     cl_kernel convert_kernels[4];   /* cl/convert.cl, created on first use */
+    dl_gemm_backend gemm_backend;   /* who runs dl_gemm's fp32 products (gemm.c) */
 };
+
+/* The GEMM backend a freshly opened device gets: OpenBLAS on the mapped
+ * buffers for a CPU device whose buffers live in host memory, when built with
+ * OpenBLAS and not overridden by DEDLOC_GEMM_BACKEND; CLBlast otherwise. */
+dl_gemm_backend dl_gemm_default_backend(const dl_device_info *info);
 
 /* Fills info from a device id (src/device/device.c). */
 int dl_device_probe(cl_platform_id platform, cl_device_id device, dl_device_info *info);

@@ -1,5 +1,12 @@
-/* GEMM through CLBlast, row-major, with strided batches for attention. */
+/* GEMM, row-major, with strided batches for attention: through CLBlast on
+ * the device's queue, or, on a CPU device whose buffers are host memory,
+ * through OpenBLAS on the mapped buffers. */
 #include <clblast_c.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef DEDLOC_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 
 #include "dedloc/util.h"
 #include "device/device_internal.h"
@@ -44,6 +51,100 @@ static int check_matrix(const char *name, const dl_buffer *buf, size_t elem, siz
     return 0;
 }
 
+const char *dl_gemm_backend_name(dl_gemm_backend backend) {
+    return backend == DL_GEMM_OPENBLAS ? "openblas" : "clblast";
+}
+
+dl_gemm_backend dl_device_gemm_backend(const dl_device *dev) { return dev->gemm_backend; }
+
+static bool host_blas_possible(const dl_device_info *info) {
+#ifdef DEDLOC_HAVE_OPENBLAS
+    return info->is_cpu && info->unified_memory;
+#else
+    (void)info;
+    return false;
+#endif
+}
+
+dl_gemm_backend dl_gemm_default_backend(const dl_device_info *info) {
+    const char *env = getenv("DEDLOC_GEMM_BACKEND");
+    if (env && !strcmp(env, "clblast")) return DL_GEMM_CLBLAST;
+    if (env && *env && strcmp(env, "openblas"))
+        DL_WARN("device", "DEDLOC_GEMM_BACKEND='%s' is neither clblast nor openblas; ignored", env);
+    return host_blas_possible(info) ? DL_GEMM_OPENBLAS : DL_GEMM_CLBLAST;
+}
+
+int dl_device_set_gemm_backend(dl_device *dev, dl_gemm_backend backend) {
+    if (backend == DL_GEMM_OPENBLAS && !host_blas_possible(&dev->info)) {
+#ifdef DEDLOC_HAVE_OPENBLAS
+        return dl_fail("OpenBLAS GEMM needs a CPU device whose buffers live in host memory; %s is not one",
+                       dev->info.name);
+#else
+        return dl_fail("this build has no OpenBLAS (install libopenblas-dev and rebuild)");
+#endif
+    }
+    dev->gemm_backend = backend;
+    return 0;
+}
+
+#ifdef DEDLOC_HAVE_OPENBLAS
+/* The buffers of one product, each mapped once (A and B may share a buffer,
+ * even with C: then it is mapped once for reading and writing). */
+struct host_maps {
+    const dl_buffer *buf[3];
+    cl_map_flags flags[3];
+    void *ptr[3];
+    int count;
+};
+
+static int map_index(struct host_maps *hm, const dl_buffer *b, cl_map_flags flags) {
+    for (int i = 0; i < hm->count; i++)
+        if (hm->buf[i]->mem == b->mem) {
+            hm->flags[i] |= flags;
+            return i;
+        }
+    hm->buf[hm->count] = b;
+    hm->flags[hm->count] = flags;
+    hm->ptr[hm->count] = NULL;
+    return hm->count++;
+}
+
+static void unmap_all(dl_device *dev, struct host_maps *hm) {
+    for (int i = 0; i < hm->count; i++)
+        if (hm->ptr[i]) clEnqueueUnmapMemObject(dev->queue, hm->buf[i]->mem, hm->ptr[i], 0, NULL, NULL);
+}
+
+/* The kernels queued before this product wrote its inputs: the blocking maps
+ * wait for them (the queue is in order). The unmaps are queued, so kernels
+ * queued after the product see its result. */
+static int gemm_host_blas(dl_device *dev, const dl_gemm_args *g, size_t batch) {
+    struct host_maps hm = {.count = 0};
+    int ia = map_index(&hm, g->a, CL_MAP_READ), ib = map_index(&hm, g->b, CL_MAP_READ);
+    int ic = map_index(&hm, g->c, CL_MAP_READ | CL_MAP_WRITE);
+    for (int i = 0; i < hm.count; i++) {
+        cl_int err;
+        hm.ptr[i] = clEnqueueMapBuffer(dev->queue, hm.buf[i]->mem, CL_TRUE, hm.flags[i], 0, hm.buf[i]->size,
+                                       0, NULL, NULL, &err);
+        if (dl_cl_check(err, "clEnqueueMapBuffer (GEMM through OpenBLAS)")) {
+            hm.ptr[i] = NULL;
+            unmap_all(dev, &hm);
+            return -1;
+        }
+    }
+    const float *a = (const float *)hm.ptr[ia] + g->a_off;
+    const float *b = (const float *)hm.ptr[ib] + g->b_off;
+    float *c = (float *)hm.ptr[ic] + g->c_off;
+    enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
+    for (size_t i = 0; i < batch; i++)
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha,
+                    a + i * g->a_stride, (blasint)g->lda, b + i * g->b_stride, (blasint)g->ldb, g->beta,
+                    c + i * g->c_stride, (blasint)g->ldc);
+    unmap_all(dev, &hm);
+    return 0;
+}
+#endif
+
 int dl_gemm(dl_device *dev, const dl_gemm_args *g) {
     if (g->m == 0 || g->n == 0) return 0;
     size_t batch = g->batch_count ? g->batch_count : 1;
@@ -62,6 +163,9 @@ int dl_gemm(dl_device *dev, const dl_gemm_args *g) {
                      g->ldb, batch, g->b_stride) ||
         check_matrix("C", g->c, elem, g->m, g->n, g->c_off, g->ldc, batch, g->c_stride))
         return -1;
+#ifdef DEDLOC_HAVE_OPENBLAS
+    if (dev->gemm_backend == DL_GEMM_OPENBLAS && g->type == DL_GEMM_F32) return gemm_host_blas(dev, g, batch);
+#endif
     CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
     CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
     cl_command_queue q = dev->queue;

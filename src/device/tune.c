@@ -1,5 +1,5 @@
 /* CLBlast tuning: stored parameters are applied when a device opens. The
- * search that produces them is `dedloc tune` (src/cli/cmd_tune.c); the file is
+ * search that produces them is tune_search.c (run by `dedloc tune`); the file is
  * untrusted input like any other: bounded, type-checked, names restricted. */
 #include <cjson/cJSON.h>
 #include <clblast_c.h>

@@ -1,4 +1,6 @@
-/* ALBERT configuration: presets, validation, HF config.json read and write. */
+/* ALBERT configuration: presets, validation, HF config.json text parsed and
+ * written in memory, and as files. Part of the model module (model ->
+ * device -> util). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -98,20 +100,11 @@ static int get_float(const cJSON *root, const char *key, float *out, float fallb
     return 0;
 }
 
-int dl_albert_config_load(const char *path, dl_albert_config *cfg) {
-    char *text;
-    size_t size;
-    if (dl_read_file(path, CONFIG_JSON_MAX, &text, &size)) return -1;
-    int rc = dl_albert_config_parse(text, size, path, cfg);
-    free(text);
-    return rc;
-}
-
-int dl_albert_config_parse(const char *text, size_t size, const char *path, dl_albert_config *cfg) {
-    cJSON *root = cJSON_ParseWithLength(text, size);
+int dl_albert_config_parse(const char *json, size_t size, const char *origin, dl_albert_config *cfg) {
+    cJSON *root = cJSON_ParseWithLength(json, size);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return dl_fail("%s: not a JSON object", path);
+        return dl_fail("%s: not a JSON object", origin);
     }
     dl_albert_config c = {0};
     int rc = 0;
@@ -143,17 +136,27 @@ int dl_albert_config_parse(const char *text, size_t size, const char *path, dl_a
         float p;
         rc = get_float(root, dropouts[i], &p, 0);
         if (!rc && p != 0)
-            DL_WARN("model", "%s: %s = %g is ignored (dedloc trains without dropout)", path,
+            DL_WARN("model", "%s: %s = %g is ignored (dedloc trains without dropout)", origin,
                     dropouts[i], p);
     }
     cJSON_Delete(root);
     if (!rc) rc = dl_albert_config_validate(&c);
-    if (rc) return dl_fail_context("%s", path);
+    if (rc) return dl_fail_context("%s", origin);
     *cfg = c;
     return 0;
 }
 
-int dl_albert_config_save(const char *path, const dl_albert_config *c) {
+int dl_albert_config_load(const char *path, dl_albert_config *cfg) {
+    char *text;
+    size_t size;
+    if (dl_read_file(path, CONFIG_JSON_MAX, &text, &size)) return -1;
+    int rc = dl_albert_config_parse(text, size, path, cfg);
+    free(text);
+    return rc;
+}
+
+int dl_albert_config_to_json(const dl_albert_config *c, char **json) {
+    *json = NULL;
     if (dl_albert_config_validate(c)) return -1;
     cJSON *root = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
@@ -189,14 +192,21 @@ int dl_albert_config_save(const char *path, const dl_albert_config *c) {
     if (!text) return dl_fail("cannot format config.json (out of memory)");
     size_t len = strlen(text);
     char *with_newline = dl_malloc(len + 2);
-    int rc = -1;
     if (with_newline) {
         memcpy(with_newline, text, len);
         with_newline[len] = '\n';
-        rc = dl_write_file_atomic(path, with_newline, len + 1);
-        free(with_newline);
+        with_newline[len + 1] = 0;
     }
     cJSON_free(text);
+    *json = with_newline;
+    return with_newline ? 0 : -1;
+}
+
+int dl_albert_config_save(const char *path, const dl_albert_config *c) {
+    char *text;
+    if (dl_albert_config_to_json(c, &text)) return -1;
+    int rc = dl_write_file_atomic(path, text, strlen(text));
+    free(text);
     return rc;
 }
 

@@ -588,3 +588,8 @@ int dl_checkpoint_load_latest(const char *dir, dl_checkpoint *ck, char *path_out
     free(list);
     return dl_fail("none of the %d checkpoints in %s could be loaded (see the warnings above)", count, dir);
 }
+
+int dl_checkpoint_model_config(const dl_checkpoint *ck, dl_albert_config *cfg) {
+    const char *json = ck->model_config_json ? ck->model_config_json : "";
+    return dl_albert_config_parse(json, strlen(json), "the model configuration in the checkpoint", cfg);
+}

@@ -12,7 +12,10 @@
  * add_(x, alpha=...): its vectorized CPU path uses a fused multiply-add where
  * the CPU has one, its scalar tail does not. We never fuse (-ffp-contract=off),
  * so we agree with torch to within an ulp or so per operation, and with
- * ourselves bit for bit everywhere. */
+ * ourselves bit for bit everywhere. For that, no libm function whose last bit
+ * may differ between C libraries is used: the bias corrections' beta^step
+ * come from dl_powi (multiplications only); sqrt is correctly rounded by
+ * IEEE 754 on every library. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,8 +122,8 @@ static void lamb_tensor(const dl_opt_config *c, int64_t step, double lr, float *
     update_moments(m, v, g, n, c->beta1, c->beta2);
     double bias_correction = 1.0;
     if (c->debias) {
-        bias_correction = sqrt(1.0 - pow(c->beta2, (double)step));
-        bias_correction /= 1.0 - pow(c->beta1, (double)step);
+        bias_correction = sqrt(1.0 - dl_powi(c->beta2, step));
+        bias_correction /= 1.0 - dl_powi(c->beta1, step);
     }
     double step_size = lr * bias_correction;
 
@@ -160,8 +163,8 @@ static void adamw_tensor(const dl_opt_config *c, int64_t step, double lr, float 
     const float decay = (float)(1.0 - lr * weight_decay);
     for (size_t i = 0; i < n; i++) p[i] = p[i] * decay;
     update_moments(m, v, g, n, c->beta1, c->beta2);
-    double bias_correction1 = 1.0 - pow(c->beta1, (double)step);
-    double bias_correction2 = 1.0 - pow(c->beta2, (double)step);
+    double bias_correction1 = 1.0 - dl_powi(c->beta1, step);
+    double bias_correction2 = 1.0 - dl_powi(c->beta2, step);
     double step_size = lr / bias_correction1;
     const float bc2_sqrt = (float)sqrt(bias_correction2);
     const float eps = (float)c->eps;

@@ -1,3 +1,5 @@
+/* Checked allocation: a failure records an error naming the size, and size
+ * products are checked for overflow before they reach malloc. */
 #include "dedloc/util.h"
 
 #include <stdlib.h>

@@ -1,3 +1,5 @@
+/* dl_batch allocation (include/dedloc/batch.h): the batch type data fills and
+ * model reads; it lives in util so that neither of them depends on the other. */
 #include <stdlib.h>
 
 #include "dedloc/batch.h"

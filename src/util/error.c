@@ -1,3 +1,5 @@
+/* The per-thread error message every dedloc function records on failure
+ * (dl_fail), with context added on the way up (dl_fail_context). */
 #include "dedloc/util.h"
 
 #include <stdarg.h>

@@ -1,3 +1,5 @@
+/* Files: bounded whole-file reads, atomic writes (temporary file, fsync,
+ * rename), folders, and the cache folder (DEDLOC_CACHE_DIR). */
 #include "dedloc/util.h"
 
 #include <errno.h>

@@ -1,3 +1,5 @@
+/* fp16 and bf16 conversions on the host, bit-identical to the device's
+ * (cl/convert.cl): round to nearest even, subnormals, Inf and NaN kept. */
 #include "dedloc/util.h"
 
 #include <string.h>

@@ -1,3 +1,5 @@
+/* Hashing (xxh64), the deterministic random generator every module seeds
+ * from its configuration, and the clocks. */
 #include "dedloc/util.h"
 
 #include <math.h>
@@ -69,4 +71,38 @@ double dl_wall_time(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Double-double arithmetic (Dekker, Knuth): a value is hi + lo with |lo| at
+ * most half an ulp of hi. Only +, -, * on doubles, never fused (the build
+ * has -ffp-contract=off), so every IEEE 754 machine gets the same bits. */
+static void two_sum_fast(double a, double b, double *hi, double *lo) {
+    double s = a + b;
+    *lo = b - (s - a);
+    *hi = s;
+}
+
+static void split(double a, double *hi, double *lo) {
+    double t = 134217729.0 * a; /* 2^27 + 1 */
+    *hi = t - (t - a);
+    *lo = a - *hi;
+}
+
+/* (xh + xl) * (yh + yl) to about 2^-104 relative. */
+static void dd_mul(double xh, double xl, double yh, double yl, double *h, double *l) {
+    double p = xh * yh, ah, al, bh, bl;
+    split(xh, &ah, &al);
+    split(yh, &bh, &bl);
+    double e = ((ah * bh - p) + ah * bl + al * bh) + al * bl; /* p + e == xh * yh exactly */
+    e += xh * yl + xl * yh;
+    two_sum_fast(p, e, h, l);
+}
+
+double dl_powi(double base, int64_t n) {
+    double rh = 1.0, rl = 0.0, sh = base, sl = 0.0;
+    for (uint64_t e = n > 0 ? (uint64_t)n : 0; e; e >>= 1) {
+        if (e & 1) dd_mul(rh, rl, sh, sl, &rh, &rl);
+        if (e > 1) dd_mul(sh, sl, sh, sl, &sh, &sl);
+    }
+    return rh + rl;
 }

@@ -1,3 +1,4 @@
+/* Logging with levels (DEDLOC_LOG) and one line format for every module. */
 #include "dedloc/util.h"
 
 #include <pthread.h>

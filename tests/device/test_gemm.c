@@ -1,7 +1,9 @@
-/* device: dl_gemm (CLBlast) against a double-precision host reference on
- * random non-zero data: odd sizes, every transpose pair, non-zero offsets,
- * padded leading dimensions, beta != 0, strided batches. Every element of C
- * outside the written region is poisoned first and must come back untouched.
+/* device: dl_gemm against a double-precision host reference on random
+ * non-zero data: odd sizes, every transpose pair, non-zero offsets, padded
+ * leading dimensions, beta != 0, strided batches. Every element of C outside
+ * the written region is poisoned first and must come back untouched. Both
+ * backends run every case: CLBlast (the GPU path) and, on a CPU device whose
+ * buffers are host memory, OpenBLAS on the mapped buffers.
  *
  * Cold cost: CLBlast builds one program per routine (GEMM, strided-batched
  * GEMM), 10-20 s each on an idle PoCL machine, then compiles each kernel
@@ -244,14 +246,31 @@ int main(void) {
     CHECK_OK(dl_device_open_ex(getenv("DEDLOC_TEST_DEVICE"), DL_OPEN_NO_TUNING, &dev));
     if (!dev) return dl_test_finish("test_gemm");
     CHECK_OK(set_indirect_threshold(dev));
-    test_argument_errors(dev);
-    test_shapes_and_transposes(dev, "direct");
-    /* indirect path: odd sizes, every transpose pair */
-    for (int t = 0; t < 4; t++) {
-        gemm_case big = {257, 131, 67, t & 1, (t >> 1) & 1, 1};
-        CHECK_MSG(run_case(dev, &big, 0.75f, -0.5f) == 0, "indirect path");
+    const dl_device_info *info = dl_device_get_info(dev);
+#ifdef DEDLOC_HAVE_OPENBLAS
+    bool host_blas = info->is_cpu && info->unified_memory;
+#else
+    bool host_blas = false;
+#endif
+    const char *env_backend = getenv("DEDLOC_GEMM_BACKEND");
+    if (!env_backend || !*env_backend)
+        CHECK_MSG(dl_device_gemm_backend(dev) == (host_blas ? DL_GEMM_OPENBLAS : DL_GEMM_CLBLAST),
+                  "default backend %s on %s", dl_gemm_backend_name(dl_device_gemm_backend(dev)), info->name);
+    for (int backend = DL_GEMM_CLBLAST; backend <= DL_GEMM_OPENBLAS; backend++) {
+        int rc = dl_device_set_gemm_backend(dev, (dl_gemm_backend)backend);
+        CHECK_MSG((rc == 0) == (backend == DL_GEMM_CLBLAST || host_blas), "selecting %s: %s",
+                  dl_gemm_backend_name((dl_gemm_backend)backend), rc ? dl_error() : "accepted");
+        if (rc) continue;
+        printf("backend %s\n", dl_gemm_backend_name((dl_gemm_backend)backend));
+        test_argument_errors(dev);
+        test_shapes_and_transposes(dev, "direct");
+        /* CLBlast's indirect path (and the same sizes through OpenBLAS): odd sizes, every transpose pair */
+        for (int t = 0; t < 4; t++) {
+            gemm_case big = {257, 131, 67, t & 1, (t >> 1) & 1, 1};
+            CHECK_MSG(run_case(dev, &big, 0.75f, -0.5f) == 0, "indirect path");
+        }
+        test_batched(dev);
     }
-    test_batched(dev);
     test_half(dev);
     dl_device_close(dev);
     return dl_test_finish("test_gemm");

@@ -9,7 +9,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dl_checkpoint ck;
     if (dl_checkpoint_parse(fuzz_copy(data, size, false), size, &ck) == 0) {
         dl_albert_config cfg;
-        dl_train_config_from_json(ck.model_config_json, &cfg);
+        dl_checkpoint_model_config(&ck, &cfg);
         dl_checkpoint_free(&ck);
     }
     return 0;

@@ -1,5 +1,7 @@
-/* Model configuration and parameter layout: presets, config.json round trip,
- * HF parameter names and sizes, initialisation, batch checks. */
+/* Model configuration and parameter layout: presets, config.json round trip
+ * (files and in memory), HF parameter names and sizes, initialisation, batch
+ * checks. */
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,6 +86,57 @@ static void test_config_roundtrip(void) {
     rmdir(dir);
 }
 
+/* In memory, against the config.json transformers 4.40.2 wrote for the odd
+ * fixture: the parser reads exactly `size` bytes (the buffer goes on with
+ * garbage, no NUL), and our text carries the same value for every key HF
+ * wrote, except the ones we do not model (classifier dropout, version). */
+static void test_config_in_memory(void) {
+    char path[512], *hf_text;
+    size_t hf_size;
+    snprintf(path, sizeof path, "%s/tests/fixtures/albert_odd/config.json", DEDLOC_SOURCE_DIR);
+    CHECK_OK(dl_read_file(path, 1 << 20, &hf_text, &hf_size));
+    char *buffer = malloc(hf_size + 8);
+    memcpy(buffer, hf_text, hf_size);
+    memcpy(buffer + hf_size, "}garbage", 8);
+    dl_albert_config cfg;
+    CHECK_OK(dl_albert_config_parse(buffer, hf_size, "odd", &cfg));
+    CHECK(cfg.vocab_size == 131 && cfg.embedding_size == 24 && cfg.hidden_size == 48);
+    CHECK(cfg.num_hidden_layers == 3 && cfg.num_hidden_groups == 1 && cfg.inner_group_num == 1);
+    CHECK(cfg.num_attention_heads == 4 && cfg.intermediate_size == 80);
+    CHECK(cfg.max_position_embeddings == 48 && cfg.type_vocab_size == 2 && cfg.pad_token_id == 0);
+    CHECK(cfg.layer_norm_eps == 1e-12f && cfg.initializer_range == 0.02f);
+
+    char *ours;
+    CHECK_OK(dl_albert_config_to_json(&cfg, &ours));
+    CHECK(ours[strlen(ours) - 1] == '\n');
+    cJSON *hf = cJSON_ParseWithLength(hf_text, hf_size), *mine = cJSON_Parse(ours);
+    CHECK(cJSON_IsObject(hf) && cJSON_IsObject(mine));
+    const cJSON *item;
+    cJSON_ArrayForEach(item, hf) {
+        if (!strcmp(item->string, "transformers_version") || !strcmp(item->string, "classifier_dropout_prob"))
+            continue;
+        const cJSON *other = cJSON_GetObjectItemCaseSensitive(mine, item->string);
+        /* numbers as the float they configure: we print floats with 9 digits */
+        bool same = other && (cJSON_IsNumber(item) && cJSON_IsNumber(other)
+                                  ? (float)item->valuedouble == (float)other->valuedouble
+                                  : cJSON_Compare(item, other, true));
+        CHECK_MSG(same, "key %s differs from HF's", item->string);
+    }
+    cJSON_Delete(hf);
+    cJSON_Delete(mine);
+    dl_albert_config back;
+    CHECK_OK(dl_albert_config_parse(ours, strlen(ours), "ours", &back));
+    CHECK(!memcmp(&cfg, &back, sizeof cfg));
+
+    const char *bad = "{\"vocab_size\": 10, \"hidden_size\": 32, \"hidden_act\": \"relu\"}";
+    CHECK(dl_albert_config_parse(bad, strlen(bad), "the checkpoint", &back) == -1);
+    CHECK_MSG(!strncmp(dl_error(), "the checkpoint: ", 16), "error '%s' does not name the origin", dl_error());
+    CHECK(dl_albert_config_parse(hf_text, hf_size / 2, "half", &back) == -1);
+    free(ours);
+    free(buffer);
+    free(hf_text);
+}
+
 static void test_init(void) {
     dl_albert_config cfg;
     CHECK_OK(dl_albert_config_preset("tiny", &cfg));
@@ -133,6 +186,7 @@ int main(void) {
     test_presets_and_layout();
     test_groups_layout();
     test_config_roundtrip();
+    test_config_in_memory();
     test_init();
     test_check_batch();
     return dl_test_finish("test_config");

@@ -1,4 +1,7 @@
-#include "cli/tune_explore.h"
+/* Exploration for `dedloc tune`: CLBlast's kernel tuner (clblast_tuner_xgemm)
+ * as a child process in a scratch folder, bounded in time; its table of
+ * verified configurations is parsed and the fastest distinct ones kept. */
+#include "dedloc/device.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,0 +1,62 @@
+/* The trainer's backend on a real device: the ALBERT model on an OpenCL
+ * device, fed micro-batches by the data stream. dl_trainer_run knows the
+ * model and the data only through the callbacks below, so `dedloc train`,
+ * any other peer that trains and the tests share this one glue. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dedloc/train.h"
+#include "dedloc/util.h"
+
+static int be_set_params(void *ctx, const float *params) {
+    return dl_model_set_params(((dl_device_backend *)ctx)->model, params);
+}
+
+static int next_batch(dl_device_backend *b) {
+    int rc = dl_data_next_batch(b->data, &b->batch, -1);
+    if (rc == DL_DATA_BATCH) return 0;
+    if (rc == DL_DATA_END) return dl_fail("the data source ended");
+    return rc == DL_DATA_TIMEOUT ? dl_fail("timed out waiting for data") : -1;
+}
+
+static int be_micro_batch(void *ctx, float loss_scale, float *grad, int *samples, dl_losses *losses) {
+    dl_device_backend *b = ctx;
+    if (next_batch(b)) return -1;
+    if (dl_model_zero_grad(b->model) || dl_model_forward_backward(b->model, &b->batch, loss_scale, losses) ||
+        dl_model_get_grads(b->model, loss_scale, grad))
+        return -1;
+    *samples = b->batch.batch;
+    return 0;
+}
+
+static int be_skip(void *ctx, int64_t n) {
+    dl_device_backend *b = ctx;
+    for (int64_t i = 0; i < n; i++)
+        if (next_batch(b)) return -1;
+    return 0;
+}
+
+int dl_device_backend_open(dl_device_backend *be, const dl_data_config *data, const dl_tokenizer *tok,
+                           const char *device_selector, const dl_albert_config *cfg,
+                           dl_precision precision) {
+    memset(be, 0, sizeof *be);
+    if (dl_data_open(data, tok, &be->data) || dl_device_open(device_selector, &be->device)) goto fail;
+    DL_INFO("train", "device: %s", dl_device_get_info(be->device)->name);
+    if (dl_model_create(be->device, cfg, data->batch_size, data->max_seq_len, precision, &be->model)) goto fail;
+    return 0;
+fail:
+    dl_device_backend_close(be);
+    return -1;
+}
+
+void dl_device_backend_close(dl_device_backend *be) {
+    if (be->model) dl_model_free(be->model);
+    if (be->data) dl_data_close(be->data);
+    dl_batch_free(&be->batch);
+    if (be->device) dl_device_close(be->device);
+    memset(be, 0, sizeof *be);
+}
+
+dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be) {
+    return (dl_trainer_backend){be, be_set_params, be_micro_batch, be_skip};
+}
