@@ -9,7 +9,14 @@
 # continues the last run instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+# The build's ~200 lines of compiler output go to a log, shown only on failure.
+echo "== Building build/dedloc (log: build/setup.log)"
+mkdir -p build
+if ! ./scripts/setup.sh > build/setup.log 2>&1; then
+  tail -n 40 build/setup.log
+  echo "demo: the build failed; the whole log is build/setup.log"
+  exit 1
+fi
 . scripts/env.sh
 echo "== OpenCL devices"
 build/dedloc devices

@@ -57,6 +57,7 @@ struct dl_target {
     char address[DL_NET_ADDR_MAX];
     uint8_t pk[DL_WIRE_PK];
     bool has_pk, initial, is_self;
+    bool warned; /* an initial peer's failure was said once (warning level) */
     double next_attempt, backoff, last_seen;
 };
 
@@ -183,6 +184,9 @@ void dl_net_send_records(struct dl_net *net, struct dl_conn *c, struct dl_conn *
 void dl_net_sockaddr_string(const struct sockaddr *sa, char *out, size_t cap);
 /* "ip:port", "[v6]:port", or with allow_dns "host:port" (resolved, blocking:
  * configuration only, never addresses received from the network). */
+/* A dial to address failed before the handshake (refused, timed out, closed):
+ * the first failure of an initial peer is a warning, the retries are quiet. */
+void dl_net_note_dial_failure(struct dl_net *net, const char *address, const char *why);
 int dl_net_resolve_address(const char *text, struct sockaddr_storage *ss, int *len, bool allow_dns);
 
 /* targets.c */
