@@ -26,7 +26,12 @@ static void mem_close(dl_bytesrc *s) { (void)s; }
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_setup();
     if (size < 2) return 0;
-    struct mem_src src = {{mem_read, mem_close}, NULL, size - 2, 0, 1 + (size_t)data[0] * 64};
+    struct mem_src src;
+    memset(&src, 0, sizeof src);
+    src.base.read = mem_read;
+    src.base.close = mem_close;
+    src.size = size - 2;
+    src.step = 1 + (size_t)data[0] * 64;
     uint8_t *copy = (uint8_t *)fuzz_copy(data + 2, size - 2, false);
     src.data = copy;
     size_t max_line = 16 + (size_t)data[1] * 16;
