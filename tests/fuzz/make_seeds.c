@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "collab/state_transfer.h"
+#include "collab/wirecodec.h"
 #include "dedloc/net.h"
 #include "dedloc/train.h"
 #include "dedloc/util.h"
@@ -190,6 +192,42 @@ static void gzip_seed(const char *text, size_t len) {
     put("fuzz_gzip_lines", "two_members.gz", out, 2 + 2 * n);
 }
 
+static void collab_seeds(void) {
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = 0.25f * (float)(i - 30);
+    for (int codec = 0; codec < 3; codec++) {
+        size_t n = dl_codec_size(codec, 64);
+        uint8_t *buf = malloc(n + 2);
+        buf[0] = (uint8_t)codec;
+        buf[1] = 2; /* the expected count is exact */
+        if (dl_codec_encode(codec, x, 64, buf + 2)) exit(1);
+        char name[32];
+        snprintf(name, sizeof name, "codec_%s", dl_codec_name(codec));
+        put("fuzz_collab_wire", name, buf, n + 2);
+        free(buf);
+    }
+    struct dl_state_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.epoch = 7;
+    desc.chunk_size = DL_STATE_MIN_CHUNK;
+    desc.num_buffers = 2;
+    desc.sizes[0] = 3 * DL_STATE_MIN_CHUNK + 100;
+    desc.sizes[1] = 40;
+    if (dl_state_count_chunks(desc.sizes, 2, desc.chunk_size, &desc.num_chunks)) exit(1);
+    desc.meta_size = 5;
+    uint64_t hashes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    size_t n;
+    uint8_t *blob = dl_state_desc_encode(&desc, hashes, "meta!", &n);
+    if (!blob) exit(1);
+    uint8_t *buf = malloc(n + 2);
+    buf[0] = 3;
+    buf[1] = 0;
+    memcpy(buf + 2, blob, n);
+    put("fuzz_collab_wire", "state_info", buf, n + 2);
+    free(buf);
+    free(blob);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: fuzz_make_seeds FOLDER\n");
@@ -199,6 +237,7 @@ int main(int argc, char **argv) {
     if (sodium_init() < 0) return 1;
     net_seeds();
     checkpoint_seed();
+    collab_seeds();
     static const char lines[] = "{\"text\": \"Hello world. Second sentence.\"}\n{\"text\": \"\\u0986 next\", \"id\": 2}\n"
                                 "not json\n{\"other\": 1}\n\n";
     put_selected("fuzz_jsonl", "lines.jsonl", 0, lines, sizeof lines - 1);
