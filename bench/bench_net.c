@@ -60,13 +60,15 @@ static double handshake_once(const struct sockaddr_in *sa, const struct dl_ident
     if (read_frame(fd, h, body, sizeof body, &n) == 0 && dl_handshake_on_hello(&hs, body, n, &rx, &tx) == 0) {
         uint8_t sig[DL_WIRE_SIG];
         dl_handshake_sign(&hs, id, sig);
-        uint8_t *auth = dl_msg_auth_encode(sig, &n);
+        uint8_t *auth = dl_msg_auth_encode(sig, NULL, 0, &n);
         uint8_t frame[DL_WIRE_HEADER + 128 + DL_WIRE_TAG];
         dl_frame_seal(&tx, DL_MSG_AUTH, auth, n, frame);
         send(fd, frame, DL_WIRE_HEADER + n + DL_WIRE_TAG, MSG_NOSIGNAL);
         free(auth);
+        const uint8_t *token;
+        size_t token_size;
         if (read_frame(fd, h, body, sizeof body, &n) == 0 && dl_frame_open(&rx, h, body, &n) == 0 &&
-            dl_msg_auth_decode(body, n, sig) == 0 && dl_handshake_verify(&hs, sig) == 0)
+            dl_msg_auth_decode(body, n, sig, &token, &token_size) == 0 && dl_handshake_verify(&hs, sig) == 0)
             result = dl_now() - t0;
     }
     dl_handshake_clear(&hs);

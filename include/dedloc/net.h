@@ -49,6 +49,13 @@ struct dl_net_config {
     int dht_port;                /* UDP port of the DHT node; -1 = listen port + 1, 0 = any (default -1) */
     const char *dht_bootstrap;   /* "host:port,..." of DHT nodes to join, or NULL */
     double dht_refresh_s;        /* re-announce period (default 60; values live 10 min) */
+    /* Who may join (docs/protocol.md, "Admission"). With neither run_key nor
+     * allow_path the run is open: anyone who knows the run id may join. */
+    const char *run_key;         /* run authority's public key (64 hex digits, or a file holding them) */
+    const char *token_path;      /* our admission token (text form), or NULL */
+    const char *revoked_path;    /* signed revocation list of the authority, or NULL (re-read when it changes) */
+    const char *allow_path;      /* file of admitted peer ids (one per line, # comments), or NULL */
+    unsigned admit_roles;        /* DL_ROLE_BIT() mask of roles admitted with a token (default: all) */
 };
 
 /* Fills the defaults documented above. */
@@ -169,6 +176,7 @@ struct dl_net_incoming {
     const uint8_t *payload;
     size_t size;
     double deadline_s;         /* seconds the requester will wait */
+    int peer_role;             /* enum dl_role of the requester; DL_ROLE_NONE in an open run */
 };
 
 /* Handles requests for one method; runs on the network thread. It may answer
@@ -202,5 +210,90 @@ void dl_net_sign(const dl_net *net, const void *data, size_t size, uint8_t sig[D
  * dl_fail saying which) otherwise. */
 int dl_net_verify(const char *peer_id, const uint8_t pk[DL_NET_PUBLIC_KEY], const void *data, size_t size,
                   const uint8_t sig[DL_NET_SIGNATURE]);
+
+/* ---- admission: run authority, tokens, revocations ----------------------------
+ * A run authority is an ed25519 key pair kept by whoever runs the
+ * collaboration. It signs tokens that admit one peer id, with a role and an
+ * expiry, and a revocation list. Peers started with the authority's public
+ * key admit only peers presenting a valid token (or listed in an allowlist). */
+enum dl_role { DL_ROLE_NONE = 0, DL_ROLE_TRAINER = 1, DL_ROLE_AUX = 2, DL_ROLE_MONITOR = 3 };
+#define DL_ROLE_BIT(role) (1u << (role))
+#define DL_ROLES_ALL (DL_ROLE_BIT(DL_ROLE_TRAINER) | DL_ROLE_BIT(DL_ROLE_AUX) | DL_ROLE_BIT(DL_ROLE_MONITOR))
+/* "trainer", "aux", "monitor" ("none" for DL_ROLE_NONE). */
+const char *dl_role_name(int role);
+/* Parses a role name; -1 (error recorded) when unknown. */
+int dl_role_parse(const char *name);
+/* Trainers and auxiliary peers take part in averaging; monitors only watch. */
+bool dl_role_may_send_gradients(int role);
+
+#define DL_AUTHORITY_PK 32
+#define DL_AUTHORITY_PK_HEX 65
+#define DL_TOKEN_NAME_MAX 64
+#define DL_TOKEN_RUN_ID_MAX 128
+/* Longest token in binary form and in text form (with the NUL). */
+#define DL_TOKEN_MAX_BYTES 320
+#define DL_TOKEN_TEXT_MAX 440
+
+struct dl_authority {
+    uint8_t pk[DL_AUTHORITY_PK];
+    uint8_t sk[64];
+    char run_id[DL_TOKEN_RUN_ID_MAX];
+};
+
+/* Creates a fresh authority for run_id in path (mode 0600, O_EXCL: an
+ * existing file is never overwritten). */
+int dl_authority_create(const char *path, const char *run_id, struct dl_authority *a);
+/* Loads an authority file; refuses one readable by group or others. */
+int dl_authority_load(const char *path, struct dl_authority *a);
+void dl_authority_clear(struct dl_authority *a);
+/* Public key as 64 lowercase hex digits. */
+void dl_authority_public_hex(const uint8_t pk[DL_AUTHORITY_PK], char out[DL_AUTHORITY_PK_HEX]);
+/* Reads a public key: 64 hex digits, or the name of a file whose first line holds them. */
+int dl_authority_parse_public(const char *text, uint8_t pk[DL_AUTHORITY_PK]);
+
+/* What a token says. */
+struct dl_token {
+    uint8_t authority_pk[DL_AUTHORITY_PK];
+    char run_id[DL_TOKEN_RUN_ID_MAX];
+    char peer_id[DL_PEER_ID_HEX];
+    int role;
+    char name[DL_TOKEN_NAME_MAX];
+    uint64_t issued, expires;    /* Unix seconds */
+};
+
+/* Signs a token; writes its binary form (at most DL_TOKEN_MAX_BYTES) into
+ * out and its size into *size. */
+int dl_token_sign(const struct dl_authority *a, const struct dl_token *t, uint8_t *out, size_t *size);
+/* Binary form <-> text form ("dlt1." + URL-safe base64). */
+int dl_token_to_text(const uint8_t *bin, size_t size, char out[DL_TOKEN_TEXT_MAX]);
+int dl_token_from_text(const char *text, uint8_t *out, size_t *size);
+/* Parses a binary token and verifies its signature against the key it
+ * names. It still has to be checked against our authority (dl_token_check). */
+int dl_token_decode(const uint8_t *bin, size_t size, struct dl_token *t);
+/* Checks a decoded token for our authority, run, the peer that presented it
+ * and the time now; the error says which check failed. */
+int dl_token_check(const struct dl_token *t, const uint8_t authority_pk[DL_AUTHORITY_PK],
+                   const char *run_id, const char *peer_id, double now);
+
+/* A signed list of revoked peer ids. */
+struct dl_revocations {
+    uint8_t authority_pk[DL_AUTHORITY_PK];
+    char run_id[DL_TOKEN_RUN_ID_MAX];
+    uint64_t serial;             /* grows with every edit: a newer list supersedes an older */
+    size_t count;
+    uint8_t (*ids)[16];          /* raw peer ids */
+};
+/* Loads and verifies a list. authority_pk non-NULL: it must be that authority's. */
+int dl_revocations_load(const char *path, const uint8_t *authority_pk, struct dl_revocations *r);
+/* Adds peer_id (if not there) to the list in path, creating it when absent,
+ * and writes it back signed (atomically). */
+int dl_revocations_add(const struct dl_authority *a, const char *path, const char *peer_id);
+bool dl_revocations_contains(const struct dl_revocations *r, const char *peer_id);
+void dl_revocations_free(struct dl_revocations *r);
+/* Binary form (what the file holds after its text prefix; what peers gossip):
+ * decode verifies the signature; read_file takes the file's binary form
+ * without checking it (*bin malloc'd). */
+int dl_revocations_decode(const uint8_t *bin, size_t size, struct dl_revocations *r);
+int dl_revocations_read_file(const char *path, uint8_t **bin, size_t *size);
 
 #endif

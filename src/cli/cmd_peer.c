@@ -47,6 +47,13 @@ static void help(FILE *out) {
             "  --duration S             leave after S seconds (default: run until Ctrl-C)\n"
             "  --json                   JSON lines even on a terminal\n"
             "  --text                   readable status lines even when piped\n\n"
+            "admission (default: an open run that anyone knowing the run id may join):\n"
+            "  --run-key KEY            run authority's public key (hex, or a file holding it):\n"
+            "                           admit only peers with a valid token from it\n"
+            "  --token FILE             our token ('dedloc authority issue' for our peer id)\n"
+            "  --revoked FILE           the authority's signed revocation list (re-read on change)\n"
+            "  --allow FILE             peer ids admitted without a token, one per line\n"
+            "  --roles LIST             roles admitted with a token (default trainer,aux,monitor)\n\n"
 #ifdef DEDLOC_TEST_HOOKS
             "testing aids (a bare peer has no progress of its own; test builds only):\n"
             "  --fake-epoch E           publish epoch E\n"
@@ -133,6 +140,19 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
+/* "trainer,aux" -> DL_ROLE_BIT mask */
+static int parse_roles(const char *list, unsigned *mask) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", list);
+    *mask = 0;
+    for (char *save = NULL, *r = strtok_r(buf, ",", &save); r; r = strtok_r(NULL, ",", &save)) {
+        int role = dl_role_parse(r);
+        if (role < 0) return -1;
+        *mask |= DL_ROLE_BIT(role);
+    }
+    return *mask ? 0 : -1;
+}
+
 int cmd_peer(int argc, char **argv) {
     struct dl_net_config cfg;
     dl_net_config_default(&cfg);
@@ -142,7 +162,7 @@ int cmd_peer(int argc, char **argv) {
     uint64_t fake_epoch = 0;
     enum { O_RUN = 256, O_LISTEN, O_ANNOUNCE, O_INITIAL, O_IDENTITY, O_STATUS, O_CLIENT, O_MAXUP,
            O_BW, O_TARGET, O_EXPIRY, O_KEEPALIVE, O_NODHT, O_DHTPORT, O_DHTBOOT, O_DURATION,
-           O_JSON, O_TEXT, O_FEPOCH, O_FSAMPLES, O_FSPS };
+           O_JSON, O_TEXT, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES, O_FEPOCH, O_FSAMPLES, O_FSPS };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"listen", required_argument, NULL, O_LISTEN},
         {"announce", required_argument, NULL, O_ANNOUNCE}, {"initial-peers", required_argument, NULL, O_INITIAL},
@@ -153,6 +173,9 @@ int cmd_peer(int argc, char **argv) {
         {"no-dht", no_argument, NULL, O_NODHT}, {"dht-port", required_argument, NULL, O_DHTPORT},
         {"dht-bootstrap", required_argument, NULL, O_DHTBOOT}, {"duration", required_argument, NULL, O_DURATION},
         {"json", no_argument, NULL, O_JSON}, {"text", no_argument, NULL, O_TEXT},
+        {"run-key", required_argument, NULL, O_RUNKEY}, {"token", required_argument, NULL, O_TOKEN},
+        {"revoked", required_argument, NULL, O_REVOKED}, {"allow", required_argument, NULL, O_ALLOW},
+        {"roles", required_argument, NULL, O_ROLES},
 #ifdef DEDLOC_TEST_HOOKS
         /* Test hooks (CMake option DEDLOC_TEST_HOOKS): progress a bare peer does
          * not have, for the swarm tests. Kept last: opts[c - O_RUN] names an option. */
@@ -183,6 +206,11 @@ int cmd_peer(int argc, char **argv) {
         case O_DURATION: bad = parse_double(optarg, 0, 1e9, &duration); break;
         case O_JSON: format = 0; break;
         case O_TEXT: format = 1; break;
+        case O_RUNKEY: cfg.run_key = optarg; break;
+        case O_TOKEN: cfg.token_path = optarg; break;
+        case O_REVOKED: cfg.revoked_path = optarg; break;
+        case O_ALLOW: cfg.allow_path = optarg; break;
+        case O_ROLES: bad = parse_roles(optarg, &cfg.admit_roles); break;
 #ifdef DEDLOC_TEST_HOOKS
         case O_FEPOCH: bad = parse_double(optarg, 0, 1e15, &v); fake_epoch = (uint64_t)v; break;
         case O_FSAMPLES: bad = parse_double(optarg, 0, 1e15, &fake_samples); break;

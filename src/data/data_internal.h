@@ -69,6 +69,18 @@ int dl_bytesrc_open_http(const char *url, const dl_data_io *io, dl_bytesrc **out
  * reason. Checked once when a stream opens: a name that does not resolve is a
  * mistake in the URL, not an outage to wait out. */
 int dl_http_check_host(const char *url);
+/* What a response head means for the HTTP source. */
+typedef struct dl_http_head {
+    bool body_usable;   /* the body continues (or restarts) the file as asked */
+    int64_t total;      /* file size it tells, -1 when it tells none */
+    uint64_t skip;      /* body bytes to drop first (a 200 to a Range request) */
+    char why[160];      /* why the body is unusable ("" when usable, or for 416) */
+} dl_http_head;
+/* Reads status, Content-Range and Content-Length (either may be NULL) of the
+ * response to a request from byte requested_from. Numbers are strict
+ * decimals; anything else makes the head unusable. */
+void dl_http_read_head(int status, const char *content_range, const char *content_length,
+                       uint64_t requested_from, dl_http_head *out);
 /* Either of the above, by the spec's scheme. */
 int dl_bytesrc_open(const char *spec, const dl_data_io *io, dl_bytesrc **out);
 bool dl_data_is_url(const char *spec);

@@ -80,6 +80,12 @@ int dl_linereader_next(dl_linereader *lr, const char **line, size_t *len) {
                 continue;
             }
             if (n > 0 && begin[n - 1] == '\r') n--;
+            /* A long line that arrived whole in one read is over the limit too. */
+            if (n > lr->max_line) {
+                if (lr->skipped) (*lr->skipped)++;
+                scanned = 0;
+                continue;
+            }
             begin[n] = 0;
             *line = begin;
             *len = n;

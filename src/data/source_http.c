@@ -152,30 +152,18 @@ static int on_headers(struct evhttp_request *req, void *arg) {
             snprintf(h->location, sizeof h->location, "%s", loc);
         else
             set_why(h, "HTTP %d without a Location header", h->status);
-    } else if (h->status == 206) {
-        const char *cr = evhttp_find_header(hdrs, "Content-Range");
-        unsigned long long first = 0, last = 0, size = 0;
-        if (!cr || sscanf(cr, "bytes %llu-%llu/%llu", &first, &last, &size) < 2) {
-            set_why(h, "206 without a usable Content-Range");
-            return 0;
-        }
-        if (first != h->requested_from) {
-            set_why(h, "server sent bytes from %llu, asked from %" PRIu64, first,
-                    h->requested_from);
-            return 0;
-        }
-        if (size > 0) h->total = (int64_t)size;
-        h->body_usable = true;
-    } else if (h->status == 200) {
-        const char *cl = evhttp_find_header(hdrs, "Content-Length");
-        if (cl) h->total = (int64_t)strtoull(cl, NULL, 10);
-        h->skip = h->requested_from; /* whole file again: drop what we have */
-        h->body_usable = true;
-    } else if (h->status == 416 && h->requested_from > 0) {
-        /* Asked past the end: the file ended exactly where we were. */
-        h->total = (int64_t)h->requested_from;
-    } else {
-        set_why(h, "HTTP %d %s", h->status, evhttp_request_get_response_code_line(req));
+        return 0;
+    }
+    dl_http_head head;
+    dl_http_read_head(h->status, evhttp_find_header(hdrs, "Content-Range"),
+                      evhttp_find_header(hdrs, "Content-Length"), h->requested_from, &head);
+    h->body_usable = head.body_usable;
+    if (head.total >= 0) h->total = head.total;
+    if (head.body_usable) h->skip = head.skip;
+    if (head.why[0]) {
+        const char *line = evhttp_request_get_response_code_line(req);
+        if (h->status != 200 && h->status != 206 && line && *line) set_why(h, "%s %s", head.why, line);
+        else set_why(h, "%s", head.why);
     }
     return 0;
 }

@@ -39,18 +39,26 @@ int dl_msg_hello_decode(const uint8_t *data, size_t size, struct dl_msg_hello *m
     return rc ? -1 : 0;
 }
 
-uint8_t *dl_msg_auth_encode(const uint8_t sig[DL_WIRE_SIG], size_t *size) {
+uint8_t *dl_msg_auth_encode(const uint8_t sig[DL_WIRE_SIG], const uint8_t *token, size_t token_size,
+                            size_t *size) {
     struct dl_enc e;
     dl_enc_init(&e);
-    msgpack_pack_array(&e.pk, 1);
+    msgpack_pack_array(&e.pk, 2);
     dl_pack_bin(&e.pk, sig, DL_WIRE_SIG);
+    dl_pack_bin(&e.pk, token, token_size);
     return dl_enc_finish(&e, size);
 }
 
-int dl_msg_auth_decode(const uint8_t *data, size_t size, uint8_t sig[DL_WIRE_SIG]) {
+int dl_msg_auth_decode(const uint8_t *data, size_t size, uint8_t sig[DL_WIRE_SIG], const uint8_t **token,
+                       size_t *token_size) {
     struct dl_dec d;
     if (dl_dec_begin(&d, data, size, 1, "AUTH")) return -1;
     int rc = dl_dec_bin_exact(&d, 0, sig, DL_WIRE_SIG, "AUTH");
+    *token = NULL;
+    *token_size = 0;
+    /* The token field is optional: a peer without a token may leave it out. */
+    if (!rc && d.count > 1) rc = dl_dec_bin(&d, 1, token, token_size, "AUTH");
+    if (!rc && *token_size > DL_TOKEN_MAX_BYTES) rc = dl_fail("AUTH: token of %zu bytes", *token_size);
     dl_dec_end(&d);
     return rc;
 }
@@ -179,6 +187,22 @@ int dl_msg_cancel_decode(const uint8_t *data, size_t size, uint64_t *id) {
     struct dl_dec d;
     if (dl_dec_begin(&d, data, size, 1, "CANCEL")) return -1;
     int rc = dl_dec_u64(&d, 0, id, "CANCEL");
+    dl_dec_end(&d);
+    return rc;
+}
+
+uint8_t *dl_msg_revocations_encode(const uint8_t *list, size_t list_size, size_t *size) {
+    struct dl_enc e;
+    dl_enc_init(&e);
+    msgpack_pack_array(&e.pk, 1);
+    dl_pack_bin(&e.pk, list, list_size);
+    return dl_enc_finish(&e, size);
+}
+
+int dl_msg_revocations_decode(const uint8_t *data, size_t size, const uint8_t **list, size_t *list_size) {
+    struct dl_dec d;
+    if (dl_dec_begin(&d, data, size, 1, "REVOCATIONS")) return -1;
+    int rc = dl_dec_bin(&d, 0, list, list_size, "REVOCATIONS");
     dl_dec_end(&d);
     return rc;
 }

@@ -156,7 +156,7 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
     uint8_t sig[DL_WIRE_SIG];
     dl_handshake_sign(&c->hs, &net->id, sig);
     size_t n;
-    uint8_t *auth = dl_msg_auth_encode(sig, &n);
+    uint8_t *auth = dl_msg_auth_encode(sig, net->trust.my_token, net->trust.my_token_size, &n);
     if (!auth || dl_conn_send(c, DL_MSG_AUTH, auth, n, false)) {
         free(auth);
         dl_conn_close(c, "cannot send AUTH");
@@ -168,7 +168,9 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
 static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
     struct dl_net *net = c->net;
     uint8_t sig[DL_WIRE_SIG];
-    if (dl_msg_auth_decode(body, size, sig)) {
+    const uint8_t *token;
+    size_t token_size;
+    if (dl_msg_auth_decode(body, size, sig, &token, &token_size)) {
         dl_conn_reject(c, DL_ERR_PROTOCOL, dl_error(), false);
         return;
     }
@@ -177,6 +179,7 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(c, DL_ERR_AUTH, "forged handshake signature", false);
         return;
     }
+    if (dl_net_admit(net, c, token, token_size)) return;
     dl_handshake_clear(&c->hs);
     /* Two connections to one peer (both dialled at once): keep the one
      * dialled by the smaller key, or the newer if both were dialled by the
@@ -192,9 +195,14 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(old, DL_ERR_DUPLICATE, "duplicate connection (replaced)", false);
     }
     c->state = CONN_READY;
+    /* At most one frame plus its header waits in the buffer; libevent moves
+     * 16 KiB per read by default, and gradient parts are megabytes. */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, DL_WIRE_HEADER + (size_t)net->cfg.max_frame + 4096);
+    bufferevent_set_max_single_read(c->bev, 256 * 1024);
     DL_INFO("net", "authenticated %s %s at %s (handshake %.2f ms)", c->peer_client ? "client" : "peer",
             c->peer_id, c->remote, (dl_now() - c->created) * 1e3);
     dl_net_on_ready(net, c);
+    dl_net_send_revocations(net, c, NULL);
 }
 
 static void on_sealed(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size) {
@@ -215,6 +223,7 @@ static void on_sealed(struct dl_conn *c, uint8_t type, const uint8_t *body, size
         return;
     }
     case DL_MSG_RECORDS: dl_net_on_records(net, c, body, size); return;
+    case DL_MSG_REVOCATIONS: dl_net_on_revocations(net, c, body, size); return;
     case DL_MSG_REQUEST: dl_rpc_on_request(net, c, body, size); return;
     case DL_MSG_RESPONSE: dl_rpc_on_response(net, c, body, size); return;
     case DL_MSG_CANCEL: dl_rpc_on_cancel(net, c, body, size); return;
@@ -347,10 +356,11 @@ struct dl_conn *dl_conn_new(struct dl_net *net, struct bufferevent *bev, bool ou
     net->conns = c;
     net->num_conns++;
     bufferevent_setcb(bev, read_cb, NULL, event_cb, c);
-    /* Bounded input: at most one frame plus its header waits in the buffer. */
-    bufferevent_setwatermark(bev, EV_READ, 0, DL_WIRE_HEADER + (size_t)net->cfg.max_frame + 4096);
-    /* libevent moves 16 KiB per read by default; gradient parts are megabytes. */
-    bufferevent_set_max_single_read(bev, 256 * 1024);
+    /* Bounded input: before authentication only small frames are accepted,
+     * so only a little is read ahead; on_auth widens it once the peer has
+     * proved who it is. */
+    bufferevent_setwatermark(bev, EV_READ, 0, 2 * (DL_WIRE_HEADER + DL_NET_PREAUTH_MAX_BODY));
+    bufferevent_set_max_single_read(bev, 4096);
     bufferevent_set_max_single_write(bev, 256 * 1024);
     if (net->rate_group) bufferevent_add_to_rate_limit_group(bev, net->rate_group);
     bufferevent_enable(bev, EV_READ | EV_WRITE);

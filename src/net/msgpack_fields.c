@@ -119,7 +119,8 @@ void dl_pack_str(msgpack_packer *pk, const char *s) {
 
 void dl_pack_bin(msgpack_packer *pk, const void *p, size_t n) {
     msgpack_pack_bin(pk, n);
-    msgpack_pack_bin_body(pk, p, n);
+    /* An empty field may come with a NULL pointer, which memcpy must not see. */
+    if (n) msgpack_pack_bin_body(pk, p, n);
 }
 
 /* ---- decoding helpers ------------------------------------------------------ */
@@ -189,7 +190,8 @@ int dl_dec_str(const struct dl_dec *d, uint32_t i, char *out, size_t cap, const 
     if (o->via.str.size >= cap) return dl_fail("%s: field %u longer than %zu bytes", what, i, cap - 1);
     if (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))
         return dl_fail("%s: field %u contains NUL", what, i);
-    memcpy(out, o->via.str.ptr, o->via.str.size);
+    /* msgpack-c gives an empty string a NULL pointer, which memcpy must not see. */
+    if (o->via.str.size) memcpy(out, o->via.str.ptr, o->via.str.size);
     out[o->via.str.size] = 0;
     return 0;
 }

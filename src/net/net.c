@@ -121,6 +121,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     dl_net_tick_targets(net, now);
     dl_rpc_tick(net, now);
     dl_dht_tick(net, now);
+    dl_net_tick_admission(net, now);
 }
 
 /* ---- listener --------------------------------------------------------------------- */
@@ -133,6 +134,10 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     for (struct dl_conn *c = net->conns; c; c = c->next) preauth += c->state < CONN_READY;
     if (net->num_conns >= DL_NET_MAX_CONNS || preauth >= DL_NET_MAX_PREAUTH || net->stopping) {
         DL_DEBUG("net", "refusing a connection (%zu connections, %zu unauthenticated)", net->num_conns, preauth);
+        evutil_closesocket(fd);
+        return;
+    }
+    if (!dl_net_door_admit(net, sa)) {
         evutil_closesocket(fd);
         return;
     }
@@ -205,6 +210,7 @@ static void free_net(struct dl_net *net) {
     if (net->bucket_cfg) ev_token_bucket_cfg_free(net->bucket_cfg);
     if (net->base) event_base_free(net->base);
     dl_swarm_free(&net->swarm);
+    dl_trust_free(&net->trust);
     pthread_mutex_destroy(&net->lock);
     sodium_memzero(&net->id, sizeof net->id);
     free(net->run_id);
@@ -245,6 +251,7 @@ int dl_net_start(const struct dl_net_config *config, dl_net **out) {
     net->cfg.dht_bootstrap = net->dht_bootstrap_cfg;
     net->refresh_s = config->min_refresh_s;
     if (dl_identity_load(net->cfg.identity_path, &net->id)) goto fail;
+    if (dl_net_admission_start(net)) goto fail;
     net->base = event_base_new();
     if (!net->base) {
         dl_fail("libevent: event_base_new failed");

@@ -11,10 +11,17 @@
 
 #include "dedloc/net.h"
 #include "net/swarm.h"
+#include "net/trust.h"
 #include "net/wire.h"
 
 #define DL_NET_MAX_CONNS 256
 #define DL_NET_MAX_PREAUTH 64
+/* Per remote host (door.c): unauthenticated connections at once, and new
+ * connections per second with a burst allowance. */
+#define DL_NET_MAX_PREAUTH_PER_HOST 16
+#define DL_NET_DOOR_RATE 20.0
+#define DL_NET_DOOR_BURST 40.0
+#define DL_NET_DOOR_HOSTS 256
 #define DL_NET_MAX_TARGETS 1024
 #define DL_NET_MAX_HANDLERS 32
 #define DL_NET_MAX_INCOMING_PER_CONN 64
@@ -39,6 +46,8 @@ struct dl_conn {
     char dialled[DL_NET_ADDR_MAX];    /* what we dialled (outbound only) */
     double created, last_rx, last_ping, closing_since;
     size_t incoming_requests;
+    int peer_role;                    /* enum dl_role its token grants; DL_ROLE_NONE in an open run */
+    double admitted_until;            /* wall clock when its token expires; 0 = never */
     struct dl_conn *next;
 };
 
@@ -51,6 +60,12 @@ struct dl_target {
     bool warned; /* an initial peer's failure was said once (warning level) */
     double next_attempt, backoff, last_seen;
     double last_dial;                 /* when we last dialled it */
+};
+
+struct dl_door_host {
+    char host[48];
+    double tokens, last, last_warned;
+    size_t refused;
 };
 
 struct dl_ban {
@@ -154,6 +169,10 @@ struct dl_net {
 
     struct dl_dht *dht;
     int dht_port;
+
+    struct dl_trust trust;            /* who may join (admission.c) */
+    struct dl_door_host door[DL_NET_DOOR_HOSTS]; /* limits per remote host (door.c) */
+    double next_admission_check;
 };
 
 /* conn.c */
@@ -208,6 +227,26 @@ void dl_rpc_run_cmd(struct dl_net *net, struct dl_cmd *cmd);
 void dl_rpc_tick(struct dl_net *net, double now);
 void dl_rpc_conn_closed(struct dl_net *net, struct dl_conn *c);
 void dl_rpc_fail_all(struct dl_net *net);
+
+/* door.c */
+/* Whether a new inbound connection from sa is within its host's limits. */
+bool dl_net_door_admit(struct dl_net *net, const struct sockaddr *sa);
+
+/* admission.c */
+/* Loads the admission policy at start and says once whether the run is open. */
+int dl_net_admission_start(struct dl_net *net);
+/* Decides on a peer whose AUTH signature checked out; rejects it (and
+ * returns -1) when it is not admitted. */
+int dl_net_admit(struct dl_net *net, struct dl_conn *c, const uint8_t *token, size_t token_size);
+/* Once a second: re-reads a changed revocation list, and disconnects peers
+ * revoked since or whose token expired during the connection. */
+void dl_net_tick_admission(struct dl_net *net, double now);
+/* Sends the revocation list in force to c, or (c NULL) to every ready
+ * connection but except. */
+void dl_net_send_revocations(struct dl_net *net, struct dl_conn *c, struct dl_conn *except);
+/* A REVOCATIONS message: a newer list is put in force and forwarded; a
+ * forged one bans the sender. */
+void dl_net_on_revocations(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
 
 /* dht.c */
 int dl_dht_start(struct dl_net *net);

@@ -231,7 +231,7 @@ void dl_rpc_on_request(struct dl_net *net, struct dl_conn *c, const uint8_t *bod
     e->next = net->incoming;
     net->incoming = e;
     c->incoming_requests++;
-    struct dl_net_incoming in = {e->token, c->peer_id, m.method, payload, psize, m.timeout_s};
+    struct dl_net_incoming in = {e->token, c->peer_id, m.method, payload, psize, m.timeout_s, c->peer_role};
     fn(user, net, &in);
     free(inflated);
 }

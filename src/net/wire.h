@@ -32,6 +32,7 @@ enum dl_msg_type {
     DL_MSG_PING = 0x10,
     DL_MSG_PONG = 0x11,
     DL_MSG_RECORDS = 0x12,   /* signed progress/peer records (exchange and gossip) */
+    DL_MSG_REVOCATIONS = 0x13, /* the run authority's signed revocation list (gossip) */
     DL_MSG_REQUEST = 0x20,
     DL_MSG_RESPONSE = 0x21,
     DL_MSG_CANCEL = 0x22,
@@ -46,6 +47,7 @@ enum dl_wire_error {
     DL_ERR_SELF = 6,         /* connected to ourselves */
     DL_ERR_DUPLICATE = 7,    /* a connection to this peer exists already */
     DL_ERR_BUSY = 8,         /* too many connections */
+    DL_ERR_ADMISSION = 9,    /* not admitted: no valid token, revoked, not on the allowlist */
 };
 
 struct dl_frame_header {
@@ -114,8 +116,12 @@ struct dl_msg_response {
 /* Encoders return a malloc'd msgpack body (*size bytes) or NULL. */
 uint8_t *dl_msg_hello_encode(const struct dl_msg_hello *m, size_t *size);
 int dl_msg_hello_decode(const uint8_t *data, size_t size, struct dl_msg_hello *m);
-uint8_t *dl_msg_auth_encode(const uint8_t sig[DL_WIRE_SIG], size_t *size);
-int dl_msg_auth_decode(const uint8_t *data, size_t size, uint8_t sig[DL_WIRE_SIG]);
+/* AUTH carries the handshake signature and our admission token (binary
+ * form; token_size 0 = none). The decoded token points into data. */
+uint8_t *dl_msg_auth_encode(const uint8_t sig[DL_WIRE_SIG], const uint8_t *token, size_t token_size,
+                            size_t *size);
+int dl_msg_auth_decode(const uint8_t *data, size_t size, uint8_t sig[DL_WIRE_SIG], const uint8_t **token,
+                       size_t *token_size);
 uint8_t *dl_msg_error_encode(const struct dl_msg_error *m, size_t *size);
 int dl_msg_error_decode(const uint8_t *data, size_t size, struct dl_msg_error *m);
 uint8_t *dl_msg_ping_encode(uint64_t nonce, size_t *size);
@@ -131,6 +137,9 @@ uint8_t *dl_msg_request_encode(const struct dl_msg_request *m, size_t *size);
 int dl_msg_request_decode(const uint8_t *data, size_t size, struct dl_msg_request *m);
 uint8_t *dl_msg_response_encode(const struct dl_msg_response *m, size_t *size);
 int dl_msg_response_decode(const uint8_t *data, size_t size, struct dl_msg_response *m);
+/* REVOCATIONS: [list bin], the list's binary form (points into data). */
+uint8_t *dl_msg_revocations_encode(const uint8_t *list, size_t list_size, size_t *size);
+int dl_msg_revocations_decode(const uint8_t *data, size_t size, const uint8_t **list, size_t *list_size);
 uint8_t *dl_msg_cancel_encode(uint64_t id, size_t *size);
 int dl_msg_cancel_decode(const uint8_t *data, size_t size, uint64_t *id);
 

@@ -229,15 +229,18 @@ struct child {
     char addr[64];
 };
 
-static struct child *children[32];
+/* Children not reaped yet, by pid: the struct child of a test lives on its
+ * function's stack, gone by the time the exit handler runs. A pid stays
+ * here until wait_exit reaps it, so it cannot have been reused. */
+static pid_t unreaped[32];
 static int num_children;
 
 static void kill_children(void) {
     for (int i = 0; i < num_children; i++)
-        if (children[i]->pid > 0) {
-            kill(children[i]->pid, SIGKILL);
-            waitpid(children[i]->pid, NULL, 0);
-            children[i]->pid = 0;
+        if (unreaped[i] > 0) {
+            kill(unreaped[i], SIGKILL);
+            waitpid(unreaped[i], NULL, 0);
+            unreaped[i] = 0;
         }
 }
 
@@ -265,7 +268,7 @@ static int spawn(struct child *c, char *const argv[]) {
     close(out[1]);
     c->in_fd = in[1];
     c->out_fd = out[0];
-    children[num_children++] = c;
+    if (num_children < 32) unreaped[num_children++] = c->pid;
     return 0;
 }
 
@@ -292,6 +295,8 @@ static int wait_exit(struct child *c, double seconds) {
         int status;
         pid_t r = waitpid(c->pid, &status, WNOHANG);
         if (r == c->pid) {
+            for (int i = 0; i < num_children; i++)
+                if (unreaped[i] == c->pid) unreaped[i] = 0;
             c->pid = 0;
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         }

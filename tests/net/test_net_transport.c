@@ -184,7 +184,7 @@ static int raw_handshake(struct raw *r, const char *run_id, bool forge) {
     } else {
         dl_handshake_sign(&r->hs, &r->id, sig);
     }
-    uint8_t *auth = dl_msg_auth_encode(sig, &n);
+    uint8_t *auth = dl_msg_auth_encode(sig, NULL, 0, &n);
     raw_send_sealed(r, DL_MSG_AUTH, auth, n, -1);
     free(auth);
     if (raw_read(r, h, &b, &n) || h[3] != DL_MSG_AUTH) {
@@ -192,7 +192,9 @@ static int raw_handshake(struct raw *r, const char *run_id, bool forge) {
         return -1;
     }
     rc = dl_frame_open(&r->rx, h, b, &n);
-    if (!rc) rc = dl_msg_auth_decode(b, n, sig);
+    const uint8_t *token;
+    size_t token_size;
+    if (!rc) rc = dl_msg_auth_decode(b, n, sig, &token, &token_size);
     if (!rc) rc = dl_handshake_verify(&r->hs, sig);
     free(b);
     return rc;

@@ -1,0 +1,68 @@
+/* Limits before authentication (docs/protocol.md, "Limits before
+ * authentication"). A connection that has not proven an identity costs a
+ * socket, buffers and a key exchange; one address may hold only a few of
+ * them at a time and open new ones only at a bounded rate, so one host
+ * cannot take every unauthenticated slot. The table of recent addresses is
+ * small and fixed: the least recently seen address gives way. */
+#include <arpa/inet.h>
+#include <string.h>
+
+#include "dedloc/util.h"
+#include "net/net_internal.h"
+
+/* The host part of a socket address ("1.2.3.4", "::1"). */
+static void host_of(const struct sockaddr *sa, char *out, size_t cap) {
+    out[0] = 0;
+    if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)cap);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)cap);
+}
+
+/* True when remote ("host:port" or "[v6]:port") is on host. */
+static bool same_host(const char *remote, const char *host) {
+    if (remote[0] == '[') remote++;
+    size_t n = strlen(host);
+    return !strncmp(remote, host, n) && (remote[n] == ':' || remote[n] == ']');
+}
+
+static struct dl_door_host *bucket_for(struct dl_net *net, const char *host, double now) {
+    struct dl_door_host *oldest = &net->door[0];
+    for (size_t i = 0; i < DL_NET_DOOR_HOSTS; i++) {
+        struct dl_door_host *h = &net->door[i];
+        if (h->host[0] && !strcmp(h->host, host)) return h;
+        if (h->last < oldest->last) oldest = h;
+    }
+    snprintf(oldest->host, sizeof oldest->host, "%s", host);
+    oldest->tokens = DL_NET_DOOR_BURST;
+    oldest->last = now;
+    oldest->refused = 0;
+    return oldest;
+}
+
+bool dl_net_door_admit(struct dl_net *net, const struct sockaddr *sa) {
+    char host[INET6_ADDRSTRLEN];
+    host_of(sa, host, sizeof host);
+    if (!host[0]) return true;
+    double now = dl_now();
+    size_t pending = 0;
+    for (struct dl_conn *c = net->conns; c; c = c->next)
+        if (c->state < CONN_READY && !c->outbound && same_host(c->remote, host)) pending++;
+    struct dl_door_host *h = bucket_for(net, host, now);
+    h->tokens += (now - h->last) * DL_NET_DOOR_RATE;
+    if (h->tokens > DL_NET_DOOR_BURST) h->tokens = DL_NET_DOOR_BURST;
+    h->last = now;
+    const char *why = NULL;
+    if (pending >= DL_NET_MAX_PREAUTH_PER_HOST) why = "unauthenticated connections";
+    else if (h->tokens < 1) why = "connection rate";
+    if (!why) {
+        h->tokens -= 1;
+        h->refused = 0;
+        return true;
+    }
+    /* One line per burst of refusals, not one per socket. */
+    if (h->refused++ == 0 || now - h->last_warned > 10) {
+        DL_WARN("net", "refusing connections from %s: over its limit of %s (%zu pending)", host, why, pending);
+        h->last_warned = now;
+    }
+    return false;
+}

@@ -1,0 +1,267 @@
+/* Run authority and admission tokens (docs/protocol.md, "Admission").
+ *
+ * A token is a short binary body signed by the authority:
+ *   "DLT1" | authority pk (32) | peer id (16) | role (1) | issued (u64 BE) |
+ *   expires (u64 BE) | run id length (1) | run id | name length (1) | name |
+ *   ed25519 signature (64) over "dedloc-token-v1\0" || everything before it.
+ * Its text form is "dlt1." followed by the URL-safe base64 of those bytes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dedloc/net.h"
+#include "dedloc/util.h"
+
+static const char TOKEN_CONTEXT[] = "dedloc-token-v1";
+static const char TOKEN_TEXT_PREFIX[] = "dlt1.";
+#define AUTHORITY_MAGIC "dedloc-authority-v1\n"
+#define TOKEN_FIXED 69 /* bytes before the run id length */
+#define SIG_BYTES crypto_sign_BYTES
+
+static const char *const ROLE_NAMES[] = {"none", "trainer", "aux", "monitor"};
+
+const char *dl_role_name(int role) {
+    return role >= 0 && role <= DL_ROLE_MONITOR ? ROLE_NAMES[role] : "unknown";
+}
+
+int dl_role_parse(const char *name) {
+    for (int r = DL_ROLE_TRAINER; r <= DL_ROLE_MONITOR; r++)
+        if (!strcmp(name, ROLE_NAMES[r])) return r;
+    return dl_fail("unknown role '%s' (trainer, aux or monitor)", name);
+}
+
+bool dl_role_may_send_gradients(int role) { return role == DL_ROLE_TRAINER || role == DL_ROLE_AUX; }
+
+/* ---- authority key file ----------------------------------------------------
+ * "dedloc-authority-v1\n" | run id length (1) | run id | seed (32). */
+
+int dl_authority_create(const char *path, const char *run_id, struct dl_authority *a) {
+    if (sodium_init() < 0) return dl_fail("libsodium failed to initialise");
+    size_t run_len = strlen(run_id);
+    if (run_len == 0 || run_len >= DL_TOKEN_RUN_ID_MAX)
+        return dl_fail("run id must be 1..%d bytes", DL_TOKEN_RUN_ID_MAX - 1);
+    memset(a, 0, sizeof *a);
+    crypto_sign_keypair(a->pk, a->sk);
+    memcpy(a->run_id, run_id, run_len);
+    uint8_t file[sizeof AUTHORITY_MAGIC - 1 + 1 + DL_TOKEN_RUN_ID_MAX + crypto_sign_SEEDBYTES];
+    size_t n = 0;
+    memcpy(file, AUTHORITY_MAGIC, sizeof AUTHORITY_MAGIC - 1);
+    n += sizeof AUTHORITY_MAGIC - 1;
+    file[n++] = (uint8_t)run_len;
+    memcpy(file + n, run_id, run_len);
+    n += run_len;
+    crypto_sign_ed25519_sk_to_seed(file + n, a->sk);
+    n += crypto_sign_SEEDBYTES;
+    /* O_EXCL with mode 0600: never overwrite an authority, never expose it. */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        sodium_memzero(file, sizeof file);
+        return dl_fail("cannot create authority file %s: %s%s", path, strerror(errno),
+                       errno == EEXIST ? " (an authority is never overwritten; choose another name)" : "");
+    }
+    ssize_t w = write(fd, file, n);
+    int sync_rc = fsync(fd);
+    close(fd);
+    sodium_memzero(file, sizeof file);
+    if (w != (ssize_t)n || sync_rc) {
+        unlink(path);
+        return dl_fail("cannot write authority file %s", path);
+    }
+    return 0;
+}
+
+int dl_authority_load(const char *path, struct dl_authority *a) {
+    if (sodium_init() < 0) return dl_fail("libsodium failed to initialise");
+    memset(a, 0, sizeof *a);
+    struct stat st;
+    if (stat(path, &st)) return dl_fail("cannot open authority file %s: %s", path, strerror(errno));
+    if (st.st_mode & 077)
+        return dl_fail("authority file %s is readable by others (mode %03o); chmod 600 it", path,
+                       (unsigned)(st.st_mode & 0777));
+    char *data;
+    size_t size;
+    if (dl_read_file(path, 4096, &data, &size)) return dl_fail_context("authority");
+    const uint8_t *p = (const uint8_t *)data;
+    size_t magic = sizeof AUTHORITY_MAGIC - 1;
+    int ok = size > magic && !memcmp(p, AUTHORITY_MAGIC, magic);
+    size_t run_len = ok ? p[magic] : 0;
+    ok = ok && run_len > 0 && run_len < DL_TOKEN_RUN_ID_MAX &&
+         size == magic + 1 + run_len + crypto_sign_SEEDBYTES && !memchr(p + magic + 1, 0, run_len);
+    if (ok) {
+        memcpy(a->run_id, p + magic + 1, run_len);
+        crypto_sign_seed_keypair(a->pk, a->sk, p + magic + 1 + run_len);
+    }
+    sodium_memzero(data, size);
+    free(data);
+    if (!ok) return dl_fail("%s is not a dedloc authority file", path);
+    return 0;
+}
+
+void dl_authority_clear(struct dl_authority *a) { sodium_memzero(a, sizeof *a); }
+
+void dl_authority_public_hex(const uint8_t pk[DL_AUTHORITY_PK], char out[DL_AUTHORITY_PK_HEX]) {
+    sodium_bin2hex(out, DL_AUTHORITY_PK_HEX, pk, DL_AUTHORITY_PK);
+}
+
+static int parse_hex_exact(const char *text, size_t text_len, uint8_t *out, size_t n) {
+    size_t got = 0;
+    const char *end = NULL;
+    if (text_len != 2 * n) return -1;
+    if (sodium_hex2bin(out, n, text, text_len, NULL, &got, &end) || got != n || end != text + text_len)
+        return -1;
+    return 0;
+}
+
+int dl_authority_parse_public(const char *text, uint8_t pk[DL_AUTHORITY_PK]) {
+    if (!parse_hex_exact(text, strlen(text), pk, DL_AUTHORITY_PK)) return 0;
+    char *data;
+    size_t size;
+    if (!dl_file_exists(text))
+        return dl_fail("run key '%s' is neither 64 hex digits nor a readable file", text);
+    if (dl_read_file(text, 4096, &data, &size)) return dl_fail_context("run key");
+    size_t len = 0;
+    while (len < size && data[len] != '\n' && data[len] != '\r') len++;
+    int rc = parse_hex_exact(data, len, pk, DL_AUTHORITY_PK);
+    free(data);
+    if (rc) return dl_fail("run key file %s does not start with 64 hex digits", text);
+    return 0;
+}
+
+/* ---- tokens ------------------------------------------------------------------ */
+
+static void put_be64(uint8_t *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
+}
+
+static uint64_t get_be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
+    return v;
+}
+
+static void token_message(const uint8_t *body, size_t n, crypto_sign_state *st) {
+    crypto_sign_init(st);
+    crypto_sign_update(st, (const uint8_t *)TOKEN_CONTEXT, sizeof TOKEN_CONTEXT);
+    crypto_sign_update(st, body, n);
+}
+
+int dl_token_sign(const struct dl_authority *a, const struct dl_token *t, uint8_t *out, size_t *size) {
+    size_t run_len = strlen(t->run_id), name_len = strlen(t->name);
+    if (run_len == 0 || run_len >= DL_TOKEN_RUN_ID_MAX) return dl_fail("token: bad run id length");
+    if (name_len >= DL_TOKEN_NAME_MAX) return dl_fail("token: name longer than %d bytes", DL_TOKEN_NAME_MAX - 1);
+    if (t->role < DL_ROLE_TRAINER || t->role > DL_ROLE_MONITOR) return dl_fail("token: bad role");
+    uint8_t id[16];
+    if (parse_hex_exact(t->peer_id, strlen(t->peer_id), id, sizeof id))
+        return dl_fail("token: peer id '%s' is not 32 hex digits", t->peer_id);
+    size_t n = 0;
+    memcpy(out, "DLT1", 4);
+    n += 4;
+    memcpy(out + n, a->pk, DL_AUTHORITY_PK);
+    n += DL_AUTHORITY_PK;
+    memcpy(out + n, id, sizeof id);
+    n += sizeof id;
+    out[n++] = (uint8_t)t->role;
+    put_be64(out + n, t->issued);
+    n += 8;
+    put_be64(out + n, t->expires);
+    n += 8;
+    out[n++] = (uint8_t)run_len;
+    memcpy(out + n, t->run_id, run_len);
+    n += run_len;
+    out[n++] = (uint8_t)name_len;
+    memcpy(out + n, t->name, name_len);
+    n += name_len;
+    crypto_sign_state st;
+    token_message(out, n, &st);
+    crypto_sign_final_create(&st, out + n, NULL, a->sk);
+    *size = n + SIG_BYTES;
+    return 0;
+}
+
+int dl_token_decode(const uint8_t *bin, size_t size, struct dl_token *t) {
+    memset(t, 0, sizeof *t);
+    if (size < TOKEN_FIXED + 2 + SIG_BYTES || size > DL_TOKEN_MAX_BYTES)
+        return dl_fail("token: %zu bytes is not a token's size", size);
+    if (memcmp(bin, "DLT1", 4)) return dl_fail("token: not a dedloc token (bad magic)");
+    size_t body = size - SIG_BYTES;
+    size_t pos = TOKEN_FIXED;
+    size_t run_len = bin[pos++];
+    if (run_len == 0 || run_len >= DL_TOKEN_RUN_ID_MAX || pos + run_len >= body)
+        return dl_fail("token: bad run id length");
+    const uint8_t *run = bin + pos;
+    pos += run_len;
+    size_t name_len = bin[pos++];
+    if (name_len >= DL_TOKEN_NAME_MAX || pos + name_len != body) return dl_fail("token: bad name length");
+    const uint8_t *name = bin + pos;
+    if (memchr(run, 0, run_len) || (name_len && memchr(name, 0, name_len)))
+        return dl_fail("token: NUL inside a string");
+    int role = bin[52];
+    if (role < DL_ROLE_TRAINER || role > DL_ROLE_MONITOR) return dl_fail("token: unknown role %d", role);
+    /* The signature last: it is the expensive check. */
+    crypto_sign_state st;
+    token_message(bin, body, &st);
+    if (crypto_sign_final_verify(&st, bin + body, bin + 4))
+        return dl_fail("token: signature does not match (forged or altered token)");
+    memcpy(t->authority_pk, bin + 4, DL_AUTHORITY_PK);
+    sodium_bin2hex(t->peer_id, sizeof t->peer_id, bin + 36, 16);
+    t->role = role;
+    t->issued = get_be64(bin + 53);
+    t->expires = get_be64(bin + 61);
+    memcpy(t->run_id, run, run_len);
+    memcpy(t->name, name, name_len);
+    return 0;
+}
+
+static void format_utc(uint64_t t, char out[32]) {
+    time_t tt = t > (uint64_t)INT32_MAX * 1000 ? (time_t)INT32_MAX * 1000 : (time_t)t;
+    struct tm tm;
+    if (!gmtime_r(&tt, &tm) || !strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(out, 32, "%llu", (unsigned long long)t);
+}
+
+int dl_token_check(const struct dl_token *t, const uint8_t authority_pk[DL_AUTHORITY_PK],
+                   const char *run_id, const char *peer_id, double now) {
+    if (sodium_memcmp(t->authority_pk, authority_pk, DL_AUTHORITY_PK)) {
+        char hex[DL_AUTHORITY_PK_HEX];
+        dl_authority_public_hex(t->authority_pk, hex);
+        return dl_fail("token from an unknown authority (%.16s...)", hex);
+    }
+    if (strcmp(t->run_id, run_id)) return dl_fail("token for another run ('%s', not '%s')", t->run_id, run_id);
+    if (strcmp(t->peer_id, peer_id)) return dl_fail("token for another peer id (%s, not %s)", t->peer_id, peer_id);
+    if (now >= (double)t->expires) {
+        char when[32];
+        format_utc(t->expires, when);
+        return dl_fail("token expired at %s", when);
+    }
+    return 0;
+}
+
+int dl_token_to_text(const uint8_t *bin, size_t size, char out[DL_TOKEN_TEXT_MAX]) {
+    size_t prefix = sizeof TOKEN_TEXT_PREFIX - 1;
+    int variant = sodium_base64_VARIANT_URLSAFE_NO_PADDING;
+    if (size > DL_TOKEN_MAX_BYTES || prefix + sodium_base64_encoded_len(size, variant) > DL_TOKEN_TEXT_MAX)
+        return dl_fail("token too long");
+    memcpy(out, TOKEN_TEXT_PREFIX, prefix);
+    sodium_bin2base64(out + prefix, DL_TOKEN_TEXT_MAX - prefix, bin, size, variant);
+    return 0;
+}
+
+int dl_token_from_text(const char *text, uint8_t *out, size_t *size) {
+    while (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r') text++;
+    size_t prefix = sizeof TOKEN_TEXT_PREFIX - 1;
+    if (strncmp(text, TOKEN_TEXT_PREFIX, prefix)) return dl_fail("not a dedloc token (it starts with 'dlt1.')");
+    const char *b64 = text + prefix;
+    size_t len = 0;
+    while (b64[len] && b64[len] != '\n' && b64[len] != '\r' && b64[len] != ' ') len++;
+    const char *end = NULL;
+    if (sodium_base642bin(out, DL_TOKEN_MAX_BYTES, b64, len, NULL, size, &end,
+                          sodium_base64_VARIANT_URLSAFE_NO_PADDING) ||
+        end != b64 + len)
+        return dl_fail("token: bad base64");
+    return 0;
+}
