@@ -76,6 +76,12 @@ int dl_net_dht_port(const dl_net *net);
 int dl_net_publish_progress(dl_net *net, uint64_t epoch, double samples_accumulated,
                             double samples_per_second);
 
+/* Sets what our next progress records carry besides progress: the
+ * BLAKE2b-256 of our parameters (NULL: none), and our upload bandwidth as
+ * measured in past averaging rounds (published when none was declared). */
+int dl_net_set_param_hash(dl_net *net, const uint8_t hash[32]);
+int dl_net_set_measured_bandwidth(dl_net *net, double mbit);
+
 /* One peer as the swarm view sees it. */
 struct dl_swarm_peer {
     char peer_id[DL_PEER_ID_HEX];
@@ -84,9 +90,11 @@ struct dl_swarm_peer {
     double samples_accumulated;  /* as published */
     double samples_per_second;
     double time;                 /* owner's wall clock at publication (Unix seconds) */
-    double bandwidth_mbit;
+    double bandwidth_mbit;       /* declared, else measured in its past rounds; 0 = unknown */
     bool client_mode;
     bool is_self;
+    bool has_param_hash;         /* param_hash was published */
+    uint8_t param_hash[32];      /* BLAKE2b-256 of its parameters at epoch (signed with the record) */
 };
 
 /* The DeDLOC view of the collaboration at one moment. */
@@ -131,6 +139,14 @@ typedef void (*dl_net_response_fn)(void *user, uint64_t request_id, int status,
 uint64_t dl_net_request(dl_net *net, const char *peer_id, const char *method, const void *payload,
                         size_t size, double timeout_s, dl_net_response_fn callback, void *user);
 
+/* Flags of the *_ex forms. DL_NET_RAW: send the payload as it is, without
+ * trying zlib (float tensors and already-encoded data gain nothing from it,
+ * and the attempt costs more CPU than the transfer). */
+enum { DL_NET_RAW = 1 };
+uint64_t dl_net_request_ex(dl_net *net, const char *peer_id, const char *method, const void *payload,
+                           size_t size, double timeout_s, unsigned flags, dl_net_response_fn callback,
+                           void *user);
+
 /* Cancels a pending request: its callback runs with DL_NET_CANCELLED (unless
  * the response won the race) and the other peer is told to stop. */
 int dl_net_cancel(dl_net *net, uint64_t request_id);
@@ -162,5 +178,24 @@ int dl_net_set_handler(dl_net *net, const char *method, dl_net_handler_fn handle
  * payload is then an error message). Answers to cancelled requests or
  * vanished connections are dropped silently. */
 int dl_net_respond(dl_net *net, uint64_t token, int status, const void *payload, size_t size);
+int dl_net_respond_ex(dl_net *net, uint64_t token, int status, const void *payload, size_t size,
+                      unsigned flags);
+
+/* ---- signatures with the peer's identity ------------------------------------
+ * For records other modules build (group records, signed averaging results):
+ * an ed25519 signature by this peer's identity key, checked by anyone who
+ * knows the signer's public key. A peer id is derived from its public key, so
+ * a (peer id, public key) pair is self-certifying. */
+#define DL_NET_PUBLIC_KEY 32
+#define DL_NET_SIGNATURE 64
+/* Our public key (DL_NET_PUBLIC_KEY bytes, valid until stop). */
+const uint8_t *dl_net_public_key(const dl_net *net);
+/* The peer id that belongs to a public key. */
+void dl_net_peer_id_from_key(const uint8_t pk[DL_NET_PUBLIC_KEY], char out[DL_PEER_ID_HEX]);
+void dl_net_sign(const dl_net *net, const void *data, size_t size, uint8_t sig[DL_NET_SIGNATURE]);
+/* 0 when pk belongs to peer_id and sig is pk's signature of data; -1 (with
+ * dl_fail saying which) otherwise. */
+int dl_net_verify(const char *peer_id, const uint8_t pk[DL_NET_PUBLIC_KEY], const void *data, size_t size,
+                  const uint8_t sig[DL_NET_SIGNATURE]);
 
 #endif

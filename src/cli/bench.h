@@ -13,5 +13,8 @@ struct dl_bench {
 
 int bench_step(int argc, char **argv);
 int bench_gemm(int argc, char **argv);
+int bench_allreduce(int argc, char **argv);
+/* internal: one member process of bench allreduce and of the averaging tests */
+int bench_allreduce_member(int argc, char **argv);
 
 #endif

@@ -117,7 +117,11 @@ void dl_net_publish_record(struct dl_net *net, bool goodbye) {
     r.samples_per_second = net->my_sps;
     r.client_mode = net->cfg.client_mode;
     r.goodbye = goodbye;
-    r.bandwidth_mbit = net->cfg.bandwidth_mbit;
+    pthread_mutex_lock(&net->lock);
+    r.bandwidth_mbit = net->cfg.bandwidth_mbit > 0 ? net->cfg.bandwidth_mbit : net->measured_mbit;
+    r.has_param_hash = net->has_param_hash;
+    memcpy(r.param_hash, net->param_hash, sizeof r.param_hash);
+    pthread_mutex_unlock(&net->lock);
     snprintf(r.address, sizeof r.address, "%s", net->announce_addr);
     memcpy(r.pk, net->id.pk, DL_WIRE_PK);
     memcpy(r.peer_id, net->id.peer_id, sizeof r.peer_id);

@@ -70,7 +70,14 @@ static void cmd_cb(evutil_socket_t fd, short what, void *arg) {
                 if (net->listener) evconnlistener_disable(net->listener);
             }
             break;
-        default: dl_rpc_run_cmd(net, cmd); break;
+        default:
+            dl_rpc_run_cmd(net, cmd);
+            if (cmd->next == cmd) { /* parked until its peer is connected (rpc.c) */
+                cmd->next = net->parked;
+                net->parked = cmd;
+                continue;
+            }
+            break;
         }
         free(cmd->payload);
         free(cmd);
@@ -334,6 +341,23 @@ int dl_net_publish_progress(dl_net *net, uint64_t epoch, double samples_accumula
     cmd->samples = samples_accumulated;
     cmd->samples_per_second = samples_per_second;
     return dl_net_post(net, cmd);
+}
+
+int dl_net_set_param_hash(dl_net *net, const uint8_t hash[32]) {
+    pthread_mutex_lock(&net->lock);
+    net->has_param_hash = hash != NULL;
+    if (hash) memcpy(net->param_hash, hash, sizeof net->param_hash);
+    else memset(net->param_hash, 0, sizeof net->param_hash);
+    pthread_mutex_unlock(&net->lock);
+    return 0;
+}
+
+int dl_net_set_measured_bandwidth(dl_net *net, double mbit) {
+    if (!(mbit >= 0) || mbit > 1e7) return dl_fail("measured bandwidth %g Mbit/s out of range", mbit);
+    pthread_mutex_lock(&net->lock);
+    net->measured_mbit = mbit;
+    pthread_mutex_unlock(&net->lock);
+    return 0;
 }
 
 int dl_net_swarm_view(dl_net *net, struct dl_swarm_view *view) {

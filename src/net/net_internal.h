@@ -85,6 +85,7 @@ struct dl_cmd {
     uint8_t pk[DL_WIRE_PK];
     double timeout_s;
     double samples, samples_per_second;  /* CMD_PUBLISH */
+    double park_until;                /* CMD_REQUEST waiting for a connection */
     uint8_t *payload;                 /* owned; already compressed when compressed */
     size_t size;
     uint64_t raw_size;
@@ -141,6 +142,13 @@ struct dl_net {
     double my_samples, my_sps, my_time;
     bool force_publish, stopping;
     double next_publish, stop_deadline;
+    /* Requests to a known peer we are not connected to yet: they wait here
+     * (at most handshake_timeout_s) while it is dialled. */
+    struct dl_cmd *parked;
+    /* lock: extra fields of our progress record */
+    uint8_t param_hash[32];
+    bool has_param_hash;
+    double measured_mbit;
 
     struct dl_dht *dht;
     int dht_port;

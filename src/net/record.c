@@ -9,7 +9,9 @@
 #include "net/swarm.h"
 
 static const char RECORD_CONTEXT[] = "dedloc-record-v1";
-#define RECORD_FIELDS 12
+/* Field 12, the parameter hash, came later: records of 12 fields stay valid. */
+#define RECORD_FIELDS 13
+#define RECORD_MIN_FIELDS 12
 
 static void pack_bool(msgpack_packer *pk, bool b) {
     if (b) msgpack_pack_true(pk);
@@ -41,6 +43,7 @@ uint8_t *dl_record_sign(const struct dl_record *r, const char *run_id, const str
     pack_bool(pk, r->goodbye);
     dl_pack_str(pk, r->address);
     msgpack_pack_double(pk, r->bandwidth_mbit);
+    dl_pack_bin(pk, r->param_hash, r->has_param_hash ? sizeof r->param_hash : 0);
     size_t nbytes;
     uint8_t *bytes = dl_enc_finish(&body, &nbytes);
     if (!bytes) return NULL;
@@ -62,7 +65,7 @@ uint8_t *dl_record_sign(const struct dl_record *r, const char *run_id, const str
 static int decode_body(const uint8_t *bytes, size_t nbytes, struct dl_record *r, char *run_id, size_t run_id_cap) {
     struct dl_dec d;
     const char *what = "record body";
-    if (dl_dec_begin(&d, bytes, nbytes, RECORD_FIELDS, what)) return -1;
+    if (dl_dec_begin(&d, bytes, nbytes, RECORD_MIN_FIELDS, what)) return -1;
     uint32_t version = 0;
     int bad = dl_dec_u32(&d, 0, &version, what) || dl_dec_bin_exact(&d, 1, r->pk, DL_WIRE_PK, what) ||
               dl_dec_str(&d, 2, run_id, run_id_cap, what) || dl_dec_u64(&d, 3, &r->seq, what) ||
@@ -71,6 +74,17 @@ static int decode_body(const uint8_t *bytes, size_t nbytes, struct dl_record *r,
               dl_dec_bool(&d, 8, &r->client_mode, what) || dl_dec_bool(&d, 9, &r->goodbye, what) ||
               dl_dec_str(&d, 10, r->address, sizeof r->address, what) ||
               dl_dec_f64(&d, 11, &r->bandwidth_mbit, what);
+    if (!bad && d.count > 12) {
+        const uint8_t *hash;
+        size_t hash_size;
+        bad = dl_dec_bin(&d, 12, &hash, &hash_size, what);
+        if (!bad && hash_size == sizeof r->param_hash) {
+            memcpy(r->param_hash, hash, hash_size);
+            r->has_param_hash = true;
+        } else if (!bad && hash_size) {
+            bad = dl_fail("%s: a parameter hash of %zu bytes (32 or none)", what, hash_size);
+        }
+    }
     dl_dec_end(&d);
     if (bad) return -1;
     if (version != 1) return dl_fail("record: version %u, expected 1", version);

@@ -1,4 +1,5 @@
 /* Requests and responses: ids, deadlines, cancellation, compression. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,13 +52,64 @@ static void send_response(struct dl_conn *c, uint64_t id, int status, const uint
     free(body);
 }
 
+/* A target (known address) whose key belongs to peer_id, or NULL. */
+static struct dl_target *target_of(struct dl_net *net, const char *peer_id) {
+    for (size_t i = 0; i < net->num_targets; i++) {
+        struct dl_target *t = &net->targets[i];
+        if (!t->has_pk || t->is_self) continue;
+        char id[DL_PEER_ID_HEX];
+        dl_peer_id_from_pk(t->pk, id);
+        if (!strcmp(id, peer_id)) return t;
+    }
+    return NULL;
+}
+
+static struct dl_conn *ready_conn(struct dl_net *net, const char *peer_id) {
+    struct dl_conn *c = NULL;
+    for (struct dl_conn *x = net->conns; x; x = x->next)
+        if (x->state == CONN_READY && !strcmp(x->peer_id, peer_id)) c = x;
+    return c;
+}
+
+/* Returns true when the command was parked (it runs once connected). */
+static bool park_request(struct dl_net *net, struct dl_cmd *cmd) {
+    if (cmd->park_until > 0) return dl_now() < cmd->park_until;
+    struct dl_target *t = target_of(net, cmd->peer_id);
+    if (!t || dl_net_is_banned(net, t->pk)) return false;
+    /* Dial it now rather than at its backoff time. */
+    t->next_attempt = dl_now();
+    t->backoff = 1;
+    cmd->park_until = dl_now() + fmin(cmd->timeout_s, net->cfg.handshake_timeout_s);
+    return true;
+}
+
+/* Each tick: parked requests whose peer is now connected go out; the others
+ * wait until their time is up. */
+static void tick_parked(struct dl_net *net) {
+    struct dl_cmd *list = net->parked;
+    net->parked = NULL;
+    while (list) {
+        struct dl_cmd *cmd = list;
+        list = cmd->next;
+        cmd->next = NULL;
+        dl_rpc_run_cmd(net, cmd);
+        if (cmd->next == cmd) {
+            cmd->next = net->parked; /* parked again */
+            net->parked = cmd;
+        } else {
+            free(cmd->payload);
+            free(cmd);
+        }
+    }
+}
+
 void dl_rpc_run_cmd(struct dl_net *net, struct dl_cmd *cmd) {
     if (cmd->type == CMD_REQUEST) {
-        uint8_t pk[DL_WIRE_PK];
-        struct dl_conn *c = NULL;
-        for (struct dl_conn *x = net->conns; x; x = x->next)
-            if (x->state == CONN_READY && !strcmp(x->peer_id, cmd->peer_id)) c = x;
-        (void)pk;
+        struct dl_conn *c = ready_conn(net, cmd->peer_id);
+        if (!c && !net->stopping && park_request(net, cmd)) {
+            cmd->next = cmd; /* tells the caller to keep it */
+            return;
+        }
         if (!c || net->stopping) {
             if (cmd->callback) cmd->callback(cmd->user, cmd->id, DL_NET_DISCONNECTED, NULL, 0);
             return;
@@ -214,6 +266,7 @@ void dl_rpc_on_cancel(struct dl_net *net, struct dl_conn *c, const uint8_t *body
 }
 
 void dl_rpc_tick(struct dl_net *net, double now) {
+    tick_parked(net);
     for (struct dl_pending **pp = &net->pending; *pp;) {
         struct dl_pending *p = *pp;
         if (now >= p->deadline) {
@@ -259,6 +312,13 @@ void dl_rpc_conn_closed(struct dl_net *net, struct dl_conn *c) {
 }
 
 void dl_rpc_fail_all(struct dl_net *net) {
+    while (net->parked) {
+        struct dl_cmd *cmd = net->parked;
+        net->parked = cmd->next;
+        if (cmd->callback) cmd->callback(cmd->user, cmd->id, DL_NET_DISCONNECTED, NULL, 0);
+        free(cmd->payload);
+        free(cmd);
+    }
     while (net->pending) {
         struct dl_pending *p = net->pending;
         net->pending = p->next;
@@ -273,7 +333,7 @@ void dl_rpc_fail_all(struct dl_net *net) {
 
 /* ---- public entry points (any thread) ------------------------------------------ */
 
-static struct dl_cmd *payload_cmd(const void *payload, size_t size, size_t max) {
+static struct dl_cmd *payload_cmd(const void *payload, size_t size, size_t max, unsigned flags) {
     if (size > max) {
         dl_fail("payload of %zu bytes exceeds the frame limit (%zu)", size, max);
         return NULL;
@@ -282,7 +342,7 @@ static struct dl_cmd *payload_cmd(const void *payload, size_t size, size_t max) 
     if (!cmd) return NULL;
     uint8_t *z = NULL;
     size_t zn = 0;
-    int rc = dl_wire_deflate(payload, size, &z, &zn);
+    int rc = (flags & DL_NET_RAW) ? 1 : dl_wire_deflate(payload, size, &z, &zn);
     if (rc < 0) {
         free(cmd);
         return NULL;
@@ -306,12 +366,18 @@ static struct dl_cmd *payload_cmd(const void *payload, size_t size, size_t max) 
 
 uint64_t dl_net_request(dl_net *net, const char *peer_id, const char *method, const void *payload,
                         size_t size, double timeout_s, dl_net_response_fn callback, void *user) {
+    return dl_net_request_ex(net, peer_id, method, payload, size, timeout_s, 0, callback, user);
+}
+
+uint64_t dl_net_request_ex(dl_net *net, const char *peer_id, const char *method, const void *payload,
+                           size_t size, double timeout_s, unsigned flags, dl_net_response_fn callback,
+                           void *user) {
     if (!method || strlen(method) >= DL_WIRE_METHOD_MAX || !peer_id || strlen(peer_id) >= DL_PEER_ID_HEX ||
         !(timeout_s > 0) || timeout_s > 86400) {
         dl_fail("request: bad method, peer id or timeout");
         return 0;
     }
-    struct dl_cmd *cmd = payload_cmd(payload, size, net->cfg.max_frame - 256);
+    struct dl_cmd *cmd = payload_cmd(payload, size, net->cfg.max_frame - 256, flags);
     if (!cmd) return 0;
     cmd->type = CMD_REQUEST;
     snprintf(cmd->peer_id, sizeof cmd->peer_id, "%s", peer_id);
@@ -336,8 +402,13 @@ int dl_net_cancel(dl_net *net, uint64_t request_id) {
 }
 
 int dl_net_respond(dl_net *net, uint64_t token, int status, const void *payload, size_t size) {
+    return dl_net_respond_ex(net, token, status, payload, size, 0);
+}
+
+int dl_net_respond_ex(dl_net *net, uint64_t token, int status, const void *payload, size_t size,
+                      unsigned flags) {
     if (status != DL_NET_OK && status != DL_NET_REMOTE_ERROR) return dl_fail("respond: status must be OK or REMOTE_ERROR");
-    struct dl_cmd *cmd = payload_cmd(payload, size, net->cfg.max_frame - 256);
+    struct dl_cmd *cmd = payload_cmd(payload, size, net->cfg.max_frame - 256, flags);
     if (!cmd) return -1;
     cmd->type = CMD_RESPOND;
     cmd->id = token;

@@ -101,6 +101,8 @@ int dl_swarm_compute(const struct dl_swarm *sw, double now_wall, double target_b
         p->samples_per_second = r->samples_per_second;
         p->time = r->time;
         p->bandwidth_mbit = r->bandwidth_mbit;
+        p->has_param_hash = r->has_param_hash;
+        memcpy(p->param_hash, r->param_hash, sizeof p->param_hash);
         p->client_mode = r->client_mode;
         p->is_self = self_pk && !memcmp(r->pk, self_pk, DL_WIRE_PK);
     }

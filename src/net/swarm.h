@@ -19,7 +19,9 @@ struct dl_record {
     bool client_mode;
     bool goodbye;                 /* the owner left cleanly */
     char address[DL_NET_ADDR_MAX];
-    double bandwidth_mbit;
+    double bandwidth_mbit;        /* declared, else measured in past rounds; 0 = unknown */
+    bool has_param_hash;
+    uint8_t param_hash[32];       /* BLAKE2b-256 of the owner's parameters at epoch */
 };
 
 /* A blob is msgpack [record bytes (bin), ed25519 signature (bin 64)]; the

@@ -1,0 +1,276 @@
+/* One member process of `dedloc bench allreduce` and of the multi-process
+ * averaging tests: a peer that averages a random vector (drawn from its
+ * seed) with the others for a number of rounds, printing one JSON line per
+ * round. Not a user command: the bench starts it (internal subcommand
+ * `dedloc bench allreduce-member`, absent from --help). */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/bench.h"
+#include "cli/commands.h"
+#include "collab/collab_internal.h"
+#include "collab/wirecodec.h"
+#include "dedloc/collab.h"
+#include "dedloc/net.h"
+#include "dedloc/util.h"
+
+static void emit(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) {
+        printf("%s\n", s);
+        fflush(stdout);
+    }
+    free(s);
+    cJSON_Delete(o);
+}
+
+/* Deterministic test vector: splitmix64 draws, uniform in [-1, 1). */
+static void fill_vector(float *v, size_t n, uint64_t seed) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        v[i] = (float)((double)(z >> 40) / 8388608.0 - 1.0);
+    }
+}
+
+static int write_floats(const char *path, const float *v, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return dl_fail("cannot write %s", path);
+    size_t w = fwrite(v, sizeof(float), n, f);
+    int rc = fclose(f);
+    return (w != n || rc) ? dl_fail("short write to %s", path) : 0;
+}
+
+static void mask_hex(const uint8_t *mask, size_t n, char *out) {
+    static const char hex[] = "0123456789abcdef";
+    size_t bytes = (n + 7) / 8;
+    for (size_t i = 0; i < bytes; i++) {
+        out[2 * i] = hex[mask[i] >> 4];
+        out[2 * i + 1] = hex[mask[i] & 15];
+    }
+    out[2 * bytes] = 0;
+}
+
+static int wait_for_peers(dl_net *net, uint64_t epoch, size_t peers, double timeout_s) {
+    double until = dl_now() + timeout_s;
+    while (dl_now() < until) {
+        struct dl_swarm_view v;
+        if (!dl_net_swarm_view(net, &v)) {
+            size_t at = 0;
+            for (size_t i = 0; i < v.num_peers; i++) at += v.peers[i].epoch == epoch;
+            dl_swarm_view_free(&v);
+            if (at >= peers) return 0;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+static long peak_rss_kb(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) ? -1 : ru.ru_maxrss;
+}
+
+static void report_round(int round, const struct dl_avg_result *res, const float *vec, size_t n,
+                         const char *self_id) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "event", "round");
+    cJSON_AddNumberToObject(o, "round", round);
+    cJSON_AddStringToObject(o, "peer_id", self_id);
+    cJSON_AddStringToObject(o, "status", dl_avg_status_name(res->status));
+    cJSON_AddStringToObject(o, "reason", res->reason);
+    cJSON_AddNumberToObject(o, "my_index", (double)res->my_index);
+    cJSON *members = cJSON_AddArrayToObject(o, "members");
+    for (size_t i = 0; i < res->num_members; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "peer_id", res->members[i].peer_id);
+        cJSON_AddNumberToObject(m, "weight", res->members[i].weight);
+        cJSON_AddNumberToObject(m, "role", res->members[i].role);
+        cJSON_AddNumberToObject(m, "bandwidth_mbit", res->members[i].bandwidth_mbit);
+        cJSON_AddNumberToObject(m, "part_elems", (double)res->members[i].part_elems);
+        cJSON_AddItemToArray(members, m);
+    }
+    cJSON *chunks = cJSON_AddArrayToObject(o, "chunks");
+    for (size_t i = 0; i < res->num_chunks; i++) {
+        const struct dl_avg_chunk_info *ci = &res->chunks[i];
+        char hex[DL_AVG_MAX_MEMBERS / 4 + 1];
+        mask_hex(ci->contributors, res->num_members, hex);
+        cJSON *c = cJSON_CreateArray();
+        cJSON_AddItemToArray(c, cJSON_CreateNumber((double)ci->offset));
+        cJSON_AddItemToArray(c, cJSON_CreateNumber((double)ci->length));
+        cJSON_AddItemToArray(c, cJSON_CreateNumber(ci->generation));
+        cJSON_AddItemToArray(c, cJSON_CreateNumber(ci->reducer));
+        cJSON_AddItemToArray(c, cJSON_CreateString(hex));
+        cJSON_AddItemToArray(chunks, c);
+    }
+    char hash[17] = "";
+    if (res->status == DL_AVG_OK) dl_hash64_hex(dl_hash64(vec, n * sizeof(float), 0), hash);
+    cJSON_AddStringToObject(o, "hash", hash);
+    cJSON_AddStringToObject(o, "compression", dl_codec_name(res->compression));
+    cJSON_AddNumberToObject(o, "total_s", res->total_s);
+    cJSON_AddNumberToObject(o, "matchmaking_s", res->matchmaking_s);
+    cJSON_AddNumberToObject(o, "allreduce_s", res->allreduce_s);
+    cJSON_AddNumberToObject(o, "lp_bound_s", res->lp_bound_s);
+    cJSON_AddNumberToObject(o, "bytes_sent", (double)res->bytes_sent);
+    cJSON_AddNumberToObject(o, "bytes_received", (double)res->bytes_received);
+    cJSON_AddNumberToObject(o, "reduce_s", res->reduce_s);
+    cJSON_AddNumberToObject(o, "reduced_elems", (double)res->reduced_elems);
+    cJSON_AddNumberToObject(o, "peak_rss_kb", (double)peak_rss_kb());
+    emit(o);
+}
+
+static int parse_num(const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+int bench_allreduce_member(int argc, char **argv) {
+    struct dl_net_config cfg;
+    dl_net_config_default(&cfg);
+    cfg.run_id = "dedloc-bench-allreduce";
+    cfg.listen = "127.0.0.1:0";
+    cfg.use_dht = false;
+    cfg.expiry_s = 20;
+    cfg.min_refresh_s = 0.2;
+    cfg.max_refresh_s = 1;
+    cfg.max_frame = 4u << 20;
+    struct dl_collab_config ccfg;
+    dl_collab_config_default(&ccfg);
+    struct dl_avg_options opt;
+    dl_avg_options_default(&opt);
+    opt.deadline_s = 30;
+    double size = 1 << 20, seed = 1, rounds = 1, peers = 1, v = 0;
+    const char *out_prefix = NULL, *misbehave = NULL;
+    enum { O_LISTEN = 256, O_INITIAL, O_SIZE, O_SEED, O_WEIGHT, O_COMP, O_DEADLINE, O_STALL, O_ROUNDS,
+           O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT };
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, O_LISTEN}, {"initial-peers", required_argument, NULL, O_INITIAL},
+        {"size", required_argument, NULL, O_SIZE}, {"seed", required_argument, NULL, O_SEED},
+        {"weight", required_argument, NULL, O_WEIGHT}, {"compression", required_argument, NULL, O_COMP},
+        {"deadline", required_argument, NULL, O_DEADLINE}, {"stall", required_argument, NULL, O_STALL},
+        {"rounds", required_argument, NULL, O_ROUNDS}, {"peers", required_argument, NULL, O_PEERS},
+        {"client-mode", no_argument, NULL, O_CLIENT}, {"aux", no_argument, NULL, O_AUX},
+        {"bandwidth", required_argument, NULL, O_BW}, {"max-upload", required_argument, NULL, O_MAXUP},
+        {"misbehave", required_argument, NULL, O_MISB}, {"out", required_argument, NULL, O_OUT},
+        {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case O_LISTEN: cfg.listen = optarg; break;
+        case O_INITIAL: cfg.initial_peers = optarg; break;
+        case O_SIZE: bad = parse_num(optarg, 1, 1e10, &size); break;
+        case O_SEED: bad = parse_num(optarg, 0, 1e15, &seed); break;
+        case O_WEIGHT: bad = parse_num(optarg, 0, 1e15, &opt.weight); break;
+        case O_COMP: bad = dl_codec_parse(optarg, &opt.compression); break;
+        case O_DEADLINE: bad = parse_num(optarg, 0.1, 86400, &opt.deadline_s); break;
+        case O_STALL: bad = parse_num(optarg, 0.1, 3600, &opt.stall_s); break;
+        case O_ROUNDS: bad = parse_num(optarg, 1, 1e6, &rounds); break;
+        case O_PEERS: bad = parse_num(optarg, 1, DL_AVG_MAX_MEMBERS + 64, &peers); break;
+        case O_CLIENT: cfg.client_mode = ccfg.client_mode = true; break;
+        case O_AUX: ccfg.aux = true; break;
+        case O_BW: bad = parse_num(optarg, 0, 1e6, &v); ccfg.bandwidth_mbit = cfg.bandwidth_mbit = v; break;
+        case O_MAXUP: bad = parse_num(optarg, 0.001, 1e6, &cfg.max_upload_mbit); break;
+        case O_MISB: misbehave = optarg; break;
+        case O_OUT: out_prefix = optarg; break;
+        default: return DL_EXIT_USAGE;
+        }
+        if (bad) {
+            fprintf(stderr, "allreduce-member: bad value '%s'\n", optarg);
+            return DL_EXIT_USAGE;
+        }
+    }
+    int mode = DL_MISBEHAVE_NONE;
+    if (misbehave) {
+        if (!strcmp(misbehave, "nan")) mode = DL_MISBEHAVE_NAN;
+        else if (!strcmp(misbehave, "wrong-size")) mode = DL_MISBEHAVE_WRONG_SIZE;
+        else if (!strcmp(misbehave, "wrong-part")) mode = DL_MISBEHAVE_WRONG_PART;
+        else if (!strcmp(misbehave, "garbage")) mode = DL_MISBEHAVE_GARBAGE;
+        else {
+            fprintf(stderr, "allreduce-member: unknown --misbehave %s\n", misbehave);
+            return DL_EXIT_USAGE;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    size_t n = (size_t)size;
+    float *vec = dl_malloc(n * sizeof(float));
+    if (!vec) {
+        fprintf(stderr, "allreduce-member: %s\n", dl_error());
+        return DL_EXIT_FAILURE;
+    }
+    dl_net *net;
+    dl_collab *collab;
+    if (dl_net_start(&cfg, &net)) {
+        fprintf(stderr, "allreduce-member: %s\n", dl_error());
+        free(vec);
+        return DL_EXIT_FAILURE;
+    }
+    if (dl_collab_start(net, &ccfg, &collab)) {
+        fprintf(stderr, "allreduce-member: %s\n", dl_error());
+        dl_net_stop(net);
+        free(vec);
+        return DL_EXIT_FAILURE;
+    }
+    collab->misbehaviour = mode;
+    cJSON *ready = cJSON_CreateObject();
+    cJSON_AddStringToObject(ready, "event", "ready");
+    cJSON_AddStringToObject(ready, "peer_id", dl_net_peer_id(net));
+    cJSON_AddStringToObject(ready, "listen", dl_net_listen_address(net));
+    cJSON_AddNumberToObject(ready, "pid", (double)getpid());
+    emit(ready);
+    int rc = DL_EXIT_OK;
+    for (int round = 0; round < (int)rounds; round++) {
+        uint64_t epoch = (uint64_t)round + 1;
+        fill_vector(vec, n, (uint64_t)seed * 1000003u + (uint64_t)round);
+        if (out_prefix && round == 0) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s.in.bin", out_prefix);
+            if (write_floats(path, vec, n)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
+        }
+        dl_net_publish_progress(net, epoch, opt.weight, 0);
+        if (wait_for_peers(net, epoch, (size_t)peers, 30))
+            DL_WARN("bench", "fewer than %zu peers at epoch %llu after 30 s; averaging with those seen",
+                    (size_t)peers, (unsigned long long)epoch);
+        opt.epoch = epoch;
+        opt.expected_peers = (size_t)peers;
+        cJSON *start = cJSON_CreateObject();
+        cJSON_AddStringToObject(start, "event", "start");
+        cJSON_AddNumberToObject(start, "round", round);
+        emit(start);
+        struct dl_avg_result res;
+        dl_collab_average(collab, vec, n, &opt, &res);
+        if (out_prefix && res.status == DL_AVG_OK) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s.out%d.bin", out_prefix, round);
+            if (write_floats(path, vec, n)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
+        }
+        report_round(round, &res, vec, n, dl_net_peer_id(net));
+        if (res.status != DL_AVG_OK) rc = DL_EXIT_FAILURE;
+        dl_avg_result_free(&res);
+    }
+    /* Stay a moment so that late relays of the last round can be served. */
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    dl_collab_stop(collab);
+    dl_net_stop(net);
+    free(vec);
+    cJSON *done = cJSON_CreateObject();
+    cJSON_AddStringToObject(done, "event", "done");
+    emit(done);
+    return rc;
+}

@@ -1,0 +1,139 @@
+/* The signed group record: layout, ordering, checks. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collab/balance.h"
+#include "collab/bytes.h"
+#include "collab/group.h"
+#include "collab/wirecodec.h"
+#include "dedloc/util.h"
+
+static const uint8_t group_magic[4] = {'D', 'L', 'G', 'R'};
+#define GROUP_VERSION 1
+
+static int cmp_member(const void *a, const void *b) {
+    return strcmp(((const struct dl_group_member *)a)->peer_id, ((const struct dl_group_member *)b)->peer_id);
+}
+
+int dl_group_sort(struct dl_group *g, const char *leader_id) {
+    if (g->n < 1 || g->n > DL_AVG_MAX_MEMBERS)
+        return dl_fail("a group holds 1..%d members, not %zu", DL_AVG_MAX_MEMBERS, g->n);
+    qsort(g->members, g->n, sizeof g->members[0], cmp_member);
+    for (size_t i = 1; i < g->n; i++)
+        if (!strcmp(g->members[i - 1].peer_id, g->members[i].peer_id))
+            return dl_fail("peer %s joined the group twice", g->members[i].peer_id);
+    int li = dl_group_find(g, leader_id);
+    if (li < 0) return dl_fail("the leader is not a member of its group");
+    g->leader = (size_t)li;
+    return 0;
+}
+
+int dl_group_find(const struct dl_group *g, const char *peer_id) {
+    for (size_t i = 0; i < g->n; i++)
+        if (!strcmp(g->members[i].peer_id, peer_id)) return (int)i;
+    return -1;
+}
+
+size_t dl_group_record_size(size_t n) { return DL_GROUP_HEADER + n * DL_GROUP_MEMBER; }
+
+/* Header: magic[4] version u8 codec u8 n u16 | epoch u64 | elements u64 |
+ * round_id[16] | stall_ms u32 leader u16 reserved u16.
+ * Member: peer_id[32] pk[32] weight f64 bandwidth f64 role u8 pad[7]
+ * part_offset u64 part_elems u64. */
+void dl_group_write(const struct dl_group *g, uint8_t *out) {
+    memset(out, 0, dl_group_record_size(g->n));
+    memcpy(out, group_magic, 4);
+    out[4] = GROUP_VERSION;
+    out[5] = (uint8_t)g->codec;
+    dl_put_u16(out + 6, (uint16_t)g->n);
+    dl_put_u64(out + 8, g->epoch);
+    dl_put_u64(out + 16, g->elements);
+    memcpy(out + 24, g->round_id, DL_GROUP_ROUND_ID);
+    dl_put_u32(out + 40, (uint32_t)(g->stall_s * 1000.0 + 0.5));
+    dl_put_u16(out + 44, (uint16_t)g->leader);
+    for (size_t i = 0; i < g->n; i++) {
+        const struct dl_group_member *m = &g->members[i];
+        uint8_t *p = out + DL_GROUP_HEADER + i * DL_GROUP_MEMBER;
+        memcpy(p, m->peer_id, 32);
+        memcpy(p + 32, m->pk, 32);
+        dl_put_f64(p + 64, m->weight);
+        dl_put_f64(p + 72, m->bandwidth_mbit);
+        p[80] = (uint8_t)m->role;
+        dl_put_u64(p + 88, m->part_offset);
+        dl_put_u64(p + 96, m->part_elems);
+    }
+}
+
+uint8_t *dl_group_sign(const struct dl_group *g, dl_net *net, size_t *size) {
+    size_t body = dl_group_record_size(g->n);
+    uint8_t *out = dl_malloc(body + DL_NET_SIGNATURE);
+    if (!out) return NULL;
+    dl_group_write(g, out);
+    dl_net_sign(net, out, body, out + body);
+    *size = body + DL_NET_SIGNATURE;
+    return out;
+}
+
+static bool is_hex_id(const uint8_t *p) {
+    for (int i = 0; i < 32; i++)
+        if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f'))) return false;
+    return true;
+}
+
+int dl_group_parse(const uint8_t *data, size_t size, struct dl_group *g) {
+    if (size < DL_GROUP_HEADER + DL_NET_SIGNATURE) return dl_fail("group record: %zu bytes is too short", size);
+    if (memcmp(data, group_magic, 4) || data[4] != GROUP_VERSION)
+        return dl_fail("group record: not a version %d group record", GROUP_VERSION);
+    memset(g, 0, sizeof *g);
+    g->codec = data[5];
+    g->n = dl_get_u16(data + 6);
+    if (g->n < 1 || g->n > DL_AVG_MAX_MEMBERS) return dl_fail("group record: %zu members", g->n);
+    if (size != dl_group_record_size(g->n) + DL_NET_SIGNATURE)
+        return dl_fail("group record: %zu bytes for %zu members", size, g->n);
+    if (g->codec > DL_CODEC_UINT8) return dl_fail("group record: unknown codec %d", g->codec);
+    g->epoch = dl_get_u64(data + 8);
+    g->elements = dl_get_u64(data + 16);
+    memcpy(g->round_id, data + 24, DL_GROUP_ROUND_ID);
+    g->stall_s = dl_get_u32(data + 40) / 1000.0;
+    g->leader = dl_get_u16(data + 44);
+    if (g->leader >= g->n) return dl_fail("group record: leader index out of range");
+    if (!(g->stall_s >= 0.1) || g->stall_s > 3600) return dl_fail("group record: stall time out of range");
+    uint64_t next = 0;
+    size_t aggregators = 0, senders = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        struct dl_group_member *m = &g->members[i];
+        const uint8_t *p = data + DL_GROUP_HEADER + i * DL_GROUP_MEMBER;
+        if (!is_hex_id(p)) return dl_fail("group record: member %zu has a malformed peer id", i);
+        memcpy(m->peer_id, p, 32);
+        m->peer_id[32] = 0;
+        memcpy(m->pk, p + 32, 32);
+        m->weight = dl_get_f64(p + 64);
+        m->bandwidth_mbit = dl_get_f64(p + 72);
+        m->role = p[80];
+        m->part_offset = dl_get_u64(p + 88);
+        m->part_elems = dl_get_u64(p + 96);
+        if (i && strcmp(g->members[i - 1].peer_id, m->peer_id) >= 0)
+            return dl_fail("group record: members are not in ascending peer id order");
+        if (m->role > DL_MEMBER_AUX) return dl_fail("group record: member %zu has unknown role %d", i, m->role);
+        if (!isfinite(m->weight) || m->weight < 0 || (m->role == DL_MEMBER_AUX && m->weight != 0))
+            return dl_fail("group record: member %zu has weight %g", i, m->weight);
+        if (!isfinite(m->bandwidth_mbit) || m->bandwidth_mbit < 0)
+            return dl_fail("group record: member %zu has bandwidth %g", i, m->bandwidth_mbit);
+        if (m->part_offset != next || m->part_elems > g->elements - next)
+            return dl_fail("group record: parts do not tile the vector at member %zu", i);
+        if (m->role == DL_MEMBER_CLIENT && m->part_elems)
+            return dl_fail("group record: client member %zu aggregates a part", i);
+        next += m->part_elems;
+        if (m->part_elems) aggregators++;
+        if (m->role != DL_MEMBER_AUX) senders++;
+    }
+    if (next != g->elements) return dl_fail("group record: parts cover %llu of %llu elements",
+                                            (unsigned long long)next, (unsigned long long)g->elements);
+    if (g->elements && (!aggregators || !senders)) return dl_fail("group record: no aggregator or no contributor");
+    size_t body = dl_group_record_size(g->n);
+    const struct dl_group_member *leader = &g->members[g->leader];
+    if (dl_net_verify(leader->peer_id, leader->pk, data, body, data + body))
+        return dl_fail_context("group record");
+    return 0;
+}

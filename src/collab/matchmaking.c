@@ -1,0 +1,308 @@
+/* Matchmaking: peers ready for one epoch form one group within a deadline.
+ *
+ * The leader is the lowest peer id among the non-client peers of the swarm
+ * view that published this epoch. Everyone else sends it a join request; it
+ * collects joins until everyone it expects has joined or its window ends,
+ * then answers every join with the same signed group record. The window
+ * adapts to the arrival spread it observed in past rounds (docs/protocol.md). */
+#include <math.h>
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collab/balance.h"
+#include "collab/bytes.h"
+#include "collab/collab_internal.h"
+#include "collab/wirecodec.h"
+
+#define JOIN_VERSION 1
+/* An undeclared, unmeasured bandwidth counts as this (Mbit/s). */
+#define DEFAULT_BANDWIDTH_MBIT 100.0
+
+struct join_info {
+    char peer_id[DL_PEER_ID_HEX];
+    uint64_t token;               /* 0 for ourselves */
+    int role, codec;
+    uint64_t epoch, elements;
+    double weight, bandwidth_mbit;
+    uint8_t pk[DL_NET_PUBLIC_KEY];
+    double arrived;
+};
+
+static int my_role(const struct dl_collab *c) {
+    return c->cfg.aux ? DL_MEMBER_AUX : c->cfg.client_mode ? DL_MEMBER_CLIENT : DL_MEMBER_TRAINER;
+}
+
+static double my_bandwidth(const struct dl_collab *c) {
+    return c->cfg.bandwidth_mbit > 0 ? c->cfg.bandwidth_mbit : c->measured_mbit;
+}
+
+static void write_join(uint8_t *p, const struct join_info *j) {
+    memset(p, 0, DL_AVG_JOIN_SIZE);
+    p[0] = JOIN_VERSION;
+    p[1] = (uint8_t)j->role;
+    p[2] = (uint8_t)j->codec;
+    dl_put_u64(p + 8, j->epoch);
+    dl_put_u64(p + 16, j->elements);
+    dl_put_f64(p + 24, j->weight);
+    dl_put_f64(p + 32, j->bandwidth_mbit);
+    memcpy(p + 40, j->pk, DL_NET_PUBLIC_KEY);
+}
+
+static int read_join(const uint8_t *p, size_t size, const char *peer_id, struct join_info *j) {
+    if (size != DL_AVG_JOIN_SIZE || p[0] != JOIN_VERSION) return dl_fail("malformed join request");
+    memset(j, 0, sizeof *j);
+    snprintf(j->peer_id, sizeof j->peer_id, "%s", peer_id);
+    j->role = p[1];
+    j->codec = p[2];
+    j->epoch = dl_get_u64(p + 8);
+    j->elements = dl_get_u64(p + 16);
+    j->weight = dl_get_f64(p + 24);
+    j->bandwidth_mbit = dl_get_f64(p + 32);
+    memcpy(j->pk, p + 40, DL_NET_PUBLIC_KEY);
+    if (j->role > DL_MEMBER_AUX) return dl_fail("join: unknown role %d", j->role);
+    if (!isfinite(j->weight) || j->weight < 0 || j->weight > 1e15) return dl_fail("join: weight out of range");
+    if (j->role == DL_MEMBER_AUX) j->weight = 0;
+    if (!isfinite(j->bandwidth_mbit) || j->bandwidth_mbit < 0 || j->bandwidth_mbit > 1e7)
+        return dl_fail("join: bandwidth out of range");
+    return 0;
+}
+
+/* The key must be the one behind the peer id the connection authenticated. */
+static bool key_matches(const char *peer_id, const uint8_t pk[DL_NET_PUBLIC_KEY]) {
+    char derived[DL_PEER_ID_HEX];
+    dl_net_peer_id_from_key(pk, derived);
+    return !strcmp(derived, peer_id);
+}
+
+/* Who leads this epoch, and how many peers the view expects in it. */
+static int find_leader(struct dl_round *r, uint64_t epoch, char leader[DL_PEER_ID_HEX], size_t *expected) {
+    struct dl_swarm_view view;
+    if (dl_net_swarm_view(r->c->net, &view)) return -1;
+    leader[0] = 0;
+    *expected = 0;
+    for (size_t i = 0; i < view.num_peers; i++) {
+        const struct dl_swarm_peer *p = &view.peers[i];
+        if (p->epoch != epoch || (!p->is_self && dl_collab_is_banned(r->c, p->peer_id))) continue;
+        (*expected)++;
+        if (p->client_mode) continue;
+        if (!leader[0] || strcmp(p->peer_id, leader) < 0) snprintf(leader, DL_PEER_ID_HEX, "%s", p->peer_id);
+    }
+    dl_swarm_view_free(&view);
+    return leader[0] ? 0 : dl_fail("no non-client peer has published epoch %llu", (unsigned long long)epoch);
+}
+
+static int form_group(struct dl_round *r, struct join_info *joins, size_t count, const struct dl_avg_options *opt) {
+    struct dl_group *g = &r->g;
+    memset(g, 0, sizeof *g);
+    randombytes_buf(g->round_id, sizeof g->round_id);
+    g->epoch = opt->epoch;
+    g->elements = r->n;
+    g->codec = opt->compression;
+    g->stall_s = opt->stall_s;
+    g->n = count;
+    double known = 0;
+    size_t num_known = 0;
+    for (size_t i = 0; i < count; i++)
+        if (joins[i].bandwidth_mbit > 0) {
+            known += joins[i].bandwidth_mbit;
+            num_known++;
+        }
+    double fallback = num_known ? known / (double)num_known : DEFAULT_BANDWIDTH_MBIT;
+    for (size_t i = 0; i < count; i++) {
+        struct dl_group_member *m = &g->members[i];
+        snprintf(m->peer_id, sizeof m->peer_id, "%s", joins[i].peer_id);
+        memcpy(m->pk, joins[i].pk, DL_NET_PUBLIC_KEY);
+        m->weight = joins[i].weight;
+        m->bandwidth_mbit = joins[i].bandwidth_mbit > 0 ? joins[i].bandwidth_mbit : fallback;
+        m->role = joins[i].role;
+    }
+    if (dl_group_sort(g, dl_net_peer_id(r->c->net))) return -1;
+    double bw[DL_AVG_MAX_MEMBERS], fractions[DL_AVG_MAX_MEMBERS];
+    int roles[DL_AVG_MAX_MEMBERS];
+    size_t parts[DL_AVG_MAX_MEMBERS];
+    for (size_t i = 0; i < g->n; i++) {
+        bw[i] = g->members[i].bandwidth_mbit * 1e6 / 8;
+        roles[i] = g->members[i].role;
+    }
+    double bytes = (double)dl_codec_size(g->codec, DL_AVG_CHUNK_ELEMS) / DL_AVG_CHUNK_ELEMS * (double)r->n;
+    if (dl_balance_solve(g->n, bw, roles, bytes, fractions, &g->lp_bound_s)) return -1;
+    dl_balance_split(g->n, fractions, r->n, parts);
+    uint64_t off = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        g->members[i].part_offset = off;
+        g->members[i].part_elems = parts[i];
+        off += parts[i];
+    }
+    return 0;
+}
+
+static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t expected) {
+    struct dl_collab *c = r->c;
+    struct join_info *joins = dl_calloc(DL_AVG_MAX_MEMBERS, sizeof *joins);
+    if (!joins) return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+    size_t count = 1;
+    struct join_info *self = &joins[0];
+    snprintf(self->peer_id, sizeof self->peer_id, "%s", dl_net_peer_id(c->net));
+    self->role = my_role(c);
+    self->codec = opt->compression;
+    self->epoch = opt->epoch;
+    self->elements = r->n;
+    self->weight = opt->weight;
+    self->bandwidth_mbit = my_bandwidth(c);
+    memcpy(self->pk, dl_net_public_key(c->net), DL_NET_PUBLIC_KEY);
+    double t0 = dl_now();
+    self->arrived = t0;
+    if (opt->expected_peers) expected = opt->expected_peers;
+    double window = fmin(fmax(2 * c->spread_ema + 0.3, c->cfg.matchmaking_floor_s), c->cfg.matchmaking_ceiling_s);
+    double close_at = t0 + fmin(window, (r->deadline - t0) / 3);
+    double last_arrival = t0;
+    while (expected <= 1 || count < expected) {
+        if (dl_now() >= close_at) break;
+        struct dl_avg_event *ev = dl_round_wait_events(r, close_at);
+        while (ev) {
+            struct dl_avg_event *next = ev->next;
+            if (ev->kind == EV_JOIN) {
+                struct join_info j;
+                const char *refuse = NULL;
+                char why[200];
+                if (read_join(ev->data, ev->size, ev->peer_id, &j)) {
+                    snprintf(why, sizeof why, "refused: %s", dl_error());
+                    refuse = why;
+                } else if (j.epoch != opt->epoch) {
+                    snprintf(why, sizeof why, "the group of this peer is for epoch %llu, not %llu",
+                             (unsigned long long)opt->epoch, (unsigned long long)j.epoch);
+                    refuse = why;
+                } else if (j.elements != r->n || j.codec != opt->compression) {
+                    snprintf(why, sizeof why, "refused: this group averages %zu elements with %s", r->n,
+                             dl_codec_name(opt->compression));
+                    refuse = why;
+                } else if (count >= DL_AVG_MAX_MEMBERS) {
+                    snprintf(why, sizeof why, "the group is full (%d members at most): keep the gradient for the next round",
+                             DL_AVG_MAX_MEMBERS);
+                    refuse = why;
+                } else if (!key_matches(ev->peer_id, j.pk)) {
+                    refuse = "refused: the public key is not the peer's";
+                } else {
+                    for (size_t i = 0; i < count; i++)
+                        if (!strcmp(joins[i].peer_id, j.peer_id)) refuse = "refused: joined twice";
+                }
+                if (refuse) {
+                    dl_round_respond_text(r, ev->token, refuse);
+                } else {
+                    j.token = ev->token;
+                    j.arrived = dl_now();
+                    last_arrival = j.arrived;
+                    joins[count++] = j;
+                }
+            } else if (ev->token) {
+                dl_round_respond_text(r, ev->token, "unknown round");
+            }
+            dl_avg_event_free(ev);
+            ev = next;
+        }
+    }
+    c->spread_ema = c->spread_ema > 0 ? 0.7 * c->spread_ema + 0.3 * (last_arrival - t0) : last_arrival - t0;
+    int rc = form_group(r, joins, count, opt);
+    size_t record_size = 0;
+    uint8_t *record = rc ? NULL : dl_group_sign(&r->g, c->net, &record_size);
+    if (!record) {
+        char why[200];
+        snprintf(why, sizeof why, "the leader could not form the group: %s", dl_error());
+        for (size_t i = 1; i < count; i++) dl_round_respond_text(r, joins[i].token, why);
+        free(joins);
+        return dl_round_fail(r, DL_AVG_NO_GROUP, "%s", why);
+    }
+    for (size_t i = 1; i < count; i++) dl_round_respond(r, joins[i].token, DL_NET_OK, record, record_size);
+    DL_INFO("collab", "formed a group of %zu for epoch %llu in %.2f s", count, (unsigned long long)opt->epoch,
+            dl_now() - t0);
+    free(record);
+    free(joins);
+    r->me = (size_t)dl_group_find(&r->g, dl_net_peer_id(c->net));
+    return 0;
+}
+
+static int join(struct dl_round *r, const struct dl_avg_options *opt, const char *leader) {
+    struct dl_collab *c = r->c;
+    struct join_info self;
+    memset(&self, 0, sizeof self);
+    self.role = my_role(c);
+    self.codec = opt->compression;
+    self.epoch = opt->epoch;
+    self.elements = r->n;
+    self.weight = opt->weight;
+    self.bandwidth_mbit = my_bandwidth(c);
+    memcpy(self.pk, dl_net_public_key(c->net), DL_NET_PUBLIC_KEY);
+    uint8_t msg[DL_AVG_JOIN_SIZE];
+    write_join(msg, &self);
+    /* The leader may be known from its records before we are connected to
+     * it: a join that finds no connection is sent again until this time. */
+    double give_up = fmin(dl_now() + c->cfg.matchmaking_ceiling_s, r->deadline);
+    double timeout = fmin(c->cfg.matchmaking_ceiling_s + 5, r->deadline - dl_now());
+    if (dl_round_request(r, leader, "avg.join", msg, sizeof msg, timeout, EV_JOIN_REPLY, 0, 0, 0))
+        return dl_round_fail(r, DL_AVG_NO_GROUP, "cannot ask the leader %s: %s", leader, dl_error());
+    double resend_at = 0;
+    for (;;) {
+        if (dl_now() >= r->deadline) return dl_round_fail(r, DL_AVG_NO_GROUP, "no group before the deadline");
+        if (resend_at > 0 && dl_now() >= resend_at) {
+            resend_at = 0;
+            if (dl_round_request(r, leader, "avg.join", msg, sizeof msg, timeout, EV_JOIN_REPLY, 0, 0, 0))
+                return dl_round_fail(r, DL_AVG_NO_GROUP, "cannot ask the leader %s: %s", leader, dl_error());
+        }
+        struct dl_avg_event *ev = dl_round_wait_events(r, resend_at > 0 ? resend_at : r->deadline);
+        int rc = 1;
+        while (ev) {
+            struct dl_avg_event *next = ev->next;
+            if (ev->kind == EV_JOIN_REPLY && rc == 1 && ev->status == DL_NET_DISCONNECTED && dl_now() < give_up) {
+                resend_at = dl_now() + 0.1;
+            } else if (ev->kind == EV_JOIN_REPLY && rc == 1) {
+                if (ev->status != DL_NET_OK) {
+                    rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the leader %s did not take us: %s%s%.*s", leader,
+                                       dl_net_status_name(ev->status), ev->size ? ": " : "", (int)ev->size,
+                                       ev->data ? (const char *)ev->data : "");
+                } else if (dl_group_parse(ev->data, ev->size, &r->g)) {
+                    rc = dl_round_fail(r, DL_AVG_NO_GROUP, "%s", dl_error());
+                } else {
+                    int me = dl_group_find(&r->g, dl_net_peer_id(c->net));
+                    if (strcmp(r->g.members[r->g.leader].peer_id, leader) || me < 0 || r->g.elements != r->n ||
+                        r->g.codec != opt->compression || r->g.epoch != opt->epoch ||
+                        r->g.members[me].role != self.role)
+                        rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the group record from %s does not match our join",
+                                           leader);
+                    else {
+                        r->me = (size_t)me;
+                        double bw[DL_AVG_MAX_MEMBERS], fr[DL_AVG_MAX_MEMBERS];
+                        int roles[DL_AVG_MAX_MEMBERS];
+                        for (size_t i = 0; i < r->g.n; i++) {
+                            bw[i] = r->g.members[i].bandwidth_mbit * 1e6 / 8;
+                            roles[i] = r->g.members[i].role;
+                        }
+                        double bytes = (double)dl_codec_size(r->g.codec, DL_AVG_CHUNK_ELEMS) / DL_AVG_CHUNK_ELEMS *
+                                       (double)r->n;
+                        if (dl_balance_solve(r->g.n, bw, roles, bytes, fr, &r->g.lp_bound_s)) r->g.lp_bound_s = 0;
+                        rc = 0;
+                    }
+                }
+            } else if (ev->token) {
+                /* Joins for us while we are not leading: tell them so. */
+                dl_round_respond_text(r, ev->token, ev->kind == EV_JOIN ? "not the leader" : "unknown round");
+            }
+            dl_avg_event_free(ev);
+            ev = next;
+        }
+        if (rc != 1) return rc;
+    }
+}
+
+int dl_matchmake(struct dl_round *r, const struct dl_avg_options *opt) {
+    char leader[DL_PEER_ID_HEX];
+    size_t expected = 0;
+    if (find_leader(r, opt->epoch, leader, &expected))
+        return dl_round_fail(r, DL_AVG_NO_GROUP, "%s (publish progress at this epoch first)", dl_error());
+    int rc = strcmp(leader, dl_net_peer_id(r->c->net)) ? join(r, opt, leader) : lead(r, opt, expected);
+    if (rc) return rc;
+    pthread_mutex_lock(&r->c->lock);
+    r->has_group = true;
+    pthread_mutex_unlock(&r->c->lock);
+    return 0;
+}

@@ -1,0 +1,443 @@
+/* The averaging service on one peer: net handlers, the inbox the round
+ * thread reads, bans, and dl_collab_average's outer frame. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "collab/bytes.h"
+#include "collab/collab_internal.h"
+#include "collab/wirecodec.h"
+
+static const struct { const char *method; int kind; } incoming_methods[] = {
+    {"avg.join", EV_JOIN},         {"avg.chunk", EV_CHUNK},     {"avg.result", EV_RESULT},
+    {"avg.fetch", EV_FETCH},       {"avg.rereduce", EV_REREDUCE}, {"avg.contrib", EV_CONTRIB},
+};
+
+void dl_collab_config_default(struct dl_collab_config *config) {
+    memset(config, 0, sizeof *config);
+    config->matchmaking_floor_s = 0.5;
+    config->matchmaking_ceiling_s = 10.0;
+    config->ban_s = 60.0;
+}
+
+void dl_avg_options_default(struct dl_avg_options *options) {
+    memset(options, 0, sizeof *options);
+    options->weight = 1.0;
+    options->compression = 0;
+    options->deadline_s = 60.0;
+}
+
+const char *dl_avg_status_name(int status) {
+    switch (status) {
+    case DL_AVG_OK: return "ok";
+    case DL_AVG_NO_GROUP: return "no group";
+    case DL_AVG_DEADLINE: return "deadline";
+    case DL_AVG_DROPPED: return "dropped";
+    case DL_AVG_UNSURE: return "unsure";
+    case DL_AVG_FAILED: return "failed";
+    default: return "unknown";
+    }
+}
+
+void dl_avg_result_free(struct dl_avg_result *result) {
+    if (!result) return;
+    free(result->members);
+    free(result->chunks);
+    result->members = NULL;
+    result->chunks = NULL;
+}
+
+void dl_avg_event_free(struct dl_avg_event *ev) {
+    if (!ev) return;
+    free(ev->data);
+    free(ev);
+}
+
+void dl_collab_push(struct dl_collab *c, struct dl_avg_event *ev) {
+    ev->next = NULL;
+    if (c->inbox_tail) c->inbox_tail->next = ev;
+    else c->inbox = ev;
+    c->inbox_tail = ev;
+    pthread_cond_signal(&c->wake);
+}
+
+bool dl_collab_is_banned(struct dl_collab *c, const char *peer_id) {
+    double now = dl_now();
+    for (size_t i = 0; i < c->num_bans; i++)
+        if (c->bans[i].until > now && !strcmp(c->bans[i].peer_id, peer_id)) return true;
+    return false;
+}
+
+void dl_collab_ban(struct dl_collab *c, const char *peer_id, const char *why) {
+    DL_WARN("collab", "dropping peer %s from the round and refusing it for %.0f s: %s", peer_id, c->cfg.ban_s,
+            why);
+    pthread_mutex_lock(&c->lock);
+    double now = dl_now();
+    size_t slot = c->num_bans;
+    for (size_t i = 0; i < c->num_bans; i++)
+        if (c->bans[i].until <= now || !strcmp(c->bans[i].peer_id, peer_id)) slot = i;
+    if (slot == c->num_bans) {
+        if (c->num_bans < sizeof c->bans / sizeof c->bans[0]) c->num_bans++;
+        else slot = 0;
+    }
+    snprintf(c->bans[slot].peer_id, sizeof c->bans[slot].peer_id, "%s", peer_id);
+    c->bans[slot].until = now + c->cfg.ban_s;
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void respond_text(dl_net *net, uint64_t token, const char *text) {
+    dl_net_respond(net, token, DL_NET_REMOTE_ERROR, text, strlen(text));
+}
+
+static struct dl_avg_event *event_from(int kind, const char *peer_id, const uint8_t *data, size_t size) {
+    struct dl_avg_event *ev = calloc(1, sizeof *ev);
+    if (!ev) return NULL;
+    ev->kind = kind;
+    if (peer_id) snprintf(ev->peer_id, sizeof ev->peer_id, "%s", peer_id);
+    if (size) {
+        ev->data = malloc(size);
+        if (!ev->data) {
+            free(ev);
+            return NULL;
+        }
+        memcpy(ev->data, data, size);
+    }
+    ev->size = size;
+    return ev;
+}
+
+/* Network thread: one handler for every averaging method. The methods are
+ * told apart by the user pointer's slot. */
+struct method_slot {
+    struct dl_collab *c;
+    int kind;
+};
+static struct method_slot method_slots[64][6];
+static pthread_mutex_t method_slots_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in) {
+    struct method_slot *slot = user;
+    struct dl_collab *c = slot->c;
+    pthread_mutex_lock(&c->lock);
+    bool banned = dl_collab_is_banned(c, in->peer_id);
+    struct dl_round *cur = c->cur;
+    bool for_cur = false;
+    if (slot->kind == EV_JOIN) {
+        for_cur = true; /* joins wait in the inbox for the round of their epoch */
+    } else if (in->size >= DL_GROUP_ROUND_ID) {
+        if (cur && cur->has_group && !memcmp(in->payload, cur->g.round_id, DL_GROUP_ROUND_ID)) for_cur = true;
+        else if (c->last && !memcmp(in->payload, c->last->g.round_id, DL_GROUP_ROUND_ID)) {
+            if (!banned) dl_round_serve_finished(c, c->last, slot->kind, in);
+            else respond_text(net, in->token, "refused: banned");
+            pthread_mutex_unlock(&c->lock);
+            return;
+        }
+    }
+    if (banned) {
+        pthread_mutex_unlock(&c->lock);
+        respond_text(net, in->token, "refused: banned for misbehaving in an averaging round");
+        return;
+    }
+    if (!for_cur) {
+        pthread_mutex_unlock(&c->lock);
+        respond_text(net, in->token, "unknown round");
+        return;
+    }
+    struct dl_avg_event *ev = event_from(slot->kind, in->peer_id, in->payload, in->size);
+    if (!ev) {
+        pthread_mutex_unlock(&c->lock);
+        respond_text(net, in->token, "out of memory");
+        return;
+    }
+    ev->token = in->token;
+    dl_collab_push(c, ev);
+    pthread_mutex_unlock(&c->lock);
+}
+
+int dl_collab_start(dl_net *net, const struct dl_collab_config *config, dl_collab **out) {
+    *out = NULL;
+    struct dl_collab *c = dl_calloc(1, sizeof *c);
+    if (!c) return -1;
+    c->net = net;
+    if (config) c->cfg = *config;
+    else dl_collab_config_default(&c->cfg);
+    if (!(c->cfg.matchmaking_floor_s > 0)) c->cfg.matchmaking_floor_s = 0.5;
+    if (!(c->cfg.matchmaking_ceiling_s >= c->cfg.matchmaking_floor_s)) c->cfg.matchmaking_ceiling_s = 10.0;
+    if (!(c->cfg.ban_s > 0)) c->cfg.ban_s = 60.0;
+    /* Before any round, assume peers arrive within a quarter of the ceiling. */
+    c->spread_ema = c->cfg.matchmaking_ceiling_s / 4;
+    if (c->cfg.client_mode && c->cfg.aux) {
+        free(c);
+        return dl_fail("collab: a peer is either a client or an auxiliary peer, not both");
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_lock(&method_slots_lock);
+    size_t idx = 0;
+    while (idx < 64 && method_slots[idx][0].c) idx++;
+    if (idx == 64) {
+        pthread_mutex_unlock(&method_slots_lock);
+        free(c);
+        return dl_fail("collab: more than 64 services in one process");
+    }
+    for (size_t i = 0; i < 6; i++) {
+        method_slots[idx][i].c = c;
+        method_slots[idx][i].kind = incoming_methods[i].kind;
+    }
+    pthread_mutex_unlock(&method_slots_lock);
+    for (size_t i = 0; i < 6; i++)
+        if (dl_net_set_handler(net, incoming_methods[i].method, on_request, &method_slots[idx][i])) {
+            dl_collab_stop(c);
+            return dl_fail_context("collab: registering %s", incoming_methods[i].method);
+        }
+    *out = c;
+    return 0;
+}
+
+void dl_collab_stop(dl_collab *c) {
+    if (!c) return;
+    for (size_t i = 0; i < 6; i++) dl_net_set_handler(c->net, incoming_methods[i].method, NULL, NULL);
+    /* A handler that read its pointer just before removal may still run:
+     * give it time to finish before the memory goes. */
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&c->lock);
+    while (c->inbox) {
+        struct dl_avg_event *ev = c->inbox;
+        c->inbox = ev->next;
+        dl_avg_event_free(ev);
+    }
+    struct dl_round *last = c->last;
+    c->last = NULL;
+    pthread_mutex_unlock(&c->lock);
+    dl_round_free(last);
+    pthread_mutex_lock(&method_slots_lock);
+    for (size_t idx = 0; idx < 64; idx++)
+        if (method_slots[idx][0].c == c)
+            for (size_t i = 0; i < 6; i++) method_slots[idx][i].c = NULL;
+    pthread_mutex_unlock(&method_slots_lock);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->wake);
+    free(c);
+}
+
+double dl_collab_measured_bandwidth(const dl_collab *c) { return c->measured_mbit; }
+
+/* ---- requests from the round thread ------------------------------------------ */
+
+struct request_ctx {
+    struct dl_collab *c;
+    uint64_t serial;
+    int kind;
+    uint32_t part, chunk, member;
+    char peer_id[DL_PEER_ID_HEX];
+};
+
+static void on_response(void *user, uint64_t id, int status, const uint8_t *payload, size_t size) {
+    struct request_ctx *ctx = user;
+    struct dl_collab *c = ctx->c;
+    pthread_mutex_lock(&c->lock);
+    if (c->cur && c->cur->serial == ctx->serial) {
+        struct dl_avg_event *ev = event_from(ctx->kind, ctx->peer_id, payload, payload ? size : 0);
+        if (ev) {
+            ev->status = status;
+            ev->serial = ctx->serial;
+            ev->part = ctx->part;
+            ev->chunk = ctx->chunk;
+            ev->member = ctx->member;
+            dl_collab_push(c, ev);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    free(ctx);
+}
+
+int dl_round_request(struct dl_round *r, const char *peer_id, const char *method, const void *payload,
+                     size_t size, double timeout_s, int kind, uint32_t part, uint32_t chunk, uint32_t member) {
+    struct request_ctx *ctx = dl_calloc(1, sizeof *ctx);
+    if (!ctx) return -1;
+    ctx->c = r->c;
+    ctx->serial = r->serial;
+    ctx->kind = kind;
+    ctx->part = part;
+    ctx->chunk = chunk;
+    ctx->member = member;
+    snprintf(ctx->peer_id, sizeof ctx->peer_id, "%s", peer_id);
+    if (!(timeout_s > 0.05)) timeout_s = 0.05;
+    if (!dl_net_request_ex(r->c->net, peer_id, method, payload, size, timeout_s, DL_NET_RAW, on_response, ctx)) {
+        free(ctx);
+        return -1;
+    }
+    r->bytes_sent += size;
+    return 0;
+}
+
+void dl_round_respond(struct dl_round *r, uint64_t token, int status, const void *payload, size_t size) {
+    if (dl_net_respond_ex(r->c->net, token, status, payload, size, DL_NET_RAW))
+        DL_WARN("collab", "cannot answer a request: %s", dl_error());
+    else
+        r->bytes_sent += size;
+}
+
+void dl_round_respond_text(struct dl_round *r, uint64_t token, const char *text) {
+    respond_text(r->c->net, token, text);
+}
+
+struct dl_avg_event *dl_round_wait_events(struct dl_round *r, double until) {
+    struct dl_collab *c = r->c;
+    pthread_mutex_lock(&c->lock);
+    while (!c->inbox) {
+        double now = dl_now();
+        if (now >= until) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double wait = until - now;
+        ts.tv_sec += (time_t)wait;
+        ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        int rc = pthread_cond_timedwait(&c->wake, &c->lock, &ts);
+        if (rc == ETIMEDOUT) break;
+    }
+    struct dl_avg_event *list = c->inbox;
+    c->inbox = c->inbox_tail = NULL;
+    pthread_mutex_unlock(&c->lock);
+    return list;
+}
+
+/* ---- the outer frame ------------------------------------------------------------ */
+
+static bool all_finite(const float *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return false;
+    return true;
+}
+
+static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0, double t_group, double t_end) {
+    res->status = r->status;
+    snprintf(res->reason, sizeof res->reason, "%s", r->reason);
+    res->bytes_sent = r->bytes_sent;
+    res->bytes_received = r->bytes_received;
+    res->total_s = t_end - t0;
+    res->matchmaking_s = (r->has_group ? t_group : t_end) - t0;
+    res->allreduce_s = r->has_group ? t_end - t_group : 0;
+    res->reduce_s = r->reduce_s;
+    res->reduced_elems = r->reduced_elems;
+    if (!r->has_group) return;
+    res->compression = r->g.codec;
+    res->num_members = r->g.n;
+    res->my_index = r->me;
+    res->lp_bound_s = r->g.lp_bound_s;
+    res->members = calloc(r->g.n, sizeof *res->members);
+    if (res->members)
+        for (size_t i = 0; i < r->g.n; i++) {
+            const struct dl_group_member *m = &r->g.members[i];
+            struct dl_avg_member *o = &res->members[i];
+            snprintf(o->peer_id, sizeof o->peer_id, "%s", m->peer_id);
+            o->weight = m->weight;
+            o->bandwidth_mbit = m->bandwidth_mbit;
+            o->role = m->role;
+            o->part_offset = m->part_offset;
+            o->part_elems = m->part_elems;
+        }
+    if (r->status != DL_AVG_OK || !r->i_receive) return;
+    res->chunks = calloc(r->num_chunks ? r->num_chunks : 1, sizeof *res->chunks);
+    if (!res->chunks) return;
+    res->num_chunks = r->num_chunks;
+    for (size_t p = 0; p < r->g.n; p++)
+        for (size_t k = 0; k < r->first_chunk[p + 1] - r->first_chunk[p]; k++) {
+            size_t gi = r->first_chunk[p] + k;
+            struct dl_avg_chunk_info *ci = &res->chunks[gi];
+            const uint8_t *msg = r->store[gi];
+            dl_round_chunk_range(r, p, k, &ci->offset, &ci->length);
+            ci->part = (uint16_t)p;
+            ci->generation = msg[18];
+            ci->reducer = dl_get_u16(msg + 24);
+            memcpy(ci->contributors, msg + 28, sizeof ci->contributors);
+        }
+}
+
+int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_options *options,
+                      struct dl_avg_result *result) {
+    memset(result, 0, sizeof *result);
+    double t0 = dl_now();
+    struct dl_avg_options opt;
+    if (options) opt = *options;
+    else dl_avg_options_default(&opt);
+    if (!(opt.deadline_s > 0)) opt.deadline_s = 60;
+    if (!(opt.stall_s > 0)) opt.stall_s = fmax(1.0, opt.deadline_s / 6);
+    if (c->cfg.aux) opt.weight = 0;
+    const char *bad = NULL;
+    if (n == 0 || !vec) bad = "an empty vector";
+    else if (n > ((uint64_t)1 << 40)) bad = "a vector too large";
+    else if (!isfinite(opt.weight) || opt.weight < 0) bad = "a weight that is negative or not finite";
+    else if (opt.compression < 0 || opt.compression > DL_CODEC_UINT8) bad = "an unknown compression";
+    else if (!c->cfg.aux && !all_finite(vec, n)) bad = "a vector holding NaN or Inf (it must not leave this peer)";
+    if (bad) {
+        result->status = DL_AVG_FAILED;
+        snprintf(result->reason, sizeof result->reason, "cannot average %s", bad);
+        return result->status;
+    }
+    struct dl_round *r = dl_calloc(1, sizeof *r);
+    if (!r) {
+        result->status = DL_AVG_FAILED;
+        snprintf(result->reason, sizeof result->reason, "out of memory");
+        return result->status;
+    }
+    r->c = c;
+    r->input = vec;
+    r->n = n;
+    r->start = t0;
+    r->deadline = t0 + opt.deadline_s;
+    r->stall_s = opt.stall_s;
+    pthread_mutex_lock(&c->lock);
+    struct dl_round *last = c->last;
+    c->last = NULL;
+    r->serial = ++c->next_serial;
+    c->cur = r;
+    pthread_mutex_unlock(&c->lock);
+    dl_round_free(last);
+
+    if (!dl_matchmake(r, &opt)) {
+        r->group_time = dl_now();
+        dl_round_run(r);
+    }
+    double t_end = dl_now();
+    if (r->status == DL_AVG_OK && r->i_receive) {
+        /* Every chunk was checked to decode when it arrived. */
+        for (size_t p = 0; p < r->g.n; p++)
+            for (size_t k = 0; k < r->first_chunk[p + 1] - r->first_chunk[p]; k++) {
+                size_t gi = r->first_chunk[p] + k;
+                uint64_t off, len;
+                dl_round_chunk_range(r, p, k, &off, &len);
+                dl_codec_decode(r->g.codec, r->store[gi] + DL_AVG_RESULT_HEADER,
+                                r->store_size[gi] - DL_AVG_RESULT_HEADER, len, vec + off);
+            }
+    }
+    if (r->status == DL_AVG_OK && r->group_time < t_end) {
+        double mbit = (double)r->bytes_sent * 8e-6 / (t_end - r->group_time);
+        c->measured_mbit = c->measured_mbit > 0 ? 0.7 * c->measured_mbit + 0.3 * mbit : mbit;
+        /* A lower bound of the upload capacity (the round may not have
+         * saturated it); published in our progress record. */
+        if (!(c->cfg.bandwidth_mbit > 0)) dl_net_set_measured_bandwidth(c->net, c->measured_mbit);
+    }
+    fill_result(r, result, t0, r->group_time, t_end);
+    if (r->status != DL_AVG_OK)
+        DL_INFO("collab", "round of epoch %llu: %s (%s)", (unsigned long long)opt.epoch,
+                dl_avg_status_name(r->status), r->reason);
+    pthread_mutex_lock(&c->lock);
+    c->cur = NULL;
+    bool keep = r->has_group && r->status == DL_AVG_OK && r->i_receive;
+    if (keep) c->last = r;
+    pthread_mutex_unlock(&c->lock);
+    if (!keep) dl_round_free(r);
+    return result->status;
+}

@@ -1,0 +1,48 @@
+/* Wire codecs for averaging traffic (private to src/collab).
+ *
+ * A vector travels in chunks; each chunk is encoded on its own, so sending
+ * and reducing overlap and a bad chunk costs only itself. NaN and Inf never
+ * enter: encoding refuses them and decoding refuses anything that would
+ * produce them, so a peer's garbage stays a refused message.
+ *
+ * Layouts (little-endian, n values per chunk):
+ *   none   n x fp32                                   4 n bytes
+ *   fp16   n x IEEE binary16, round to nearest even;  2 n bytes
+ *          finite values beyond +-65504 are clamped to +-65504 (fp16's
+ *          largest), never turned into Inf
+ *   uint8  256 x fp32 codebook, then n x one byte      1024 + n bytes
+ *          per chunk: range mean +- 6 sigma (population sigma, in double),
+ *          256 equal bins over it, values outside clamped into the end bins;
+ *          codebook entry = mean of the chunk's values in that bin (an empty
+ *          bin holds its centre); each value is sent as its bin's index.
+ *          So a value decodes within one bin width of itself, except in an
+ *          end bin that also holds values clamped from beyond 6 sigma: all
+ *          of that bin decodes to its mean, outliers included. A bin holding
+ *          a single distinct value decodes it exactly. */
+#ifndef DEDLOC_COLLAB_WIRECODEC_H
+#define DEDLOC_COLLAB_WIRECODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum dl_codec { DL_CODEC_NONE = 0, DL_CODEC_FP16 = 1, DL_CODEC_UINT8 = 2 };
+
+#define DL_CODEC_UINT8_BINS 256
+#define DL_CODEC_FP16_MAX 65504.0f
+
+/* "none" "fp16" "uint8"; "unknown" for anything else. */
+const char *dl_codec_name(int codec);
+/* 0 and *codec, or -1 with dl_fail naming the accepted names. */
+int dl_codec_parse(const char *name, int *codec);
+/* Exact encoded bytes of n floats (one chunk); 0 for an unknown codec. */
+size_t dl_codec_size(int codec, size_t n);
+/* Encodes n floats (one chunk) into out (dl_codec_size(codec, n) bytes);
+ * refuses (-1, dl_fail naming the index) any NaN/Inf input. out may be
+ * partly written on failure. */
+int dl_codec_encode(int codec, const float *x, size_t n, uint8_t *out);
+/* Decodes exactly n floats from size bytes; refuses a wrong size, a
+ * non-finite codebook or any non-finite output. out may be partly written on
+ * failure. */
+int dl_codec_decode(int codec, const uint8_t *in, size_t size, size_t n, float *out);
+
+#endif

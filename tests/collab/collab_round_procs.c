@@ -1,0 +1,475 @@
+/* Averaging rounds between real member processes on loopback
+ * (`dedloc bench allreduce-member`), with faults: killed, stalled and
+ * misbehaving members, garbage on a port. Checks, against a weighted mean
+ * computed here in double from the inputs the members wrote:
+ *   - every surviving member finished, with byte-identical results;
+ *   - each chunk equals the weighted mean of the contributors its mask names
+ *     (within fp32 rounding, or the codec's bound);
+ *   - misbehaving members are in no chunk they did not reduce themselves.
+ * Usage: collab_round_procs CASE (see the table at the end). */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dl_test.h"
+
+#define MAX_MEMBERS 8
+
+struct member {
+    pid_t pid;
+    int fd;
+    char buf[1 << 18];
+    size_t len;
+    char peer_id[40], listen[64];
+    bool ready, started, done;
+    cJSON *round;
+    double weight;
+    const char *role;      /* "trainer" "client" "aux" */
+    const char *misbehave; /* NULL or the mode */
+    bool victim;           /* killed or stopped by the test */
+};
+
+struct scenario {
+    const char *name;
+    int members;
+    size_t size;
+    const char *compression;
+    double upload_mbit;    /* per member cap, 0 = none */
+    const char *fault;     /* NULL, "kill", "stop", "port" */
+    int victim;            /* member index the fault hits */
+    double fault_at;       /* seconds after the round started */
+    const char *roles;     /* one letter per member: t c a (NULL = all trainers) */
+    const char *misbehave; /* mode for member `victim` */
+};
+
+static struct member members[MAX_MEMBERS];
+static int num_members;
+static char workdir[256];
+
+static void kill_all(void) {
+    for (int i = 0; i < num_members; i++)
+        if (members[i].pid > 0) {
+            kill(members[i].pid, SIGCONT);
+            kill(members[i].pid, SIGKILL);
+            waitpid(members[i].pid, NULL, 0);
+            members[i].pid = 0;
+        }
+}
+
+static void on_signal(int sig) {
+    kill_all();
+    _exit(128 + sig);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static int spawn(int i, const struct scenario *sc, const char *initial) {
+    struct member *m = &members[i];
+    char size[32], seed[32], weight[32], peers[32], out[300], up[32], log_path[300];
+    snprintf(size, sizeof size, "%zu", sc->size);
+    snprintf(seed, sizeof seed, "%d", 101 + i);
+    snprintf(weight, sizeof weight, "%g", m->weight);
+    snprintf(peers, sizeof peers, "%d", sc->members);
+    snprintf(out, sizeof out, "%s/m%d", workdir, i);
+    snprintf(up, sizeof up, "%g", sc->upload_mbit);
+    snprintf(log_path, sizeof log_path, "%s/m%d.log", workdir, i);
+    const char *argv[48];
+    int k = 0;
+    argv[k++] = DEDLOC_BINARY;
+    argv[k++] = "bench";
+    argv[k++] = "allreduce-member";
+    argv[k++] = "--size"; argv[k++] = size;
+    argv[k++] = "--seed"; argv[k++] = seed;
+    argv[k++] = "--weight"; argv[k++] = weight;
+    argv[k++] = "--peers"; argv[k++] = peers;
+    argv[k++] = "--out"; argv[k++] = out;
+    argv[k++] = "--compression"; argv[k++] = sc->compression;
+    argv[k++] = "--deadline"; argv[k++] = "40";
+    argv[k++] = "--stall"; argv[k++] = "2";
+    if (sc->upload_mbit > 0) {
+        argv[k++] = "--max-upload"; argv[k++] = up;
+        argv[k++] = "--bandwidth"; argv[k++] = up;
+    }
+    if (!strcmp(m->role, "client")) argv[k++] = "--client-mode";
+    if (!strcmp(m->role, "aux")) argv[k++] = "--aux";
+    if (m->misbehave) {
+        argv[k++] = "--misbehave"; argv[k++] = m->misbehave;
+    }
+    if (initial) {
+        argv[k++] = "--initial-peers"; argv[k++] = initial;
+    }
+    argv[k] = NULL;
+    int fds[2];
+    if (pipe(fds)) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        int err = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (err >= 0) dup2(err, 2);
+        close(fds[0]);
+        close(fds[1]);
+        setenv("DEDLOC_LOG", "info", 0);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    m->pid = pid;
+    m->fd = fds[0];
+    return 0;
+}
+
+static void pump(struct member *m) {
+    for (;;) {
+        if (m->len == sizeof m->buf) m->len = 0;
+        ssize_t k = read(m->fd, m->buf + m->len, sizeof m->buf - m->len);
+        if (k <= 0) break;
+        m->len += (size_t)k;
+    }
+    char *nl;
+    while ((nl = memchr(m->buf, '\n', m->len))) {
+        *nl = 0;
+        cJSON *j = cJSON_Parse(m->buf);
+        const char *ev = j ? cJSON_GetStringValue(cJSON_GetObjectItem(j, "event")) : NULL;
+        if (ev && !strcmp(ev, "ready")) {
+            snprintf(m->peer_id, sizeof m->peer_id, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(j, "peer_id")));
+            snprintf(m->listen, sizeof m->listen, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(j, "listen")));
+            m->ready = true;
+        } else if (ev && !strcmp(ev, "start")) {
+            m->started = true;
+        } else if (ev && !strcmp(ev, "round") && !m->round) {
+            m->round = j;
+            j = NULL;
+        } else if (ev && !strcmp(ev, "done")) {
+            m->done = true;
+        }
+        cJSON_Delete(j);
+        size_t used = (size_t)(nl + 1 - m->buf);
+        memmove(m->buf, nl + 1, m->len - used);
+        m->len -= used;
+    }
+}
+
+static float *read_floats(const char *path, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    float *v = malloc(n * sizeof(float));
+    size_t got = v ? fread(v, sizeof(float), n, f) : 0;
+    fclose(f);
+    if (got != n) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static int member_by_id(const char *peer_id) {
+    for (int i = 0; i < num_members; i++)
+        if (!strcmp(members[i].peer_id, peer_id)) return i;
+    return -1;
+}
+
+static const char *status_of(const struct member *m) {
+    return m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "status")) : "(no report)";
+}
+
+/* Worst error the codec allows between an average of inputs in [-1, 1)
+ * and its decoded value (input rounding plus output rounding). */
+static double codec_bound(const char *compression) {
+    if (!strcmp(compression, "fp16")) return 2 * 0x1p-11;
+    if (!strcmp(compression, "uint8")) return 2 * 12 * 0.5774 / 256 + 1e-3;
+    return 0;
+}
+
+static void verify(const struct scenario *sc) {
+    /* Which members must have succeeded. */
+    int reference = -1;
+    for (int i = 0; i < num_members; i++) {
+        struct member *m = &members[i];
+        bool must = !m->victim && strcmp(m->role, "aux");
+        if (!must) continue;
+        CHECK_MSG(m->round && !strcmp(status_of(m), "ok"), "member %d (%s) ended with %s: %s", i, m->role,
+                  status_of(m), m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason")) : "");
+        if (reference < 0 && m->round && !strcmp(status_of(m), "ok")) reference = i;
+    }
+    if (reference < 0) return;
+    const cJSON *ref_round = members[reference].round;
+    const cJSON *chunks = cJSON_GetObjectItem(ref_round, "chunks");
+    const cJSON *group = cJSON_GetObjectItem(ref_round, "members");
+    const char *ref_hash = cJSON_GetStringValue(cJSON_GetObjectItem(ref_round, "hash"));
+    char *ref_chunks = cJSON_PrintUnformatted(chunks);
+    char path[300];
+    snprintf(path, sizeof path, "%s/m%d.out0.bin", workdir, reference);
+    float *ref_out = read_floats(path, sc->size);
+    CHECK_MSG(ref_out != NULL, "no result file from member %d", reference);
+    /* Identical bits on every member that applied the round (a victim may
+     * apply it too, but then with the same bits). */
+    int applied = 0;
+    for (int i = 0; i < num_members; i++) {
+        struct member *m = &members[i];
+        if (!m->round || strcmp(status_of(m), "ok") || !strcmp(m->role, "aux")) continue;
+        applied++;
+        CHECK_MSG(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "hash")), ref_hash),
+                  "member %d holds different bits", i);
+        char *c = cJSON_PrintUnformatted(cJSON_GetObjectItem(m->round, "chunks"));
+        CHECK_MSG(c && ref_chunks && !strcmp(c, ref_chunks), "member %d has a different chunk table", i);
+        free(c);
+        snprintf(path, sizeof path, "%s/m%d.out0.bin", workdir, i);
+        float *out = read_floats(path, sc->size);
+        CHECK_MSG(out && ref_out && !memcmp(out, ref_out, sc->size * sizeof(float)), "member %d: result bytes differ", i);
+        free(out);
+    }
+    printf("%d members applied identical bits\n", applied);
+    /* Group order -> our member index, inputs, weights. */
+    int n = cJSON_GetArraySize(group);
+    CHECK(n >= 1 && n <= MAX_MEMBERS);
+    float *inputs[MAX_MEMBERS] = {0};
+    int index_of[MAX_MEMBERS];
+    double weight[MAX_MEMBERS];
+    for (int g = 0; g < n && g < MAX_MEMBERS; g++) {
+        const cJSON *gm = cJSON_GetArrayItem(group, g);
+        index_of[g] = member_by_id(cJSON_GetStringValue(cJSON_GetObjectItem(gm, "peer_id")));
+        weight[g] = cJSON_GetNumberValue(cJSON_GetObjectItem(gm, "weight"));
+        CHECK(index_of[g] >= 0);
+        if (index_of[g] >= 0) {
+            CHECK(weight[g] == (strcmp(members[index_of[g]].role, "aux") ? members[index_of[g]].weight : 0));
+            snprintf(path, sizeof path, "%s/m%d.in.bin", workdir, index_of[g]);
+            inputs[g] = read_floats(path, sc->size);
+        }
+    }
+    double bound = codec_bound(sc->compression);
+    double worst = 0;
+    size_t covered = 0;
+    int rereduced = 0;
+    for (int ci = 0; ci < cJSON_GetArraySize(chunks); ci++) {
+        const cJSON *c = cJSON_GetArrayItem(chunks, ci);
+        size_t off = (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 0));
+        size_t len = (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 1));
+        int gen = (int)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 2));
+        int reducer = (int)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 3));
+        const char *mask = cJSON_GetStringValue(cJSON_GetArrayItem(c, 4));
+        rereduced += gen;
+        CHECK(off + len <= sc->size);
+        covered += len;
+        bool in[MAX_MEMBERS] = {false};
+        double total = 0;
+        int count = 0;
+        for (int g = 0; g < n; g++) {
+            unsigned byte;
+            if (sscanf(mask + 2 * (g / 8), "%2x", &byte) != 1) continue;
+            in[g] = (byte >> (g % 8)) & 1;
+            if (!in[g]) continue;
+            CHECK_MSG(inputs[g] != NULL, "chunk %d names member %d, which has no input file", ci, g);
+            count++;
+            total += weight[g];
+            int who = index_of[g];
+            if (who >= 0 && members[who].misbehave && g != reducer)
+                CHECK_MSG(false, "chunk %d holds the misbehaving member's data", ci);
+            if (who >= 0 && !strcmp(members[who].role, "aux")) CHECK_MSG(false, "chunk %d holds an aux member", ci);
+        }
+        CHECK_MSG(count > 0, "chunk %d has no contributor", ci);
+        if (!count || !ref_out) continue;
+        bool equal = !(total > 0);
+        if (equal) total = count;
+        for (size_t e = off; e < off + len; e++) {
+            double acc = 0;
+            for (int g = 0; g < n; g++)
+                if (in[g] && inputs[g]) acc += (equal ? 1.0 : weight[g]) * (double)inputs[g][e];
+            double want = acc / total, got = ref_out[e];
+            double err = fabs(got - want);
+            double tol = bound > 0 ? bound : 1.2e-7 * fabs(want) + 1e-30;
+            if (err > worst) worst = err;
+            if (err > tol) {
+                CHECK_MSG(false, "element %zu: %.9g, the weighted mean is %.9g (chunk %d)", e, got, want, ci);
+                break;
+            }
+        }
+    }
+    CHECK_MSG(covered == sc->size, "chunks cover %zu of %zu elements", covered, sc->size);
+    printf("%d chunks (%d re-reduced), worst error %.3g\n", cJSON_GetArraySize(chunks), rereduced, worst);
+    for (int g = 0; g < n; g++) free(inputs[g]);
+    free(ref_out);
+    free(ref_chunks);
+}
+
+static void garbage_on_port(const char *listen) {
+    char host[64];
+    snprintf(host, sizeof host, "%s", listen);
+    char *colon = strrchr(host, ':');
+    if (!colon) return;
+    *colon = 0;
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    for (int round = 0; round < 3; round++) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0) return;
+        if (!connect(s, (struct sockaddr *)&sa, sizeof sa)) {
+            uint8_t junk[4096];
+            for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(rand() & 0xFF);
+            if (round == 1) junk[0] = 0xD1, junk[1] = 0x0C; /* a plausible magic, then nonsense */
+            ssize_t w = write(s, junk, sizeof junk);
+            (void)w;
+        }
+        close(s);
+    }
+}
+
+static int run(const struct scenario *sc) {
+    snprintf(workdir, sizeof workdir, "/tmp/dedloc-collab-%s-%d", sc->name, (int)getpid());
+    mkdir(workdir, 0755);
+    num_members = sc->members;
+    for (int i = 0; i < num_members; i++) {
+        struct member *m = &members[i];
+        memset(m, 0, sizeof *m);
+        char r = sc->roles ? sc->roles[i] : 't';
+        m->role = r == 'c' ? "client" : r == 'a' ? "aux" : "trainer";
+        m->weight = r == 'a' ? 0 : 1 + i % 3;
+        if (sc->misbehave && i == sc->victim) m->misbehave = sc->misbehave;
+        m->victim = (sc->fault && strcmp(sc->fault, "port") && i == sc->victim) || m->misbehave;
+    }
+    double t0 = now_s();
+    for (int i = 0; i < num_members; i++) {
+        if (spawn(i, sc, i ? members[0].listen : NULL)) {
+            fprintf(stderr, "cannot start member %d\n", i);
+            return 1;
+        }
+        if (i == 0) {
+            while (!members[0].ready && now_s() - t0 < 20) {
+                pump(&members[0]);
+                sleep_s(0.02);
+            }
+            if (!members[0].ready) {
+                fprintf(stderr, "member 0 did not start\n");
+                return 1;
+            }
+        }
+    }
+    double started = 0, limit = t0 + 120;
+    bool fault_done = !sc->fault, resumed = true;
+    double resume_at = 0;
+    for (;;) {
+        bool all = true;
+        for (int i = 0; i < num_members; i++) {
+            struct member *m = &members[i];
+            pump(m);
+            if (m->pid > 0) {
+                int st;
+                if (waitpid(m->pid, &st, WNOHANG) == m->pid) {
+                    pump(m);
+                    m->pid = 0;
+                }
+            }
+            if (m->pid > 0 && !m->done) all = false;
+        }
+        if (!started) {
+            bool every = true;
+            for (int i = 0; i < num_members; i++) every &= members[i].started;
+            if (every) started = now_s();
+        }
+        if (started && !fault_done && now_s() >= started + sc->fault_at) {
+            struct member *v = &members[sc->victim];
+            if (!strcmp(sc->fault, "kill") && v->pid > 0) {
+                printf("SIGKILL member %d (%s) at +%.2f s\n", sc->victim, v->role, now_s() - started);
+                kill(v->pid, SIGKILL);
+            } else if (!strcmp(sc->fault, "stop") && v->pid > 0) {
+                printf("SIGSTOP member %d (%s) at +%.2f s\n", sc->victim, v->role, now_s() - started);
+                kill(v->pid, SIGSTOP);
+                resumed = false;
+                resume_at = now_s() + 9;
+            } else if (!strcmp(sc->fault, "port")) {
+                garbage_on_port(members[sc->victim].listen);
+            }
+            fault_done = true;
+        }
+        if (!resumed) {
+            bool others = true;
+            for (int i = 0; i < num_members; i++)
+                if (i != sc->victim && !members[i].round && members[i].pid > 0) others = false;
+            if (others || now_s() >= resume_at) {
+                printf("SIGCONT member %d at +%.2f s\n", sc->victim, now_s() - started);
+                kill(members[sc->victim].pid, SIGCONT);
+                resumed = true;
+            }
+        }
+        if (all || now_s() > limit) break;
+        sleep_s(0.02);
+    }
+    for (int i = 0; i < num_members; i++) {
+        struct member *m = &members[i];
+        printf("member %d %-7s %-6s %s %s\n", i, m->role, status_of(m), m->peer_id,
+               m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason")) : "");
+    }
+    verify(sc);
+    kill_all();
+    for (int i = 0; i < num_members; i++) cJSON_Delete(members[i].round);
+    if (!dl_test_failed) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
+        if (system(cmd)) fprintf(stderr, "cannot remove %s\n", workdir);
+    } else {
+        fprintf(stderr, "logs kept in %s\n", workdir);
+    }
+    printf("%d passed, %d failed\n", dl_test_passed, dl_test_failed);
+    return dl_test_failed ? 1 : 0;
+}
+
+static const struct scenario scenarios[] = {
+    /* name           n  size     codec    Mbit  fault   victim at   roles       misbehave */
+    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL},
+    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL},
+    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL},
+    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL},
+    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL},
+    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL},
+    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL},
+    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL},
+    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan"},
+    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan"},
+    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size"},
+    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part"},
+    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage"},
+    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL},
+};
+
+int main(int argc, char **argv) {
+    atexit(kill_all);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGALRM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    alarm(170);
+    srand(7);
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s CASE\n", argv[0]);
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
+        if (!strcmp(argv[1], scenarios[i].name)) return run(&scenarios[i]);
+    fprintf(stderr, "unknown case %s\n", argv[1]);
+    return 2;
+}
