@@ -7,8 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/swarm_args.h"
+#include "dedloc/collab.h"
 #include "dedloc/data.h"
 #include "dedloc/device.h"
 #include "dedloc/model.h"
@@ -55,8 +58,10 @@ static void help(FILE *out) {
             "  --resume FILE        continue from this checkpoint file instead of the newest\n"
             "  --log FILE           JSON lines, one per optimizer step: step, loss, mlm_loss, sop_loss,\n"
             "                       lr, samples, samples_per_second, grad_norm, loss_scale, param_hash\n"
-            "  --quiet              no progress line\n\n"
-            "Progress goes to stderr: one live line on a terminal, a line per step otherwise.\n"
+            "  --quiet              no progress line\n\n");
+    cli_swarm_help(out);
+    fprintf(out,
+            "\nProgress goes to stderr: one live line on a terminal, a line per step otherwise.\n"
             "SIGINT / SIGTERM stop at the next micro-batch: the state after the last complete\n"
             "step is saved to --checkpoint-dir and the exit status is 0 (130 when there is no\n"
             "--checkpoint-dir to save to). A second signal ends the program at once.\n"
@@ -74,6 +79,7 @@ typedef struct {
     long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
     double lr, wd, clip, max_minutes;
     bool quiet;
+    struct cli_swarm_args swarm;
     bool given[OPT_COUNT];
 } train_args;
 
@@ -123,8 +129,15 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"resume", required_argument, NULL, OPT_RESUME},
         {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE}, {"quiet", no_argument, NULL, OPT_QUIET},
         {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
-        {"help", no_argument, NULL, OPT_HELP}, {0, 0, 0, 0}};
+        {"help", no_argument, NULL, OPT_HELP}};
+    enum { N_OWN = sizeof opts / sizeof opts[0] };
+    struct option all[N_OWN + 32];
+    memcpy(all, opts, sizeof opts);
+    size_t n_all = N_OWN;
+    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_OWN + 31; so++) all[n_all++] = *so;
+    memset(&all[n_all], 0, sizeof all[n_all]);
     memset(a, 0, sizeof *a);
+    cli_swarm_args_default(&a->swarm);
     a->model = "tiny";
     a->precision = "fp32";
     a->optimizer = "lamb";
@@ -135,8 +148,17 @@ static int parse_args(int argc, char **argv, train_args *a) {
     a->wd = 0.01;
     a->clip = 1.0;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
         int bad = 0;
+        int sw = cli_swarm_option(&a->swarm, c, optarg, "train");
+        if (sw < 0) bad = 1;
+        if (sw <= 0) {
+            if (bad) {
+                fprintf(stderr, "see 'dedloc train --help'\n");
+                return -1;
+            }
+            continue;
+        }
         if (c >= OPT_MODEL && c < OPT_COUNT) a->given[c] = true;
         switch (c) {
         case OPT_MODEL: a->model = optarg; break;
@@ -315,6 +337,17 @@ int cmd_train(int argc, char **argv) {
     }
     if (!a.given[OPT_TARGET]) a.target = tiny ? 32 : 4096;
     if (!a.given[OPT_MAX_STEPS]) a.max_steps = tiny ? 300 : 125000;
+    if (a.swarm.any) {
+        if (cli_swarm_finish(&a.swarm, "train", (double)a.target)) {
+            exit_code = DL_EXIT_USAGE;
+            goto done;
+        }
+        if (!a.given[OPT_PEER_SEED] && !resuming && a.swarm.train.shard_count <= 1) {
+            /* Each peer of a swarm reads the stream in its own order. */
+            a.peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 2);
+            DL_INFO("train", "peer seed %lld (the data order of this peer)", a.peer_seed);
+        }
+    }
 
     dl_opt_config opt = dl_opt_config_sahajbert();
     opt.kind = kind;
@@ -391,7 +424,20 @@ int cmd_train(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     dl_trainer_backend backend = dl_device_backend_callbacks(&be);
     dl_trainer_result res;
-    int rc = dl_trainer_run(&to, &opt, &layout, params, resuming ? &ck : NULL, &backend, &res);
+    int rc;
+    if (a.swarm.any) {
+        a.swarm.train.base = to;
+        struct dl_collab_train_result cres;
+        rc = cli_swarm_run(&a.swarm, &a.swarm.train, &opt, &layout, params, resuming ? &ck : NULL, &backend, &cres);
+        res = cres.base;
+        if (!rc)
+            fprintf(stderr, "dedloc train: %" PRId64 " rounds, %" PRId64 " failed, %" PRId64
+                    " state downloads, %" PRId64 " heals; compute %.1f s, waiting %.1f s; param_hash %s\n",
+                    cres.rounds_ok, cres.rounds_failed, cres.state_downloads, cres.heals, cres.compute_s,
+                    cres.wait_s, cres.param_hash);
+    } else {
+        rc = dl_trainer_run(&to, &opt, &layout, params, resuming ? &ck : NULL, &backend, &res);
+    }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     if (rc) goto fail;
