@@ -34,6 +34,7 @@ typedef struct {
     uint64_t last_state_epoch;     /* aux: epoch of the last weights it held */
     uint8_t hash[32];
     int64_t micro_since_round;     /* micro-batches since the last attempt */
+    double prev_wait_until;        /* how long to wait for peers finishing the previous round */
     double step_start, compute_s, run_start;
     int64_t start_step;
     FILE *log;
@@ -207,6 +208,7 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
     st->progress.samples = meta.samples;
     st->has_state = true;
     st->last_state_epoch = meta.epoch;
+    st->prev_wait_until = dl_now() + 3;
     st->res->state_downloads++;
     if (st->be && st->be->set_params(st->be->ctx, st->params)) return dl_fail_context("uploading downloaded weights");
     st->progress_at_step = st->progress;
@@ -296,11 +298,24 @@ static int round_and_step(loop_state *st, size_t expected) {
     st->res->base.steps_this_run++;
     st->step_start = now;
     st->compute_s = 0;
+    st->prev_wait_until = now + 3;
     dl_avg_result_free(&r);
     const dl_trainer_options *o = &st->o->base;
     if (o->save_every > 0 && st->opt.step % o->save_every == 0 && st->opt.step < o->max_steps && save_checkpoint(st))
         return -1;
     return 1;
+}
+
+/* Our weights differ from what most peers at our epoch hold: say so, take theirs. */
+static void heal(loop_state *st, const struct dl_swarm_look *look) {
+    char mine[65], detail[300];
+    dl_collab_hash_hex(st->hash, mine);
+    snprintf(detail, sizeof detail, "our param_hash %.16s disagrees with %zu of %zu peers at epoch %" PRId64, mine,
+             look->ref_holders, look->hashes_at_ref, st->opt.step);
+    DL_WARN("collab", "%s", detail);
+    log_event(st, "disagree", detail);
+    if (download(st, look, "param_hash disagreement") == 0) st->res->heals++;
+    else nap(0.2);
 }
 
 /* Waits (bounded) until `want` peers are at our epoch. */
@@ -380,17 +395,18 @@ static int run_loop(loop_state *st) {
             continue;
         }
         if (look.i_disagree) {
-            char mine[65], detail[300];
-            dl_collab_hash_hex(st->hash, mine);
-            snprintf(detail, sizeof detail, "our param_hash %.16s disagrees with %zu of %zu peers at epoch %" PRId64,
-                     mine, look.ref_holders, look.hashes_at_ref, st->opt.step);
-            DL_WARN("collab", "%s", detail);
-            log_event(st, "disagree", detail);
-            if (download(st, &look, "param_hash disagreement") == 0) st->res->heals++;
-            else nap(0.2);
+            heal(st, &look);
             continue;
         }
         if (is_ready(st, &look)) {
+            /* Peers still finishing the previous round are about to join
+             * this one, and one of them may be its leader: matchmaking picks
+             * the lowest peer id among the peers at our epoch, so wait
+             * (bounded) until they have moved on, or two groups would form. */
+            if (look.at_previous > 0 && dl_now() < st->prev_wait_until) {
+                nap(0.02);
+                continue;
+            }
             size_t expected = 0;
             if (st->o->local_batch > 0 && st->o->min_peers > 1) {
                 wait_for_peers(st, st->o->min_peers, fmin(10, st->o->round_deadline_s / 3));
@@ -463,7 +479,13 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     if (!stopping(&st)) {
         /* Late members may still fetch our results or our state. */
         double until = dl_now() + o->linger_s;
-        while (dl_now() < until && !stopping(&st)) nap(0.05);
+        while (dl_now() < until && !stopping(&st)) {
+            struct dl_swarm_look look;
+            if (st.has_state && !dl_swarm_look(net, (uint64_t)st.opt.step, st.hash, 0, &look) && look.i_disagree &&
+                look.ref_epoch == (uint64_t)st.opt.step)
+                heal(&st, &look);
+            nap(0.05);
+        }
     }
 done:
     res->base.steps = st.opt.step;

@@ -82,6 +82,7 @@ int dl_swarm_look(dl_net *net, uint64_t epoch, const uint8_t *my_hash, double sa
             if (elapsed > 30) elapsed = 30; /* a silent peer's rate is not a promise */
             look->collective += p->samples_accumulated + elapsed * p->samples_per_second;
         }
+        if (p->epoch + 1 == epoch) look->at_previous++;
         if (p->epoch > epoch && p->has_param_hash && p->epoch > look->ahead_epoch) look->ahead_epoch = p->epoch;
     }
     look->ref_epoch = look->ahead_epoch ? look->ahead_epoch : epoch;

@@ -16,6 +16,7 @@
 struct dl_swarm_look {
     size_t peers;                 /* alive records, ours included */
     size_t at_epoch;              /* peers at our epoch, ours included */
+    size_t at_previous;           /* peers one epoch behind us: most are finishing that round */
     double collective;            /* samples at our epoch: ours exact, others extrapolated to now */
     double samples_per_second;    /* every alive peer's rate */
     uint64_t ahead_epoch;         /* the newest epoch another peer holds a state for (0: none ahead) */
