@@ -288,7 +288,7 @@ static int round_and_step(loop_state *st, size_t expected) {
         dl_avg_result_free(&r);
         return -1;
     }
-    bool has_losses = group > 0 && isfinite(losses[0]);
+    bool has_losses = st->be && group > 0 && isfinite(losses[0]); /* aux peers do not receive the average */
     log_step(st, &r, st->has_state ? &info : NULL, has_losses ? losses : NULL, group, local, wall);
     progress_line(st, has_losses ? losses : NULL, wall > 0 ? group / wall : 0, r.num_members);
     if (has_losses) {

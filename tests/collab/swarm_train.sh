@@ -78,7 +78,7 @@ steps_of() { jq -r 'select(.step) | "\(.step) \(.param_hash)"' "$W/$1.jsonl"; }
 
 # agree NAMES...: at every step two peers both logged, the same param_hash.
 agree() {
-  cat $(printf "$W/%s.jsonl " "$@") | jq -r 'select(.step) | "\(.step) \(.param_hash)"' | sort -u |
+  cat $(printf "$W/%s.jsonl " "$@") | jq -r 'select(.step and .param_hash != "") | "\(.step) \(.param_hash)"' | sort -u |
     awk '{ if ($1 in h && h[$1] != $2) { print "step " $1 ": " h[$1] " vs " $2; bad = 1 } h[$1] = $2 }
          END { exit bad }' || fail "param_hash differs between peers at some step"
 }
