@@ -20,6 +20,8 @@ PACKAGES=(
   libopenblas-dev
   # the network test lab (namespaces, veth, tc)
   iproute2
+  # the swarm tests and demo read JSON-lines logs; the demo plots the loss
+  jq gnuplot-nox
 )
 
 missing=()
