@@ -58,7 +58,9 @@ static void help(FILE *out) {
             "  --resume FILE        continue from this checkpoint file instead of the newest\n"
             "  --log FILE           JSON lines, one per optimizer step: step, loss, mlm_loss, sop_loss,\n"
             "                       lr, samples, samples_per_second, grad_norm, loss_scale, param_hash\n"
-            "  --quiet              no progress line\n\n");
+            "  --quiet              no progress line\n"
+            "  --synthetic-compute S  no device and no data: a micro-batch sleeps S seconds and yields a\n"
+            "                       full-size pseudo-random gradient (measures the network alone)\n\n");
     cli_swarm_help(out);
     fprintf(out,
             "\nProgress goes to stderr: one live line on a terminal, a line per step otherwise.\n"
@@ -71,13 +73,13 @@ static void help(FILE *out) {
 enum {
     OPT_MODEL = 256, OPT_TOKENIZER, OPT_DATA, OPT_BATCH, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_PRECISION,
     OPT_CKDIR, OPT_KEEP, OPT_LOG, OPT_SEED, OPT_PEER_SEED, OPT_DEVICE, OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD,
-    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_HELP, OPT_COUNT
+    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_SYNTHETIC, OPT_HELP, OPT_COUNT
 };
 
 typedef struct {
     const char *model, *tokenizer, *data, *precision, *ckdir, *log, *device, *optimizer, *resume;
     long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
-    double lr, wd, clip, max_minutes;
+    double lr, wd, clip, max_minutes, synthetic;
     bool quiet;
     struct cli_swarm_args swarm;
     bool given[OPT_COUNT];
@@ -129,6 +131,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"resume", required_argument, NULL, OPT_RESUME},
         {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE}, {"quiet", no_argument, NULL, OPT_QUIET},
         {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
+        {"synthetic-compute", required_argument, NULL, OPT_SYNTHETIC},
         {"help", no_argument, NULL, OPT_HELP}};
     enum { N_OWN = sizeof opts / sizeof opts[0] };
     struct option all[N_OWN + 32];
@@ -186,6 +189,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_SHUFFLE: bad = parse_ll(optarg, 1, 1 << 24, &a->shuffle, "--shuffle-buffer"); break;
         case OPT_QUIET: a->quiet = true; break;
         case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
+        case OPT_SYNTHETIC: bad = parse_d(optarg, 0, 3600, &a->synthetic, "--synthetic-compute"); break;
         case 'h':
         case OPT_HELP: help(stdout); return 1;
         default: bad = 1;
@@ -243,7 +247,7 @@ static char *run_settings_json(const train_args *a) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", a->model);
     if (a->tokenizer) cJSON_AddStringToObject(o, "tokenizer", a->tokenizer);
-    cJSON_AddStringToObject(o, "data", a->data);
+    cJSON_AddStringToObject(o, "data", a->data ? a->data : "");
     cJSON_AddStringToObject(o, "precision", a->precision);
     cJSON_AddNumberToObject(o, "batch", (double)a->batch);
     cJSON_AddNumberToObject(o, "seq", (double)a->seq);
@@ -299,7 +303,8 @@ int cmd_train(int argc, char **argv) {
         if (dl_checkpoint_model_config(&ck, &cfg)) goto fail;
         DL_INFO("train", "resuming from %s (step %" PRId64 ")", ck_path, ck.step);
     }
-    if (!a.data) {
+    bool synthetic = a.given[OPT_SYNTHETIC];
+    if (!a.data && !synthetic) {
         fprintf(stderr, "dedloc train: --data SOURCE is required; see 'dedloc train --help'\n");
         exit_code = DL_EXIT_USAGE;
         goto done;
@@ -379,25 +384,35 @@ int cmd_train(int argc, char **argv) {
                     a.max_steps, kept->total_steps);
     }
 
-    /* 3. Tokenizer, data, device, model. */
-    if (a.tokenizer ? dl_tokenizer_load(a.tokenizer, &tok) : dl_tokenizer_load_demo(&tok)) goto fail;
-    if ((size_t)cfg.vocab_size < dl_tokenizer_vocab_size(tok)) {
-        dl_fail("the tokenizer has %zu pieces but the model only %d embeddings", dl_tokenizer_vocab_size(tok),
-                cfg.vocab_size);
-        goto fail;
+    /* 3. Tokenizer, data, device, model (or the synthetic backend). */
+    dl_synthetic_backend syn;
+    if (synthetic) {
+        dl_param_layout pl;
+        if (dl_param_layout_build(&cfg, &pl)) goto fail;
+        int lrc = dl_train_layout_from_model(&pl, &layout);
+        dl_param_layout_free(&pl);
+        if (lrc) goto fail;
+        dl_synthetic_backend_init(&syn, layout.total, a.synthetic, (int)a.batch, (uint64_t)a.peer_seed + 1);
+    } else {
+        if (a.tokenizer ? dl_tokenizer_load(a.tokenizer, &tok) : dl_tokenizer_load_demo(&tok)) goto fail;
+        if ((size_t)cfg.vocab_size < dl_tokenizer_vocab_size(tok)) {
+            dl_fail("the tokenizer has %zu pieces but the model only %d embeddings", dl_tokenizer_vocab_size(tok),
+                    cfg.vocab_size);
+            goto fail;
+        }
+        dl_data_config dc;
+        dl_data_config_default(&dc);
+        dc.source = a.data;
+        dc.batch_size = (int)a.batch;
+        dc.max_seq_len = (int)a.seq;
+        dc.seed = (uint64_t)a.seed;
+        dc.peer_seed = (uint64_t)a.peer_seed;
+        dc.shuffle_buffer = (int)a.shuffle;
+        dc.loop = true;
+        if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
+        const dl_param_layout *ml = dl_model_layout(be.model);
+        if (dl_train_layout_from_model(ml, &layout)) goto fail;
     }
-    dl_data_config dc;
-    dl_data_config_default(&dc);
-    dc.source = a.data;
-    dc.batch_size = (int)a.batch;
-    dc.max_seq_len = (int)a.seq;
-    dc.seed = (uint64_t)a.seed;
-    dc.peer_seed = (uint64_t)a.peer_seed;
-    dc.shuffle_buffer = (int)a.shuffle;
-    dc.loop = true;
-    if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
-    const dl_param_layout *ml = dl_model_layout(be.model);
-    if (dl_train_layout_from_model(ml, &layout)) goto fail;
     if (!params) {
         params = dl_malloc(dl_mul_size(layout.total, sizeof(float)));
         if (!params || dl_albert_init_params(&cfg, (uint64_t)a.seed, params)) goto fail;
@@ -422,7 +437,7 @@ int cmd_train(int argc, char **argv) {
     sa.sa_flags = SA_RESETHAND; /* a second signal ends the program at once */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    dl_trainer_backend backend = dl_device_backend_callbacks(&be);
+    dl_trainer_backend backend = synthetic ? dl_synthetic_backend_callbacks(&syn) : dl_device_backend_callbacks(&be);
     dl_trainer_result res;
     int rc;
     if (a.swarm.any) {

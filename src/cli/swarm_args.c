@@ -37,6 +37,10 @@ void cli_swarm_args_default(struct cli_swarm_args *a) {
     dl_net_config_default(&a->net);
     a->net.listen = "0.0.0.0:0";
     dl_collab_config_default(&a->collab);
+    /* A leader waits this long at least for the peers its view expects: one
+     * still in its last micro-batch on a busy machine joins in time. It
+     * closes at once when all of them have joined. */
+    a->collab.matchmaking_floor_s = 2.0;
     dl_collab_train_options_default(&a->train);
 }
 

@@ -35,6 +35,7 @@ typedef struct {
     uint8_t hash[32];
     int64_t micro_since_round;     /* micro-batches since the last attempt */
     double prev_wait_until;        /* how long to wait for peers finishing the previous round */
+    double disagree_since;         /* when a tied disagreement was first seen (0: none) */
     double step_start, compute_s, run_start;
     int64_t start_step;
     FILE *log;
@@ -306,8 +307,24 @@ static int round_and_step(loop_state *st, size_t expected) {
     return 1;
 }
 
+/* Whether a disagreement is settled enough to act on: peers still finishing
+ * the previous round have not voted yet, and a tie (e.g. two peers) is
+ * decided by the lowest peer id only once it has lasted a few seconds, so a
+ * record in flight cannot make a correct peer take a wrong state. */
+static bool should_heal(loop_state *st, const struct dl_swarm_look *look) {
+    double now = dl_now();
+    if (look->at_previous > 0) {
+        st->disagree_since = 0;
+        return false;
+    }
+    if (look->ref_holders > look->my_holders) return true;
+    if (st->disagree_since == 0) st->disagree_since = now;
+    return now - st->disagree_since >= 3;
+}
+
 /* Our weights differ from what most peers at our epoch hold: say so, take theirs. */
 static void heal(loop_state *st, const struct dl_swarm_look *look) {
+    st->disagree_since = 0;
     char mine[65], detail[300];
     dl_collab_hash_hex(st->hash, mine);
     snprintf(detail, sizeof detail, "our param_hash %.16s disagrees with %zu of %zu peers at epoch %" PRId64, mine,
@@ -394,7 +411,8 @@ static int run_loop(loop_state *st) {
             if (download(st, &look, "aux peer refreshing its state")) nap(0.2);
             continue;
         }
-        if (look.i_disagree) {
+        if (!look.i_disagree) st->disagree_since = 0;
+        if (look.i_disagree && should_heal(st, &look)) {
             heal(st, &look);
             continue;
         }
@@ -482,7 +500,7 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         while (dl_now() < until && !stopping(&st)) {
             struct dl_swarm_look look;
             if (st.has_state && !dl_swarm_look(net, (uint64_t)st.opt.step, st.hash, 0, &look) && look.i_disagree &&
-                look.ref_epoch == (uint64_t)st.opt.step)
+                look.ref_epoch == (uint64_t)st.opt.step && should_heal(&st, &look))
                 heal(&st, &look);
             nap(0.05);
         }

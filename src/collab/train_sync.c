@@ -87,8 +87,14 @@ int dl_swarm_look(dl_net *net, uint64_t epoch, const uint8_t *my_hash, double sa
     }
     look->ref_epoch = look->ahead_epoch ? look->ahead_epoch : epoch;
     pick_reference(&v, look->ref_epoch, epoch, my_hash, dl_net_peer_id(net), look);
-    if (look->has_ref && my_hash && look->ref_epoch == epoch && memcmp(my_hash, look->ref_hash, 32))
+    if (look->has_ref && my_hash && look->ref_epoch == epoch && memcmp(my_hash, look->ref_hash, 32)) {
         look->i_disagree = true;
+        look->my_holders = 1;
+        for (size_t i = 0; i < v.num_peers; i++)
+            if (!v.peers[i].is_self && v.peers[i].epoch == epoch && v.peers[i].has_param_hash &&
+                !memcmp(v.peers[i].param_hash, my_hash, 32))
+                look->my_holders++;
+    }
     /* Donors: other holders of the reference, peers that can be dialled first. */
     for (int pass = 0; pass < 2 && look->has_ref; pass++)
         for (size_t i = 0; i < v.num_peers && look->num_donors < DL_SYNC_MAX_DONORS; i++) {

@@ -27,6 +27,7 @@ struct dl_swarm_look {
     uint8_t ref_hash[32];
     size_t ref_holders, hashes_at_ref; /* holders of ref_hash / peers with any hash there */
     bool i_disagree;              /* we hold a state at ref_epoch == epoch that is not ref_hash */
+    size_t my_holders;            /* peers at our epoch holding our hash, us included */
     char donors[DL_SYNC_MAX_DONORS][DL_PEER_ID_HEX]; /* other holders of ref_hash, non-client first */
     size_t num_donors;
 };
