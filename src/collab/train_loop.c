@@ -220,7 +220,7 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
 /* One averaging round at our epoch and, when it succeeds, the step. Returns
  * 1 when the step was taken, 0 when the round failed (nothing applied), -1 on
  * a local error. */
-static int round_and_step(loop_state *st, size_t expected) {
+static int round_and_step(loop_state *st, size_t expected, bool alone) {
     size_t n = st->n;
     int64_t local = st->acc.samples;
     if (st->be) {
@@ -238,7 +238,21 @@ static int round_and_step(loop_state *st, size_t expected) {
     ao.expected_peers = expected;
     struct dl_avg_result r;
     double t0 = dl_now();
-    int status = dl_collab_average(st->collab, st->grad, n + LOSS_ELEMS, &ao, &r);
+    int status;
+    if (alone) {
+        /* Nobody else in the swarm: the average is our own gradient, and
+         * matchmaking would only wait out its window for joiners. */
+        memset(&r, 0, sizeof r);
+        r.members = dl_calloc(1, sizeof *r.members);
+        if (!r.members) return -1;
+        r.num_members = 1;
+        snprintf(r.members[0].peer_id, sizeof r.members[0].peer_id, "%s", dl_net_peer_id(st->net));
+        r.members[0].weight = ao.weight;
+        r.members[0].role = st->be ? 0 : 2;
+        status = r.status = DL_AVG_OK;
+    } else {
+        status = dl_collab_average(st->collab, st->grad, n + LOSS_ELEMS, &ao, &r);
+    }
     st->micro_since_round = 0;
     if (status != DL_AVG_OK) {
         char detail[400];
@@ -430,7 +444,7 @@ static int run_loop(loop_state *st) {
                 wait_for_peers(st, st->o->min_peers, fmin(10, st->o->round_deadline_s / 3));
                 expected = st->o->min_peers;
             }
-            if (round_and_step(st, expected) < 0) return -1;
+            if (round_and_step(st, expected, look.peers <= 1 && expected <= 1) < 0) return -1;
             continue;
         }
         if (st->be) {
