@@ -18,7 +18,9 @@ export PKG_CONFIG_PATH=$(dirname "$pc")
 test -f "$(pkg-config --variable=includedir dedloc)/dedloc/device.h"
 
 cat > "$prefix/probe.c" <<'C'
+#include <dedloc/data.h>
 #include <dedloc/device.h>
+#include <dedloc/text.h>
 #include <dedloc/util.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,16 @@ int main(void) {
     dl_device_info *infos;
     int count = 0;
     if (dl_device_list(&infos, &count) == 0) free(infos);
-    printf("probe: hash %s, %d OpenCL device(s)\n", hex, count);
+    /* The tokenizer and the data stream (file and http(s) sources) link too. */
+    dl_tokenizer *tok = NULL;
+    if (dl_tokenizer_load_demo(&tok)) return 1;
+    dl_data_config cfg;
+    dl_data_config_default(&cfg);
+    cfg.source = "/nonexistent/dedloc-probe";
+    dl_data_stream *stream = NULL;
+    if (dl_data_open(&cfg, tok, &stream) == 0) return 1;
+    dl_tokenizer_free(tok);
+    printf("probe: hash %s, %d OpenCL device(s), data: %s\n", hex, count, dl_error());
     return 0;
 }
 C

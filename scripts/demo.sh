@@ -21,7 +21,14 @@ SWARM_ARGS=()
 for arg in "$@"; do
   if [ "$arg" = --single ]; then MODE=single; else SWARM_ARGS+=("$arg"); fi
 done
-./scripts/setup.sh
+# The build's ~200 lines of compiler output go to a log, shown only on failure.
+echo "== Building build/dedloc (log: build/setup.log)"
+mkdir -p build
+if ! ./scripts/setup.sh > build/setup.log 2>&1; then
+  tail -n 40 build/setup.log
+  echo "demo: the build failed; the whole log is build/setup.log"
+  exit 1
+fi
 . scripts/env.sh
 echo "== OpenCL devices"
 build/dedloc devices

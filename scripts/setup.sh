@@ -14,6 +14,10 @@ PACKAGES=(
   pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo libclblast-dev clblast-utils
   # networking, serialisation, compression, crypto, DHT
   libevent-dev libmsgpack-dev zlib1g-dev libsodium-dev libopendht-c-dev
+  # https data sources (libevent_openssl over OpenSSL); the tests make certificates with openssl
+  libssl-dev openssl
+  # the .deb package (dpkg-shlibdeps) and its install test in a Debian root
+  dpkg-dev debootstrap
   # text: Unicode, regex, JSON; hashing
   libutf8proc-dev libpcre2-dev libcjson-dev libxxhash-dev
   # benchmarks compare CPU GEMM with OpenBLAS

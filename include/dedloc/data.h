@@ -10,8 +10,12 @@
  *   http://host:port/d/   a shard directory: GET .../index.txt lists the shard
  *                         names, one per line (blank lines and '#' comments
  *                         ignored), relative to the directory URL
- * Only plain HTTP is supported (no TLS, redirects are not followed); serve
- * shards from a trusted mirror or through a local TLS-terminating proxy.
+ *   https://...           the same over TLS: the server's certificate must
+ *                         chain to a CA of the system (or tls_ca_file) and name
+ *                         the URL's host; tls_insecure skips the checks
+ * Redirects (301, 302, 303, 307, 308) are followed, up to 5 hops, relative
+ * Locations included; one from https to plain http is refused. A refused
+ * certificate or redirect stops the stream with the reason (no retries).
  *
  * A spec may start with "text:", "jsonl:" or "paragraphs:" to force a format
  * (e.g. "paragraphs:http://host:8000/"); it overrides dl_data_config.format.
@@ -84,6 +88,9 @@ typedef struct dl_data_config {
     double retry_base_s;        /* 0.5: first backoff, doubled per failure */
     double retry_max_s;         /* 30: backoff cap */
     size_t max_line_bytes;      /* 4 MiB: longer lines are skipped and counted */
+    const char *tls_ca_file;    /* NULL: https trusts the system's CAs; else only the PEM
+                                   certificates in this file (copied by dl_data_open) */
+    bool tls_insecure;          /* false; true: https without certificate checks (warned) */
 } dl_data_config;
 
 /* Fills *cfg with the defaults above (source NULL). */

@@ -62,6 +62,11 @@ int dl_net_start(const struct dl_net_config *config, dl_net **net);
  * stops the thread and frees everything. NULL is allowed. */
 void dl_net_stop(dl_net *net);
 
+/* Checks the form of a configured address ("host:port", "[v6]:port") without
+ * resolving it: 0, or -1 with an error naming it (e.g. a port out of range).
+ * Commands use it to tell a mistyped option (usage error) from a runtime one. */
+int dl_net_check_address(const char *text);
+
 /* Our peer id (hex, NUL-terminated, valid until stop). */
 const char *dl_net_peer_id(const dl_net *net);
 /* The address we listen on, with the chosen port ("" when not listening). */

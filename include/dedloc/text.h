@@ -28,6 +28,12 @@ int dl_tokenizer_load_demo(dl_tokenizer **out);
  * NULL. The data is NUL-terminated; *size excludes the NUL. */
 const char *dl_text_asset(const char *name, size_t *size);
 void dl_tokenizer_free(dl_tokenizer *tok);
+/* Writes the tokenizer files of a Hugging Face model folder into dir (which
+ * exists): tokenizer.json (json, len bytes, as given, after checking that it
+ * loads), tokenizer_config.json (PreTrainedTokenizerFast, model_max_length,
+ * the special tokens) and special_tokens_map.json, so that transformers'
+ * AutoTokenizer.from_pretrained(dir) gives the ids dl_tokenizer_encode gives. */
+int dl_tokenizer_save_hf(const char *json, size_t len, int model_max_length, const char *dir);
 
 /* Encodes UTF-8 text (len bytes; invalid UTF-8 handled as HF does or replaced
  * by U+FFFD, counted in *invalid if non-NULL) into ids without special tokens.

@@ -284,11 +284,26 @@ typedef struct dl_trainer_result {
     int64_t steps_this_run;
     bool interrupted;            /* stopped by *stop */
     bool time_limit;             /* stopped by max_seconds */
-    float first_loss, last_loss; /* mean loss of this run's first and last step */
+    /* Mean loss over this run's first loss_window steps and over its last
+     * loss_window steps (up to 10 each, half the run at most): single steps
+     * are too noisy to compare. */
+    float first_loss, last_loss;
+    int loss_window;
     double samples_per_second;   /* over this run */
     char param_hash[17];         /* dl_hash64 of the master weights, hex */
-    char checkpoint[4096];       /* last checkpoint written ("" if none) */
+    char checkpoint[4096];       /* last checkpoint written in this run ("" if none) */
+    int64_t checkpoint_step;     /* its step */
+    int save_failures;           /* checkpoint saves that failed (training went on) */
+    bool last_save_failed;       /* the final save failed: work since checkpoint is lost */
+    bool log_failed;             /* a log record could not be written */
 } dl_trainer_result;
+
+/* Checks, before anything is computed, that the outputs of a run can be
+ * written, so that a bad folder is not found hours later at the first save:
+ * the checkpoint folder is created if needed and a probe file written and
+ * removed in it; the log (created if absent, never truncated) takes a write.
+ * Either may be NULL. -1 with a message that says what to change. */
+int dl_trainer_check_outputs(const char *checkpoint_dir, const char *log_path);
 
 /* Runs the loop. params (layout->total floats) holds the initial weights and
  * is updated in place. resume (may be NULL) continues a checkpoint: its

@@ -62,6 +62,13 @@ int dl_write_file_atomic(const char *path, const void *data, size_t size);
 /* mkdir -p with mode 0755. */
 int dl_mkdirs(const char *path);
 bool dl_file_exists(const char *path);
+/* rm -rf: removes path and, if it is a folder, everything under it (links are
+ * removed, not followed). A path that does not exist is not an error. */
+int dl_remove_tree(const char *path);
+/* Puts the finished folder tmp in place as path: a rename, so path is either
+ * absent/old or whole. An existing folder at path is moved aside first and
+ * removed once tmp is in place. */
+int dl_replace_dir(const char *tmp, const char *path);
 /* The cache folder: $DEDLOC_CACHE_DIR, else $XDG_CACHE_HOME/dedloc, else
  * ~/.cache/dedloc. Created on first use. Returns a static string. */
 const char *dl_cache_dir(void);

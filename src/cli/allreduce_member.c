@@ -116,7 +116,9 @@ static void report_round(int round, const struct dl_avg_result *res, const float
         cJSON_AddItemToArray(chunks, c);
     }
     char hash[17] = "";
-    if (res->status == DL_AVG_OK) dl_hash64_hex(dl_hash64(vec, n * sizeof(float), 0), hash);
+    /* An aux member receives no result: it has nothing to hash. */
+    bool has_result = res->status == DL_AVG_OK && res->num_members && res->members[res->my_index].role != 2;
+    if (has_result) dl_hash64_hex(dl_hash64(vec, n * sizeof(float), 0), hash);
     cJSON_AddStringToObject(o, "hash", hash);
     cJSON_AddStringToObject(o, "compression", dl_codec_name(res->compression));
     cJSON_AddNumberToObject(o, "total_s", res->total_s);
@@ -154,10 +156,10 @@ int bench_allreduce_member(int argc, char **argv) {
     struct dl_avg_options opt;
     dl_avg_options_default(&opt);
     opt.deadline_s = 30;
-    double size = 1 << 20, seed = 1, rounds = 1, peers = 1, v = 0;
+    double size = 1 << 20, seed = 1, rounds = 1, peers = 1, v = 0, delay = 0, linger = 1;
     const char *out_prefix = NULL, *misbehave = NULL;
     enum { O_LISTEN = 256, O_INITIAL, O_SIZE, O_SEED, O_WEIGHT, O_COMP, O_DEADLINE, O_STALL, O_ROUNDS,
-           O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT };
+           O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT, O_DELAY, O_LINGER };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN}, {"initial-peers", required_argument, NULL, O_INITIAL},
         {"size", required_argument, NULL, O_SIZE}, {"seed", required_argument, NULL, O_SEED},
@@ -167,6 +169,7 @@ int bench_allreduce_member(int argc, char **argv) {
         {"client-mode", no_argument, NULL, O_CLIENT}, {"aux", no_argument, NULL, O_AUX},
         {"bandwidth", required_argument, NULL, O_BW}, {"max-upload", required_argument, NULL, O_MAXUP},
         {"misbehave", required_argument, NULL, O_MISB}, {"out", required_argument, NULL, O_OUT},
+        {"delay", required_argument, NULL, O_DELAY}, {"linger", required_argument, NULL, O_LINGER},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -188,6 +191,8 @@ int bench_allreduce_member(int argc, char **argv) {
         case O_MAXUP: bad = parse_num(optarg, 0.001, 1e6, &cfg.max_upload_mbit); break;
         case O_MISB: misbehave = optarg; break;
         case O_OUT: out_prefix = optarg; break;
+        case O_DELAY: bad = parse_num(optarg, 0, 3600, &delay); break;
+        case O_LINGER: bad = parse_num(optarg, 0, 3600, &linger); break;
         default: return DL_EXIT_USAGE;
         }
         if (bad) {
@@ -248,13 +253,17 @@ int bench_allreduce_member(int argc, char **argv) {
                     (size_t)peers, (unsigned long long)epoch);
         opt.epoch = epoch;
         opt.expected_peers = (size_t)peers;
+        if (delay > 0) { /* a latecomer: ready, but it calls the round late */
+            struct timespec late = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+            nanosleep(&late, NULL);
+        }
         cJSON *start = cJSON_CreateObject();
         cJSON_AddStringToObject(start, "event", "start");
         cJSON_AddNumberToObject(start, "round", round);
         emit(start);
         struct dl_avg_result res;
         dl_collab_average(collab, vec, n, &opt, &res);
-        if (out_prefix && res.status == DL_AVG_OK) {
+        if (out_prefix && res.status == DL_AVG_OK && !ccfg.aux) {
             char path[1024];
             snprintf(path, sizeof path, "%s.out%d.bin", out_prefix, round);
             if (write_floats(path, vec, n)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
@@ -264,7 +273,7 @@ int bench_allreduce_member(int argc, char **argv) {
         dl_avg_result_free(&res);
     }
     /* Stay a moment so that late relays of the last round can be served. */
-    struct timespec ts = {1, 0};
+    struct timespec ts = {(time_t)linger, (long)((linger - (double)(time_t)linger) * 1e9)};
     nanosleep(&ts, NULL);
     dl_collab_stop(collab);
     dl_net_stop(net);

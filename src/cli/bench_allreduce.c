@@ -270,9 +270,9 @@ int bench_allreduce(int argc, char **argv) {
             if (status && !strcmp(status, "ok")) {
                 ok++;
                 if (num(o, "allreduce_s") > t) t = num(o, "allreduce_s");
-                bool seen = false;
-                for (int h = 0; h < nh; h++) seen |= hash && !strcmp(hashes[h], hash);
-                if (!seen && hash && nh < 4) snprintf(hashes[nh++], sizeof hashes[0], "%s", hash);
+                bool seen = !hash || !*hash; /* aux members hold no result */
+                for (int h = 0; h < nh; h++) seen |= !strcmp(hashes[h], hash);
+                if (!seen && nh < 4) snprintf(hashes[nh++], sizeof hashes[0], "%s", hash);
             }
             bound = fmax(bound, num(o, "lp_bound_s"));
             sent_max = fmax(sent_max, num(o, "bytes_sent"));

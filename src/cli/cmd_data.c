@@ -18,9 +18,12 @@ static void help(FILE *out) {
             "usage: dedloc data --data SOURCE [--tokenizer FILE] [options]\n\n"
             "Runs the training-data stream without training: prints the first rows\n"
             "decoded, then the stream's counters. Useful to check a source (a file,\n"
-            "a shard folder, an http:// URL served by 'dedloc serve-data') before a run.\n\n"
-            "  --data SOURCE        text or JSON-lines file (.gz ok), shard folder, http:// URL;\n"
+            "a shard folder, an http(s):// URL, e.g. served by 'dedloc serve-data') before a run.\n\n"
+            "  --data SOURCE        text or JSON-lines file (.gz ok), shard folder, http(s):// URL;\n"
             "                       prefix paragraphs: for blank-line separated documents\n"
+            "  --ca-file FILE       https: trust the PEM CA certificates in FILE, not the system's\n"
+            "  --insecure-tls       https without certificate checks (anyone on the path can alter\n"
+            "                       the data; warned)\n"
             "  --tokenizer FILE     tokenizer.json (default: the built-in demo Bengali tokenizer,\n"
             "                       as in 'dedloc train')\n"
             "  --batches N          batches to take (default 10; the stream ends earlier\n"
@@ -87,10 +90,12 @@ int cmd_data(int argc, char **argv) {
                                          {"show", required_argument, NULL, 'k'},
                                          {"once", no_argument, NULL, 'o'},
                                          {"json", no_argument, NULL, 'j'},
+                                         {"ca-file", required_argument, NULL, 'C'},
+                                         {"insecure-tls", no_argument, NULL, 'I'},
                                          {"help", no_argument, NULL, 'h'},
                                          {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "d:t:n:b:s:S:r:p:wk:ojh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "d:t:n:b:s:S:r:p:wk:ojhC:I", opts, NULL)) != -1) {
         long long v = 0;
         int bad = 0;
         switch (c) {
@@ -106,6 +111,8 @@ int cmd_data(int argc, char **argv) {
         case 'k': bad = parse_int("show", optarg, 0, INT_MAX, &v); show = (int)v; break;
         case 'o': cfg.loop = false; break;
         case 'j': json = 1; break;
+        case 'C': cfg.tls_ca_file = optarg; break;
+        case 'I': cfg.tls_insecure = true; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }

@@ -31,6 +31,11 @@ int cmd_devices(int argc, char **argv) {
             return DL_EXIT_USAGE;
         }
     }
+    if (optind < argc) {
+        fprintf(stderr, "dedloc devices: unexpected argument '%s'\n", argv[optind]);
+        help(stderr);
+        return DL_EXIT_USAGE;
+    }
     dl_device_info *infos;
     int n;
     if (dl_device_list(&infos, &n)) {

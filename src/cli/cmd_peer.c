@@ -1,8 +1,9 @@
 /* dedloc peer: a bare peer that trains nothing. It joins a collaboration,
  * keeps the DHT and the peer lists alive (a stable bootstrap address for a
- * run) and prints its swarm view as one JSON object per line. Test builds
- * (CMake option DEDLOC_TEST_HOOKS) also take --fake-* progress for the
- * swarm tests; production builds neither take nor show them. */
+ * run) and prints its swarm view: one JSON object per line for scripts, or a
+ * status line for a person at a terminal. Test builds (CMake option
+ * DEDLOC_TEST_HOOKS) also take --fake-* progress for the swarm tests;
+ * production builds neither take nor show them. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "dedloc/net.h"
@@ -22,9 +24,10 @@ static void help(FILE *out) {
     fprintf(out,
             "usage: dedloc peer --run-id ID [options]\n\n"
             "Joins the collaboration ID without training, keeps the DHT and the peer lists\n"
-            "alive, and prints the swarm view as one JSON object per line (the first line\n"
-            "at once, so scripts can read the chosen ports). Ctrl-C leaves cleanly: the\n"
-            "other peers get a goodbye record.\n\n"
+            "alive, and prints the swarm view: on a terminal a readable status line, otherwise\n"
+            "(piped, or with --json) one JSON object per line (the first line at once, so\n"
+            "scripts can read the chosen ports). Ctrl-C leaves cleanly: the other peers get\n"
+            "a goodbye record.\n\n"
             "  --run-id ID              collaboration to join (required)\n"
             "  --listen ADDR:PORT       TCP address to listen on (default 0.0.0.0:0; port 0 = any)\n"
             "  --announce ADDR:PORT     address other peers should dial (default: the listen address)\n"
@@ -41,7 +44,9 @@ static void help(FILE *out) {
             "  --no-dht                 no DHT discovery (initial peers only)\n"
             "  --dht-port PORT          UDP port of the DHT node (default listen port + 1; 0 = any)\n"
             "  --dht-bootstrap LIST     host:port,... of DHT nodes to join\n"
-            "  --duration S             leave after S seconds (default: run until Ctrl-C)\n\n"
+            "  --duration S             leave after S seconds (default: run until Ctrl-C)\n"
+            "  --json                   JSON lines even on a terminal\n"
+            "  --text                   readable status lines even when piped\n\n"
 #ifdef DEDLOC_TEST_HOOKS
             "testing aids (a bare peer has no progress of its own; test builds only):\n"
             "  --fake-epoch E           publish epoch E\n"
@@ -53,10 +58,46 @@ static void help(FILE *out) {
             "collective_samples, samples_per_second, eta_s (-1 = no rate), refresh_s.\n");
 }
 
-static void print_view(dl_net *net) {
+static void format_eta(double s, char *out, size_t size) {
+    if (!(s >= 0) || s > 1e8) snprintf(out, size, "unknown (no rate yet)");
+    else if (s >= 3600) snprintf(out, size, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else if (s >= 60) snprintf(out, size, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(out, size, "%ds", (int)s);
+}
+
+/* The view for a person: where we are reachable, who is there, how far the
+ * global step is. */
+static void print_view_text(dl_net *net, const struct dl_swarm_view *v, double target_batch, bool first) {
+    if (first) {
+        const char *announce = dl_net_announce_address(net);
+        printf("peer %s listening on %s%s%s", dl_net_peer_id(net), dl_net_listen_address(net),
+               announce[0] ? ", reachable at " : " (client mode: dials out only)", announce);
+        if (dl_net_dht_port(net)) printf(", DHT on UDP port %d", dl_net_dht_port(net));
+        printf("\n");
+    }
+    char eta[32];
+    format_eta(v->eta_s, eta, sizeof eta);
+    time_t now = time(NULL);
+    struct tm tm;
+    char clock[16] = "";
+    if (localtime_r(&now, &tm)) strftime(clock, sizeof clock, "%H:%M:%S", &tm);
+    printf("%s  %zu peer%s (ours included), %zu connection%s | global step %llu | samples %.0f / %.0f | "
+           "%.1f samples/s | next step in %s\n",
+           clock, v->num_peers, v->num_peers == 1 ? "" : "s", v->num_connections,
+           v->num_connections == 1 ? "" : "s", (unsigned long long)v->global_epoch, v->collective_samples,
+           target_batch, v->samples_per_second, eta);
+    fflush(stdout);
+}
+
+static void print_view(dl_net *net, bool as_text, double target_batch, bool first) {
     struct dl_swarm_view v;
     if (dl_net_swarm_view(net, &v)) {
         fprintf(stderr, "dedloc peer: %s\n", dl_error());
+        return;
+    }
+    if (as_text) {
+        print_view_text(net, &v, target_batch, first);
+        dl_swarm_view_free(&v);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -97,10 +138,11 @@ int cmd_peer(int argc, char **argv) {
     dl_net_config_default(&cfg);
     cfg.listen = "0.0.0.0:0";
     double status_every = 5, duration = -1, fake_samples = 0, fake_sps = 0, v = 0;
+    int format = -1; /* -1: text on a terminal, JSON otherwise; 0: JSON; 1: text */
     uint64_t fake_epoch = 0;
     enum { O_RUN = 256, O_LISTEN, O_ANNOUNCE, O_INITIAL, O_IDENTITY, O_STATUS, O_CLIENT, O_MAXUP,
            O_BW, O_TARGET, O_EXPIRY, O_KEEPALIVE, O_NODHT, O_DHTPORT, O_DHTBOOT, O_DURATION,
-           O_FEPOCH, O_FSAMPLES, O_FSPS };
+           O_JSON, O_TEXT, O_FEPOCH, O_FSAMPLES, O_FSPS };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"listen", required_argument, NULL, O_LISTEN},
         {"announce", required_argument, NULL, O_ANNOUNCE}, {"initial-peers", required_argument, NULL, O_INITIAL},
@@ -110,6 +152,7 @@ int cmd_peer(int argc, char **argv) {
         {"expiry", required_argument, NULL, O_EXPIRY}, {"keepalive", required_argument, NULL, O_KEEPALIVE},
         {"no-dht", no_argument, NULL, O_NODHT}, {"dht-port", required_argument, NULL, O_DHTPORT},
         {"dht-bootstrap", required_argument, NULL, O_DHTBOOT}, {"duration", required_argument, NULL, O_DURATION},
+        {"json", no_argument, NULL, O_JSON}, {"text", no_argument, NULL, O_TEXT},
 #ifdef DEDLOC_TEST_HOOKS
         /* Test hooks (CMake option DEDLOC_TEST_HOOKS): progress a bare peer does
          * not have, for the swarm tests. Kept last: opts[c - O_RUN] names an option. */
@@ -138,6 +181,8 @@ int cmd_peer(int argc, char **argv) {
         case O_DHTPORT: bad = parse_double(optarg, 0, 65535, &v); cfg.dht_port = (int)v; break;
         case O_DHTBOOT: cfg.dht_bootstrap = optarg; cfg.use_dht = true; break;
         case O_DURATION: bad = parse_double(optarg, 0, 1e9, &duration); break;
+        case O_JSON: format = 0; break;
+        case O_TEXT: format = 1; break;
 #ifdef DEDLOC_TEST_HOOKS
         case O_FEPOCH: bad = parse_double(optarg, 0, 1e15, &v); fake_epoch = (uint64_t)v; break;
         case O_FSAMPLES: bad = parse_double(optarg, 0, 1e15, &fake_samples); break;
@@ -156,6 +201,28 @@ int cmd_peer(int argc, char **argv) {
         help(stderr);
         return DL_EXIT_USAGE;
     }
+    /* A malformed address is a usage error (exit 2), found before anything
+     * starts; one that does not resolve or bind stays a runtime error. */
+    const char *const single[] = {cfg.listen, cfg.announce};
+    for (size_t i = 0; i < 2; i++)
+        if (single[i] && dl_net_check_address(single[i])) {
+            fprintf(stderr, "dedloc peer: --%s: %s\n", i ? "announce" : "listen", dl_error());
+            return DL_EXIT_USAGE;
+        }
+    const char *const lists[] = {cfg.initial_peers, cfg.dht_bootstrap};
+    for (size_t i = 0; i < 2; i++) {
+        char *copy = lists[i] ? dl_strdup(lists[i]) : NULL, *save = NULL;
+        for (char *a = copy ? strtok_r(copy, ",", &save) : NULL; a; a = strtok_r(NULL, ",", &save)) {
+            while (*a == ' ') a++;
+            if (*a && dl_net_check_address(a)) {
+                fprintf(stderr, "dedloc peer: --%s: %s\n", i ? "dht-bootstrap" : "initial-peers", dl_error());
+                free(copy);
+                return DL_EXIT_USAGE;
+            }
+        }
+        free(copy);
+    }
+    bool text = format == 1 || (format < 0 && isatty(fileno(stdout)));
     /* Refresh often enough that a short test expiry still works. */
     if (cfg.max_refresh_s > cfg.expiry_s / 4) cfg.max_refresh_s = cfg.expiry_s / 4;
     if (cfg.min_refresh_s > cfg.max_refresh_s) cfg.min_refresh_s = cfg.max_refresh_s;
@@ -170,6 +237,7 @@ int cmd_peer(int argc, char **argv) {
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
     double start = dl_now(), next_status = start, next_publish = start;
+    bool first_view = true;
     while (!stop_requested && (duration < 0 || dl_now() - start < duration)) {
         double now = dl_now();
         if (now >= next_publish) {
@@ -177,7 +245,8 @@ int cmd_peer(int argc, char **argv) {
             next_publish = now + 1.0;
         }
         if (now >= next_status) {
-            print_view(net);
+            print_view(net, text, cfg.target_batch, first_view);
+            first_view = false;
             next_status += status_every;
             if (next_status < now) next_status = now + status_every;
         }

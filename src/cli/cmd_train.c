@@ -32,14 +32,18 @@ static void help(FILE *out) {
             "                       model folder (config.json + model.safetensors: its weights\n"
             "                       are the starting point)\n"
             "  --tokenizer FILE     tokenizer.json (default: the built-in Bengali demo tokenizer)\n"
-            "  --data SOURCE        text / JSON-lines file (.gz ok), shard folder, or http:// URL\n"
+            "  --data SOURCE        text / JSON-lines file (.gz ok), shard folder, or http(s):// URL\n"
+            "  --ca-file FILE       https data: trust the PEM CA certificates in FILE, not the system's\n"
+            "  --insecure-tls       https data without certificate checks (anyone on the path can\n"
+            "                       alter the data; warned)\n"
             "  --batch B            sequences per micro-batch (8)\n"
             "  --seq T              tokens per sequence (tiny 128, otherwise 512)\n"
             "  --shuffle-buffer N   examples in the shuffle buffer (10000)\n"
             "  --seed K             seed of the initial weights and of the data stream (0)\n"
             "  --peer-seed K        this peer's data order (0)\n"
             "optimization (sahajBERT's recipe; tiny scales it down):\n"
-            "  --target-batch N     samples per optimizer step (tiny 32, otherwise 4096)\n"
+            "  --target-batch N     samples per optimizer step (tiny 32, otherwise 4096); whole\n"
+            "                       micro-batches are accumulated, so a step takes at least --batch\n"
             "  --max-steps S        optimizer steps to reach (tiny 300, otherwise 125000)\n"
             "  --max-minutes M      also stop (and save) after the first step past M minutes\n"
             "  --optimizer O        lamb (default) or adamw\n"
@@ -54,7 +58,7 @@ static void help(FILE *out) {
             "output:\n"
             "  --checkpoint-dir DIR checkpoints (checkpoint-<step>.safetensors, docs/checkpoint.md)\n"
             "  --save-every S       steps between checkpoints (100; 0: only at the end)\n"
-            "  --keep N             checkpoints kept (3)\n"
+            "  --keep N             newest checkpoints kept, older ones deleted (3; 0 keeps them all)\n"
             "  --resume FILE        continue from this checkpoint file instead of the newest\n"
             "  --log FILE           JSON lines, one per optimizer step: step, loss, mlm_loss, sop_loss,\n"
             "                       lr, samples, samples_per_second, grad_norm, loss_scale, param_hash\n"
@@ -63,21 +67,30 @@ static void help(FILE *out) {
             "                       full-size pseudo-random gradient (measures the network alone)\n\n");
     cli_swarm_help(out);
     fprintf(out,
-            "\nProgress goes to stderr: one live line on a terminal, a line per step otherwise.\n"
+            "\nThe checkpoint folder and the log are checked at start (a test write); a save that\n"
+            "fails later (disk full) does not stop training: the last good checkpoint stays, the\n"
+            "failure is reported and the next save point tries again.\n"
+            "Progress goes to stderr: one live line on a terminal, moving with every micro-batch\n"
+            "(samples accumulated / target, samples/s, time to the next step); otherwise a line\n"
+            "per step, and one per 30 s while a step accumulates.\n"
             "SIGINT / SIGTERM stop at the next micro-batch: the state after the last complete\n"
             "step is saved to --checkpoint-dir and the exit status is 0 (130 when there is no\n"
             "--checkpoint-dir to save to). A second signal ends the program at once.\n"
-            "exit status: 0 done (or stopped and saved), 1 failure, 2 usage, 130 stopped unsaved\n");
+            "exit status: 0 done (or stopped and saved), 1 failure (also: the final checkpoint or a\n"
+            "log record could not be written), 2 usage, 130 stopped unsaved\n");
 }
 
 enum {
     OPT_MODEL = 256, OPT_TOKENIZER, OPT_DATA, OPT_BATCH, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_PRECISION,
     OPT_CKDIR, OPT_KEEP, OPT_LOG, OPT_SEED, OPT_PEER_SEED, OPT_DEVICE, OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD,
-    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_SYNTHETIC, OPT_HELP, OPT_COUNT
+    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_CA_FILE, OPT_INSECURE_TLS,
+    OPT_SYNTHETIC, OPT_HELP, OPT_COUNT
 };
 
 typedef struct {
     const char *model, *tokenizer, *data, *precision, *ckdir, *log, *device, *optimizer, *resume;
+    const char *ca_file; /* TLS settings are this machine's, never stored in the run settings */
+    bool insecure_tls;
     long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
     double lr, wd, clip, max_minutes, synthetic;
     bool quiet;
@@ -90,6 +103,12 @@ static volatile sig_atomic_t stop_flag;
 static void on_signal(int sig) {
     (void)sig;
     stop_flag = 1;
+    /* Said at once: the current micro-batch may take minutes. write() is
+     * async-signal-safe; its result does not matter here. */
+    static const char ack[] = "\ndedloc train: stopping after this micro-batch (the last complete step is saved); "
+                              "Ctrl-C again to quit now\n";
+    ssize_t ignored = write(STDERR_FILENO, ack, sizeof ack - 1);
+    (void)ignored;
 }
 
 static int parse_ll(const char *s, long long lo, long long hi, long long *out, const char *what) {
@@ -131,6 +150,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"resume", required_argument, NULL, OPT_RESUME},
         {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE}, {"quiet", no_argument, NULL, OPT_QUIET},
         {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
+        {"ca-file", required_argument, NULL, OPT_CA_FILE}, {"insecure-tls", no_argument, NULL, OPT_INSECURE_TLS},
         {"synthetic-compute", required_argument, NULL, OPT_SYNTHETIC},
         {"help", no_argument, NULL, OPT_HELP}};
     enum { N_OWN = sizeof opts / sizeof opts[0] };
@@ -188,6 +208,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_RESUME: a->resume = optarg; break;
         case OPT_SHUFFLE: bad = parse_ll(optarg, 1, 1 << 24, &a->shuffle, "--shuffle-buffer"); break;
         case OPT_QUIET: a->quiet = true; break;
+        case OPT_CA_FILE: a->ca_file = optarg; break;
+        case OPT_INSECURE_TLS: a->insecure_tls = true; break;
         case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
         case OPT_SYNTHETIC: bad = parse_d(optarg, 0, 3600, &a->synthetic, "--synthetic-compute"); break;
         case 'h':
@@ -271,6 +293,12 @@ int cmd_train(int argc, char **argv) {
     int parsed = parse_args(argc, argv, &a);
     if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
 
+    /* Outputs first: a folder that cannot take a checkpoint is found now,
+     * not at the first save hours into the run. */
+    if (dl_trainer_check_outputs(a.ckdir, a.log)) {
+        fprintf(stderr, "dedloc train: %s\n", dl_error());
+        return DL_EXIT_FAILURE;
+    }
     int exit_code = DL_EXIT_FAILURE;
     char *owned[16] = {0};
     int n_owned = 0;
@@ -342,6 +370,10 @@ int cmd_train(int argc, char **argv) {
     }
     if (!a.given[OPT_TARGET]) a.target = tiny ? 32 : 4096;
     if (!a.given[OPT_MAX_STEPS]) a.max_steps = tiny ? 300 : 125000;
+    if (a.target < a.batch)
+        DL_WARN("train", "--target-batch %lld is smaller than --batch %lld: micro-batches are whole, so each step "
+                "takes %lld samples; pass --batch %lld for steps of %lld", a.target, a.batch, a.batch, a.target,
+                a.target);
     if (a.swarm.any) {
         if (cli_swarm_finish(&a.swarm, "train", (double)a.target)) {
             exit_code = DL_EXIT_USAGE;
@@ -409,6 +441,8 @@ int cmd_train(int argc, char **argv) {
         dc.peer_seed = (uint64_t)a.peer_seed;
         dc.shuffle_buffer = (int)a.shuffle;
         dc.loop = true;
+        dc.tls_ca_file = a.ca_file;
+        dc.tls_insecure = a.insecure_tls;
         if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
         const dl_param_layout *ml = dl_model_layout(be.model);
         if (dl_train_layout_from_model(ml, &layout)) goto fail;
@@ -456,16 +490,34 @@ int cmd_train(int argc, char **argv) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     if (rc) goto fail;
-    char loss_text[64] = "no optimizer step completed"; /* first/last loss exist only after a step */
-    if (res.steps_this_run > 0)
-        snprintf(loss_text, sizeof loss_text, "loss %.4f -> %.4f", (double)res.first_loss, (double)res.last_loss);
+    char loss_text[128] = "no optimizer step completed"; /* first/last loss exist only after a step */
+    if (res.steps_this_run > 1)
+        snprintf(loss_text, sizeof loss_text, res.loss_window > 1 ? "loss %.4f -> %.4f (mean of the first %d steps -> "
+                 "of the last %d)" : "loss %.4f -> %.4f (first step -> last step)",
+                 (double)res.first_loss, (double)res.last_loss, res.loss_window, res.loss_window);
+    else if (res.steps_this_run == 1)
+        snprintf(loss_text, sizeof loss_text, "loss %.4f (one step)", (double)res.first_loss);
     fprintf(stderr,
             "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); %s; %.1f samples/s; "
             "weights %s%s%s\n",
             res.interrupted ? "stopped" : res.time_limit ? "time limit reached" : "done", res.steps, res.steps_this_run, loss_text,
             res.samples_per_second, res.param_hash, res.checkpoint[0] ? "; saved " : "",
             res.checkpoint);
-    exit_code = res.interrupted && !res.checkpoint[0] ? 130 : DL_EXIT_OK;
+    exit_code = res.interrupted && !a.ckdir ? 130 : DL_EXIT_OK;
+    if (res.last_save_failed) {
+        if (res.checkpoint[0])
+            fprintf(stderr, "dedloc train: the final checkpoint could not be saved (%d failed save%s); the last good "
+                    "one is %s (step %" PRId64 "): the steps after it are lost\n", res.save_failures,
+                    res.save_failures == 1 ? "" : "s", res.checkpoint, res.checkpoint_step);
+        else
+            fprintf(stderr, "dedloc train: no checkpoint could be saved in this run (%d failed save%s); see the "
+                    "errors above\n", res.save_failures, res.save_failures == 1 ? "" : "s");
+        exit_code = DL_EXIT_FAILURE;
+    }
+    if (res.log_failed) {
+        fprintf(stderr, "dedloc train: the log %s misses records (a write failed)\n", a.log);
+        exit_code = DL_EXIT_FAILURE;
+    }
     goto done;
 fail:
     fprintf(stderr, "dedloc train: %s\n", dl_error());

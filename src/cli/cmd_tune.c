@@ -7,6 +7,7 @@
  * The search itself lives in the device module (src/device/tune_*.c); this
  * file parses the options, calls it and prints. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,9 @@
 #include "dedloc/util.h"
 
 enum { MAX_CANDIDATES = 6 };
+/* Exploration shorter than this rarely lets clblast_tuner_xgemm verify a
+ * single configuration on PoCL (30 s budgets verified none). */
+#define TUNER_MIN_S 60.0
 
 static void help(FILE *out) {
     fprintf(out,
@@ -36,8 +40,12 @@ static void help(FILE *out) {
             "  --model M            tiny or sahajbert (default sahajbert)\n"
             "  --budget-seconds S   time bound, 30..86400 (default 300); on PoCL each\n"
             "                       candidate timed through the routine costs 10-20 s of\n"
-            "                       compilation\n"
-            "  --no-tuner           skip clblast_tuner_xgemm; time built-in candidates\n");
+            "                       compilation, so a useful budget there is at least 120 s\n"
+            "                       (tiny) to 300 s (sahajbert); the run states the minimum\n"
+            "                       for this device once the built-in timing is done\n"
+            "  --no-tuner           skip clblast_tuner_xgemm; time built-in candidates\n\n"
+            "The last line is always a verdict: stored, the built-in parameters are fastest,\n"
+            "or the budget was too short (with the budget that would work).\n");
 }
 
 int cmd_tune(int argc, char **argv) {
@@ -104,6 +112,15 @@ int cmd_tune(int argc, char **argv) {
     printf(" GFLOP/s (%.0f s so far)\n", dl_now() - started);
     /* a candidate costs about what the built-in timing cost: compile + runs */
     double last_cost = dl_now() - base_started;
+    /* What a budget must hold to time at least one candidate after the
+     * tuner's third: what was spent so far, the exploration (at least
+     * TUNER_MIN_S, for the tuner to verify anything) and one candidate. */
+    double useful = dl_now() - started + last_cost * 1.5;
+    if (use_tuner) useful = dl_now() - started + (last_cost > TUNER_MIN_S ? last_cost * 3 : TUNER_MIN_S + last_cost * 2);
+    useful = 10 * ceil(useful / 10);
+    printf("a useful budget on this device is at least %.0f s", useful);
+    if (budget < useful) printf(" (this run's %.0f s is likely too short)", budget);
+    printf("\n");
     memcpy(best_times, base, sizeof base);
 
     dl_xgemm_config candidates[MAX_CANDIDATES];
@@ -124,19 +141,26 @@ int cmd_tune(int argc, char **argv) {
     }
     if (ncand == 0) ncand = dl_tune_builtin_candidates(candidates, MAX_CANDIDATES);
 
+    bool none_fits = dl_now() + last_cost > deadline; /* the search's own test for its first candidate */
     int best = dl_tune_time_candidates(dev, preset, candidates, ncand, deadline, last_cost, base_total,
                                        best_times, stdout);
 
     int rc = DL_EXIT_OK;
-    if (best < 0) {
-        printf("no candidate beat CLBlast's built-in parameters; nothing stored");
+    if (best < 0 && none_fits) {
+        printf("verdict: the budget ran out before any candidate could be timed; nothing stored. Run again with "
+               "--budget-seconds %.0f or more", useful);
+        if (dl_file_exists(path)) printf(" (an earlier tuning stays in %s)", path);
+        printf("\n");
+    } else if (best < 0) {
+        printf("verdict: no candidate beat CLBlast's built-in parameters; nothing stored (a larger budget explores "
+               "more)");
         if (dl_file_exists(path)) printf(" (an earlier tuning stays in %s)", path);
         printf("\n");
     } else if (dl_tune_store(info, preset, &candidates[best], base, best_times, budget, path)) {
         fprintf(stderr, "dedloc tune: %s\n", dl_error());
         rc = DL_EXIT_FAILURE;
     } else {
-        printf("stored %s\n", path);
+        printf("verdict: stored %s\n", path);
         for (int i = 0; i < preset->nshapes; i++)
             printf("  %-12s %zux%zux%zu  %.1f -> %.1f GFLOP/s\n", preset->shapes[i].name,
                    preset->shapes[i].m, preset->shapes[i].n, preset->shapes[i].k,

@@ -193,7 +193,20 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
     if (!copy) return -1;
     memcpy(copy, msg, size);
     r->last_heard[reducer] = dl_now();
+    r->heard[reducer] = true;
     return store_result(r, (size_t)gi, copy, size);
+}
+
+/* Called at every step of the round thread. A gap longer than stall_s
+ * between two steps means we were stopped long enough for others to count
+ * us out: they may have re-reduced our part, so our bits could differ. */
+void dl_round_progress(struct dl_round *r) {
+    double now = dl_now();
+    if (now - r->last_loop > r->stall_s)
+        dl_round_fail(r, DL_AVG_UNSURE,
+                      "this peer stood still for %.1f s mid-round; applying nothing (catch up by state download)",
+                      now - r->last_loop);
+    r->last_loop = now;
 }
 
 /* ---- setup and teardown ------------------------------------------------------- */
@@ -212,11 +225,12 @@ static int setup(struct dl_round *r) {
     r->failed = dl_calloc(n, sizeof *r->failed);
     r->last_from = dl_calloc(n, sizeof *r->last_from);
     r->last_heard = dl_calloc(n, sizeof *r->last_heard);
+    r->heard = dl_calloc(n, sizeof *r->heard);
     r->send = dl_calloc(n, sizeof *r->send);
     r->out = dl_calloc(n, sizeof *r->out);
     r->tmp = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
     r->acc = dl_malloc(sizeof(double) * DL_AVG_CHUNK_ELEMS);
-    if (!r->first_chunk || !r->dropped || !r->failed || !r->last_from || !r->last_heard || !r->send || !r->out ||
+    if (!r->first_chunk || !r->dropped || !r->failed || !r->last_from || !r->last_heard || !r->heard || !r->send || !r->out ||
         !r->tmp || !r->acc)
         return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
     for (size_t p = 0; p < n; p++) r->first_chunk[p + 1] = r->first_chunk[p] + dl_round_chunks_of(r, p);
@@ -279,6 +293,7 @@ void dl_round_free(struct dl_round *r) {
     free(r->failed);
     free(r->last_from);
     free(r->last_heard);
+    free(r->heard);
     free(r->tmp);
     free(r->acc);
     free(r);
@@ -356,6 +371,7 @@ static void on_chunk(struct dl_round *r, struct dl_avg_event *ev) {
     }
     r->bytes_received += ev->size;
     r->last_from[j] = r->last_heard[j] = dl_now();
+    r->heard[j] = true;
     struct dl_agg_chunk *a = &r->agg[k];
     if (r->dropped[j]) {
         dl_round_respond_text(r, ev->token, "left out: too slow for this round");
@@ -387,8 +403,13 @@ static void pump_aggregate(struct dl_round *r, double now) {
         bool ready = true;
         for (size_t j = 0; j < r->g.n; j++) {
             if (j == r->me || r->g.members[j].role == DL_MEMBER_AUX || r->dropped[j] || a->contrib[j]) continue;
+            /* A sender whose window we hold (chunks we have not acknowledged)
+             * is waiting for us, not stalled. */
+            uint32_t held = 0;
+            for (uint32_t later = k + 1; later < r->agg_chunks; later++) held += r->agg[later].contrib[j] != NULL;
             if (r->failed[j]) drop_sender(r, j, "it failed");
-            else if (now - r->last_from[j] > r->stall_s) drop_sender(r, j, "nothing arrived from it in time");
+            else if (held < DL_AVG_SEND_WINDOW && now - r->last_from[j] > r->stall_s)
+                drop_sender(r, j, "nothing arrived from it in time");
             else ready = false;
         }
         if (!ready) return;
@@ -404,6 +425,7 @@ static void pump_aggregate(struct dl_round *r, double now) {
         }
         bool bad[DL_AVG_MAX_MEMBERS] = {false};
         int rc = dl_round_reduce(r, r->me, k, 0, a->contrib, bad);
+        dl_round_progress(r);
         for (size_t j = 0; j < r->g.n; j++) {
             if (j == r->me || !a->contrib[j]) continue;
             free(a->contrib[j]);
@@ -413,6 +435,8 @@ static void pump_aggregate(struct dl_round *r, double now) {
                            "sent data that does not decode (NaN, Inf or garbage)");
             else
                 dl_round_respond(r, a->ack_token[j], DL_NET_OK, NULL, 0);
+            /* It may send again from now on: its silence counts from here. */
+            r->last_from[j] = dl_now();
         }
         free(own);
         a->contrib[r->me] = NULL;
@@ -462,7 +486,10 @@ static void pump_send(struct dl_round *r, double now) {
         if (p == r->me || !s->total || r->failed[p] || s->done_or_failed) continue;
         while (s->inflight < DL_AVG_SEND_WINDOW) {
             uint32_t k;
-            if (s->num_resend && now >= s->resend_at) k = s->resend[--s->num_resend];
+            /* Chunks to send again go first: the aggregator acknowledges in
+             * order, so later chunks would only fill the window behind them. */
+            if (s->num_resend && now < s->resend_at) break;
+            if (s->num_resend) k = s->resend[--s->num_resend];
             else if (s->next < s->total) k = s->next++;
             else break;
             size_t size;
@@ -489,6 +516,7 @@ static void on_chunk_ack(struct dl_round *r, struct dl_avg_event *ev) {
     if (s->inflight) s->inflight--;
     if (ev->status == DL_NET_OK) {
         r->last_heard[p] = dl_now();
+        r->heard[p] = true;
         if (++s->acked >= s->total) s->done_or_failed = true;
         return;
     }
@@ -497,7 +525,8 @@ static void on_chunk_ack(struct dl_round *r, struct dl_avg_event *ev) {
     bool unknown = ev->status == DL_NET_REMOTE_ERROR && tl >= 13 && !strncmp(text, "unknown round", 13);
     /* Right after matchmaking a connection to a member we only know from
      * its records may still be on its way: not a failure yet. */
-    bool connecting = ev->status == DL_NET_DISCONNECTED && dl_now() - r->group_time < DL_AVG_CONNECT_GRACE_S;
+    bool connecting = ev->status == DL_NET_DISCONNECTED && !r->heard[p] &&
+                      dl_now() - r->group_time < DL_AVG_CONNECT_GRACE_S;
     if (unknown || connecting) {
         /* The aggregator has not seen the group record yet: try again soon. */
         if (s->num_resend <= DL_AVG_SEND_WINDOW) s->resend[s->num_resend++] = ev->chunk;
@@ -587,15 +616,8 @@ int dl_round_run(struct dl_round *r) {
     r->last_loop = dl_now();
     for (;;) {
         double now = dl_now();
-        if (now - r->last_loop > r->stall_s) {
-            /* We were stopped long enough for others to count us out: they
-             * may have re-reduced our part, so our bits could differ. */
-            dl_round_fail(r, DL_AVG_UNSURE,
-                          "this peer stood still for %.1f s mid-round; applying nothing (catch up by state download)",
-                          now - r->last_loop);
-            break;
-        }
-        r->last_loop = now;
+        dl_round_progress(r);
+        if (r->status != DL_AVG_OK) break;
         pump_send(r, now);
         pump_aggregate(r, now);
         pump_results(r, now);
@@ -613,6 +635,7 @@ int dl_round_run(struct dl_round *r) {
             struct dl_avg_event *next = ev->next;
             if (r->status == DL_AVG_OK) on_event(r, ev);
             else if (ev->token) dl_round_respond_text(r, ev->token, "round failed");
+            dl_round_progress(r);
             dl_avg_event_free(ev);
             ev = next;
         }

@@ -29,7 +29,7 @@
 #define DL_AVG_CONNECT_GRACE_S 3.0
 
 enum dl_avg_event_kind {
-    EV_JOIN, EV_CHUNK, EV_RESULT, EV_FETCH, EV_REREDUCE, EV_CONTRIB,  /* incoming requests */
+    EV_JOIN, EV_CHUNK, EV_RESULT, EV_FETCH, EV_REREDUCE, EV_CONTRIB, EV_ALIVE, /* incoming requests */
     EV_JOIN_REPLY, EV_CHUNK_ACK, EV_RESULT_ACK, EV_FETCH_REPLY, EV_REREDUCE_REPLY, EV_CONTRIB_REPLY,
     EV_PING_REPLY,
 };
@@ -72,6 +72,7 @@ struct dl_collab {
     double spread_ema;            /* arrival spread of past matchmakings (s) */
     double measured_mbit;         /* upload rate of past rounds */
     int misbehaviour;             /* tests only: enum dl_misbehaviour */
+    uint64_t rounds_done, last_epoch; /* lock */
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -142,6 +143,7 @@ struct dl_round {
     /* what we think of the others */
     bool *failed;
     double *last_heard;
+    bool *heard;                  /* it answered us at least once this round */
     struct dl_recovery *rec;      /* per global chunk */
     struct dl_rereduce *rr;       /* per global chunk */
     /* outcome */
@@ -191,6 +193,7 @@ size_t dl_round_chunks_of(const struct dl_round *r, size_t part);
 long dl_round_ref_chunk(const struct dl_round *r, const uint8_t *msg, size_t size, size_t *part, size_t *k);
 void dl_round_write_ref(uint8_t *out, const struct dl_round *r, size_t part, size_t k);
 void dl_round_mark_failed(struct dl_round *r, size_t member, const char *why);
+void dl_round_progress(struct dl_round *r);
 
 /* recovery.c */
 void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev);

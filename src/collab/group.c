@@ -113,6 +113,9 @@ int dl_group_parse(const uint8_t *data, size_t size, struct dl_group *g) {
         m->role = p[80];
         m->part_offset = dl_get_u64(p + 88);
         m->part_elems = dl_get_u64(p + 96);
+        char owner[DL_PEER_ID_HEX];
+        dl_net_peer_id_from_key(m->pk, owner);
+        if (strcmp(owner, m->peer_id)) return dl_fail("group record: the key of member %zu does not belong to its peer id", i);
         if (i && strcmp(g->members[i - 1].peer_id, m->peer_id) >= 0)
             return dl_fail("group record: members are not in ascending peer id order");
         if (m->role > DL_MEMBER_AUX) return dl_fail("group record: member %zu has unknown role %d", i, m->role);

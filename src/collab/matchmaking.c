@@ -169,6 +169,10 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
                 if (read_join(ev->data, ev->size, ev->peer_id, &j)) {
                     snprintf(why, sizeof why, "refused: %s", dl_error());
                     refuse = why;
+                } else if (j.epoch < opt->epoch) {
+                    snprintf(why, sizeof why, "the group of epoch %llu is closed: keep the gradient for the next round",
+                             (unsigned long long)j.epoch);
+                    refuse = why;
                 } else if (j.epoch != opt->epoch) {
                     snprintf(why, sizeof why, "the group of this peer is for epoch %llu, not %llu",
                              (unsigned long long)opt->epoch, (unsigned long long)j.epoch);

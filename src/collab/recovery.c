@@ -91,7 +91,7 @@ static void begin_rereduce(struct dl_round *r, size_t part, size_t k) {
         uint8_t ref[DL_AVG_REF_HEADER];
         dl_round_write_ref(ref, r, part, k);
         rr->state = RR_PINGING;
-        if (dl_round_request(r, r->g.members[part].peer_id, "avg.fetch", ref, sizeof ref, fmin(r->stall_s, 3.0),
+        if (dl_round_request(r, r->g.members[part].peer_id, "avg.alive", ref, sizeof ref, fmin(r->stall_s, 3.0),
                              EV_PING_REPLY, (uint32_t)part, (uint32_t)k, (uint32_t)part)) {
             dl_round_mark_failed(r, part, "unreachable");
             gather(r, part, k);
@@ -200,10 +200,7 @@ void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         size_t gi = r->first_chunk[part] + k;
         struct dl_rereduce *rr = &r->rr[gi];
         if (rr->state != RR_PINGING) break;
-        if (ev->status == DL_NET_OK && dl_round_accept_result(r, ev->data, ev->size, false, NULL) >= 0) {
-            rr->state = RR_IDLE;
-            answer_waiters(r, gi, NULL);
-        } else if (ev->status == DL_NET_REMOTE_ERROR && text_is(ev, "none")) {
+        if (ev->status == DL_NET_OK) {
             /* It still runs this round and will deliver. */
             rr->state = RR_IDLE;
             r->last_heard[part] = dl_now();

@@ -13,7 +13,9 @@
 static const struct { const char *method; int kind; } incoming_methods[] = {
     {"avg.join", EV_JOIN},         {"avg.chunk", EV_CHUNK},     {"avg.result", EV_RESULT},
     {"avg.fetch", EV_FETCH},       {"avg.rereduce", EV_REREDUCE}, {"avg.contrib", EV_CONTRIB},
+    {"avg.alive", EV_ALIVE},
 };
+#define NUM_METHODS (sizeof incoming_methods / sizeof incoming_methods[0])
 
 void dl_collab_config_default(struct dl_collab_config *config) {
     memset(config, 0, sizeof *config);
@@ -114,7 +116,7 @@ struct method_slot {
     struct dl_collab *c;
     int kind;
 };
-static struct method_slot method_slots[64][6];
+static struct method_slot method_slots[64][NUM_METHODS];
 static pthread_mutex_t method_slots_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in) {
@@ -124,8 +126,26 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
     bool banned = dl_collab_is_banned(c, in->peer_id);
     struct dl_round *cur = c->cur;
     bool for_cur = false;
+    if (slot->kind == EV_ALIVE) {
+        /* Answered here, on the network thread: it proves the process runs
+         * this round even while its round thread is busy. */
+        bool alive = !banned && in->size >= DL_GROUP_ROUND_ID && cur && cur->has_group &&
+                     cur->status == DL_AVG_OK && !memcmp(in->payload, cur->g.round_id, DL_GROUP_ROUND_ID);
+        pthread_mutex_unlock(&c->lock);
+        if (alive) dl_net_respond(net, in->token, DL_NET_OK, NULL, 0);
+        else respond_text(net, in->token, "unknown round");
+        return;
+    }
     if (slot->kind == EV_JOIN) {
-        for_cur = true; /* joins wait in the inbox for the round of their epoch */
+        /* Joins wait in the inbox for the round of their epoch, unless that
+         * round is over already. */
+        uint64_t epoch = in->size == DL_AVG_JOIN_SIZE ? dl_get_u64(in->payload + 8) : 0;
+        if (!cur && c->rounds_done && epoch <= c->last_epoch) {
+            pthread_mutex_unlock(&c->lock);
+            respond_text(net, in->token, "the group of this epoch is closed: keep the gradient for the next round");
+            return;
+        }
+        for_cur = true;
     } else if (in->size >= DL_GROUP_ROUND_ID) {
         if (cur && cur->has_group && !memcmp(in->payload, cur->g.round_id, DL_GROUP_ROUND_ID)) for_cur = true;
         else if (c->last && !memcmp(in->payload, c->last->g.round_id, DL_GROUP_ROUND_ID)) {
@@ -186,12 +206,12 @@ int dl_collab_start(dl_net *net, const struct dl_collab_config *config, dl_colla
         free(c);
         return dl_fail("collab: more than 64 services in one process");
     }
-    for (size_t i = 0; i < 6; i++) {
+    for (size_t i = 0; i < NUM_METHODS; i++) {
         method_slots[idx][i].c = c;
         method_slots[idx][i].kind = incoming_methods[i].kind;
     }
     pthread_mutex_unlock(&method_slots_lock);
-    for (size_t i = 0; i < 6; i++)
+    for (size_t i = 0; i < NUM_METHODS; i++)
         if (dl_net_set_handler(net, incoming_methods[i].method, on_request, &method_slots[idx][i])) {
             dl_collab_stop(c);
             return dl_fail_context("collab: registering %s", incoming_methods[i].method);
@@ -202,7 +222,7 @@ int dl_collab_start(dl_net *net, const struct dl_collab_config *config, dl_colla
 
 void dl_collab_stop(dl_collab *c) {
     if (!c) return;
-    for (size_t i = 0; i < 6; i++) dl_net_set_handler(c->net, incoming_methods[i].method, NULL, NULL);
+    for (size_t i = 0; i < NUM_METHODS; i++) dl_net_set_handler(c->net, incoming_methods[i].method, NULL, NULL);
     /* A handler that read its pointer just before removal may still run:
      * give it time to finish before the memory goes. */
     struct timespec ts = {0, 100 * 1000 * 1000};
@@ -220,7 +240,7 @@ void dl_collab_stop(dl_collab *c) {
     pthread_mutex_lock(&method_slots_lock);
     for (size_t idx = 0; idx < 64; idx++)
         if (method_slots[idx][0].c == c)
-            for (size_t i = 0; i < 6; i++) method_slots[idx][i].c = NULL;
+            for (size_t i = 0; i < NUM_METHODS; i++) method_slots[idx][i].c = NULL;
     pthread_mutex_unlock(&method_slots_lock);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->wake);
@@ -435,6 +455,8 @@ int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_op
                 dl_avg_status_name(r->status), r->reason);
     pthread_mutex_lock(&c->lock);
     c->cur = NULL;
+    c->rounds_done++;
+    if (opt.epoch > c->last_epoch) c->last_epoch = opt.epoch;
     bool keep = r->has_group && r->status == DL_AVG_OK && r->i_receive;
     if (keep) c->last = r;
     pthread_mutex_unlock(&c->lock);

@@ -24,6 +24,8 @@ typedef struct dl_data_io {
     double retry_base_s, retry_max_s;
     const atomic_int *stop;   /* nonzero: abandon waits as soon as possible (may be NULL) */
     dl_data_stats *counters;  /* bytes and retries are added here (producer-owned; may be NULL) */
+    const char *ca_file;      /* https: trust these PEM CA certificates instead of the system's */
+    bool insecure_tls;        /* https: skip certificate checks (warned once) */
 } dl_data_io;
 
 /* SIGPIPE safety without touching the process's signal dispositions: a
@@ -50,13 +52,20 @@ typedef struct dl_bytesrc dl_bytesrc;
 struct dl_bytesrc {
     long (*read)(dl_bytesrc *src, void *buf, size_t cap);
     void (*close)(dl_bytesrc *src);
+    /* Set with a -1 from read that no retry or later pass can fix (a refused
+     * certificate or redirect): the stream stops instead of skipping the shard. */
+    bool failed_for_good;
 };
 
 int dl_bytesrc_open_file(const char *path, const dl_data_io *io, dl_bytesrc **out);
-/* url: http://host[:port]/path. Streams with back-pressure (the socket is only
- * read while the consumer asks for bytes), resumes with Range after failures. */
+/* url: http(s)://host[:port]/path. Streams with back-pressure (the socket is
+ * only read while the consumer asks for bytes), resumes with Range after
+ * failures, follows up to DL_HTTP_MAX_REDIRECTS redirects (never https to
+ * http). https checks the certificate and host name (io->ca_file,
+ * io->insecure_tls). */
+enum { DL_HTTP_MAX_REDIRECTS = 5 };
 int dl_bytesrc_open_http(const char *url, const dl_data_io *io, dl_bytesrc **out);
-/* 0 when the host of an http:// URL resolves, else -1 with the resolver's
+/* 0 when the host of an http(s):// URL resolves, else -1 with the resolver's
  * reason. Checked once when a stream opens: a name that does not resolve is a
  * mistake in the URL, not an outage to wait out. */
 int dl_http_check_host(const char *url);
@@ -97,6 +106,19 @@ void dl_linereader_free(dl_linereader *lr);
  * Expands a source spec into the ordered list of shard specs (paths or URLs). */
 int dl_data_list_shards(const char *spec, const dl_data_io *io, char ***shards, size_t *count);
 void dl_data_free_shards(char **shards, size_t count);
+
+/* ---- does a shard look like text? (textcheck.c) ----------------------------------------------- */
+typedef struct dl_text_check {
+    uint64_t bytes, invalid, nul; /* bytes looked at; invalid UTF-8 sequences; NUL bytes */
+    bool done;                    /* judged: look no further */
+} dl_text_check;
+void dl_text_check_reset(dl_text_check *tc);
+void dl_text_check_line(dl_text_check *tc, const char *line, size_t n);
+/* True once enough bytes were seen to judge. */
+bool dl_text_check_due(const dl_text_check *tc);
+/* Judges what was seen (once): a shard with many invalid sequences or NUL
+ * bytes gets a warning naming it, if warn. */
+void dl_text_check_judge(dl_text_check *tc, const char *shard, bool warn);
 
 /* ---- documents over the shards --------------------------------------------------------- */
 typedef struct dl_docreader dl_docreader;

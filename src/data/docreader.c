@@ -26,6 +26,8 @@ struct dl_docreader {
     size_t doc_cap;
     size_t para_len;         /* paragraphs: bytes gathered in doc */
     bool para_handed_out;    /* doc was returned: start a new paragraph */
+    dl_text_check check;     /* of the open shard's first bytes */
+    bool first_pass;         /* warnings about a shard's content: only in the first pass */
 };
 
 static bool ends_with(const char *s, size_t n, const char *suffix) {
@@ -55,11 +57,13 @@ int dl_docreader_new(char **shards, size_t count, size_t start_shard, enum dl_da
     dr->max_line = max_line;
     dr->io = io;
     dr->counters = io && io->counters ? io->counters : &dr->local;
+    dr->first_pass = true;
     *out = dr;
     return 0;
 }
 
 static void close_shard(dl_docreader *dr) {
+    if (dr->lr) dl_text_check_judge(&dr->check, dr->shard_name, dr->first_pass);
     dl_linereader_free(dr->lr);
     dl_gzreader_free(dr->gz);
     dl_bytesrc_close(dr->src);
@@ -78,6 +82,7 @@ static int open_shard(dl_docreader *dr, const char *spec) {
     dr->jsonl = dr->format == DL_DATA_JSONL || (dr->format == DL_DATA_AUTO && jsonl_name(spec));
     dr->shard_name = spec;
     dr->counters->shards++;
+    dl_text_check_reset(&dr->check);
     return 0;
 }
 
@@ -151,6 +156,7 @@ int dl_docreader_next(dl_docreader *dr, const char **text, size_t *len) {
         if (!dr->lr) {
             if (dr->pos == dr->count) {
                 dr->pos = 0;
+                dr->first_pass = false;
                 return 0;
             }
             const char *spec = dr->shards[(dr->start + dr->pos) % dr->count];
@@ -166,6 +172,7 @@ int dl_docreader_next(dl_docreader *dr, const char **text, size_t *len) {
         int r = dl_linereader_next(dr->lr, &line, &n);
         if (r < 0) {
             if (dl_data_io_stopped(dr->io)) return dl_fail("data stream stopped");
+            if (dr->src && dr->src->failed_for_good) return -1;
             dr->counters->failed_shards++;
             DL_WARN("data", "abandoning shard %s: %s", dr->shard_name, dl_error());
             close_shard(dr);
@@ -176,6 +183,10 @@ int dl_docreader_next(dl_docreader *dr, const char **text, size_t *len) {
             close_shard(dr);
             if (dr->para_len) return para_hand_out(dr, text, len);
             continue;
+        }
+        if (!dr->check.done) {
+            dl_text_check_line(&dr->check, line, n);
+            if (dl_text_check_due(&dr->check)) dl_text_check_judge(&dr->check, dr->shard_name, dr->first_pass);
         }
         if (dr->format == DL_DATA_PARAGRAPHS) {
             /* A blank line ends a document; so does reaching max_line bytes,

@@ -127,9 +127,7 @@ int dl_data_list_shards(const char *spec, const dl_data_io *io, char ***shards, 
     if (!spec || !*spec) return dl_fail("no data source given");
     name_list l = {0};
     int rc;
-    if (!strncmp(spec, "https://", 8)) {
-        rc = dl_fail("%s: https is not supported; use http://", spec);
-    } else if (dl_data_is_url(spec)) {
+    if (dl_data_is_url(spec)) {
         if (spec[strlen(spec) - 1] == '/')
             rc = list_http_dir(spec, io, &l);
         else

@@ -96,12 +96,11 @@ int dl_bytesrc_open_file(const char *path, const dl_data_io *io, dl_bytesrc **ou
     return 0;
 }
 
-bool dl_data_is_url(const char *spec) { return !strncmp(spec, "http://", 7); }
+bool dl_data_is_url(const char *spec) {
+    return !strncmp(spec, "http://", 7) || !strncmp(spec, "https://", 8);
+}
 
 int dl_bytesrc_open(const char *spec, const dl_data_io *io, dl_bytesrc **out) {
-    if (!strncmp(spec, "https://", 8))
-        return dl_fail("%s: https is not supported; use http:// (e.g. through a local TLS proxy)",
-                       spec);
     if (dl_data_is_url(spec)) return dl_bytesrc_open_http(spec, io, out);
     return dl_bytesrc_open_file(spec, io, out);
 }

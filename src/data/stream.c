@@ -15,7 +15,7 @@ enum stream_state { STREAM_RUNNING, STREAM_ENDED, STREAM_FAILED };
 
 struct dl_data_stream {
     dl_data_config cfg;
-    char *source, *json_field;
+    char *source, *json_field, *ca_file;
     dl_data_text text;
     uint8_t *special, *word_start;
     int32_t *nonspecial;
@@ -276,6 +276,7 @@ static void stream_free(dl_data_stream *s) {
     free(s->nonspecial);
     free(s->source);
     free(s->json_field);
+    free(s->ca_file);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->ready);
     pthread_cond_destroy(&s->space);
@@ -333,6 +334,8 @@ int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_da
     if (!s->source || !s->json_field || !s->special || !s->word_start || !s->nonspecial) goto fail;
     s->cfg.source = s->source;
     s->cfg.json_field = s->json_field;
+    if (cfg->tls_ca_file && !(s->ca_file = dl_strdup(cfg->tls_ca_file))) goto fail;
+    s->cfg.tls_ca_file = s->ca_file;
     memcpy(s->special, text->special, V);
     memcpy(s->word_start, text->word_start, V);
     s->text.special = s->special;
@@ -347,8 +350,14 @@ int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_da
     }
     s->max_pair_tokens = (size_t)cfg->max_seq_len - overhead;
 
-    s->io = (dl_data_io){cfg->io_timeout_s, cfg->max_retries, cfg->retry_base_s,
-                         cfg->retry_max_s, &s->stop, &s->counters};
+    s->io = (dl_data_io){.timeout_s = cfg->io_timeout_s,
+                         .max_retries = cfg->max_retries,
+                         .retry_base_s = cfg->retry_base_s,
+                         .retry_max_s = cfg->retry_max_s,
+                         .stop = &s->stop,
+                         .counters = &s->counters,
+                         .ca_file = s->ca_file,
+                         .insecure_tls = cfg->tls_insecure};
     if (dl_data_is_url(s->source) && dl_http_check_host(s->source)) goto fail;
     if (dl_data_list_shards(s->source, &s->io, &s->shards, &s->shard_count)) goto fail;
     /* Each peer starts at its own shard, so early batches differ between

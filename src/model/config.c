@@ -82,8 +82,12 @@ static int get_int(const cJSON *root, const char *key, int *out, int fallback, b
         return 0;
     }
     if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble) ||
-        fabs(item->valuedouble) > 1e9)
-        return dl_fail("config.json: '%s' must be an integer", key);
+        fabs(item->valuedouble) > 1e9) {
+        char got[48] = "a value that is not a number";
+        if (cJSON_IsNumber(item)) snprintf(got, sizeof got, "%.17g", item->valuedouble);
+        return dl_fail("config.json: '%s' must be a whole number from -1000000000 to 1000000000 (sizes at least 1), "
+                       "got %s", key, got);
+    }
     *out = (int)item->valuedouble;
     return 0;
 }

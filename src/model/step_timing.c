@@ -48,6 +48,13 @@ int dl_model_time_step(dl_device *dev, const dl_albert_config *cfg, const float 
     if (!rc) rc = dl_model_set_params(model, params);
     dl_losses losses = {0};
     for (int i = 0; !rc && i < warmup + steps; i++) {
+        /* Said before the step: the first one compiles every kernel, which
+         * takes minutes at sahajBERT's size on a CPU. */
+        if (progress && i < warmup) {
+            fprintf(progress, "warm-up step %d of %d: running%s...\n", i + 1, warmup,
+                    i == 0 ? " (compiles the device kernels on first use: minutes for a large model on a CPU)" : "");
+            fflush(progress);
+        }
         double t0 = dl_now();
         rc = dl_model_zero_grad(model);
         if (!rc) rc = dl_model_forward_backward(model, &batch, 1.0f, &losses);

@@ -46,6 +46,15 @@ static int check_port(const char *text) {
     return 0;
 }
 
+int dl_net_check_address(const char *text) {
+    if (!text || !*text) return dl_fail("an empty address (expected host:port)");
+    if (check_port(text)) return -1;
+    bool has_port = text[0] == '[' ? strstr(text, "]:") != NULL
+                                   : strchr(text, ':') && strchr(text, ':') == strrchr(text, ':');
+    if (!has_port) return dl_fail("'%s' has no port (expected host:port, or [v6]:port)", text);
+    return 0;
+}
+
 int dl_net_resolve_address(const char *text, struct sockaddr_storage *ss, int *len, bool allow_dns) {
     if (check_port(text)) return -1;
     *len = (int)sizeof *ss;

@@ -128,7 +128,11 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
         return;
     }
     if (strcmp(h->run_id, net->run_id)) {
-        dl_conn_reject(c, DL_ERR_RUN, "different run id", false);
+        /* Both ids, cut to fit the ERROR message: a typo shows at a glance. */
+        char why[128];
+        snprintf(why, sizeof why, "different run id: '%.40s' (the refusing peer) vs '%.40s' (the refused one)",
+                 net->run_id, h->run_id);
+        dl_conn_reject(c, DL_ERR_RUN, why, false);
         return;
     }
     if (!memcmp(h->sign_pk, net->id.pk, DL_WIRE_PK)) {
@@ -314,13 +318,13 @@ static void event_cb(struct bufferevent *bev, short events, void *arg) {
         send_clear(c, DL_MSG_HELLO, c->hs.my_hello, c->hs.my_hello_size);
         return;
     }
-    if (events & BEV_EVENT_TIMEOUT) {
-        dl_conn_close(c, "timed out");
-        return;
-    }
-    if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        dl_conn_close(c, events & BEV_EVENT_EOF ? "closed by peer" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    }
+    const char *why = NULL;
+    if (events & BEV_EVENT_TIMEOUT) why = "timed out";
+    else if (events & BEV_EVENT_EOF) why = "closed by peer";
+    else if (events & BEV_EVENT_ERROR) why = evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR());
+    if (!why) return;
+    if (c->outbound && c->state < CONN_AUTH) dl_net_note_dial_failure(c->net, c->dialled, why);
+    dl_conn_close(c, why);
 }
 
 struct dl_conn *dl_conn_new(struct dl_net *net, struct bufferevent *bev, bool outbound,

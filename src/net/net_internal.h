@@ -48,7 +48,9 @@ struct dl_target {
     char address[DL_NET_ADDR_MAX];
     uint8_t pk[DL_WIRE_PK];
     bool has_pk, initial, is_self;
+    bool warned; /* an initial peer's failure was said once (warning level) */
     double next_attempt, backoff, last_seen;
+    double last_dial;                 /* when we last dialled it */
 };
 
 struct dl_ban {
@@ -85,7 +87,7 @@ struct dl_cmd {
     uint8_t pk[DL_WIRE_PK];
     double timeout_s;
     double samples, samples_per_second;  /* CMD_PUBLISH */
-    double park_until;                /* CMD_REQUEST waiting for a connection */
+    double park_start, park_until;    /* CMD_REQUEST waiting for a connection */
     uint8_t *payload;                 /* owned; already compressed when compressed */
     size_t size;
     uint64_t raw_size;
@@ -172,6 +174,9 @@ void dl_net_send_records(struct dl_net *net, struct dl_conn *c, struct dl_conn *
 void dl_net_sockaddr_string(const struct sockaddr *sa, char *out, size_t cap);
 /* "ip:port", "[v6]:port", or with allow_dns "host:port" (resolved, blocking:
  * configuration only, never addresses received from the network). */
+/* A dial to address failed before the handshake (refused, timed out, closed):
+ * the first failure of an initial peer is a warning, the retries are quiet. */
+void dl_net_note_dial_failure(struct dl_net *net, const char *address, const char *why);
 int dl_net_resolve_address(const char *text, struct sockaddr_storage *ss, int *len, bool allow_dns);
 
 /* targets.c */

@@ -71,15 +71,28 @@ static struct dl_conn *ready_conn(struct dl_net *net, const char *peer_id) {
     return c;
 }
 
+static bool dialling(struct dl_net *net, const struct dl_target *t) {
+    for (struct dl_conn *c = net->conns; c; c = c->next)
+        if (c->outbound && c->state < CONN_READY && !strcmp(c->dialled, t->address)) return true;
+    return false;
+}
+
 /* Returns true when the command was parked (it runs once connected). */
 static bool park_request(struct dl_net *net, struct dl_cmd *cmd) {
-    if (cmd->park_until > 0) return dl_now() < cmd->park_until;
+    double now = dl_now();
     struct dl_target *t = target_of(net, cmd->peer_id);
+    if (cmd->park_until > 0) {
+        /* Give up at the deadline, or as soon as a dial made since we
+         * parked has ended without a connection (refused, reset). */
+        bool dialled_since = t && t->last_dial > cmd->park_start;
+        return now < cmd->park_until && t && !(dialled_since && !dialling(net, t));
+    }
     if (!t || dl_net_is_banned(net, t->pk)) return false;
     /* Dial it now rather than at its backoff time. */
-    t->next_attempt = dl_now();
+    t->next_attempt = now;
     t->backoff = 1;
-    cmd->park_until = dl_now() + fmin(cmd->timeout_s, net->cfg.handshake_timeout_s);
+    cmd->park_start = now;
+    cmd->park_until = now + fmin(cmd->timeout_s, net->cfg.handshake_timeout_s);
     return true;
 }
 

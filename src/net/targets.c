@@ -94,10 +94,21 @@ static void dial(struct dl_net *net, struct dl_target *t) {
     struct timeval tv = {(time_t)net->cfg.handshake_timeout_s, 0};
     bufferevent_set_timeouts(bev, NULL, &tv); /* connect timeout; cleared once ready */
     if (bufferevent_socket_connect(bev, (struct sockaddr *)&ss, len)) {
+        dl_net_note_dial_failure(net, t->address, "connect failed");
         dl_conn_close(c, "connect failed");
         return;
     }
     DL_DEBUG("net", "dialling %s", t->address);
+}
+
+void dl_net_note_dial_failure(struct dl_net *net, const char *address, const char *why) {
+    for (size_t i = 0; i < net->num_targets; i++) {
+        struct dl_target *t = &net->targets[i];
+        if (!t->initial || t->warned || strcmp(t->address, address)) continue;
+        t->warned = true;
+        DL_WARN("net", "initial peer %s: %s; retrying quietly with backoff (is a dedloc peer of this run "
+                "listening at that address and port?)", address, why);
+    }
 }
 
 /* Each tick: forget targets whose peers are gone; dial the others with backoff. */
@@ -108,7 +119,10 @@ void dl_net_tick_targets(struct dl_net *net, double now) {
         bool dialling = false;
         for (struct dl_conn *c = net->conns; c && !dialling; c = c->next)
             if (c->outbound && c->state < CONN_AUTH && !strcmp(c->dialled, t->address)) dialling = true;
-        if (connected) t->last_seen = now;
+        if (connected) {
+            t->last_seen = now;
+            t->warned = false; /* a later outage is worth a warning again */
+        }
         if (!t->initial && !connected && now - t->last_seen > net->cfg.expiry_s) {
             pthread_mutex_lock(&net->lock);
             bool has_record = t->has_pk && dl_swarm_find(&net->swarm, t->pk);
@@ -122,6 +136,7 @@ void dl_net_tick_targets(struct dl_net *net, double now) {
             !(t->has_pk && dl_net_is_banned(net, t->pk))) {
             t->next_attempt = now + t->backoff;
             t->backoff = t->backoff * 2 > 30 ? 30 : t->backoff * 2;
+            t->last_dial = now;
             dial(net, t);
         }
         i++;

@@ -1,5 +1,6 @@
 /* The training loop of one peer: accumulate micro-batches to the target batch,
  * step on the host, upload, log, checkpoint; resume exactly from a checkpoint. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +36,11 @@ int dl_train_layout_from_model(const dl_param_layout *ml, dl_train_layout *out) 
     return rc;
 }
 
+/* Steps averaged at each end of a run for the summary. */
+#define LOSS_WINDOW 10
+/* Off a terminal, micro-batch progress lines come at most this often. */
+#define MICRO_LINE_EVERY_S 30.0
+
 typedef struct {
     const dl_trainer_options *o;
     dl_optimizer opt;
@@ -52,6 +58,12 @@ typedef struct {
     double run_start;
     int64_t start_step;
     int64_t run_samples;
+    /* this run's losses: the first LOSS_WINDOW steps and a ring of the last */
+    float first_losses[LOSS_WINDOW], last_losses[LOSS_WINDOW];
+    /* progress within the target batch */
+    double accum_start;       /* when this accumulation began */
+    double last_micro_line;   /* when the last micro-batch progress line was printed (not a terminal) */
+    bool micro_line_open;     /* a terminal's live line holds micro-batch progress */
 } loop_state;
 
 static void format_duration(double s, char *out, size_t size) {
@@ -75,6 +87,9 @@ typedef struct {
     char hash[17];
 } step_record;
 
+/* Saves the state at the last step boundary. A failed save (disk full...)
+ * does not stop training: the previous checkpoint stays, the failure is
+ * said loudly, and the next save point tries again. 0 saved, -1 failed. */
 static int save_checkpoint(loop_state *st, float *params, dl_trainer_result *res) {
     if (!st->o->checkpoint_dir) return 0;
     dl_checkpoint ck;
@@ -84,30 +99,61 @@ static int save_checkpoint(loop_state *st, float *params, dl_trainer_result *res
     ck.loss_scale = st->ls_at_step;
     ck.progress = st->progress_at_step;
     ck.progress.elapsed_s += dl_now() - st->run_start;
-    if (dl_checkpoint_save_in_dir(st->o->checkpoint_dir, &ck, st->o->keep, res->checkpoint,
-                                  sizeof res->checkpoint))
+    char path[sizeof res->checkpoint];
+    if (dl_checkpoint_save_in_dir(st->o->checkpoint_dir, &ck, st->o->keep, path, sizeof path)) {
+        res->save_failures++;
+        if (st->tty && st->o->progress) fputc('\n', st->o->progress);
+        if (res->checkpoint[0])
+            DL_ERROR("train", "SAVING THE CHECKPOINT OF STEP %" PRId64 " FAILED: %s. Training goes on; the last good "
+                     "checkpoint is %s (step %" PRId64 "); the next save point tries again",
+                     ck.step, dl_error(), res->checkpoint, res->checkpoint_step);
+        else
+            DL_ERROR("train", "SAVING THE CHECKPOINT OF STEP %" PRId64 " FAILED: %s. Training goes on; no checkpoint "
+                     "of this run is saved yet; the next save point tries again (free space in %s?)",
+                     ck.step, dl_error(), st->o->checkpoint_dir);
         return -1;
+    }
+    snprintf(res->checkpoint, sizeof res->checkpoint, "%s", path);
+    res->checkpoint_step = ck.step;
     DL_DEBUG("train", "checkpoint %s", res->checkpoint);
     return 0;
 }
 
-static void report(loop_state *st, const step_record *r) {
+/* Time left for the run: to max_steps at the pace so far, or to the time
+ * limit, whichever comes first; negative when unknown. */
+static double run_eta(const loop_state *st, double now) {
+    const dl_trainer_options *o = st->o;
+    int64_t done = st->opt.step - st->start_step, left = o->max_steps - st->opt.step;
+    double elapsed = now - st->run_start;
+    double eta = done > 0 ? elapsed / (double)done * (double)left : -1;
+    if (o->max_seconds > 0) {
+        double until_limit = o->max_seconds - elapsed;
+        if (until_limit < 0) until_limit = 0;
+        if (eta < 0 || until_limit < eta) eta = until_limit;
+    }
+    return eta;
+}
+
+static void report(loop_state *st, const step_record *r, dl_trainer_result *res) {
     const dl_trainer_options *o = st->o;
     int64_t step = st->opt.step;
-    if (st->log) {
+    if (st->log && !res->log_failed) {
         fprintf(st->log,
                 "{\"step\": %" PRId64 ", \"loss\": %.7g, \"mlm_loss\": %.7g, \"sop_loss\": %.7g, \"lr\": %.9g, "
                 "\"samples\": %" PRId64 ", \"samples_per_second\": %.4g, \"grad_norm\": %.7g, "
                 "\"loss_scale\": %.9g, \"dropped_micro_batches\": %" PRId64 ", \"param_hash\": \"%s\"}\n",
                 step, r->loss, r->mlm, r->sop, r->lr, st->progress.samples, r->sps, r->grad_norm,
                 (double)st->ls.scale, r->dropped, r->hash);
-        fflush(st->log);
+        if (fflush(st->log) != 0 || ferror(st->log)) {
+            res->log_failed = true;
+            if (st->tty && o->progress) fputc('\n', o->progress);
+            DL_ERROR("train", "cannot write the log %s at step %" PRId64 " (%s); training goes on without it",
+                     o->log_path, step, strerror(errno));
+        }
     }
     if (!o->progress) return;
-    double elapsed = dl_now() - st->run_start;
-    int64_t done = step - st->start_step, left = o->max_steps - step;
     char eta[32];
-    format_duration(done > 0 ? elapsed / (double)done * (double)left : -1, eta, sizeof eta);
+    format_duration(run_eta(st, dl_now()), eta, sizeof eta);
     char line[256];
     snprintf(line, sizeof line,
              "step %" PRId64 "/%" PRId64 " | %.1f samples/s | loss %.4f (mlm %.4f, sop %.4f) | lr %.3g | "
@@ -119,6 +165,41 @@ static void report(loop_state *st, const step_record *r) {
     } else {
         fprintf(o->progress, "%s\n", line);
     }
+    st->micro_line_open = false;
+    fflush(o->progress);
+}
+
+/* Progress inside a step: a large target batch takes many micro-batches
+ * (sahajBERT's 4096 samples: hours on one CPU), so the line moves with each
+ * one. On a terminal the live line is rewritten every micro-batch; otherwise
+ * the first micro-batch of the run gets a line, then one every
+ * MICRO_LINE_EVERY_S seconds. */
+static void report_micro_batch(loop_state *st) {
+    const dl_trainer_options *o = st->o;
+    if (!o->progress) return;
+    double now = dl_now();
+    bool first = st->progress.micro_batches == st->progress_at_step.micro_batches + 1 &&
+                 st->opt.step == st->start_step;
+    if (!st->tty && !first && now - st->last_micro_line < MICRO_LINE_EVERY_S) return;
+    double took = now - st->accum_start;
+    double rate = took > 0 ? (double)st->acc.samples / took : 0;
+    char step_eta[32], run_eta_text[32];
+    format_duration(rate > 0 ? (double)(o->target_batch - st->acc.samples) / rate : -1, step_eta, sizeof step_eta);
+    double eta = run_eta(st, now);
+    format_duration(eta, run_eta_text, sizeof run_eta_text);
+    char line[256];
+    snprintf(line, sizeof line,
+             "step %" PRId64 "/%" PRId64 " | accumulating %" PRId64 "/%" PRId64 " samples | %.1f samples/s | "
+             "next step in %s%s%s",
+             st->opt.step + 1, o->max_steps, st->acc.samples, o->target_batch, rate, step_eta,
+             eta >= 0 ? " | ETA " : "", eta >= 0 ? run_eta_text : "");
+    if (st->tty) {
+        fprintf(o->progress, "\r%s\033[K", line);
+        st->micro_line_open = true;
+    } else {
+        fprintf(o->progress, "%s\n", line);
+    }
+    st->last_micro_line = now;
     fflush(o->progress);
 }
 
@@ -129,6 +210,7 @@ static int accumulate(loop_state *st, const dl_trainer_backend *be, step_record 
     dl_grad_accum_reset(&st->acc);
     double loss = 0, mlm = 0, sop = 0;
     r->dropped = 0;
+    st->accum_start = dl_now();
     while (st->acc.samples < st->o->target_batch) {
         if (stop_requested(st->o)) return 1;
         int samples = 0;
@@ -151,6 +233,7 @@ static int accumulate(loop_state *st, const dl_trainer_backend *be, step_record 
         loss += (double)losses.loss * samples;
         mlm += (double)losses.mlm_loss * samples;
         sop += (double)losses.sop_loss * samples;
+        report_micro_batch(st);
     }
     double n = (double)st->acc.samples;
     r->loss = loss / n;
@@ -173,6 +256,22 @@ static int apply_resume(loop_state *st, const dl_checkpoint *ck, float *params, 
         return dl_fail_context("resume: cannot fast-forward the data stream by %" PRId64 " micro-batches",
                                ck->progress.micro_batches);
     return 0;
+}
+
+/* The summary's losses: means over the first and the last steps of the run
+ * (up to LOSS_WINDOW each, at most half the run so the two do not overlap). */
+static void summarize_losses(const loop_state *st, dl_trainer_result *res) {
+    int64_t n = st->opt.step - st->start_step;
+    if (n <= 0) return;
+    int k = n >= 2 * LOSS_WINDOW ? LOSS_WINDOW : (n >= 2 ? (int)(n / 2) : 1);
+    double first = 0, last = 0;
+    for (int i = 0; i < k; i++) {
+        first += st->first_losses[i];
+        last += st->last_losses[(n - 1 - i) % LOSS_WINDOW];
+    }
+    res->first_loss = (float)(first / k);
+    res->last_loss = (float)(last / k);
+    res->loss_window = k;
 }
 
 int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config, const dl_train_layout *layout,
@@ -204,6 +303,14 @@ int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config,
     st.start_step = st.opt.step;
     st.run_start = dl_now();
     double step_start = st.run_start;
+    if (o->progress && st.opt.step < o->max_steps) {
+        /* The first micro-batch compiles the kernels on first use: minutes on
+         * a cold cache at sahajBERT's size, so say what is happening. */
+        fprintf(o->progress, "first micro-batch (compiling the device kernels on first use can take minutes)...%s",
+                st.tty ? "" : "\n");
+        st.micro_line_open = st.tty;
+        fflush(o->progress);
+    }
     while (st.opt.step < o->max_steps) {
         step_record r = {0};
         int acc = accumulate(&st, be, &r);
@@ -231,21 +338,22 @@ int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config,
         r.sps = now > step_start ? (double)r.samples / (now - step_start) : 0;
         step_start = now;
         dl_hash64_hex(dl_hash64(params, layout->total * sizeof(float), 0), r.hash);
-        if (st.opt.step == st.start_step + 1) res->first_loss = (float)r.loss;
-        res->last_loss = (float)r.loss;
-        report(&st, &r);
+        int64_t run_steps = st.opt.step - st.start_step;
+        if (run_steps <= LOSS_WINDOW) st.first_losses[run_steps - 1] = (float)r.loss;
+        st.last_losses[(run_steps - 1) % LOSS_WINDOW] = (float)r.loss;
+        report(&st, &r, res);
         bool due = o->save_every > 0 && st.opt.step % o->save_every == 0;
-        if (due && st.opt.step < o->max_steps && save_checkpoint(&st, params, res)) goto done;
+        if (due && st.opt.step < o->max_steps) save_checkpoint(&st, params, res); /* a failure is said and retried */
         if (o->max_seconds > 0 && now - st.run_start >= o->max_seconds && st.opt.step < o->max_steps) {
             res->time_limit = true;
             break;
         }
     }
-    if (st.tty && res->time_limit) fputc('\n', o->progress);
-    if (st.tty && res->interrupted) fputc('\n', o->progress);
+    if (st.tty && (res->time_limit || res->interrupted || st.micro_line_open)) fputc('\n', o->progress);
     /* At the end and on a stop: the state at the last step boundary (a
      * partial accumulation is dropped; the resumed run redraws it). */
-    if (save_checkpoint(&st, params, res)) goto done;
+    res->last_save_failed = save_checkpoint(&st, params, res) != 0;
+    summarize_losses(&st, res);
     rc = 0;
 done:
     res->steps = st.opt.step;

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,41 @@ int dl_mkdirs(const char *path) {
 bool dl_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)st;
+    (void)ftw;
+    if ((type == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+        return dl_fail("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+int dl_remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : dl_fail("cannot stat %s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path) == 0 ? 0 : dl_fail("cannot remove %s: %s", path, strerror(errno));
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
+}
+
+int dl_replace_dir(const char *tmp, const char *path) {
+    char aside[4200] = "";
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return dl_fail("%s exists and is not a folder", path);
+        snprintf(aside, sizeof aside, "%s.old.%ld", path, (long)getpid());
+        if (rename(path, aside) != 0)
+            return dl_fail("cannot move the old %s aside: %s", path, strerror(errno));
+    }
+    if (rename(tmp, path) != 0) {
+        int rc = dl_fail("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        if (aside[0] && rename(aside, path) != 0)
+            DL_WARN("util", "the previous %s is now %s", path, aside);
+        return rc;
+    }
+    if (aside[0] && dl_remove_tree(aside) != 0) DL_WARN("util", "%s", dl_error());
+    return 0;
 }
 
 const char *dl_cache_dir(void) {

@@ -4,59 +4,14 @@
  * a message, leaving no output file behind; a resumed `dedloc train` honours
  * the optimizer options given on its command line; peer addresses with a bad
  * port are refused. */
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dedloc/train.h"
 #include "dedloc/util.h"
+#include "cli/cli_sh.h"
 #include "dl_test.h"
-
-static char dir[256];
-
-/* Runs a shell command line (stdout and stderr to files in dir); returns the
- * exit status, or -1 when it did not exit normally (a crash). */
-static int sh(const char *fmt, ...) DL_PRINTF(1, 2);
-static int sh(const char *fmt, ...) {
-    char cmd[4096], full[4600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "cd %s && %s >out.txt 2>err.txt </dev/null", dir, cmd);
-    int rc = system(full);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-/* Whether the file dir/name contains needle. */
-static int file_has(const char *name, const char *needle) {
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (dl_read_file(path, 1 << 24, &text, NULL)) return 0;
-    int found = strstr(text, needle) != NULL;
-    free(text);
-    return found;
-}
-
-static int exists(const char *name) {
-    char path[512];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return stat(path, &st) == 0;
-}
-
-static void write_bytes(const char *name, const void *data, size_t n) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(data, 1, n, f);
-        fclose(f);
-    }
-}
 
 static void help_and_unknown_options(void) {
     static const char *commands[] = {"devices", "bench", "bench gemm", "bench step", "tune",   "tokenize",
@@ -67,6 +22,13 @@ static void help_and_unknown_options(void) {
         CHECK_MSG(file_has("out.txt", "usage"), "dedloc %s --help prints no usage", commands[i]);
         rc = sh("%s %s --no-such-option", DEDLOC_BINARY, commands[i]);
         CHECK_MSG(rc == 2, "dedloc %s --no-such-option: exit %d", commands[i], rc);
+    }
+    /* Stray arguments are usage errors too. */
+    static const char *stray[] = {"devices extra", "tokenize extra", "serve-data a b", "bench nope",
+                                  "export --checkpoint a --out b extra"};
+    for (size_t i = 0; i < sizeof stray / sizeof stray[0]; i++) {
+        int rc = sh("%s %s", DEDLOC_BINARY, stray[i]);
+        CHECK_MSG(rc == 2, "dedloc %s: exit %d", stray[i], rc);
     }
     CHECK(sh("%s no-such-command", DEDLOC_BINARY) == 2);
     CHECK(sh("%s", DEDLOC_BINARY) == 2);
@@ -177,12 +139,12 @@ static void resume_overrides(const char *corpus) {
     /* A checkpoint whose run settings hold an absurd number is refused. */
     dl_checkpoint ck;
     char path[512];
-    snprintf(path, sizeof path, "%s/ck/checkpoint-0000000004.safetensors", dir);
+    snprintf(path, sizeof path, "%s/ck/checkpoint-0000000004.safetensors", cli_dir);
     CHECK_OK(dl_checkpoint_load(path, 0, &ck));
     if (ck.run_json) {
         free(ck.run_json);
         ck.run_json = dl_strdup("{\"model\": \"tiny\", \"batch\": 1e300, \"seq\": 16}");
-        snprintf(path, sizeof path, "%s/bad_run.safetensors", dir);
+        snprintf(path, sizeof path, "%s/bad_run.safetensors", cli_dir);
         CHECK_OK(dl_checkpoint_save(path, &ck));
         CHECK(sh("%s train --resume bad_run.safetensors --data %s --quiet", DEDLOC_BINARY, corpus) == 1);
         CHECK(file_has("err.txt", "run setting 'batch' is out of range"));
@@ -195,23 +157,29 @@ static void resume_overrides(const char *corpus) {
 }
 
 /* A port out of range or with trailing junk is refused, not wrapped or cut
- * (99999 used to listen on 34463, "12x" on 12). */
+ * (99999 used to listen on 34463, "12x" on 12), as a usage error (exit 2). */
 static void peer_ports(void) {
     static const char *bad[] = {"127.0.0.1:99999", "127.0.0.1:12x", "[::1]:70000", "127.0.0.1:", "localhost:65536"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = sh("%s peer --run-id qa --no-dht --duration 1 --listen '%s'", DEDLOC_BINARY, bad[i]);
-        CHECK_MSG(rc == 1, "peer --listen %s: exit %d", bad[i], rc);
+        CHECK_MSG(rc == 2, "peer --listen %s: exit %d", bad[i], rc);
         CHECK_MSG(file_has("err.txt", "port must be a number"), "peer --listen %s: no port error", bad[i]);
         rc = sh("%s peer --run-id qa --no-dht --duration 1 --listen 127.0.0.1:0 --initial-peers '%s'",
                 DEDLOC_BINARY, bad[i]);
-        CHECK_MSG(rc == 1, "peer --initial-peers %s: exit %d", bad[i], rc);
+        CHECK_MSG(rc == 2, "peer --initial-peers %s: exit %d", bad[i], rc);
+    }
+    /* No port at all is a usage error too, not a failure found at bind time. */
+    static const char *portless[] = {"bad", "::1", "[::1]"};
+    for (size_t i = 0; i < sizeof portless / sizeof portless[0]; i++) {
+        int rc = sh("%s peer --run-id qa --no-dht --duration 1 --listen '%s'", DEDLOC_BINARY, portless[i]);
+        CHECK_MSG(rc == 2, "peer --listen %s: exit %d", portless[i], rc);
+        CHECK_MSG(file_has("err.txt", "has no port"), "peer --listen %s: no 'has no port' error", portless[i]);
     }
 }
 
 int main(void) {
     dl_log_set_level(DL_LOG_WARN);
-    snprintf(dir, sizeof dir, "/tmp/dedloc_cli_bad_XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (cli_dir_make("/tmp/dedloc_cli_bad_XXXXXX")) return 1;
     const char *tok = DEDLOC_SOURCE_DIR "/assets/tokenizer_bn_demo.json";
     const char *corpus = DEDLOC_SOURCE_DIR "/tests/fixtures/data/bn_paragraphs.txt";
     const char *fixture = DEDLOC_SOURCE_DIR "/tests/fixtures/albert_tiny";
@@ -220,8 +188,6 @@ int main(void) {
     garbage_files(tok, corpus, fixture);
     resume_overrides(corpus);
     peer_ports();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+    cli_dir_remove();
     return dl_test_finish("cli_bad_input");
 }

@@ -53,6 +53,8 @@ struct scenario {
     double fault_at;       /* seconds after the round started */
     const char *roles;     /* one letter per member: t c a (NULL = all trainers) */
     const char *misbehave; /* mode for member `victim` */
+    double delay;          /* member `victim` calls the round this late (s) */
+    const char *victim_status; /* what the victim must report, or NULL */
 };
 
 static struct member members[MAX_MEMBERS];
@@ -116,6 +118,14 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
     if (!strcmp(m->role, "aux")) argv[k++] = "--aux";
     if (m->misbehave) {
         argv[k++] = "--misbehave"; argv[k++] = m->misbehave;
+    }
+    char delay[32], linger[32];
+    if (sc->delay > 0 && i == sc->victim) {
+        snprintf(delay, sizeof delay, "%g", sc->delay);
+        argv[k++] = "--delay"; argv[k++] = delay;
+    } else if (sc->delay > 0) { /* still there when the latecomer asks */
+        snprintf(linger, sizeof linger, "%g", sc->delay + 3);
+        argv[k++] = "--linger"; argv[k++] = linger;
     }
     if (initial) {
         argv[k++] = "--initial-peers"; argv[k++] = initial;
@@ -205,6 +215,9 @@ static double codec_bound(const char *compression) {
 }
 
 static void verify(const struct scenario *sc) {
+    if (sc->victim_status)
+        CHECK_MSG(!strcmp(status_of(&members[sc->victim]), sc->victim_status), "member %d reported %s, not %s",
+                  sc->victim, status_of(&members[sc->victim]), sc->victim_status);
     /* Which members must have succeeded. */
     int reference = -1;
     for (int i = 0; i < num_members; i++) {
@@ -350,7 +363,8 @@ static int run(const struct scenario *sc) {
         m->role = r == 'c' ? "client" : r == 'a' ? "aux" : "trainer";
         m->weight = r == 'a' ? 0 : 1 + i % 3;
         if (sc->misbehave && i == sc->victim) m->misbehave = sc->misbehave;
-        m->victim = (sc->fault && strcmp(sc->fault, "port") && i == sc->victim) || m->misbehave;
+        m->victim = (sc->fault && strcmp(sc->fault, "port") && i == sc->victim) || m->misbehave ||
+                    (sc->delay > 0 && i == sc->victim);
     }
     double t0 = now_s();
     for (int i = 0; i < num_members; i++) {
@@ -370,6 +384,7 @@ static int run(const struct scenario *sc) {
         }
     }
     double started = 0, limit = t0 + 120;
+    int victim = sc->victim;
     bool fault_done = !sc->fault, resumed = true;
     double resume_at = 0;
     for (;;) {
@@ -392,27 +407,41 @@ static int run(const struct scenario *sc) {
             if (every) started = now_s();
         }
         if (started && !fault_done && now_s() >= started + sc->fault_at) {
-            struct member *v = &members[sc->victim];
+            /* Never hit the leader: on a slow machine the group may still be
+             * forming, and without its leader nobody would average at all.
+             * Any other victim is fine for the round. */
+            int leader = -1;
+            for (int i = 0; i < num_members; i++)
+                if (strcmp(members[i].role, "client") &&
+                    (leader < 0 || strcmp(members[i].peer_id, members[leader].peer_id) < 0))
+                    leader = i;
+            if (victim == leader && sc->fault && strcmp(sc->fault, "port")) {
+                members[victim].victim = false;
+                do victim = (victim + 1) % num_members;
+                while (victim == leader || strcmp(members[victim].role, "trainer"));
+                members[victim].victim = true;
+            }
+            struct member *v = &members[victim];
             if (!strcmp(sc->fault, "kill") && v->pid > 0) {
-                printf("SIGKILL member %d (%s) at +%.2f s\n", sc->victim, v->role, now_s() - started);
+                printf("SIGKILL member %d (%s) at +%.2f s\n", victim, v->role, now_s() - started);
                 kill(v->pid, SIGKILL);
             } else if (!strcmp(sc->fault, "stop") && v->pid > 0) {
-                printf("SIGSTOP member %d (%s) at +%.2f s\n", sc->victim, v->role, now_s() - started);
+                printf("SIGSTOP member %d (%s) at +%.2f s\n", victim, v->role, now_s() - started);
                 kill(v->pid, SIGSTOP);
                 resumed = false;
                 resume_at = now_s() + 9;
             } else if (!strcmp(sc->fault, "port")) {
-                garbage_on_port(members[sc->victim].listen);
+                garbage_on_port(members[victim].listen);
             }
             fault_done = true;
         }
         if (!resumed) {
             bool others = true;
             for (int i = 0; i < num_members; i++)
-                if (i != sc->victim && !members[i].round && members[i].pid > 0) others = false;
+                if (i != victim && !members[i].round && members[i].pid > 0) others = false;
             if (others || now_s() >= resume_at) {
-                printf("SIGCONT member %d at +%.2f s\n", sc->victim, now_s() - started);
-                kill(members[sc->victim].pid, SIGCONT);
+                printf("SIGCONT member %d at +%.2f s\n", victim, now_s() - started);
+                kill(members[victim].pid, SIGCONT);
                 resumed = true;
             }
         }
@@ -439,21 +468,24 @@ static int run(const struct scenario *sc) {
 }
 
 static const struct scenario scenarios[] = {
-    /* name           n  size     codec    Mbit  fault   victim at   roles       misbehave */
-    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL},
-    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL},
-    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL},
-    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL},
-    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL},
-    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL},
-    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL},
-    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL},
-    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan"},
-    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan"},
-    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size"},
-    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part"},
-    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage"},
-    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL},
+    /* name           n  size     codec    Mbit  fault   victim at   roles       misbehave  delay  victim must report */
+    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL},
+    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL},
+    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL, 0, NULL},
+    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL},
+    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL, 0, NULL},
+    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL, 0, NULL},
+    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL, 0, NULL},
+    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL, 0, NULL},
+    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped"},
+    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped"},
+    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size", 0, "dropped"},
+    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part", 0, "dropped"},
+    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage", 0, "dropped"},
+    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL, 0, NULL},
+    /* a client that calls the round 8 s late misses the group (the first
+     * window is about 5 s) and keeps its vector */
+    {"late",          4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     NULL, 8, "no group"},
 };
 
 int main(int argc, char **argv) {

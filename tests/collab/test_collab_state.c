@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -301,6 +302,37 @@ static int wait_exit(struct child *c, double seconds) {
 
 /* ---- tests ----------------------------------------------------------------------- */
 
+/* A request whose answer (error text included, unlike dl_net_request_sync)
+ * lands in msg. */
+struct call {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    int status;
+    char msg[256];
+};
+
+static void call_cb(void *user, uint64_t id, int status, const uint8_t *payload, size_t size) {
+    struct call *c = user;
+    pthread_mutex_lock(&c->lock);
+    c->status = status;
+    snprintf(c->msg, sizeof c->msg, "%.*s", (int)(size < 255 ? size : 255), payload ? (const char *)payload : "");
+    c->done = true;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static int call(dl_net *net, const char *peer, const char *method, const void *payload, size_t size, char *msg,
+                size_t cap) {
+    struct call c = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, -1, ""};
+    if (!dl_net_request(net, peer, method, payload, size, 10, call_cb, &c)) return -1;
+    pthread_mutex_lock(&c.lock);
+    while (!c.done) pthread_cond_wait(&c.cond, &c.lock);
+    pthread_mutex_unlock(&c.lock);
+    snprintf(msg, cap, "%s", c.msg);
+    return c.status;
+}
+
 static struct child donor_procs[NUM_DONORS];
 static pid_t victim;
 static int victim_signal;
@@ -416,6 +448,33 @@ int main(int argc, char **argv) {
     wrong[0] ^= 1;
     const char *honest[3] = {ids[0], ids[1], ids[2]};
     struct fetched f;
+
+    /* Bad requests get clear error answers; the donor goes on serving. */
+    char msg[256];
+    uint8_t req[16];
+    int st = call(net, ids[0], "state.chunk", "abc", 3, msg, sizeof msg);
+    CHECK_MSG(st == DL_NET_REMOTE_ERROR && strstr(msg, "malformed"), "short request: %d '%s'", st, msg);
+    dl_state_put_u64(req, EPOCH);
+    dl_state_put_u64(req + 8, 1000000000);
+    st = call(net, ids[0], "state.chunk", req, 16, msg, sizeof msg);
+    CHECK_MSG(st == DL_NET_REMOTE_ERROR && strstr(msg, "out of range"), "chunk out of range: %d '%s'", st, msg);
+    dl_state_put_u64(req, 99);
+    st = call(net, ids[0], "state.info", req, 8, msg, sizeof msg);
+    CHECK_MSG(st == DL_NET_REMOTE_ERROR && strstr(msg, "not served; serving: 7 6"), "unknown epoch: %d '%s'", st, msg);
+
+    /* Publication refuses what cannot be served. */
+    dl_state_donor *local;
+    CHECK_OK(dl_state_donor_start(net, NULL, &local));
+    struct dl_state_span odd = {want.buf[0], 6}, many[DL_STATE_MAX_BUFFERS + 1];
+    for (int i = 0; i <= DL_STATE_MAX_BUFFERS; i++) many[i] = (struct dl_state_span){want.buf[0], 4};
+    CHECK(dl_state_donor_publish(local, 1, &odd, 1, NULL, 0) == -1 && strstr(dl_error(), "multiple of 4"));
+    CHECK(dl_state_donor_publish(local, 1, many, DL_STATE_MAX_BUFFERS + 1, NULL, 0) == -1);
+    CHECK(dl_state_donor_publish(local, 1, many, 1, "x", DL_STATE_MAX_META + 1) == -1);
+    CHECK_OK(dl_state_donor_publish(local, 1, many, 2, "x", 1));
+    struct dl_state_donor_stats stats;
+    dl_state_donor_get_stats(local, &stats);
+    CHECK(stats.newest_epoch == 1 && stats.snapshots == 1);
+    dl_state_donor_stop(local);
 
     /* Drawn from three donors at once: exact bits, every donor served. */
     do_fetch(net, honest, 3, EPOCH, hash, 20, NULL, 0, &f);

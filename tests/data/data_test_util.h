@@ -127,7 +127,9 @@ static inline void rm_rf(const char *dir) {
 /* Reads every document of a source spec into one newline-joined string. */
 static inline char *read_all_documents(const char *spec, enum dl_data_format format,
                                        dl_data_stats *stats, const dl_data_io *io_in) {
-    dl_data_io io = io_in ? *io_in : (dl_data_io){5, 3, 0.01, 0.05, NULL, NULL};
+    dl_data_io io = io_in ? *io_in
+                          : (dl_data_io){.timeout_s = 5, .max_retries = 3, .retry_base_s = 0.01,
+                                         .retry_max_s = 0.05};
     io.counters = stats;
     char **shards;
     size_t count;

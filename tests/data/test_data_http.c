@@ -152,7 +152,8 @@ static void test_faults(void) {
         dl_data_stats st = {0};
         /* Only the stall case needs a short timeout; elsewhere a busy machine must
          * not make a healthy connection look stalled. */
-        dl_data_io io = {modes[m] == FAULT_STALL ? 0.5 : 10, 5, 0.01, 0.05, NULL, &st};
+        dl_data_io io = {.timeout_s = modes[m] == FAULT_STALL ? 0.5 : 10, .max_retries = 5,
+                         .retry_base_s = 0.01, .retry_max_s = 0.05, .counters = &st};
         char *got;
         size_t got_len;
         int rc = dl_bytesrc_slurp(url, &io, 1 << 26, &got, &got_len);
@@ -180,7 +181,8 @@ static void test_faults(void) {
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/shard.txt", fs.port);
     dl_data_stats st = {0};
-    dl_data_io io = {10, 3, 0.01, 0.02, NULL, &st};
+    dl_data_io io = {.timeout_s = 10, .max_retries = 3, .retry_base_s = 0.01, .retry_max_s = 0.02,
+                     .counters = &st};
     char *got;
     size_t got_len;
     CHECK(dl_bytesrc_slurp(url, &io, 1 << 26, &got, &got_len) == -1);
@@ -269,7 +271,8 @@ static void test_server(const char *dir) {
     snprintf(path, sizeof path, "%s/index.txt", shards);
     write_bytes(path, "a.txt\nmissing.txt\n# comment\n../etc/passwd\nb.txt.gz\n", 52, "wb");
     dl_data_stats st = {0};
-    dl_data_io io = {5, 1, 0.01, 0.02, NULL, &st};
+    dl_data_io io = {.timeout_s = 5, .max_retries = 1, .retry_base_s = 0.01, .retry_max_s = 0.02,
+                     .counters = &st};
     remote = read_all_documents(url, DL_DATA_AUTO, &st, &io);
     CHECK(remote && strlen(remote) > 1000);
     CHECK(st.failed_shards == 1 && st.shards == 3);
@@ -330,7 +333,8 @@ static void test_killed_server(const char *dir) {
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/big.txt", port);
     dl_data_stats st = {0};
-    dl_data_io io = {5, 50, 0.02, 0.1, NULL, &st};
+    dl_data_io io = {.timeout_s = 5, .max_retries = 50, .retry_base_s = 0.02, .retry_max_s = 0.1,
+                     .counters = &st};
     dl_bytesrc *src;
     CHECK_OK(dl_bytesrc_open(url, &io, &src));
     char *got = malloc(len + 1);

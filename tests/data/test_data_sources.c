@@ -44,7 +44,8 @@ static void test_paragraphs(const char *dir) {
     CHECK_MSG(all && !strcmp(all, "first line\nsecond line\n\nthird\n\nfourth\n\n"), "got '%s'", all);
     free(all);
     /* Without blank lines a document is cut at max_line bytes. */
-    dl_data_io io = {5, 3, 0.01, 0.05, NULL, &st};
+    dl_data_io io = {.timeout_s = 5, .max_retries = 3, .retry_base_s = 0.01, .retry_max_s = 0.05,
+                     .counters = &st};
     char **shards;
     size_t count;
     CHECK_OK(dl_data_list_shards(path, &io, &shards, &count));
@@ -191,7 +192,11 @@ static void test_directory(const char *parent) {
     }
     dl_data_free_shards(shards, count);
     CHECK(dl_data_list_shards("/nonexistent/dedloc", NULL, &shards, &count) == -1);
-    CHECK(dl_data_list_shards("https://example.org/x", NULL, &shards, &count) == -1);
+    /* a URL to one file is one shard, without asking the server */
+    CHECK(dl_data_list_shards("https://example.org/x", NULL, &shards, &count) == 0 && count == 1 &&
+          !strcmp(shards[0], "https://example.org/x"));
+    dl_data_free_shards(shards, count);
+    CHECK(dl_data_list_shards("ftp://example.org/x", NULL, &shards, &count) == -1);
 }
 
 static void test_long_lines(const char *dir) {
@@ -207,7 +212,8 @@ static void test_long_lines(const char *dir) {
     write_bytes(path, content, len, "wb");
     free(content);
     dl_data_stats st = {0};
-    dl_data_io io = {5, 3, 0.01, 0.05, NULL, &st};
+    dl_data_io io = {.timeout_s = 5, .max_retries = 3, .retry_base_s = 0.01, .retry_max_s = 0.05,
+                     .counters = &st};
     char **shards;
     size_t count;
     CHECK_OK(dl_data_list_shards(path, &io, &shards, &count));

@@ -247,6 +247,19 @@ static void test_records(void) {
     CHECK(dl_record_verify(blob, n, "run-a", &got) != 0);
     CHECK(strstr(dl_error(), "forged") != NULL);
     free(blob);
+    /* the parameter hash travels signed; a record without one has none */
+    memcpy(r.pk, alice.pk, DL_WIRE_PK);
+    r.has_param_hash = true;
+    for (int i = 0; i < 32; i++) r.param_hash[i] = (uint8_t)(0xA0 + i);
+    blob = dl_record_sign(&r, "run-a", &alice, &n);
+    CHECK_OK(dl_record_verify(blob, n, "run-a", &got));
+    CHECK(got.has_param_hash && got.param_hash[0] == 0xA0 && got.param_hash[31] == 0xA0 + 31);
+    free(blob);
+    r.has_param_hash = false;
+    blob = dl_record_sign(&r, "run-a", &alice, &n);
+    CHECK_OK(dl_record_verify(blob, n, "run-a", &got));
+    CHECK(!got.has_param_hash);
+    free(blob);
 }
 
 static void add(struct dl_swarm *sw, struct dl_identity *id, uint64_t seq, uint64_t epoch, double samples,

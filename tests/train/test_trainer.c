@@ -2,9 +2,15 @@
  * accumulation to the target batch, dropped overflowing micro-batches, the
  * JSON-lines log, checkpoints, and the resume guarantee: a run interrupted
  * mid-accumulation and resumed from its checkpoint ends bit-identical to an
- * uninterrupted run. The real model and data plug into the same loop. */
+ * uninterrupted run. A checkpoint folder that breaks mid-run (a full disk)
+ * costs saves, never the run: training goes on, the last good checkpoint
+ * stays, the next save point retries. The summary's losses are means over
+ * the run's first and last steps, as the log records them. The real model
+ * and data plug into the same loop. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dedloc/train.h"
 #include "dedloc/util.h"
@@ -30,10 +36,31 @@ static void draw(int64_t k, float *target, int *samples) {
     *samples = 2 + (int)(k % 3);
 }
 
+/* The checkpoint folder breaks (a file takes its place) when the weights are
+ * uploaded for the sabotage_call-th time (1: the start; k + 1: after step k)
+ * and is mended at the restore_call-th upload; -1: never. */
+static const char *sabotage_dir;
+static int sabotage_call = -1, restore_call = -1;
+
+static void break_folder(bool broken) {
+    char away[400];
+    snprintf(away, sizeof away, "%s.away", sabotage_dir);
+    if (broken) {
+        FILE *f = NULL;
+        if (rename(sabotage_dir, away) != 0 || !(f = fopen(sabotage_dir, "w")))
+            fprintf(stderr, "cannot break %s\n", sabotage_dir);
+        if (f) fclose(f);
+    } else if (unlink(sabotage_dir) != 0 || rename(away, sabotage_dir) != 0) {
+        fprintf(stderr, "cannot mend %s\n", sabotage_dir);
+    }
+}
+
 static int synth_set(void *ctx, const float *params) {
     synth *s = ctx;
     memcpy(s->params, params, sizeof s->params);
     s->set_params_calls++;
+    if (sabotage_dir && s->set_params_calls == sabotage_call) break_folder(true);
+    if (sabotage_dir && s->set_params_calls == restore_call) break_folder(false);
     return 0;
 }
 
@@ -92,6 +119,55 @@ static int run(const char *ckdir, const char *log, int64_t max_steps, int64_t st
     return rc;
 }
 
+/* The mean of the "loss" fields of log lines [from, to). */
+static double log_loss_mean(const char *path, int from, int to) {
+    char *text;
+    if (dl_read_file(path, 1 << 20, &text, NULL)) return NAN;
+    double sum = 0;
+    int line = 0;
+    for (const char *p = strstr(text, "\"loss\": "); p; p = strstr(p + 1, "\"loss\": "), line++)
+        if (line >= from && line < to) sum += strtod(p + 8, NULL);
+    free(text);
+    return sum / (to - from);
+}
+
+/* Saves fail from the upload after step 3 on (steps 6, 9 and the final 10
+ * are due); with restore, the folder is back before step 9's save. */
+static void failing_saves(void) {
+    char ck[300], path[400];
+    snprintf(ck, sizeof ck, "%s/broken", dir);
+    float w[N];
+    dl_trainer_result r;
+    sabotage_dir = ck;
+    sabotage_call = 5;
+    restore_call = -1;
+    CHECK_OK(run(ck, NULL, 10, -1, false, w, &r));
+    CHECK_MSG(r.steps == 10, "training stopped at step %lld", (long long)r.steps);
+    CHECK(r.save_failures == 3 && r.last_save_failed);
+    CHECK(r.checkpoint_step == 3 && strstr(r.checkpoint, "checkpoint-0000000003") != NULL);
+    snprintf(path, sizeof path, "%s.away/checkpoint-0000000003.safetensors", ck);
+    CHECK(dl_file_exists(path)); /* the last good checkpoint is still there */
+    break_folder(false);
+
+    snprintf(ck, sizeof ck, "%s/mended", dir);
+    sabotage_call = 5;
+    restore_call = 8;
+    CHECK_OK(run(ck, NULL, 10, -1, false, w, &r));
+    CHECK(r.steps == 10 && r.save_failures == 1 && !r.last_save_failed && r.checkpoint_step == 10);
+    snprintf(path, sizeof path, "%s/checkpoint-0000000009.safetensors", ck);
+    CHECK(dl_file_exists(path));
+
+    /* No save ever succeeds: the result says so (dedloc train exits 1). */
+    snprintf(ck, sizeof ck, "%s/never", dir);
+    CHECK_OK(dl_mkdirs(ck));
+    sabotage_call = 1;
+    restore_call = -1;
+    CHECK_OK(run(ck, NULL, 4, -1, false, w, &r));
+    CHECK(r.steps == 4 && r.last_save_failed && r.checkpoint[0] == 0 && r.save_failures == 2);
+    break_folder(false);
+    sabotage_dir = NULL;
+}
+
 static int count_lines(const char *path) {
     char *text;
     if (dl_read_file(path, 1 << 20, &text, NULL)) return -1;
@@ -122,6 +198,13 @@ int main(void) {
     CHECK(ra.steps == 10 && !ra.interrupted);
     CHECK_MSG(ra.last_loss < 0.75f * ra.first_loss, "loss %g -> %g", ra.first_loss, ra.last_loss);
     CHECK(count_lines(a_log) == 10);
+    /* 10 steps: the summary compares the means of the first 5 and the last 5. */
+    CHECK(ra.loss_window == 5);
+    CHECK_MSG(fabs(ra.first_loss - log_loss_mean(a_log, 0, 5)) < 1e-5 * ra.first_loss &&
+                  fabs(ra.last_loss - log_loss_mean(a_log, 5, 10)) < 1e-5 * ra.first_loss,
+              "summary %g -> %g, log means %g -> %g", ra.first_loss, ra.last_loss, log_loss_mean(a_log, 0, 5),
+              log_loss_mean(a_log, 5, 10));
+    CHECK(!ra.last_save_failed && ra.save_failures == 0 && ra.checkpoint_step == 10);
     /* Checkpoints at steps 3, 6, 9 and the end (10); the newest two kept. */
     char p[400];
     snprintf(p, sizeof p, "%s/checkpoint-0000000010.safetensors", a_dir);
@@ -178,6 +261,8 @@ int main(void) {
     CHECK(dl_trainer_run(&o, &cfg, &layout, w, &ck, &be, &rc3) == -1);
     CHECK(strstr(dl_error(), "seed") != NULL);
     dl_checkpoint_free(&ck);
+
+    failing_saves();
 
     dl_train_layout_free(&layout);
     char cmd[300];

@@ -1,0 +1,71 @@
+/* `dedloc bench allreduce` runs end to end with 3 small peers (one a client)
+ * and prints its JSON: every peer finished each round with the same bits,
+ * the figures follow from each other (busbw = algbw 2(n-1)/n, efficiency =
+ * bound / time), the byte counts match what the group must move. Times are
+ * only required to be positive: tests never judge wall-clock time. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cjson/cJSON.h>
+
+#include "dedloc/util.h"
+#include "dl_test.h"
+
+static double num(const cJSON *o, const char *key) { return cJSON_GetNumberValue(cJSON_GetObjectItem(o, key)); }
+
+int main(void) {
+    char dir[] = "/tmp/dedloc_bench_allreduce_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char cmd[2048], path[256];
+    snprintf(path, sizeof path, "%s/out.json", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s bench allreduce --peers 3 --size 300001 --compression none --bandwidths 400,200 --client-mode 1 "
+             "--rounds 2 --json >%s 2>%s/log",
+             DEDLOC_BINARY, path, dir);
+    int status = system(cmd);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char *text = NULL;
+    size_t size;
+    CHECK_OK(dl_read_file(path, 1 << 24, &text, &size));
+    cJSON *json = text ? cJSON_Parse(text) : NULL;
+    CHECK_MSG(json != NULL && cJSON_GetArraySize(json) == 2, "no valid JSON of 2 rounds: %.200s", text ? text : "");
+    for (int r = 0; json && r < cJSON_GetArraySize(json); r++) {
+        const cJSON *row = cJSON_GetArrayItem(json, r);
+        double t = num(row, "time_s"), algbw = num(row, "algbw_bytes_per_s"), busbw = num(row, "busbw_bytes_per_s");
+        CHECK(num(row, "members") == 3 && num(row, "ok") == 3 && num(row, "distinct_results") == 1);
+        CHECK(t > 0 && isfinite(t));
+        CHECK(fabs(algbw - 300001 * 4.0 / t) <= 1e-6 * algbw);
+        CHECK(fabs(busbw - algbw * 2 * 2 / 3) <= 1e-6 * busbw);
+        CHECK(fabs(num(row, "efficiency") - num(row, "lp_bound_s") / t) <= 1e-9);
+        CHECK(num(row, "lp_bound_s") > 0);
+        CHECK(num(row, "peak_rss_bytes_max") > 300001 * 4.0);
+        /* The client aggregates nothing; it sends the whole vector once
+         * (plus 24-byte chunk headers), the others also return results. */
+        const cJSON *peers = cJSON_GetObjectItem(row, "peers");
+        int clients = 0;
+        for (int i = 0; i < cJSON_GetArraySize(peers); i++) {
+            const cJSON *p = cJSON_GetArrayItem(peers, i);
+            int me = (int)num(p, "my_index");
+            const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(p, "members"), me);
+            if (num(m, "role") != 1) continue;
+            clients++;
+            CHECK(num(m, "part_elems") == 0);
+            double sent = num(p, "bytes_sent");
+            CHECK_MSG(sent >= 300001 * 4.0 && sent < 300001 * 4.0 + 4096, "client sent %.0f bytes", sent);
+        }
+        CHECK(clients == 1);
+    }
+    cJSON_Delete(json);
+    free(text);
+    snprintf(cmd, sizeof cmd, "%s bench allreduce --peers 1 2>/dev/null", DEDLOC_BINARY);
+    status = system(cmd);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    snprintf(cmd, sizeof cmd, "%s bench allreduce --compression zip 2>/dev/null", DEDLOC_BINARY);
+    status = system(cmd);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+    return dl_test_finish("test_bench_allreduce");
+}

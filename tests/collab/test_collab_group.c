@@ -1,0 +1,160 @@
+/* The signed group record: members in ascending peer id order, the leader's
+ * signature over every byte, and the checks a member makes before trusting
+ * it (order, tiling of the vector, roles, key ownership). */
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collab/balance.h"
+#include "collab/group.h"
+#include "dedloc/net.h"
+#include "dedloc/util.h"
+#include "dl_test.h"
+
+static dl_net *start_net(void) {
+    struct dl_net_config cfg;
+    dl_net_config_default(&cfg);
+    cfg.run_id = "group-test";
+    cfg.listen = "";
+    cfg.use_dht = false;
+    dl_net *net = NULL;
+    if (dl_net_start(&cfg, &net)) return NULL;
+    return net;
+}
+
+/* A member with a fresh key (its peer id derived from it). */
+static void fresh_member(struct dl_group_member *m, double weight, int role) {
+    uint8_t sk[crypto_sign_SECRETKEYBYTES];
+    crypto_sign_keypair(m->pk, sk);
+    dl_net_peer_id_from_key(m->pk, m->peer_id);
+    m->weight = weight;
+    m->bandwidth_mbit = 100;
+    m->role = role;
+}
+
+int main(void) {
+    if (sodium_init() < 0) return 1;
+    dl_net *leader = start_net(), *other = start_net();
+    CHECK(leader && other);
+    if (!leader || !other) return 1;
+
+    struct dl_group *g = calloc(1, sizeof *g);
+    struct dl_group *parsed = calloc(1, sizeof *parsed);
+    randombytes_buf(g->round_id, sizeof g->round_id);
+    g->epoch = 7;
+    g->elements = 1000;
+    g->codec = 1;
+    g->stall_s = 2.5;
+    g->n = 5;
+    for (size_t i = 0; i < 4; i++) fresh_member(&g->members[i], (double)(i + 1), i == 3 ? DL_MEMBER_CLIENT : DL_MEMBER_TRAINER);
+    /* the leader, with its real key, joins last */
+    memcpy(g->members[4].pk, dl_net_public_key(leader), 32);
+    snprintf(g->members[4].peer_id, sizeof g->members[4].peer_id, "%s", dl_net_peer_id(leader));
+    g->members[4].weight = 0;
+    g->members[4].role = DL_MEMBER_AUX;
+    g->members[4].bandwidth_mbit = 50;
+
+    /* Sorting puts the members in ascending peer id order and finds the leader. */
+    CHECK_OK(dl_group_sort(g, dl_net_peer_id(leader)));
+    for (size_t i = 1; i < g->n; i++) CHECK(strcmp(g->members[i - 1].peer_id, g->members[i].peer_id) < 0);
+    CHECK(!strcmp(g->members[g->leader].peer_id, dl_net_peer_id(leader)));
+    /* parts: every non-client aggregates 250 elements, in member order */
+    uint64_t off = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        g->members[i].part_offset = off;
+        g->members[i].part_elems = g->members[i].role == DL_MEMBER_CLIENT ? 0 : 250;
+        off += g->members[i].part_elems;
+    }
+    CHECK(off == 1000);
+
+    size_t size;
+    uint8_t *rec = dl_group_sign(g, leader, &size);
+    CHECK(rec && size == dl_group_record_size(5) + DL_NET_SIGNATURE);
+    CHECK_OK(dl_group_parse(rec, size, parsed));
+    CHECK(parsed->n == 5 && parsed->epoch == 7 && parsed->elements == 1000 && parsed->codec == 1);
+    CHECK(parsed->leader == g->leader && !memcmp(parsed->round_id, g->round_id, 16));
+    CHECK(parsed->stall_s == 2.5);
+    for (size_t i = 0; i < 5; i++) {
+        CHECK(!strcmp(parsed->members[i].peer_id, g->members[i].peer_id));
+        CHECK(parsed->members[i].weight == g->members[i].weight);
+        CHECK(parsed->members[i].role == g->members[i].role);
+        CHECK(parsed->members[i].part_offset == g->members[i].part_offset);
+        CHECK(parsed->members[i].part_elems == g->members[i].part_elems);
+        CHECK(!memcmp(parsed->members[i].pk, g->members[i].pk, 32));
+    }
+    CHECK(dl_group_find(parsed, g->members[2].peer_id) == 2);
+    CHECK(dl_group_find(parsed, "00000000000000000000000000000000") == -1);
+
+    /* Any flipped bit is refused (a field check or the signature). */
+    int refused = 0;
+    for (size_t i = 0; i < size; i++) {
+        rec[i] ^= 0x01;
+        refused += dl_group_parse(rec, size, parsed) != 0;
+        rec[i] ^= 0x01;
+    }
+    CHECK_MSG(refused == (int)size, "%d of %zu tampered records refused", refused, size);
+    CHECK(dl_group_parse(rec, size - 1, parsed) != 0);
+
+    /* Signed by another peer than the one it names as leader. */
+    size_t forged_size;
+    uint8_t *forged = dl_group_sign(g, other, &forged_size);
+    CHECK(dl_group_parse(forged, forged_size, parsed) != 0 && strstr(dl_error(), "signature"));
+    free(forged);
+
+    /* Members out of order are refused even when correctly signed. */
+    struct dl_group *swapped = calloc(1, sizeof *swapped);
+    *swapped = *g;
+    swapped->members[0] = g->members[1];
+    swapped->members[1] = g->members[0];
+    swapped->members[0].part_offset = 0;
+    swapped->members[1].part_offset = swapped->members[0].part_elems;
+    if (g->leader == 0) swapped->leader = 1;
+    else if (g->leader == 1) swapped->leader = 0;
+    uint8_t *bad = dl_group_sign(swapped, leader, &forged_size);
+    CHECK(dl_group_parse(bad, forged_size, parsed) != 0 && strstr(dl_error(), "order"));
+    free(bad);
+
+    /* A client that aggregates, parts that do not tile, an aux with weight. */
+    *swapped = *g;
+    for (size_t i = 0; i < g->n; i++)
+        if (swapped->members[i].role == DL_MEMBER_CLIENT) {
+            swapped->members[i].part_elems = 1;
+            break;
+        }
+    bad = dl_group_sign(swapped, leader, &forged_size);
+    CHECK(dl_group_parse(bad, forged_size, parsed) != 0);
+    free(bad);
+    *swapped = *g;
+    size_t grower = 0;
+    while (g->members[grower].role == DL_MEMBER_CLIENT) grower++;
+    swapped->members[grower].part_elems += 1;
+    bad = dl_group_sign(swapped, leader, &forged_size);
+    CHECK(dl_group_parse(bad, forged_size, parsed) != 0 && strstr(dl_error(), "tile"));
+    free(bad);
+    *swapped = *g;
+    swapped->members[g->leader].weight = 3; /* the aux member */
+    bad = dl_group_sign(swapped, leader, &forged_size);
+    CHECK(dl_group_parse(bad, forged_size, parsed) != 0 && strstr(dl_error(), "weight"));
+    free(bad);
+    /* A key that does not belong to the peer id next to it. */
+    *swapped = *g;
+    swapped->members[g->leader == 0 ? 1 : 0].pk[0] ^= 1;
+    bad = dl_group_sign(swapped, leader, &forged_size);
+    CHECK(dl_group_parse(bad, forged_size, parsed) != 0 && strstr(dl_error(), "does not belong"));
+    free(bad);
+
+    /* Sorting refuses duplicates and more than 256 members. */
+    *swapped = *g;
+    swapped->members[1] = swapped->members[0];
+    CHECK(dl_group_sort(swapped, dl_net_peer_id(leader)) != 0 && strstr(dl_error(), "twice"));
+    swapped->n = DL_AVG_MAX_MEMBERS + 1;
+    CHECK(dl_group_sort(swapped, dl_net_peer_id(leader)) != 0 && strstr(dl_error(), "256"));
+
+    free(rec);
+    free(swapped);
+    free(g);
+    free(parsed);
+    dl_net_stop(leader);
+    dl_net_stop(other);
+    return dl_test_finish("collab group record");
+}
