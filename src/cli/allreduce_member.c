@@ -156,7 +156,7 @@ int bench_allreduce_member(int argc, char **argv) {
     struct dl_avg_options opt;
     dl_avg_options_default(&opt);
     opt.deadline_s = 30;
-    double size = 1 << 20, seed = 1, rounds = 1, peers = 1, v = 0, delay = 0, linger = 1;
+    double size = 1 << 20, seed = 1, rounds = 1, peers = 1, v = 0, delay = 0, linger = 30;
     const char *out_prefix = NULL, *misbehave = NULL;
     enum { O_LISTEN = 256, O_INITIAL, O_SIZE, O_SEED, O_WEIGHT, O_COMP, O_DEADLINE, O_STALL, O_ROUNDS,
            O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT, O_DELAY, O_LINGER };
@@ -272,7 +272,8 @@ int bench_allreduce_member(int argc, char **argv) {
         if (res.status != DL_AVG_OK) rc = DL_EXIT_FAILURE;
         dl_avg_result_free(&res);
     }
-    /* Stay a moment so that late relays of the last round can be served. */
+    /* Stay up, as a training peer would, so that members still in the last
+     * round can fetch results from us; whoever started us ends us. */
     struct timespec ts = {(time_t)linger, (long)((linger - (double)(time_t)linger) * 1e9)};
     nanosleep(&ts, NULL);
     dl_collab_stop(collab);

@@ -167,7 +167,8 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
     if (gi < 0 || size < DL_AVG_RESULT_HEADER) return dl_fail("result for no chunk of this round");
     uint8_t gen = msg[18];
     size_t reducer = dl_get_u16(msg + 24);
-    if (reducer >= r->g.n || gen > 1 || (gen == 0) != (reducer == part))
+    if (reducer >= r->g.n || gen > 1 || (gen == 0 && reducer != part) ||
+        (gen == 1 && dl_round_rereducer(r, part) != (long)reducer))
         return dl_fail("result with an impossible reducer or generation");
     if (from_reducer && strcmp(sender, r->g.members[reducer].peer_id))
         return dl_fail("result sent by someone other than its reducer");
@@ -207,6 +208,7 @@ void dl_round_progress(struct dl_round *r) {
                       "this peer stood still for %.1f s mid-round; applying nothing (catch up by state download)",
                       now - r->last_loop);
     r->last_loop = now;
+    atomic_store(&r->heartbeat, now);
 }
 
 /* ---- setup and teardown ------------------------------------------------------- */
@@ -296,6 +298,7 @@ void dl_round_free(struct dl_round *r) {
     free(r->heard);
     free(r->tmp);
     free(r->acc);
+    free(r->group_record);
     free(r);
 }
 
@@ -565,6 +568,17 @@ static void on_event(struct dl_round *r, struct dl_avg_event *ev) {
     case EV_CHUNK_ACK: on_chunk_ack(r, ev); break;
     case EV_RESULT: {
         r->bytes_received += ev->size;
+        size_t part, k;
+        if (dl_round_ref_chunk(r, ev->data, ev->size, &part, &k) >= 0 && r->failed[part] && ev->size > 18 &&
+            ev->data[18] == 0) {
+            /* Its aggregator counts as failed here: this chunk may be being
+             * re-reduced, and a member must not hold the aggregator's bits
+             * where others hold the re-reducer's. It comes from the
+             * re-reducer, or relayed by a member, or from the aggregator
+             * once it has shown it is alive. */
+            dl_round_respond(r, ev->token, DL_NET_OK, NULL, 0);
+            break;
+        }
         int rc = dl_round_accept_result(r, ev->data, ev->size, true, ev->peer_id);
         if (rc < 0 && r->status == DL_AVG_OK) {
             long j = dl_group_find(&r->g, ev->peer_id);
@@ -581,7 +595,14 @@ static void on_event(struct dl_round *r, struct dl_avg_event *ev) {
         else r->last_heard[ev->member] = dl_now();
         break;
     }
-    case EV_JOIN: dl_round_respond_text(r, ev->token, "the group of this epoch is closed: keep the gradient for the next round"); break;
+    case EV_JOIN:
+        /* A member whose first join was answered on a connection that then
+         * closed asks again: it gets the same record. */
+        if (r->group_record && dl_group_find(&r->g, ev->peer_id) >= 0)
+            dl_round_respond(r, ev->token, DL_NET_OK, r->group_record, r->group_record_size);
+        else
+            dl_round_respond_text(r, ev->token, "the group of this epoch is closed: keep the gradient for the next round");
+        break;
     default: dl_recovery_on_event(r, ev); break;
     }
 }
@@ -614,6 +635,7 @@ int dl_round_run(struct dl_round *r) {
             r->me, r->i_aggregate ? "aggregator" : "no part", (unsigned long long)r->g.members[r->me].part_elems,
             r->num_chunks, dl_codec_name(r->g.codec));
     r->last_loop = dl_now();
+    atomic_store(&r->heartbeat, r->last_loop);
     for (;;) {
         double now = dl_now();
         dl_round_progress(r);

@@ -8,6 +8,7 @@
 #define DEDLOC_COLLAB_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -110,7 +111,7 @@ struct dl_rereduce {              /* per chunk this member re-reduces for others
     uint64_t *waiters;            /* tokens of requests to answer */
     size_t num_waiters;
     uint8_t **contrib;            /* per member */
-    uint32_t outstanding;
+    uint32_t outstanding, pings;
     double started;
     bool local_need;
 };
@@ -124,6 +125,7 @@ struct dl_round {
     const float *input;
     size_t n;
     double start, group_time, deadline, stall_s, agg_timeout, last_loop;
+    _Atomic double heartbeat;     /* last_loop, for the network thread's avg.alive */
     bool i_send, i_receive, i_aggregate;
     /* geometry: global chunk index of part p's first chunk; chunk count */
     size_t *first_chunk;
@@ -152,6 +154,8 @@ struct dl_round {
     uint64_t bytes_sent, bytes_received;
     double reduce_s;
     uint64_t reduced_elems;
+    uint8_t *group_record;        /* leader: the signed record, for a member that asks again */
+    size_t group_record_size;
     float *tmp;                   /* one chunk, decoded */
     double *acc;                  /* one chunk, the weighted sum */
 };
@@ -198,5 +202,8 @@ void dl_round_progress(struct dl_round *r);
 /* recovery.c */
 void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev);
 void dl_recovery_pump(struct dl_round *r, double now);
+/* The one member that may re-reduce chunks of `part`: the first trainer
+ * after it in member order. -1 when there is none. */
+long dl_round_rereducer(const struct dl_round *r, size_t part);
 
 #endif

@@ -188,10 +188,18 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
                 } else if (!key_matches(ev->peer_id, j.pk)) {
                     refuse = "refused: the public key is not the peer's";
                 } else {
-                    for (size_t i = 0; i < count; i++)
-                        if (!strcmp(joins[i].peer_id, j.peer_id)) refuse = "refused: joined twice";
+                    for (size_t i = 0; i < count && !refuse; i++)
+                        if (!strcmp(joins[i].peer_id, j.peer_id)) {
+                            /* Asked again (its first request's connection
+                             * closed): answer the newest request. */
+                            if (i) joins[i].token = ev->token;
+                            else dl_round_respond_text(r, ev->token, "refused: that is the leader's own id");
+                            refuse = "";
+                        }
                 }
-                if (refuse) {
+                if (refuse && !*refuse) {
+                    /* handled above */
+                } else if (refuse) {
                     dl_round_respond_text(r, ev->token, refuse);
                 } else {
                     j.token = ev->token;
@@ -220,7 +228,8 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
     for (size_t i = 1; i < count; i++) dl_round_respond(r, joins[i].token, DL_NET_OK, record, record_size);
     DL_INFO("collab", "formed a group of %zu for epoch %llu in %.2f s", count, (unsigned long long)opt->epoch,
             dl_now() - t0);
-    free(record);
+    r->group_record = record;
+    r->group_record_size = record_size;
     free(joins);
     r->me = (size_t)dl_group_find(&r->g, dl_net_peer_id(c->net));
     return 0;

@@ -20,10 +20,12 @@
 
 static const char alive_text[] = "aggregator alive";
 
-static long pick_rereducer(struct dl_round *r, size_t part) {
+long dl_round_rereducer(const struct dl_round *r, size_t part) {
+    /* Fixed by the group record alone, never by anyone's view of who
+     * failed: two members must never pick two re-reducers for one part. */
     for (size_t i = 1; i < r->g.n; i++) {
         size_t m = (part + i) % r->g.n;
-        if (r->g.members[m].role == DL_MEMBER_TRAINER && !r->failed[m]) return (long)m;
+        if (r->g.members[m].role == DL_MEMBER_TRAINER) return (long)m;
     }
     return -1;
 }
@@ -81,32 +83,39 @@ static void gather(struct dl_round *r, size_t part, size_t k) {
     if (!rr->outstanding) finish_rereduce(r, part, k);
 }
 
+/* Only an aggregator we cannot reach is replaced: ask it first, twice (a
+ * connection that closed under a first request, a duplicate being torn
+ * down, must not make a live aggregator look dead). */
+static void ping(struct dl_round *r, size_t part, size_t k) {
+    struct dl_rereduce *rr = &r->rr[r->first_chunk[part] + k];
+    uint8_t ref[DL_AVG_REF_HEADER];
+    dl_round_write_ref(ref, r, part, k);
+    rr->state = RR_PINGING;
+    rr->pings++;
+    if (dl_round_request(r, r->g.members[part].peer_id, "avg.alive", ref, sizeof ref, fmin(r->stall_s, 3.0),
+                         EV_PING_REPLY, (uint32_t)part, (uint32_t)k, (uint32_t)part)) {
+        dl_round_mark_failed(r, part, "unreachable");
+        gather(r, part, k);
+    }
+}
+
 /* Re-reduces (part, k) here, for a waiter or for ourselves. */
 static void begin_rereduce(struct dl_round *r, size_t part, size_t k) {
     size_t gi = r->first_chunk[part] + k;
     struct dl_rereduce *rr = &r->rr[gi];
     if (rr->state != RR_IDLE) return;
-    if (!r->failed[part]) {
-        /* Only an aggregator we cannot reach is replaced: ask it first. */
-        uint8_t ref[DL_AVG_REF_HEADER];
-        dl_round_write_ref(ref, r, part, k);
-        rr->state = RR_PINGING;
-        if (dl_round_request(r, r->g.members[part].peer_id, "avg.alive", ref, sizeof ref, fmin(r->stall_s, 3.0),
-                             EV_PING_REPLY, (uint32_t)part, (uint32_t)k, (uint32_t)part)) {
-            dl_round_mark_failed(r, part, "unreachable");
-            gather(r, part, k);
-        }
-        return;
-    }
-    gather(r, part, k);
+    /* Even when we count it as failed ourselves: a request that ended
+     * with a closed connection is no proof that it is gone. */
+    rr->pings = 0;
+    ping(r, part, k);
 }
 
 static void start_rereduce_request(struct dl_round *r, size_t part, size_t k) {
     size_t gi = r->first_chunk[part] + k;
     struct dl_recovery *rec = &r->rec[gi];
-    long m = pick_rereducer(r, part);
+    long m = dl_round_rereducer(r, part);
     if (m < 0) {
-        dl_round_fail(r, DL_AVG_FAILED, "no surviving trainer can re-reduce part %zu", part);
+        dl_round_fail(r, DL_AVG_FAILED, "no trainer can re-reduce part %zu", part);
         return;
     }
     rec->state = REC_REREDUCE_WAIT;
@@ -123,8 +132,8 @@ static void start_rereduce_request(struct dl_round *r, size_t part, size_t k) {
     dl_round_write_ref(ref, r, part, k);
     if (dl_round_request(r, r->g.members[m].peer_id, "avg.rereduce", ref, sizeof ref, 2 * r->stall_s + 4,
                          EV_REREDUCE_REPLY, (uint32_t)part, (uint32_t)k, (uint32_t)m)) {
-        dl_round_mark_failed(r, (size_t)m, "unreachable");
         rec->state = REC_IDLE;
+        rec->retry_at = dl_now() + 0.5;
     }
 }
 
@@ -177,8 +186,8 @@ void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev) {
     }
     case EV_REREDUCE: {
         long gi = dl_round_ref_chunk(r, ev->data, ev->size, &part, &k);
-        if (gi < 0 || r->g.members[r->me].role != DL_MEMBER_TRAINER) {
-            dl_round_respond_text(r, ev->token, "cannot re-reduce that");
+        if (gi < 0 || dl_round_rereducer(r, part) != (long)r->me) {
+            dl_round_respond_text(r, ev->token, "not the re-reducer of that part");
             break;
         }
         if (r->store[gi]) {
@@ -203,12 +212,15 @@ void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         if (ev->status == DL_NET_OK) {
             /* It still runs this round and will deliver. */
             rr->state = RR_IDLE;
+            r->failed[part] = false;
             r->last_heard[part] = dl_now();
             answer_waiters(r, gi, alive_text);
             if (rr->local_need) {
                 r->rec[gi].state = REC_IDLE;
                 r->rec[gi].retry_at = dl_now() + 0.5;
             }
+        } else if (rr->pings < 2 && ev->status != DL_NET_REMOTE_ERROR) {
+            ping(r, part, k);
         } else {
             dl_round_mark_failed(r, part, "does not answer for its part");
             gather(r, part, k);
@@ -260,10 +272,10 @@ void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev) {
             /* The aggregator answered the re-reducer: wait for it after all. */
             r->failed[part] = false;
             r->last_heard[part] = dl_now();
-        } else if (ev->status == DL_NET_TIMEOUT || ev->status == DL_NET_DISCONNECTED) {
-            dl_round_mark_failed(r, ev->member, "did not answer a re-reduction");
         } else {
-            rec->retry_at = dl_now() + 0.2;
+            /* Only this member may re-reduce the part: ask it again (the
+             * round's deadline bounds the wait). */
+            rec->retry_at = dl_now() + 0.5;
         }
         break;
     }

@@ -131,6 +131,11 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
          * this round even while its round thread is busy. */
         bool alive = !banned && in->size >= DL_GROUP_ROUND_ID && cur && cur->has_group &&
                      cur->status == DL_AVG_OK && !memcmp(in->payload, cur->g.round_id, DL_GROUP_ROUND_ID);
+        /* ...and only while its round thread moves: one that stood still
+         * longer than stall_s (a stopped process just resumed) is about to
+         * give up the round, whatever this thread could say. */
+        double beat = alive ? atomic_load(&cur->heartbeat) : 0;
+        if (alive && beat > 0 && dl_now() - beat > cur->stall_s) alive = false;
         pthread_mutex_unlock(&c->lock);
         if (alive) dl_net_respond(net, in->token, DL_NET_OK, NULL, 0);
         else respond_text(net, in->token, "unknown round");

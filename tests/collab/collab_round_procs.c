@@ -119,13 +119,10 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
     if (m->misbehave) {
         argv[k++] = "--misbehave"; argv[k++] = m->misbehave;
     }
-    char delay[32], linger[32];
+    char delay[32];
     if (sc->delay > 0 && i == sc->victim) {
         snprintf(delay, sizeof delay, "%g", sc->delay);
         argv[k++] = "--delay"; argv[k++] = delay;
-    } else if (sc->delay > 0) { /* still there when the latecomer asks */
-        snprintf(linger, sizeof linger, "%g", sc->delay + 3);
-        argv[k++] = "--linger"; argv[k++] = linger;
     }
     if (initial) {
         argv[k++] = "--initial-peers"; argv[k++] = initial;
@@ -399,7 +396,9 @@ static int run(const struct scenario *sc) {
                     m->pid = 0;
                 }
             }
-            if (m->pid > 0 && !m->done) all = false;
+            /* Members stay up after their round (to serve the others);
+             * once every one has reported, the test ends them. */
+            if (m->pid > 0 && !m->round) all = false;
         }
         if (!started) {
             bool every = true;
