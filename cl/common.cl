@@ -22,3 +22,13 @@ typedef float store_t;
 #define LOAD(p, i) ((p)[i])
 #define STORE(p, i, v) ((p)[i] = (v))
 #endif
+
+/* Order of the reductions' float sums (sums over a row or a column): build
+ * with -DDL_REDUCE_REVERSE (DEDLOC_CL_BUILD_OPTIONS) to add in the other
+ * order, as another vendor's kernels may; the cross-vendor test trains peers
+ * built both ways together. */
+#ifdef DL_REDUCE_REVERSE
+#define DL_FOR_REDUCE(i, n) for (int i = (n) - 1; i >= 0; i--)
+#else
+#define DL_FOR_REDUCE(i, n) for (int i = 0; i < (n); i++)
+#endif

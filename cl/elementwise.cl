@@ -24,7 +24,7 @@ __kernel void bias_backward(__global float *grads, __global const float *dy, int
     int c = get_global_id(0);
     if (c >= C) return;
     float sum = 0.0f;
-    for (int r = 0; r < rows; r++) sum += dy[(size_t)r * C + c];
+    DL_FOR_REDUCE(r, rows) sum += dy[(size_t)r * C + c];
     grads[bias_off + c] += sum;
 }
 

@@ -9,10 +9,10 @@ __kernel void layernorm_forward(__global float *out, __global float *mean_out,
     if (r >= rows) return;
     __global const float *x = in + (size_t)r * C;
     float sum = 0.0f;
-    for (int c = 0; c < C; c++) sum += x[c];
+    DL_FOR_REDUCE(c, C) sum += x[c];
     float mean = sum / C;
     float var = 0.0f;
-    for (int c = 0; c < C; c++) {
+    DL_FOR_REDUCE(c, C) {
         float d = x[c] - mean;
         var += d * d;
     }
@@ -35,7 +35,7 @@ __kernel void layernorm_backward_input(__global float *dx, __global const float 
     __global const float *g = dy + (size_t)r * C;
     float m = mean[r], s = rstd[r];
     float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
-    for (int c = 0; c < C; c++) {
+    DL_FOR_REDUCE(c, C) {
         float dxhat = g[c] * params[gamma_off + c];
         sum_dxhat += dxhat;
         sum_dxhat_xhat += dxhat * (x[c] - m) * s;
@@ -57,7 +57,7 @@ __kernel void layernorm_backward_params(__global float *grads, __global const fl
     int c = get_global_id(0);
     if (c >= C) return;
     float dg = 0.0f, db = 0.0f;
-    for (int r = 0; r < rows; r++) {
+    DL_FOR_REDUCE(r, rows) {
         float d = dy[(size_t)r * C + c];
         dg += d * (in[(size_t)r * C + c] - mean[r]) * rstd[r];
         db += d;

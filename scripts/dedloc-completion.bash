@@ -12,7 +12,8 @@ _dedloc_options() {
         authority) echo '--expires --help --identity --name --out --role --run-id --run-key --token' ;;
         serve-data) echo '--help --listen' ;;
         data) echo '--batch --batches --ca-file --data --help --insecure-tls --json --once --peer-seed --seed --seq --show --shuffle --tokenizer --wwm' ;;
-        train) echo '--batch --ca-file --checkpoint-dir --data --device --help --insecure-tls --keep --log --lr --max-grad-norm --max-minutes --max-steps --model --optimizer --peer-seed --precision --quiet --resume --save-every --seed --seq --shuffle-buffer --target-batch --tokenizer --total-steps --warmup-steps --weight-decay' ;;
+        train) echo '--announce --bandwidth --batch --ca-file --checkpoint-dir --client-mode --compression --data --data-shard --device --dht-bootstrap --expiry --help --identity --initial-peers --insecure-tls --join-wait --keep --linger --listen --local-batch --log --lr --max-grad-norm --max-minutes --max-steps --max-upload --min-peers --model --no-dht --optimizer --peer-seed --precision --quiet --resume --round-deadline --run-id --save-every --seed --seq --shuffle-buffer --synthetic-compute --target-batch --tokenizer --total-steps --warmup-steps --weight-decay' ;;
+        aux) echo '--announce --bandwidth --client-mode --compression --data-shard --dht-bootstrap --expiry --help --identity --initial-peers --join-wait --linger --listen --local-batch --log --max-steps --max-upload --min-peers --model --no-dht --quiet --round-deadline --run-id --seed --state-every --target-batch' ;;
         tune) echo '--budget-seconds --device --help --model --no-tuner' ;;
         'bench gemm') echo '--device --help --json --repeat --shapes' ;;
         'bench step') echo '--batch --help --json --model --precision --seq --steps --warmup' ;;
@@ -26,7 +27,7 @@ _dedloc() {
     local cur=${COMP_WORDS[COMP_CWORD]}
     COMPREPLY=()
     if ((COMP_CWORD == 1)); then
-        COMPREPLY=($(compgen -W 'devices tokenize peer authority serve-data data train tune bench grad export --help --version' -- "$cur"))
+        COMPREPLY=($(compgen -W 'devices tokenize peer authority serve-data data train aux tune bench grad export --help --version' -- "$cur"))
         return 0
     fi
     local key=${COMP_WORDS[1]}

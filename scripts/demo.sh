@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Installs, builds, lists the OpenCL devices, then trains the tiny ALBERT on the
-# demo Bengali corpus for a few minutes on this machine (one peer, no network)
-# and shows the loss falling. Everything lands in build/demo/:
+# Installs, builds, lists the OpenCL devices, then starts a local swarm on
+# loopback: an aux peer and three trainers (one in fp16, one in client mode)
+# train the tiny ALBERT on the demo Bengali corpus together; midway one
+# trainer is killed and restarted and rejoins by downloading the state; the
+# loss curve is saved as a PNG and every peer's param_hash compared
+# (scripts/demo_swarm.sh, output in build/demo-swarm/).
+#   ./scripts/demo.sh [--minutes N] [--peers N]     (3 minutes, 3 trainers)
+#   ./scripts/demo.sh --single                       (the single-peer demo below)
+# The single-peer demo trains the tiny ALBERT for a few minutes on this machine
+# (one peer, no network) and shows the loss falling. Everything lands in build/demo/:
 #   train.jsonl (one record per optimizer step), ckpt/ (checkpoints), hf/ (export).
 #   DEMO_MINUTES=3 ./scripts/demo.sh      (at most 3 minutes of training, the default)
 #   DEMO_STEPS=300 ./scripts/demo.sh      (optimizer steps; the schedule decays over them)
@@ -9,6 +16,11 @@
 # continues the last run instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=swarm
+SWARM_ARGS=()
+for arg in "$@"; do
+  if [ "$arg" = --single ]; then MODE=single; else SWARM_ARGS+=("$arg"); fi
+done
 # The build's ~200 lines of compiler output go to a log, shown only on failure.
 echo "== Building build/dedloc (log: build/setup.log)"
 mkdir -p build
@@ -32,6 +44,9 @@ if [ ! -s "$CORPUS" ] && [ -s tests/fixtures/text/corpus_bn_sample.txt ]; then
 fi
 [ -s "$CORPUS" ] || { echo "demo: no corpus"; exit 1; }
 echo "$CORPUS: $(wc -l < "$CORPUS") lines, $(du -h "$CORPUS" | cut -f1)"
+if [ "$MODE" = swarm ]; then
+  exec scripts/demo_swarm.sh "$CORPUS" "${SWARM_ARGS[@]}"
+fi
 
 MINUTES=${DEMO_MINUTES:-3}
 STEPS=${DEMO_STEPS:-300}

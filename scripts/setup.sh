@@ -26,6 +26,8 @@ PACKAGES=(
   iproute2
   # static analysis, run by the tests static/cppcheck and static/clang-tidy
   cppcheck clang-tidy
+  # the swarm tests and demo read JSON-lines logs; the demo plots the loss
+  jq gnuplot-nox
 )
 
 missing=()

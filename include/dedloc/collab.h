@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "dedloc/net.h"
+#include "dedloc/train.h"
 
 /* ==== averaging round ==== */
 
@@ -241,5 +242,59 @@ struct dl_state_fetch_result {
 int dl_state_fetch(dl_net *net, const struct dl_state_fetch_config *config, struct dl_state_buffer *buffers,
                    size_t num_buffers, struct dl_state_fetch_result *result);
 void dl_state_fetch_result_free(struct dl_state_fetch_result *result);
+
+/* ==== collaborative training ==== */
+/* The DeDLOC step loop of one peer (src/collab/train_loop.c): accumulate
+ * micro-batches and publish progress; when the swarm's samples at our epoch
+ * reach the target batch, average the gradients of the ready peers weighted
+ * by their samples (dl_collab_average), run the host optimizer step on the
+ * average and move to the next epoch. The epoch is the number of optimizer
+ * steps the swarm took; the learning-rate schedule follows it.
+ *
+ * After every step each peer publishes BLAKE2b-256 of its fp32 master
+ * weights with its progress and serves its state (weights, optimizer
+ * moments, epoch) through a dl_state_donor. A peer behind the swarm, or one
+ * whose hash disagrees with the other peers at its epoch, downloads the
+ * state from the peers holding the most common hash. A failed round applies
+ * nothing: the gradient is kept for the next one. An auxiliary peer (no
+ * backend) joins every round with weight 0, aggregates and serves the state
+ * it downloads. */
+struct dl_collab_train_options {
+    dl_trainer_options base;     /* target_batch is the collective batch; max_steps the last epoch */
+    int64_t local_batch;         /* > 0: this peer is ready after exactly this many samples
+                                  * (deterministic shares, tests); 0: when the swarm reaches the target */
+    int64_t shard_index, shard_count; /* > 1: micro-batch k of the data stream is peer (k mod count)'s;
+                                  * with local_batch, peers that together feed every global batch */
+    size_t min_peers;            /* wait for this many peers (us included) before the first step, and
+                                  * let the leader wait for that many members in each round */
+    double join_wait_s;          /* at start, look this long for a swarm before training alone (5) */
+    double round_deadline_s;     /* whole round, matchmaking included (60) */
+    int compression;             /* wire codec of the gradient (0 none, 1 fp16, 2 uint8) */
+    int64_t state_every;         /* aux: download the state every this many epochs (1) */
+    double linger_s;             /* after the last step, keep serving the state this long (2) */
+    int64_t corrupt_at_step;     /* tests: after this step perturb our weights (0: never) */
+    FILE *status;                /* NULL: none; else one JSON object per step (the log line) */
+};
+void dl_collab_train_options_default(struct dl_collab_train_options *options);
+
+struct dl_collab_train_result {
+    dl_trainer_result base;
+    int64_t rounds_ok, rounds_failed, state_downloads, heals;
+    double compute_s, wait_s;    /* time in micro-batches vs everything else */
+    char param_hash[65];         /* BLAKE2b-256 of the final weights, hex */
+};
+
+/* Runs the loop on net/collab/donor (started by the caller; the collab
+ * config's aux flag must match backend == NULL). params holds the initial
+ * weights (layout->total floats) and is updated in place; resume (may be
+ * NULL) continues our own checkpoint, replaced by the swarm's state when
+ * the swarm is ahead. Returns 0 (done, stopped or time limit) or -1. */
+int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
+                        const struct dl_collab_train_options *options, const dl_opt_config *opt_config,
+                        const dl_train_layout *layout, float *params, const dl_checkpoint *resume,
+                        const dl_trainer_backend *backend, struct dl_collab_train_result *result);
+
+/* Hex of a 32-byte param hash (65 bytes with the NUL). */
+void dl_collab_hash_hex(const uint8_t hash[32], char out[65]);
 
 #endif

@@ -336,6 +336,21 @@ void dl_device_backend_close(dl_device_backend *be);
 /* The callbacks for dl_trainer_run over be (be must outlive their use). */
 dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be);
 
+/* ---- the synthetic backend (src/train/synthetic_backend.c) ---------------------
+ * For measuring the network apart from the compute: a micro-batch sleeps
+ * `seconds` instead of computing and still produces a full-size gradient
+ * (small pseudo-random values drawn from the seed and the micro-batch index,
+ * so averaging and the optimizer do their full work), of `batch` samples. */
+typedef struct dl_synthetic_backend {
+    size_t n;                /* gradient elements */
+    double seconds;
+    int batch;
+    uint64_t seed, index;
+} dl_synthetic_backend;
+
+void dl_synthetic_backend_init(dl_synthetic_backend *be, size_t n, double seconds, int batch, uint64_t seed);
+dl_trainer_backend dl_synthetic_backend_callbacks(dl_synthetic_backend *be);
+
 /* Builds the optimizer's layout view from the model's (names, shapes); weight
  * decay follows dl_train_no_decay_name, as sahajBERT's training script did. */
 int dl_train_layout_from_model(const dl_param_layout *model_layout, dl_train_layout *out);

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/swarm_args.h"
+#include "dedloc/collab.h"
 #include "dedloc/data.h"
 #include "dedloc/device.h"
 #include "dedloc/model.h"
@@ -61,8 +63,12 @@ static void help(FILE *out) {
             "  --resume FILE        continue from this checkpoint file instead of the newest\n"
             "  --log FILE           JSON lines, one per optimizer step: step, loss, mlm_loss, sop_loss,\n"
             "                       lr, samples, samples_per_second, grad_norm, loss_scale, param_hash\n"
-            "  --quiet              no progress line\n\n"
-            "The checkpoint folder and the log are checked at start (a test write); a save that\n"
+            "  --quiet              no progress line\n"
+            "  --synthetic-compute S  no device and no data: a micro-batch sleeps S seconds and yields a\n"
+            "                       full-size pseudo-random gradient (measures the network alone)\n\n");
+    cli_swarm_help(out);
+    fprintf(out,
+            "\nThe checkpoint folder and the log are checked at start (a test write); a save that\n"
             "fails later (disk full) does not stop training: the last good checkpoint stays, the\n"
             "failure is reported and the next save point tries again.\n"
             "Progress goes to stderr: one live line on a terminal, moving with every micro-batch\n"
@@ -78,8 +84,8 @@ static void help(FILE *out) {
 enum {
     OPT_MODEL = 256, OPT_TOKENIZER, OPT_DATA, OPT_BATCH, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_PRECISION,
     OPT_CKDIR, OPT_KEEP, OPT_LOG, OPT_SEED, OPT_PEER_SEED, OPT_DEVICE, OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD,
-    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_CA_FILE, OPT_INSECURE_TLS, OPT_HELP,
-    OPT_COUNT
+    OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_CA_FILE, OPT_INSECURE_TLS,
+    OPT_SYNTHETIC, OPT_HELP, OPT_COUNT
 };
 
 typedef struct {
@@ -87,8 +93,9 @@ typedef struct {
     const char *ca_file; /* TLS settings are this machine's, never stored in the run settings */
     bool insecure_tls;
     long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
-    double lr, wd, clip, max_minutes;
+    double lr, wd, clip, max_minutes, synthetic;
     bool quiet;
+    struct cli_swarm_args swarm;
     bool given[OPT_COUNT];
 } train_args;
 
@@ -145,8 +152,16 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE}, {"quiet", no_argument, NULL, OPT_QUIET},
         {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
         {"ca-file", required_argument, NULL, OPT_CA_FILE}, {"insecure-tls", no_argument, NULL, OPT_INSECURE_TLS},
-        {"help", no_argument, NULL, OPT_HELP}, {0, 0, 0, 0}};
+        {"synthetic-compute", required_argument, NULL, OPT_SYNTHETIC},
+        {"help", no_argument, NULL, OPT_HELP}};
+    enum { N_OWN = sizeof opts / sizeof opts[0] };
+    struct option all[N_OWN + 32];
+    memcpy(all, opts, sizeof opts);
+    size_t n_all = N_OWN;
+    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_OWN + 31; so++) all[n_all++] = *so;
+    memset(&all[n_all], 0, sizeof all[n_all]);
     memset(a, 0, sizeof *a);
+    cli_swarm_args_default(&a->swarm);
     a->model = "tiny";
     a->precision = "fp32";
     a->optimizer = "lamb";
@@ -157,8 +172,17 @@ static int parse_args(int argc, char **argv, train_args *a) {
     a->wd = 0.01;
     a->clip = 1.0;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
         int bad = 0;
+        int sw = cli_swarm_option(&a->swarm, c, optarg, "train");
+        if (sw < 0) bad = 1;
+        if (sw <= 0) {
+            if (bad) {
+                fprintf(stderr, "see 'dedloc train --help'\n");
+                return -1;
+            }
+            continue;
+        }
         if (c >= OPT_MODEL && c < OPT_COUNT) a->given[c] = true;
         switch (c) {
         case OPT_MODEL: a->model = optarg; break;
@@ -188,6 +212,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_CA_FILE: a->ca_file = optarg; break;
         case OPT_INSECURE_TLS: a->insecure_tls = true; break;
         case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
+        case OPT_SYNTHETIC: bad = parse_d(optarg, 0, 3600, &a->synthetic, "--synthetic-compute"); break;
         case 'h':
         case OPT_HELP: help(stdout); return 1;
         default: bad = 1;
@@ -245,7 +270,7 @@ static char *run_settings_json(const train_args *a) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", a->model);
     if (a->tokenizer) cJSON_AddStringToObject(o, "tokenizer", a->tokenizer);
-    cJSON_AddStringToObject(o, "data", a->data);
+    cJSON_AddStringToObject(o, "data", a->data ? a->data : "");
     cJSON_AddStringToObject(o, "precision", a->precision);
     cJSON_AddNumberToObject(o, "batch", (double)a->batch);
     cJSON_AddNumberToObject(o, "seq", (double)a->seq);
@@ -307,7 +332,8 @@ int cmd_train(int argc, char **argv) {
         if (dl_checkpoint_model_config(&ck, &cfg)) goto fail;
         DL_INFO("train", "resuming from %s (step %" PRId64 ")", ck_path, ck.step);
     }
-    if (!a.data) {
+    bool synthetic = a.given[OPT_SYNTHETIC];
+    if (!a.data && !synthetic) {
         fprintf(stderr, "dedloc train: --data SOURCE is required; see 'dedloc train --help'\n");
         exit_code = DL_EXIT_USAGE;
         goto done;
@@ -349,6 +375,17 @@ int cmd_train(int argc, char **argv) {
         DL_WARN("train", "--target-batch %lld is smaller than --batch %lld: micro-batches are whole, so each step "
                 "takes %lld samples; pass --batch %lld for steps of %lld", a.target, a.batch, a.batch, a.target,
                 a.target);
+    if (a.swarm.any) {
+        if (cli_swarm_finish(&a.swarm, "train", (double)a.target)) {
+            exit_code = DL_EXIT_USAGE;
+            goto done;
+        }
+        if (!a.given[OPT_PEER_SEED] && !resuming && a.swarm.train.shard_count <= 1) {
+            /* Each peer of a swarm reads the stream in its own order. */
+            a.peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 2);
+            DL_INFO("train", "peer seed %lld (the data order of this peer)", a.peer_seed);
+        }
+    }
 
     dl_opt_config opt = dl_opt_config_sahajbert();
     opt.kind = kind;
@@ -387,27 +424,37 @@ int cmd_train(int argc, char **argv) {
                     a.max_steps, kept->total_steps);
     }
 
-    /* 3. Tokenizer, data, device, model. */
-    if (a.tokenizer ? dl_tokenizer_load(a.tokenizer, &tok) : dl_tokenizer_load_demo(&tok)) goto fail;
-    if ((size_t)cfg.vocab_size < dl_tokenizer_vocab_size(tok)) {
-        dl_fail("the tokenizer has %zu pieces but the model only %d embeddings", dl_tokenizer_vocab_size(tok),
-                cfg.vocab_size);
-        goto fail;
+    /* 3. Tokenizer, data, device, model (or the synthetic backend). */
+    dl_synthetic_backend syn;
+    if (synthetic) {
+        dl_param_layout pl;
+        if (dl_param_layout_build(&cfg, &pl)) goto fail;
+        int lrc = dl_train_layout_from_model(&pl, &layout);
+        dl_param_layout_free(&pl);
+        if (lrc) goto fail;
+        dl_synthetic_backend_init(&syn, layout.total, a.synthetic, (int)a.batch, (uint64_t)a.peer_seed + 1);
+    } else {
+        if (a.tokenizer ? dl_tokenizer_load(a.tokenizer, &tok) : dl_tokenizer_load_demo(&tok)) goto fail;
+        if ((size_t)cfg.vocab_size < dl_tokenizer_vocab_size(tok)) {
+            dl_fail("the tokenizer has %zu pieces but the model only %d embeddings", dl_tokenizer_vocab_size(tok),
+                    cfg.vocab_size);
+            goto fail;
+        }
+        dl_data_config dc;
+        dl_data_config_default(&dc);
+        dc.source = a.data;
+        dc.batch_size = (int)a.batch;
+        dc.max_seq_len = (int)a.seq;
+        dc.seed = (uint64_t)a.seed;
+        dc.peer_seed = (uint64_t)a.peer_seed;
+        dc.shuffle_buffer = (int)a.shuffle;
+        dc.loop = true;
+        dc.tls_ca_file = a.ca_file;
+        dc.tls_insecure = a.insecure_tls;
+        if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
+        const dl_param_layout *ml = dl_model_layout(be.model);
+        if (dl_train_layout_from_model(ml, &layout)) goto fail;
     }
-    dl_data_config dc;
-    dl_data_config_default(&dc);
-    dc.source = a.data;
-    dc.batch_size = (int)a.batch;
-    dc.max_seq_len = (int)a.seq;
-    dc.seed = (uint64_t)a.seed;
-    dc.peer_seed = (uint64_t)a.peer_seed;
-    dc.shuffle_buffer = (int)a.shuffle;
-    dc.loop = true;
-    dc.tls_ca_file = a.ca_file;
-    dc.tls_insecure = a.insecure_tls;
-    if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
-    const dl_param_layout *ml = dl_model_layout(be.model);
-    if (dl_train_layout_from_model(ml, &layout)) goto fail;
     if (!params) {
         params = dl_malloc(dl_mul_size(layout.total, sizeof(float)));
         if (!params || dl_albert_init_params(&cfg, (uint64_t)a.seed, params)) goto fail;
@@ -432,9 +479,22 @@ int cmd_train(int argc, char **argv) {
     sa.sa_flags = SA_RESETHAND; /* a second signal ends the program at once */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    dl_trainer_backend backend = dl_device_backend_callbacks(&be);
+    dl_trainer_backend backend = synthetic ? dl_synthetic_backend_callbacks(&syn) : dl_device_backend_callbacks(&be);
     dl_trainer_result res;
-    int rc = dl_trainer_run(&to, &opt, &layout, params, resuming ? &ck : NULL, &backend, &res);
+    int rc;
+    if (a.swarm.any) {
+        a.swarm.train.base = to;
+        struct dl_collab_train_result cres;
+        rc = cli_swarm_run(&a.swarm, &a.swarm.train, &opt, &layout, params, resuming ? &ck : NULL, &backend, &cres);
+        res = cres.base;
+        if (!rc)
+            fprintf(stderr, "dedloc train: %" PRId64 " rounds, %" PRId64 " failed, %" PRId64
+                    " state downloads, %" PRId64 " heals; compute %.1f s, waiting %.1f s; param_hash %s\n",
+                    cres.rounds_ok, cres.rounds_failed, cres.state_downloads, cres.heals, cres.compute_s,
+                    cres.wait_s, cres.param_hash);
+    } else {
+        rc = dl_trainer_run(&to, &opt, &layout, params, resuming ? &ck : NULL, &backend, &res);
+    }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     if (rc) goto fail;

@@ -25,6 +25,7 @@ int cmd_authority(int argc, char **argv);
 int cmd_serve_data(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_aux(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_grad(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

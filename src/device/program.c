@@ -164,7 +164,11 @@ int dl_program_get(dl_device *dev, const char *file, const char *options, cl_pro
     for (size_t i = 0; i < common_size; i++) common_lines += common[i] == '\n';
 
     char full_options[1024];
-    snprintf(full_options, sizeof full_options, "-cl-std=CL1.2 %s", options);
+    /* DEDLOC_CL_BUILD_OPTIONS: extra options for every kernel (e.g.
+     * -cl-mad-enable, -DDL_REDUCE_REVERSE), to train beside peers whose
+     * kernels round differently. */
+    const char *extra = getenv("DEDLOC_CL_BUILD_OPTIONS");
+    snprintf(full_options, sizeof full_options, "-cl-std=CL1.2 %s %s", options, extra ? extra : "");
 
     char path[4096], hex[17];
     dl_hash64_hex(cache_key(dev, source, size, full_options), hex);

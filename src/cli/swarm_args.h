@@ -1,0 +1,42 @@
+/* The options that make `dedloc train` and `dedloc aux` one peer of a swarm,
+ * and the start and stop of the peer's services around the step loop. */
+#ifndef DEDLOC_CLI_SWARM_ARGS_H
+#define DEDLOC_CLI_SWARM_ARGS_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "dedloc/collab.h"
+
+/* getopt codes of the swarm options start here (commands keep theirs below). */
+#define CLI_SWARM_OPT_BASE 1000
+
+struct cli_swarm_args {
+    struct dl_net_config net;
+    struct dl_collab_config collab;
+    struct dl_collab_train_options train;  /* only the swarm fields are set here */
+    const char *compression;
+    bool any;                              /* a swarm option was given */
+};
+
+void cli_swarm_args_default(struct cli_swarm_args *a);
+/* The long options, terminated by a zero entry. */
+const struct option *cli_swarm_options(void);
+/* Handles one getopt result: 0 taken, 1 not a swarm option, -1 bad value
+ * (message printed, prefixed by cmd). */
+int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const char *cmd);
+/* Checks and completes the settings after parsing (run id required, refresh
+ * bounds from the expiry). Returns 0 or -1 (message printed). */
+int cli_swarm_finish(struct cli_swarm_args *a, const char *cmd, double target_batch);
+/* The help text of the swarm options. */
+void cli_swarm_help(FILE *out);
+
+/* Starts net, the averaging service and the state donor, runs the step loop
+ * with train (its base fields filled by the caller), stops everything.
+ * *peer_id_out (may be NULL) gets our peer id. */
+int cli_swarm_run(struct cli_swarm_args *a, struct dl_collab_train_options *train, const dl_opt_config *opt,
+                  const dl_train_layout *layout, float *params, const dl_checkpoint *resume,
+                  const dl_trainer_backend *backend, struct dl_collab_train_result *res);
+
+#endif

@@ -1,0 +1,54 @@
+/* What the step loop reads from the swarm view, and its state transfer
+ * (private to src/collab). */
+#ifndef DEDLOC_COLLAB_TRAIN_SYNC_H
+#define DEDLOC_COLLAB_TRAIN_SYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dedloc/collab.h"
+
+/* Most donors one download asks at once. */
+#define DL_SYNC_MAX_DONORS 16
+
+/* The swarm seen from a peer at `epoch` holding `my_hash` (NULL: no state). */
+struct dl_swarm_look {
+    size_t peers;                 /* alive records, ours included */
+    size_t at_epoch;              /* peers at our epoch, ours included */
+    size_t at_previous;           /* peers one epoch behind us: most are finishing that round */
+    double collective;            /* samples at our epoch: ours exact, others extrapolated to now */
+    double samples_per_second;    /* every alive peer's rate */
+    uint64_t ahead_epoch;         /* the newest epoch another peer holds a state for (0: none ahead) */
+    /* The most common param hash among the peers at `ref_epoch` (ahead_epoch
+     * when a peer is ahead, else our epoch) and who holds it. */
+    uint64_t ref_epoch;
+    bool has_ref;
+    uint8_t ref_hash[32];
+    size_t ref_holders, hashes_at_ref; /* holders of ref_hash / peers with any hash there */
+    bool i_disagree;              /* we hold a state at ref_epoch == epoch that is not ref_hash */
+    size_t my_holders;            /* peers at our epoch holding our hash, us included */
+    char donors[DL_SYNC_MAX_DONORS][DL_PEER_ID_HEX]; /* other holders of ref_hash, non-client first */
+    size_t num_donors;
+};
+
+/* Reads the view. samples_mine: our accumulated samples at epoch. */
+int dl_swarm_look(dl_net *net, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+                  struct dl_swarm_look *look);
+
+/* The state a donor serves and a fetcher fills: weights, both moments. */
+struct dl_train_state_meta {
+    uint64_t epoch;               /* optimizer steps taken */
+    int64_t samples;              /* samples in those steps, the whole swarm's */
+};
+
+/* Publishes params + opt's moments at opt->step. */
+int dl_train_state_publish(dl_state_donor *donor, const dl_optimizer *opt, const float *params,
+                           int64_t samples);
+
+/* Downloads the state at look->ref_epoch from look's donors into params and
+ * opt (whose settings stay ours); on success opt->step = that epoch. */
+int dl_train_state_fetch(dl_net *net, const struct dl_swarm_look *look, dl_optimizer *opt, float *params,
+                         struct dl_train_state_meta *meta, double timeout_s);
+
+#endif
