@@ -78,7 +78,9 @@ static int heads_backward(dl_model *m, dl_buffer *d_last) {
     const dl_albert_config *c = &m->cfg;
     const model_offsets *o = &m->off;
     int B = m->B, M = m->M, E = c->embedding_size, H = c->hidden_size, V = c->vocab_size;
-    if (dl_buffer_fill32(m->dev, d_last, 0, (size_t)m->N * (size_t)H * sizeof(float), 0))
+    double t0 = model_profile_begin(m);
+    if (dl_buffer_fill32(m->dev, d_last, 0, (size_t)m->N * (size_t)H * sizeof(float), 0) ||
+        model_profile_end(m, "zero hidden gradient (fill)", t0))
         return -1;
     /* SOP: logits = pooled Wc^T + bc, pooled = tanh(pool_in Wp^T + bp) */
     if (op_linear_backward(m, &m->d_pooled, false, &m->sop_logits, &m->pooled, o->sop_w, o->sop_b,

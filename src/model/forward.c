@@ -71,30 +71,27 @@ int model_upload_batch(dl_model *m, const dl_batch *batch) {
     return 0;
 }
 
-/* One strided-batched GEMM per sequence over its heads: head h of sequence b
- * is the column block h*hs of the [T, H] rows of b, so consecutive heads are
- * hs floats apart (leading dimension H) and no transpose copies are needed. */
+/* One batched GEMM per attention product over (sequence, head): head h of
+ * sequence b is the column block h*hs of the [T, H] rows of b, so heads are
+ * hs floats apart (leading dimension H), sequences T*H apart, and no
+ * transpose copies are needed. */
 int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
                          const dl_buffer *a, bool a_is_scores, const dl_buffer *b,
                          bool b_is_scores, dl_buffer *c, bool c_is_scores) {
     const dl_albert_config *cfg = &m->cfg;
     size_t T = (size_t)m->T, H = (size_t)cfg->hidden_size, heads = (size_t)cfg->num_attention_heads,
            hs = H / heads;
-    for (int s = 0; s < m->B; s++) {
-        size_t token_base = (size_t)s * T * H, score_base = (size_t)s * heads * T * T;
-        dl_gemm_args g = {
-            .trans_a = trans_a, .trans_b = trans_b, .m = (size_t)rows, .n = (size_t)cols,
-            .k = (size_t)inner, .alpha = 1.0f, .beta = 0.0f,
-            .a = a, .a_off = a_is_scores ? score_base : token_base, .lda = a_is_scores ? T : H,
-            .a_stride = a_is_scores ? T * T : hs,
-            .b = b, .b_off = b_is_scores ? score_base : token_base, .ldb = b_is_scores ? T : H,
-            .b_stride = b_is_scores ? T * T : hs,
-            .c = c, .c_off = c_is_scores ? score_base : token_base, .ldc = c_is_scores ? T : H,
-            .c_stride = c_is_scores ? T * T : hs,
-            .batch_count = heads};
-        if (dl_gemm(m->dev, &g)) return -1;
-    }
-    return 0;
+    size_t token_seq = T * H, score_seq = heads * T * T;
+    dl_gemm_args g = {
+        .trans_a = trans_a, .trans_b = trans_b, .m = (size_t)rows, .n = (size_t)cols,
+        .k = (size_t)inner, .alpha = 1.0f, .beta = 0.0f,
+        .a = a, .lda = a_is_scores ? T : H, .a_stride = a_is_scores ? T * T : hs,
+        .b = b, .ldb = b_is_scores ? T : H, .b_stride = b_is_scores ? T * T : hs,
+        .c = c, .ldc = c_is_scores ? T : H, .c_stride = c_is_scores ? T * T : hs,
+        .batch_count = heads, .outer_count = (size_t)m->B,
+        .a_outer = a_is_scores ? score_seq : token_seq, .b_outer = b_is_scores ? score_seq : token_seq,
+        .c_outer = c_is_scores ? score_seq : token_seq};
+    return model_gemm(m, "gemm attention", &g);
 }
 
 static int layer_forward(dl_model *m, int l) {
@@ -179,7 +176,7 @@ static int mean_loss(dl_model *m, const dl_buffer *losses, int rows, float *out)
     return 0;
 }
 
-int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses *out) {
+int model_forward_pass(dl_model *m, float loss_scale, bool want_grad) {
     const dl_albert_config *c = &m->cfg;
     const model_offsets *o = &m->off;
     int B = m->B, T = m->T, N = m->N, M = m->M, E = c->embedding_size, H = c->hidden_size,
@@ -226,11 +223,18 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses 
         cross_entropy(m, &m->sop_logits, &m->sop_targets, &m->sop_losses, B, 2,
                       loss_scale / (float)B, want_grad))
         return dl_fail_context("SOP head");
-    dl_losses l = {.masked_tokens = M, .sequences = B};
-    if (mean_loss(m, &m->mlm_losses, M, &l.mlm_loss) ||
-        mean_loss(m, &m->sop_losses, B, &l.sop_loss))
+    return 0;
+}
+
+/* Read after the backward pass is queued, so the device never waits on the
+ * host inside a micro-batch. */
+int model_read_losses(dl_model *m, dl_losses *out) {
+    double t0 = model_profile_begin(m);
+    dl_losses l = {.masked_tokens = m->M, .sequences = m->B};
+    if (mean_loss(m, &m->mlm_losses, m->M, &l.mlm_loss) ||
+        mean_loss(m, &m->sop_losses, m->B, &l.sop_loss))
         return -1;
     l.loss = l.mlm_loss + l.sop_loss;
     *out = l;
-    return 0;
+    return model_profile_end(m, "loss download", t0);
 }

@@ -234,6 +234,7 @@ void dl_model_free(dl_model *m) {
     free(m->off.layers);
     free(m->host_ints);
     free(m->host_losses);
+    free(m->profile);
     dl_param_layout_free(&m->layout);
     free(m);
 }
@@ -347,7 +348,9 @@ int dl_model_get_params(dl_model *m, float *params) {
 }
 
 int dl_model_zero_grad(dl_model *m) {
-    return dl_buffer_fill32(m->dev, &m->grads, 0, m->layout.total * sizeof(float), 0);
+    double t0 = model_profile_begin(m);
+    if (dl_buffer_fill32(m->dev, &m->grads, 0, m->layout.total * sizeof(float), 0)) return -1;
+    return model_profile_end(m, "zero gradient (fill)", t0);
 }
 
 int dl_model_get_grads(dl_model *m, float loss_scale, float *grads) {
@@ -379,9 +382,12 @@ static int run(dl_model *m, const dl_batch *batch, float loss_scale, bool backwa
         return dl_fail("loss scale %g is not a positive finite number", loss_scale);
     dl_losses losses;
     m->logits_valid = false;
-    if (model_upload_batch(m, batch) || model_forward_pass(m, loss_scale, backward, &losses))
+    double t0 = model_profile_begin(m);
+    if (model_upload_batch(m, batch) || model_profile_end(m, "batch upload (host)", t0) ||
+        model_forward_pass(m, loss_scale, backward))
         return -1;
     if (backward && model_backward_pass(m)) return -1;
+    if (model_read_losses(m, &losses)) return -1;
     if (dl_device_finish(m->dev)) return -1;
     if (out) *out = losses;
     m->logits_valid = !backward;

@@ -89,13 +89,20 @@ struct dl_model {
     int B, T, N, M;
     int word_segments;            /* distinct non-pad token ids in the batch */
     bool logits_valid;            /* the last pass was forward only */
+    /* per-op profile (profile.c); off unless `bench step --profile` */
+    bool profiling;
+    dl_op_profile *profile;
+    int profile_count, profile_cap;
 };
 
 /* Uploads the batch (already checked) and builds the index lists; sets B, T, N, M. */
 int model_upload_batch(dl_model *m, const dl_batch *batch);
 /* Forward through both losses; with want_grad the loss gradients (times
- * loss_scale) are left in logits and sop_logits for the backward pass. */
-int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses *out);
+ * loss_scale) are left in logits and sop_logits for the backward pass. The
+ * per-row losses stay on the device until model_read_losses. */
+int model_forward_pass(dl_model *m, float loss_scale, bool want_grad);
+/* Downloads the per-row losses of the last forward pass and averages them. */
+int model_read_losses(dl_model *m, dl_losses *out);
 /* Attention GEMMs for every sequence, batched over heads; each operand is
  * either a [B, heads, T, T] score buffer or a [N, H] token buffer. */
 int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
@@ -110,6 +117,14 @@ int model_load(dl_model *m, dl_buffer *work, const dl_buffer *stored, size_t n);
 void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x);
 /* Backward from the loss gradients; accumulates into m->grads. */
 int model_backward_pass(dl_model *m);
+
+/* Profiling (profile.c): begin drains the queue and returns the time (0
+ * when off, -1 on error); end drains it again and charges the wall time to
+ * `name`. Both are no-ops with profiling off. */
+double model_profile_begin(dl_model *m);
+int model_profile_end(dl_model *m, const char *name, double t0);
+/* dl_gemm, charged to `what` in the profile. */
+int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g);
 
 /* Enqueues a 1- or 2-D launch with the model's fixed work-group size. */
 int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global);

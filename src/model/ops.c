@@ -9,7 +9,12 @@
 int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global) {
     size_t group = dl_device_get_info(m->dev)->max_work_group;
     size_t local[2] = {group < 64 ? group : 64, 1};
-    return dl_launch(m->dev, k, (cl_uint)dims, global, local);
+    if (!m->profiling) return dl_launch(m->dev, k, (cl_uint)dims, global, local);
+    char name[64] = "kernel";
+    clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+    double t0 = model_profile_begin(m);
+    if (dl_launch(m->dev, k, (cl_uint)dims, global, local)) return -1;
+    return model_profile_end(m, name, t0);
 }
 
 /* 2-D launch over (columns, rows). */
@@ -30,7 +35,7 @@ int op_linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w
                       .a = in, .lda = (size_t)in_features,
                       .b = &m->params, .b_off = w_off, .ldb = (size_t)in_features,
                       .c = out, .ldc = (size_t)out_features, .batch_count = 1};
-    return dl_gemm(m->dev, &g);
+    return model_gemm(m, "gemm linear forward", &g);
 }
 
 int op_bias_backward(dl_model *m, const dl_buffer *dy, size_t b_off, int rows, int C) {
@@ -52,7 +57,7 @@ int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buf
                        .b = x, .ldb = (size_t)in_features,
                        .c = &m->grads, .c_off = w_off, .ldc = (size_t)in_features,
                        .batch_count = 1};
-    if (dl_gemm(m->dev, &gw)) return -1;
+    if (model_gemm(m, "gemm linear dW", &gw)) return -1;
     if (op_bias_backward(m, dy, b_off, rows, out_features)) return -1;
     if (!dx) return 0;
     /* dx[rows, in] (+)= dy[rows, out] W[out, in] */
@@ -61,7 +66,7 @@ int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buf
                        .a = dy, .lda = (size_t)out_features,
                        .b = &m->params, .b_off = w_off, .ldb = (size_t)in_features,
                        .c = dx, .ldc = (size_t)in_features, .batch_count = 1};
-    return dl_gemm(m->dev, &gx);
+    return model_gemm(m, "gemm linear dx", &gx);
 }
 
 int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C) {
