@@ -22,3 +22,36 @@ typedef float store_t;
 #define LOAD(p, i) ((p)[i])
 #define STORE(p, i, v) ((p)[i] = (v))
 #endif
+
+/* Row reductions: one work-group per row, its items striding over the row
+ * (coalesced on a GPU), combined in local memory by a fixed tree, so the
+ * result is the same bits on every run. The local size is a power of two no
+ * larger than DL_ROW_GROUP (the host sets both from the device's limits).
+ * Every item of the group gets the result; all items must call. */
+#ifndef DL_ROW_GROUP
+#define DL_ROW_GROUP 256
+#endif
+inline float dl_group_sum(float v, __local float *scratch) {
+    int lid = get_local_id(0), n = get_local_size(0);
+    scratch[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = n / 2; s > 0; s >>= 1) {
+        if (lid < s) scratch[lid] += scratch[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+inline float dl_group_max(float v, __local float *scratch) {
+    int lid = get_local_id(0), n = get_local_size(0);
+    scratch[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = n / 2; s > 0; s >>= 1) {
+        if (lid < s) scratch[lid] = fmax(scratch[lid], scratch[lid + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}

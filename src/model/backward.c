@@ -55,9 +55,8 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
     cl_kernel k = m->k.softmax_backward;
     int rows = m->B * heads * T;
     float sqrt_d = sqrtf((float)hs);
-    size_t global = (size_t)rows;
     if (DL_ARG(k, 0, m->d_att.mem) || DL_ARG(k, 1, a->att.mem) || DL_ARG(k, 2, rows) ||
-        DL_ARG(k, 3, T) || DL_ARG(k, 4, sqrt_d) || model_launch(m, k, 1, &global))
+        DL_ARG(k, 3, T) || DL_ARG(k, 4, sqrt_d) || model_launch_rows(m, k, rows))
         return -1;
     /* S = Q K^T (scaled inside the softmax): dQ = dS K, dK = dS^T Q */
     if (model_attention_gemm(m, false, false, T, hs, T, &m->d_att, true, &a->k, false, &m->d_q,

@@ -116,10 +116,9 @@ static int layer_forward(dl_model *m, int l) {
     cl_kernel k = m->k.softmax_forward;
     int rows = m->B * heads * T;
     float sqrt_d = sqrtf((float)hs);
-    size_t global = (size_t)rows;
     if (DL_ARG(k, 0, a->att.mem) || DL_ARG(k, 1, m->attention_mask.mem) || DL_ARG(k, 2, rows) ||
         DL_ARG(k, 3, heads) || DL_ARG(k, 4, T) || DL_ARG(k, 5, sqrt_d) ||
-        model_launch(m, k, 1, &global) || model_keep(m, &a->att, &kept->att, scores))
+        model_launch_rows(m, k, rows) || model_keep(m, &a->att, &kept->att, scores))
         return -1;
     /* ctx = P V */
     if (model_attention_gemm(m, false, false, T, hs, T, &a->att, true, &a->v, false, &a->ctx,
@@ -155,11 +154,10 @@ static int cross_entropy(dl_model *m, dl_buffer *logits, const dl_buffer *target
                          dl_buffer *losses, int rows, int V, float grad_scale, bool want_grad) {
     cl_kernel k = m->k.cross_entropy;
     int grad = want_grad ? 1 : 0;
-    size_t global = (size_t)rows;
     if (DL_ARG(k, 0, logits->mem) || DL_ARG(k, 1, targets->mem) || DL_ARG(k, 2, losses->mem) ||
         DL_ARG(k, 3, rows) || DL_ARG(k, 4, V) || DL_ARG(k, 5, grad_scale) || DL_ARG(k, 6, grad))
         return -1;
-    return model_launch(m, k, 1, &global);
+    return model_launch_rows(m, k, rows);
 }
 
 /* Mean of the per-row losses, summed on the host in row order. */

@@ -76,8 +76,22 @@ static int fill_offsets(dl_model *m) {
     return 0;
 }
 
+/* The work-group of the row kernels (one group per row): a power of two
+ * within the device's work-group and local-memory limits; wide on a GPU so
+ * a row's loads coalesce, narrow on a CPU, where a group's items run in a
+ * loop and a wide tree only adds barriers. */
+static int row_group_size(const dl_device_info *info) {
+    size_t want = info->is_cpu ? 16 : 256, limit = info->max_work_group;
+    if (info->local_mem / sizeof(float) < limit) limit = (size_t)(info->local_mem / sizeof(float));
+    size_t g = 1;
+    while (g * 2 <= want && g * 2 <= limit) g *= 2;
+    return (int)g;
+}
+
 static int create_kernels(dl_model *m) {
-    const char *opts = "";
+    m->row_group = row_group_size(dl_device_get_info(m->dev));
+    char opts[48];
+    snprintf(opts, sizeof opts, "-DDL_ROW_GROUP=%d", m->row_group);
     struct { const char *file, *name; cl_kernel *dst; } list[] = {
         {"embedding.cl", "embedding_forward", &m->k.embedding_forward},
         {"embedding.cl", "embedding_backward_word", &m->k.embedding_backward_word},

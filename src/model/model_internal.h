@@ -53,6 +53,7 @@ struct dl_model {
     int *layer_weights;           /* [layer_count]: index into off.layers */
     model_offsets off;
     model_kernels k;
+    int row_group;                /* work-group of the row kernels (model.c) */
 
     dl_buffer params, grads;
     /* inputs and index lists (int32) */
@@ -128,6 +129,9 @@ int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g);
 
 /* Enqueues a 1- or 2-D launch with the model's fixed work-group size. */
 int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global);
+/* Enqueues a row kernel: one work-group of m->row_group items per row
+ * (fewer if the kernel itself allows fewer). */
+int model_launch_rows(dl_model *m, cl_kernel k, int rows);
 
 /* ---- launchers (ops.c). Parameter and gradient offsets are in elements. ---- */
 /* out[rows, out_f] = in[rows, in_f] W^T (no bias; see op_bias_add). */

@@ -17,6 +17,23 @@ int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global) {
     return model_profile_end(m, name, t0);
 }
 
+int model_launch_rows(dl_model *m, cl_kernel k, int rows) {
+    size_t allowed = 0, group = (size_t)m->row_group;
+    if (dl_cl_check(clGetKernelWorkGroupInfo(k, dl_device_get_info(m->dev)->device_id,
+                                             CL_KERNEL_WORK_GROUP_SIZE, sizeof allowed, &allowed, NULL),
+                    "clGetKernelWorkGroupInfo (row kernel)"))
+        return -1;
+    while (group > 1 && group > allowed) group /= 2;
+    size_t global = (size_t)rows * group, local = group;
+    if (rows == 0) return 0;
+    if (!m->profiling) return dl_launch(m->dev, k, 1, &global, &local);
+    char name[64] = "kernel";
+    clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+    double t0 = model_profile_begin(m);
+    if (dl_launch(m->dev, k, 1, &global, &local)) return -1;
+    return model_profile_end(m, name, t0);
+}
+
 /* 2-D launch over (columns, rows). */
 static int launch_2d(dl_model *m, cl_kernel k, int cols, int rows) {
     size_t global[2] = {(size_t)cols, (size_t)rows};
@@ -97,7 +114,7 @@ int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer
         DL_ARG(k, 3, in->mem) || DL_ARG(k, 4, m->params.mem) || DL_ARG(k, 5, go) ||
         DL_ARG(k, 6, bo) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C) || DL_ARG(k, 9, eps))
         return -1;
-    return launch_1d(m, k, rows);
+    return model_launch_rows(m, k, rows);
 }
 
 int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const dl_buffer *in,
@@ -109,7 +126,7 @@ int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const
         DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, m->params.mem) ||
         DL_ARG(k, 6, go) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C))
         return -1;
-    if (launch_1d(m, k, rows)) return -1;
+    if (model_launch_rows(m, k, rows)) return -1;
     k = m->k.layernorm_backward_params;
     if (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, in->mem) ||
         DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, go) ||
