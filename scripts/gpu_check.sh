@@ -43,7 +43,7 @@ pack() {
   local bundle=${1:-gpu_bundle}
   local bins=(build/dedloc build/test_albert_reference)
   for b in "${bins[@]}"; do [ -x "$b" ] || die "$b is missing: build first (./scripts/setup.sh)"; done
-  command -v apt-get >/dev/null && command -v dpkg >/dev/null || die "pack needs apt-get and dpkg (Debian)"
+  if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then die "pack needs apt-get and dpkg (Debian)"; fi
   local tuner; tuner=$(command -v clblast_tuner_xgemm || true)
   [ -n "$tuner" ] && bins+=("$tuner")
   local pkgs
@@ -74,10 +74,12 @@ json_text() {
 }
 
 STEPS_JSON=()
-# run_step NAME TIMEOUT CMD...: stdout to $OUT_DIR/NAME.out, stderr to .err.
-# JSON lines in stdout go into the report as they are; other text as a string.
+# run_step NAME KIND TIMEOUT CMD...: stdout to $OUT_DIR/NAME.out, stderr to
+# .err. KIND says what a successful run prints: doc (one JSON value), lines
+# (one JSON object per line, among other lines) or text; its JSON goes into
+# the report as it is, and every stdout also as a string.
 run_step() {
-  local name=$1 limit=$2; shift 2
+  local name=$1 kind=$2 limit=$3; shift 3
   echo "gpu_check: $name: $*" >&2
   local t0 t1 rc=0
   t0=$(date +%s.%N)
@@ -85,9 +87,16 @@ run_step() {
   t1=$(date +%s.%N)
   local secs; secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
   echo "gpu_check: $name: exit $rc after $secs s" >&2
-  local json_lines
-  json_lines=$(grep -E '^[[:space:]]*[[{]' "$OUT_DIR/$name.out" | paste -sd, || true)
-  STEPS_JSON+=("{\"step\": \"$name\", \"exit\": $rc, \"seconds\": $secs, \"json\": [${json_lines}], \"stdout\": \"$(json_text "$OUT_DIR/$name.out")\", \"stderr_tail\": \"$(tail -n 20 "$OUT_DIR/$name.err" > "$OUT_DIR/$name.tail"; json_text "$OUT_DIR/$name.tail")\"}")
+  local json=null
+  if [ "$rc" = 0 ] && [ -s "$OUT_DIR/$name.out" ]; then
+    case $kind in
+      doc) json=$(cat "$OUT_DIR/$name.out") ;;
+      lines) json="[$(grep -E '^\{.*\}$' "$OUT_DIR/$name.out" | paste -sd, || true)]" ;;
+    esac
+  fi
+  tail -n 20 "$OUT_DIR/$name.err" > "$OUT_DIR/$name.tail"
+  STEPS_JSON+=("{\"step\": \"$name\", \"exit\": $rc, \"seconds\": $secs, \"json\": ${json},
+   \"stdout\": \"$(json_text "$OUT_DIR/$name.out")\", \"stderr_tail\": \"$(json_text "$OUT_DIR/$name.tail")\"}")
 }
 
 find_nvidia_icd() {
@@ -136,13 +145,13 @@ run() {
   mkdir -p "$POCL_CACHE_DIR"
   export DEDLOC_TEST_SOURCE_DIR=$ROOT
   local dev=(); [ -n "$device" ] && dev=(--device "$device") && export DEDLOC_TEST_DEVICE=$device
-  run_step devices 120 build/dedloc devices --json
-  run_step model_reference 1800 build/test_albert_reference
-  run_step bench_gemm 1200 build/dedloc bench gemm "${dev[@]}" --json
-  run_step tune 1800 build/dedloc tune "${dev[@]}" --model sahajbert --budget-seconds "$tune_s"
-  run_step bench_step_tiny 1800 build/dedloc bench step "${dev[@]}" --model tiny --batch 8 --seq 128 --json --profile
+  run_step devices doc 120 build/dedloc devices --json
+  run_step model_reference text 1800 build/test_albert_reference
+  run_step bench_gemm lines 1200 build/dedloc bench gemm "${dev[@]}" --json
+  run_step tune text 1800 build/dedloc tune "${dev[@]}" --model sahajbert --budget-seconds "$tune_s"
+  run_step bench_step_tiny lines 1800 build/dedloc bench step "${dev[@]}" --model tiny --batch 8 --seq 128 --json --profile
   if [ "$sahajbert" = 1 ]; then
-    run_step bench_step_sahajbert 3600 build/dedloc bench step "${dev[@]}" --model sahajbert --batch 8 --seq 128 \
+    run_step bench_step_sahajbert lines 3600 build/dedloc bench step "${dev[@]}" --model sahajbert --batch 8 --seq 128 \
       --steps 2 --json --profile
   fi
   {

@@ -6,6 +6,7 @@
 #include <string.h>
 #ifdef DEDLOC_HAVE_OPENBLAS
 #include <cblas.h>
+#include <pthread.h>
 #endif
 
 #include "dedloc/util.h"
@@ -115,6 +116,69 @@ static void unmap_all(dl_device *dev, struct host_maps *hm) {
         if (hm->ptr[i]) clEnqueueUnmapMemObject(dev->queue, hm->buf[i]->mem, hm->ptr[i], 0, NULL, NULL);
 }
 
+/* A batch of small products (attention's (sequence, head) items) runs one
+ * item per call with OpenBLAS single-threaded, the items split over as many
+ * threads as OpenBLAS would use: OpenBLAS threads each small call on its
+ * own, and waking its threads costs more than the product (measured: about
+ * 2 GFLOP/s on 128x128x32 items). Each item is computed whole by one thread
+ * either way, so the bits do not depend on the split. */
+struct blas_items {
+    const dl_gemm_args *g;
+    const float *a, *b;
+    float *c;
+    size_t batch, first, end;   /* flat item range [first, end) over (outer, batch) */
+};
+
+static void run_items(const struct blas_items *w) {
+    const dl_gemm_args *g = w->g;
+    enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
+    for (size_t j = w->first; j < w->end; j++) {
+        size_t o = j / w->batch, i = j % w->batch;
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha,
+                    w->a + o * g->a_outer + i * g->a_stride, (blasint)g->lda,
+                    w->b + o * g->b_outer + i * g->b_stride, (blasint)g->ldb, g->beta,
+                    w->c + o * g->c_outer + i * g->c_stride, (blasint)g->ldc);
+    }
+}
+
+static void *run_items_thread(void *arg) {
+    run_items(arg);
+    return NULL;
+}
+
+enum { SMALL_ITEM_FLOPS = 1 << 24, MAX_ITEM_THREADS = 64 };
+
+static void run_batch(const dl_gemm_args *g, const float *a, const float *b, float *c, size_t batch, size_t outer) {
+    size_t items = batch * outer;
+    struct blas_items all = {g, a, b, c, batch, 0, items};
+    double item_flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    int threads = openblas_get_num_threads();
+    if (items < 2 || item_flops >= SMALL_ITEM_FLOPS || threads < 1) {
+        run_items(&all);
+        return;
+    }
+    if (threads > MAX_ITEM_THREADS) threads = MAX_ITEM_THREADS;
+    if ((size_t)threads > items) threads = (int)items;
+    openblas_set_num_threads(1);
+    struct blas_items parts[MAX_ITEM_THREADS];
+    pthread_t ids[MAX_ITEM_THREADS];
+    bool started[MAX_ITEM_THREADS] = {false};
+    for (int t = 0; t < threads; t++) {
+        parts[t] = all;
+        parts[t].first = items * (size_t)t / (size_t)threads;
+        parts[t].end = items * (size_t)(t + 1) / (size_t)threads;
+        /* the caller takes part 0; a thread that cannot start is run here */
+        if (t > 0) started[t] = pthread_create(&ids[t], NULL, run_items_thread, &parts[t]) == 0;
+    }
+    run_items(&parts[0]);
+    for (int t = 1; t < threads; t++) {
+        if (started[t]) pthread_join(ids[t], NULL);
+        else run_items(&parts[t]);
+    }
+    openblas_set_num_threads(threads);
+}
+
 /* The kernels queued before this product wrote its inputs: the blocking maps
  * wait for them (the queue is in order). The unmaps are queued, so kernels
  * queued after the product see its result. */
@@ -135,14 +199,7 @@ static int gemm_host_blas(dl_device *dev, const dl_gemm_args *g, size_t batch, s
     const float *a = (const float *)hm.ptr[ia] + g->a_off;
     const float *b = (const float *)hm.ptr[ib] + g->b_off;
     float *c = (float *)hm.ptr[ic] + g->c_off;
-    enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
-    for (size_t o = 0; o < outer; o++)
-        for (size_t i = 0; i < batch; i++)
-            cblas_sgemm(CblasRowMajor, ta, tb, (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha,
-                        a + o * g->a_outer + i * g->a_stride, (blasint)g->lda,
-                        b + o * g->b_outer + i * g->b_stride, (blasint)g->ldb, g->beta,
-                        c + o * g->c_outer + i * g->c_stride, (blasint)g->ldc);
+    run_batch(g, a, b, c, batch, outer);
     unmap_all(dev, &hm);
     return 0;
 }
