@@ -94,6 +94,18 @@ int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int 
     return model_gemm(m, "gemm attention", &g);
 }
 
+/* pre += bias, kept, act = gelu(pre). With fp16/bf16 storage the kept copy
+ * rounds pre before gelu reads it, as the backward pass's recomputation
+ * from the kept copy does; in fp32 one fused launch does both. */
+static int ffn_bias_gelu(dl_model *m, dl_buffer *pre, dl_buffer *kept, size_t bias_off, int rows, int C) {
+    size_t n = (size_t)rows * C;
+    if (!m->staged) return op_bias_gelu(m, pre, &m->ffn_act, bias_off, rows, C);
+    return op_bias_add(m, pre, bias_off, rows, C) || model_keep(m, pre, kept, n) ||
+                   op_unary(m, m->k.gelu_forward, &m->ffn_act, pre, (int)n)
+               ? -1
+               : 0;
+}
+
 static int layer_forward(dl_model *m, int l) {
     const dl_albert_config *c = &m->cfg;
     const layer_offsets *w = &m->off.layers[m->layer_weights[l]];
@@ -102,7 +114,7 @@ static int layer_forward(dl_model *m, int l) {
     model_layer_view(m, l, &view, &x);
     int N = m->N, T = m->T, H = c->hidden_size, I = c->intermediate_size,
         heads = c->num_attention_heads, hs = H / heads;
-    size_t NH = (size_t)N * H, NI = (size_t)N * I, scores = (size_t)m->B * heads * T * T;
+    size_t NH = (size_t)N * H, scores = (size_t)m->B * heads * T * T;
     if (op_linear_forward(m, &a->q, x, w->q_w, N, H, H) || op_bias_add(m, &a->q, w->q_b, N, H) ||
         model_keep(m, &a->q, &kept->q, NH) ||
         op_linear_forward(m, &a->k, x, w->k_w, N, H, H) || op_bias_add(m, &a->k, w->k_b, N, H) ||
@@ -137,9 +149,7 @@ static int layer_forward(dl_model *m, int l) {
     bool last = l + 1 == m->layer_count;
     dl_buffer *out = last || !m->staged ? &m->hidden[l + 1] : &m->x_work;
     if (op_linear_forward(m, &a->ffn_pre, &a->att_out, w->ffn_w, N, H, I) ||
-        op_bias_add(m, &a->ffn_pre, w->ffn_b, N, I) ||
-        model_keep(m, &a->ffn_pre, &kept->ffn_pre, NI) ||
-        op_unary(m, m->k.gelu_forward, &m->ffn_act, &a->ffn_pre, N * I) ||
+        ffn_bias_gelu(m, &a->ffn_pre, &kept->ffn_pre, w->ffn_b, N, I) ||
         op_linear_forward(m, &a->full_pre, &m->ffn_act, w->ffn_out_w, N, I, H) ||
         op_bias_residual_add(m, &a->full_pre, &a->att_out, w->ffn_out_b, N, H) ||
         model_keep(m, &a->full_pre, &kept->full_pre, NH) ||
@@ -201,8 +211,7 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad) {
     if (M > 0) {
         if (op_rows(m, m->k.gather_rows, &m->mlm_in, last, &m->mlm_rows, M, H) ||
             op_linear_forward(m, &m->mlm_pre, &m->mlm_in, o->pred_dense_w, M, H, E) ||
-            op_bias_add(m, &m->mlm_pre, o->pred_dense_b, M, E) ||
-            op_unary(m, m->k.gelu_forward, &m->mlm_act, &m->mlm_pre, M * E) ||
+            op_bias_gelu(m, &m->mlm_pre, &m->mlm_act, o->pred_dense_b, M, E) ||
             op_layernorm_forward(m, &m->mlm_ln, &m->mlm_mean, &m->mlm_rstd, &m->mlm_act,
                                  o->pred_ln_g, o->pred_ln_b, M, E) ||
             op_linear_forward(m, &m->logits, &m->mlm_ln, o->word, M, E, V) ||

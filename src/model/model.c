@@ -104,6 +104,7 @@ static int create_kernels(dl_model *m) {
         {"activation.cl", "gelu_backward", &m->k.gelu_backward},
         {"activation.cl", "tanh_forward", &m->k.tanh_forward},
         {"activation.cl", "tanh_backward", &m->k.tanh_backward},
+        {"activation.cl", "bias_gelu_forward", &m->k.bias_gelu_forward},
         {"softmax.cl", "attention_softmax_forward", &m->k.softmax_forward},
         {"softmax.cl", "attention_softmax_backward", &m->k.softmax_backward},
         {"elementwise.cl", "bias_add", &m->k.bias_add},

@@ -25,7 +25,7 @@ typedef struct model_kernels {
     cl_kernel embedding_forward, embedding_backward_word, embedding_backward_position,
         embedding_backward_type;
     cl_kernel layernorm_forward, layernorm_backward_input, layernorm_backward_params;
-    cl_kernel gelu_forward, gelu_backward, tanh_forward, tanh_backward;
+    cl_kernel gelu_forward, gelu_backward, tanh_forward, tanh_backward, bias_gelu_forward;
     cl_kernel softmax_forward, softmax_backward;
     cl_kernel bias_add, bias_residual_add, bias_backward, gather_rows, scatter_add_rows;
     cl_kernel cross_entropy;
@@ -143,6 +143,8 @@ int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buf
                        const dl_buffer *x, size_t w_off, size_t b_off, int rows,
                        int in_features, int out_features);
 int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C);
+/* pre += bias (per column); act = gelu_new(pre): one launch. */
+int op_bias_gelu(dl_model *m, dl_buffer *pre, dl_buffer *act, size_t bias_off, int rows, int C);
 int op_bias_residual_add(dl_model *m, dl_buffer *out, const dl_buffer *residual, size_t bias_off,
                          int rows, int C);
 int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer *rstd,

@@ -95,6 +95,15 @@ int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C) {
     return launch_2d(m, k, C, rows);
 }
 
+int op_bias_gelu(dl_model *m, dl_buffer *pre, dl_buffer *act, size_t bias_off, int rows, int C) {
+    cl_kernel k = m->k.bias_gelu_forward;
+    int off = (int)bias_off;
+    if (DL_ARG(k, 0, pre->mem) || DL_ARG(k, 1, act->mem) || DL_ARG(k, 2, m->params.mem) ||
+        DL_ARG(k, 3, off) || DL_ARG(k, 4, rows) || DL_ARG(k, 5, C))
+        return -1;
+    return launch_2d(m, k, C, rows);
+}
+
 int op_bias_residual_add(dl_model *m, dl_buffer *out, const dl_buffer *residual, size_t bias_off,
                          int rows, int C) {
     cl_kernel k = m->k.bias_residual_add;

@@ -204,6 +204,35 @@ static void test_unary(const char *fwd, const char *bwd, double (*f)(double), bo
     clReleaseKernel(k); clReleaseKernel(kb);
 }
 
+/* The fused bias + gelu: pre gains the bias, act is gelu of it, both
+ * against double on odd sizes, the parameters read at an offset. */
+static void test_bias_gelu(void) {
+    int rows = 7, C = 45, off = 3;
+    size_t n = (size_t)rows * C;
+    float *x = randn(n, 2.0f), *p = randn((size_t)(C + off), 1.0f);
+    dl_buffer pre = upload(x, n * 4), act = poisoned(n), pb = upload(p, (size_t)(C + off) * 4);
+    cl_kernel k = kernel("activation.cl", "bias_gelu_forward");
+    DL_ARG(k, 0, pre.mem); DL_ARG(k, 1, act.mem); DL_ARG(k, 2, pb.mem); DL_ARG(k, 3, off);
+    DL_ARG(k, 4, rows); DL_ARG(k, 5, C);
+    launch(k, 2, (size_t)C, (size_t)rows);
+    float *got_pre = download(&pre, n), *got_act = download(&act, n);
+    double pe = 0, ae = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)r * C + c;
+            double want = (double)x[i] + (double)p[off + c];
+            pe = fmax(pe, fabs(got_pre[i] - want) / (1 + fabs(want)));
+            double g = gelu_ref(want);
+            double e = fabs(got_act[i] - g) / (1 + fabs(g));
+            if (!(e <= ae)) ae = e;
+        }
+    CHECK_MSG(pe < 1e-6, "bias_gelu_forward pre err %g", pe);
+    CHECK_MSG(ae < 1e-6, "bias_gelu_forward act err %g", ae);
+    free(x); free(p); free(got_pre); free(got_act);
+    dl_buffer_free(dev, &pre); dl_buffer_free(dev, &act); dl_buffer_free(dev, &pb);
+    clReleaseKernel(k);
+}
+
 /* ---- attention softmax ---- */
 static void softmax_ref(const double *s, const int *mask, double *p, int B, int heads, int T,
                         double sqrt_d) {
@@ -443,6 +472,7 @@ int main(void) {
     test_layernorm();
     test_unary("gelu_forward", "gelu_backward", gelu_ref, false);
     test_unary("tanh_forward", "tanh_backward", tanh, true);
+    test_bias_gelu();
     test_softmax();
     test_cross_entropy();
     test_embedding();
