@@ -147,7 +147,7 @@ run() {
   local dev=(); [ -n "$device" ] && dev=(--device "$device") && export DEDLOC_TEST_DEVICE=$device
   run_step devices doc 120 build/dedloc devices --json
   run_step model_reference text 1800 build/test_albert_reference
-  run_step bench_gemm lines 1200 build/dedloc bench gemm "${dev[@]}" --json
+  run_step bench_gemm doc 1200 build/dedloc bench gemm "${dev[@]}" --json
   run_step tune text 1800 build/dedloc tune "${dev[@]}" --model sahajbert --budget-seconds "$tune_s"
   run_step bench_step_tiny lines 1800 build/dedloc bench step "${dev[@]}" --model tiny --batch 8 --seq 128 --json --profile
   if [ "$sahajbert" = 1 ]; then
