@@ -3,18 +3,23 @@
 #include "dedloc/util.h"
 #include "model/model_internal.h"
 
-/* A fixed work-group size for every launch: the kernels bound-check, and a
- * driver that chose the size per launch (PoCL does) would compile a kernel
- * variant for each batch shape. */
-int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global) {
-    size_t group = dl_device_get_info(m->dev)->max_work_group;
-    size_t local[2] = {group < 64 ? group : 64, 1};
+/* dl_launch, charged to the kernel's function name when profiling. */
+static int launch_timed(dl_model *m, cl_kernel k, int dims, const size_t *global, const size_t *local) {
     if (!m->profiling) return dl_launch(m->dev, k, (cl_uint)dims, global, local);
     char name[64] = "kernel";
     clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
     double t0 = model_profile_begin(m);
     if (dl_launch(m->dev, k, (cl_uint)dims, global, local)) return -1;
     return model_profile_end(m, name, t0);
+}
+
+/* A fixed work-group size for every launch: the kernels bound-check, and a
+ * driver that chose the size per launch (PoCL does) would compile a kernel
+ * variant for each batch shape. */
+int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global) {
+    size_t group = dl_device_get_info(m->dev)->max_work_group;
+    size_t local[2] = {group < 64 ? group : 64, 1};
+    return launch_timed(m, k, dims, global, local);
 }
 
 int model_launch_rows(dl_model *m, cl_kernel k, int rows) {
@@ -26,12 +31,7 @@ int model_launch_rows(dl_model *m, cl_kernel k, int rows) {
     while (group > 1 && group > allowed) group /= 2;
     size_t global = (size_t)rows * group, local = group;
     if (rows == 0) return 0;
-    if (!m->profiling) return dl_launch(m->dev, k, 1, &global, &local);
-    char name[64] = "kernel";
-    clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
-    double t0 = model_profile_begin(m);
-    if (dl_launch(m->dev, k, 1, &global, &local)) return -1;
-    return model_profile_end(m, name, t0);
+    return launch_timed(m, k, 1, &global, &local);
 }
 
 /* 2-D launch over (columns, rows). */
