@@ -223,6 +223,7 @@ static int accumulate_on_device(loop_state *st, const dl_trainer_backend *be, st
             return dl_fail("micro-batch %" PRId64 " gave a non-finite loss in fp32: the run diverged (lower --lr?)",
                            st->progress.micro_batches - 1);
         if (samples <= 0) return dl_fail("the backend returned a micro-batch of %d samples", samples);
+        dl_loss_scale_update(&st->ls, true); /* counts the clean micro-batch, as the other path does */
         st->acc.samples += samples;
         loss += (double)losses.loss * samples;
         mlm += (double)losses.mlm_loss * samples;
