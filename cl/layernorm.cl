@@ -1,27 +1,30 @@
-/* LayerNorm over the last dimension (biased variance, as torch), one work
- * item per row. Forward keeps mean and 1/std per row for the backward. */
+/* LayerNorm over the last dimension (biased variance, as torch), one
+ * work-group per row (dl_group_sum). Forward keeps mean and 1/std per row for the backward. */
 
 __kernel void layernorm_forward(__global float *out, __global float *mean_out,
                                 __global float *rstd_out, __global const float *in,
                                 __global const float *params, int gamma_off, int beta_off,
                                 int rows, int C, float eps) {
-    int r = get_global_id(0);
+    __local float scratch[DL_ROW_GROUP];
+    int r = get_group_id(0), lid = get_local_id(0), n = get_local_size(0);
     if (r >= rows) return;
     __global const float *x = in + (size_t)r * C;
-    float sum = 0.0f;
-    DL_FOR_REDUCE(c, C) sum += x[c];
-    float mean = sum / C;
-    float var = 0.0f;
-    DL_FOR_REDUCE(c, C) {
+    float part = 0.0f;
+    DL_FOR_ROW(c, lid, n, C) part += x[c];
+    float mean = dl_group_sum(part, scratch) / C;
+    part = 0.0f;
+    DL_FOR_ROW(c, lid, n, C) {
         float d = x[c] - mean;
-        var += d * d;
+        part += d * d;
     }
-    float rstd = 1.0f / sqrt(var / C + eps);
+    float rstd = 1.0f / sqrt(dl_group_sum(part, scratch) / C + eps);
     __global float *y = out + (size_t)r * C;
-    for (int c = 0; c < C; c++)
+    DL_FOR_ROW(c, lid, n, C)
         y[c] = (x[c] - mean) * rstd * params[gamma_off + c] + params[beta_off + c];
-    mean_out[r] = mean;
-    rstd_out[r] = rstd;
+    if (lid == 0) {
+        mean_out[r] = mean;
+        rstd_out[r] = rstd;
+    }
 }
 
 /* dx = rstd * (g*dy - mean(g*dy) - xhat * mean(g*dy*xhat)); writes dx. */
@@ -29,20 +32,22 @@ __kernel void layernorm_backward_input(__global float *dx, __global const float 
                                        __global const float *in, __global const float *mean,
                                        __global const float *rstd, __global const float *params,
                                        int gamma_off, int rows, int C) {
-    int r = get_global_id(0);
+    __local float scratch[DL_ROW_GROUP];
+    int r = get_group_id(0), lid = get_local_id(0), n = get_local_size(0);
     if (r >= rows) return;
     __global const float *x = in + (size_t)r * C;
     __global const float *g = dy + (size_t)r * C;
     float m = mean[r], s = rstd[r];
-    float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
-    DL_FOR_REDUCE(c, C) {
+    float part = 0.0f, part_xhat = 0.0f;
+    DL_FOR_ROW(c, lid, n, C) {
         float dxhat = g[c] * params[gamma_off + c];
-        sum_dxhat += dxhat;
-        sum_dxhat_xhat += dxhat * (x[c] - m) * s;
+        part += dxhat;
+        part_xhat += dxhat * (x[c] - m) * s;
     }
-    float mean_dxhat = sum_dxhat / C, mean_dxhat_xhat = sum_dxhat_xhat / C;
+    float mean_dxhat = dl_group_sum(part, scratch) / C;
+    float mean_dxhat_xhat = dl_group_sum(part_xhat, scratch) / C;
     __global float *out = dx + (size_t)r * C;
-    for (int c = 0; c < C; c++) {
+    DL_FOR_ROW(c, lid, n, C) {
         float xhat = (x[c] - m) * s;
         float dxhat = g[c] * params[gamma_off + c];
         out[c] = s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);

@@ -1,21 +1,26 @@
 /* Cross-entropy over rows of logits with one target each (the rows are
- * already only the labelled ones). Writes each row's loss and replaces the
- * logits by their gradient times grad_scale (softmax - onehot). */
+ * already only the labelled ones), one work-group per row. Writes each row's
+ * loss and replaces the logits by their gradient times grad_scale (softmax -
+ * onehot). */
 __kernel void cross_entropy_forward_backward(__global float *logits, __global const int *targets,
                                              __global float *losses, int rows, int V,
                                              float grad_scale, int want_grad) {
-    int r = get_global_id(0);
+    __local float scratch[DL_ROW_GROUP];
+    int r = get_group_id(0), lid = get_local_id(0), n = get_local_size(0);
     if (r >= rows) return;
     __global float *x = logits + (size_t)r * V;
-    float mx = -INFINITY;
-    for (int j = 0; j < V; j++) mx = fmax(mx, x[j]);
-    float sum = 0.0f;
-    for (int j = 0; j < V; j++) sum += exp(x[j] - mx);
-    float log_sum = log(sum);
     int target = targets[r];
-    losses[r] = log_sum - (x[target] - mx);
+    /* read before any item overwrites the row with its gradient */
+    float x_target = x[target];
+    float mx = -INFINITY;
+    DL_FOR_ROW(j, lid, n, V) mx = fmax(mx, x[j]);
+    mx = dl_group_max(mx, scratch);
+    float part = 0.0f;
+    DL_FOR_ROW(j, lid, n, V) part += exp(x[j] - mx);
+    float log_sum = log(dl_group_sum(part, scratch));
+    if (lid == 0) losses[r] = log_sum - (x_target - mx);
     if (!want_grad) return;
-    for (int j = 0; j < V; j++) {
+    DL_FOR_ROW(j, lid, n, V) {
         float p = exp(x[j] - mx - log_sum);
         x[j] = (p - (j == target ? 1.0f : 0.0f)) * grad_scale;
     }

@@ -16,7 +16,7 @@ _dedloc_options() {
         aux) echo '--announce --bandwidth --client-mode --compression --data-shard --dht-bootstrap --expiry --help --identity --initial-peers --join-wait --linger --listen --local-batch --log --max-steps --max-upload --min-peers --model --no-dht --quiet --round-deadline --run-id --seed --state-every --target-batch' ;;
         tune) echo '--budget-seconds --device --help --model --no-tuner' ;;
         'bench gemm') echo '--device --help --json --repeat --shapes' ;;
-        'bench step') echo '--batch --help --json --model --precision --seq --steps --warmup' ;;
+        'bench step') echo '--batch --help --json --model --precision --profile --seq --steps --warmup' ;;
         'bench allreduce') echo '--aux --bandwidths --client-mode --compression --deadline --help --json --kill-one --peers --rounds --size' ;;
         grad) echo '--batch --device --help --logits --model --out' ;;
         export) echo '--checkpoint --help --out --tokenizer' ;;

@@ -153,6 +153,12 @@ typedef struct dl_gemm_args {
     size_t batch_count;
     size_t a_stride, b_stride, c_stride;
     dl_gemm_type type;
+    /* Optional outer batch around the strided one (0 or 1: none): item (o, i)
+     * starts at off + o * outer + i * stride for each matrix. Attention uses
+     * it for (sequence, head), where the head stride and the sequence stride
+     * differ, so each attention product is one call (one launch on CLBlast). */
+    size_t outer_count;
+    size_t a_outer, b_outer, c_outer;
 } dl_gemm_args;
 
 /* Offsets, leading dimensions and batch strides are checked against the

@@ -191,6 +191,21 @@ int dl_model_get_grads(dl_model *model, float loss_scale, float *grads);
  * scratch), in bytes. */
 size_t dl_model_memory_bytes(const dl_model *model);
 
+/* ---- per-op profile (src/model/profile.c) ------------------------------------
+ * With profiling on, every kernel launch, GEMM and transfer of the model
+ * drains the queue before and after it and adds its wall time to a table
+ * keyed by kernel function name or GEMM kind. It costs the overlap between
+ * ops, so only `bench step --profile` turns it on. */
+typedef struct dl_op_profile {
+    char name[64];
+    double seconds;      /* summed over calls */
+    int64_t calls;
+} dl_op_profile;
+/* Turns profiling on or off; either way the table is cleared. */
+int dl_model_set_profiling(dl_model *model, bool on);
+/* The table in first-seen order, valid until the model changes it. */
+const dl_op_profile *dl_model_profile(const dl_model *model, int *count);
+
 /* ---- step timing (src/model/step_timing.c) ----------------------------------- */
 typedef struct dl_step_timing {
     double step_seconds;        /* median of the timed steps: zero-grad + forward + backward */
@@ -198,6 +213,11 @@ typedef struct dl_step_timing {
     int masked_tokens;          /* MLM positions of the batch */
     size_t parameters;          /* elements of the flat parameter vector */
     size_t model_memory_bytes;  /* dl_model_memory_bytes of the timed model */
+    /* Only from dl_model_profile_step: the per-op table summed over the
+     * profiled steps (malloc'd, free() it), and their count. */
+    dl_op_profile *profile;
+    int profile_count;
+    int profiled_steps;
 } dl_step_timing;
 
 /* Creates the model on dev for batch x seq tokens in the given storage
@@ -208,5 +228,10 @@ typedef struct dl_step_timing {
 int dl_model_time_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch,
                        int seq, dl_precision precision, int warmup, int steps, FILE *progress,
                        dl_step_timing *out);
+/* dl_model_time_step, then `steps` more steps with profiling on, whose
+ * per-op table lands in out->profile. */
+int dl_model_profile_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch,
+                          int seq, dl_precision precision, int warmup, int steps, FILE *progress,
+                          dl_step_timing *out);
 
 #endif

@@ -260,6 +260,17 @@ typedef struct dl_trainer_backend {
     int (*micro_batch)(void *ctx, float loss_scale, float *grad, int *samples, dl_losses *losses);
     /* Draws and discards n micro-batches (fast-forwards the data stream on resume). */
     int (*skip)(void *ctx, int64_t n);
+    /* Optional pair (both NULL: micro_batch is used): the gradient sums on
+     * the device across the micro-batches of a step and crosses to the host
+     * once. accumulate draws the next micro-batch, runs forward and backward
+     * and adds loss_scale * samples times its mean gradient to the device's
+     * sum (first: the sum starts from zero); it fills *samples and *losses.
+     * collect downloads the sum once and writes it divided by loss_scale *
+     * total_samples (the sample-weighted mean) into grad. The loop uses the
+     * pair only without loss scaling: a micro-batch that overflows cannot be
+     * taken back out of a sum. */
+    int (*accumulate)(void *ctx, bool first, float loss_scale, int *samples, dl_losses *losses);
+    int (*collect)(void *ctx, float loss_scale, int64_t total_samples, float *grad);
 } dl_trainer_backend;
 
 typedef struct dl_trainer_options {

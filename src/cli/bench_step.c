@@ -16,7 +16,7 @@ static void help(FILE *out) {
     fprintf(out,
             "usage: dedloc bench step [--model tiny|sahajbert|DIR] [--batch B] [--seq T]\n"
             "                         [--precision fp32|fp16|bf16] [--device D] [--warmup N]\n"
-            "                         [--steps N] [--json]\n\n"
+            "                         [--steps N] [--profile] [--json]\n\n"
             "Times forward + backward (gradients accumulated on the device) of one\n"
             "micro-batch of B x T random tokens with 15%% MLM labels. Reports the\n"
             "median step time, tokens/s, the GEMM GFLOP/s the step achieves, its share of\n"
@@ -28,8 +28,47 @@ static void help(FILE *out) {
             "               activations, arithmetic stays fp32)\n"
             "  --warmup N   untimed steps first (default 1; the first compiles kernels)\n"
             "  --steps N    timed steps (default 3)\n"
+            "  --profile    after the timed steps, run as many again with every op timed\n"
+            "               on its own (the queue drained around it) and print where the\n"
+            "               step's time goes, per kernel and GEMM kind\n"
             "  --json       one JSON object instead of the table\n"
             "Compare with PyTorch on the CPU: scripts/bench_pytorch_step.py.\n");
+}
+
+static int compare_op_seconds(const void *a, const void *b) {
+    double x = ((const dl_op_profile *)a)->seconds, y = ((const dl_op_profile *)b)->seconds;
+    return (x < y) - (x > y);
+}
+
+static double profile_total(const dl_step_timing *st) {
+    double total = 0;
+    for (int i = 0; i < st->profile_count; i++) total += st->profile[i].seconds;
+    return total;
+}
+
+/* Largest share first; seconds and calls per step. */
+static void print_profile_table(dl_step_timing *st) {
+    qsort(st->profile, (size_t)st->profile_count, sizeof *st->profile, compare_op_seconds);
+    double n = st->profiled_steps, total = profile_total(st);
+    printf("\nper-op profile (%d steps, every op timed alone; %.3f s per step in ops)\n",
+           st->profiled_steps, total / n);
+    printf("%-34s %10s %7s %8s\n", "op", "s/step", "share", "calls");
+    for (int i = 0; i < st->profile_count; i++) {
+        const dl_op_profile *e = &st->profile[i];
+        printf("%-34s %10.4f %6.1f%% %8.0f\n", e->name, e->seconds / n,
+               total > 0 ? 100.0 * e->seconds / total : 0, (double)e->calls / n);
+    }
+}
+
+/* A second JSON line after the step's. */
+static void print_profile_json(dl_step_timing *st) {
+    qsort(st->profile, (size_t)st->profile_count, sizeof *st->profile, compare_op_seconds);
+    double n = st->profiled_steps;
+    printf("{\"bench\": \"step_profile\", \"steps\": %d, \"ops\": [", st->profiled_steps);
+    for (int i = 0; i < st->profile_count; i++)
+        printf("%s{\"op\": \"%s\", \"s_per_step\": %.6f, \"calls_per_step\": %.1f}", i ? ", " : "",
+               st->profile[i].name, st->profile[i].seconds / n, (double)st->profile[i].calls / n);
+    printf("]}\n");
 }
 
 static int parse_positive(const char *text, const char *what, int *out) {
@@ -46,13 +85,13 @@ static int parse_positive(const char *text, const char *what, int *out) {
 int bench_step(int argc, char **argv) {
     const char *model_name = "tiny", *device_sel = NULL, *precision_name = "fp32";
     dl_precision precision;
-    int B = 8, T = 128, warmup = 1, steps = 3, json = 0;
+    int B = 8, T = 128, warmup = 1, steps = 3, json = 0, profile = 0;
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'}, {"batch", required_argument, NULL, 'b'},
         {"seq", required_argument, NULL, 't'},   {"device", required_argument, NULL, 'd'},
         {"warmup", required_argument, NULL, 'w'}, {"steps", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},        {"help", no_argument, NULL, 'h'},
-        {"precision", required_argument, NULL, 'p'},
+        {"precision", required_argument, NULL, 'p'}, {"profile", no_argument, NULL, 'P'},
         {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -66,6 +105,7 @@ int bench_step(int argc, char **argv) {
         case 's': if (parse_positive(optarg, "--steps", &steps)) return DL_EXIT_USAGE; break;
         case 'j': json = 1; break;
         case 'p': precision_name = optarg; break;
+        case 'P': profile = 1; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -93,7 +133,8 @@ int bench_step(int argc, char **argv) {
     dl_step_timing st = {0};
     int rc = dl_device_open(device_sel, &dev);
     if (!rc)
-        rc = dl_model_time_step(dev, &cfg, params, B, T, precision, warmup, steps, json ? NULL : stderr, &st);
+        rc = (profile ? dl_model_profile_step : dl_model_time_step)(dev, &cfg, params, B, T, precision,
+                                                                    warmup, steps, json ? NULL : stderr, &st);
     double gemm_s = 0;
     if (!rc) rc = dl_gemm_square_seconds(dev, 1024, &gemm_s);
     if (rc) {
@@ -115,6 +156,7 @@ int bench_step(int argc, char **argv) {
                    model_name, info->name, precision_name, B, T, st.parameters,
                    st.masked_tokens, steps, step_s, tokens_s, flops, gflops, gemm_gflops, gflops / gemm_gflops,
                    st.model_memory_bytes, dl_device_bytes_peak(dev));
+            if (st.profile_count) print_profile_json(&st);
         } else {
             char desc[256];
             dl_albert_config_describe(&cfg, desc, sizeof desc);
@@ -130,9 +172,11 @@ int bench_step(int argc, char **argv) {
                    gemm_gflops, 100.0 * gflops / gemm_gflops);
             printf("memory       %.1f MiB held by the model, %.1f MiB device peak\n", mem_mib,
                    peak_mib);
+            if (st.profile_count) print_profile_table(&st);
         }
     }
     if (dev) dl_device_close(dev);
+    free(st.profile);
     free(params);
     return rc ? DL_EXIT_FAILURE : DL_EXIT_OK;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #ifdef DEDLOC_HAVE_OPENBLAS
 #include <cblas.h>
+#include <pthread.h>
 #endif
 
 #include "dedloc/util.h"
@@ -35,14 +36,15 @@ static int clblast_check(CLBlastStatusCode status, const char *what) {
 /* Checks that a rows x cols row-major matrix with leading dimension ld, at
  * element offset off, repeated batch times stride apart, fits its buffer. */
 static int check_matrix(const char *name, const dl_buffer *buf, size_t elem, size_t rows,
-                        size_t cols, size_t off, size_t ld, size_t batch, size_t stride) {
+                        size_t cols, size_t off, size_t ld, size_t batch, size_t stride,
+                        size_t outer, size_t outer_stride) {
     if (!buf || !buf->mem) return dl_fail("GEMM: matrix %s: buffer not allocated", name);
     if (ld < cols)
         return dl_fail("GEMM: matrix %s: leading dimension %zu is smaller than its %zu columns",
                        name, ld, cols);
     /* last element index + 1, computed in floating point first to reject overflow */
-    double need = (double)off + (double)(batch - 1) * (double)stride + (double)(rows - 1) * ld +
-                  (double)cols;
+    double need = (double)off + (double)(outer - 1) * (double)outer_stride +
+                  (double)(batch - 1) * (double)stride + (double)(rows - 1) * ld + (double)cols;
     double have = (double)(buf->size / elem); /* NOLINT(bugprone-integer-division): whole elements */
     if (need > have)
         return dl_fail("GEMM: matrix %s (%zu x %zu, offset %zu, ld %zu, batch %zu, stride %zu) "
@@ -114,10 +116,73 @@ static void unmap_all(dl_device *dev, struct host_maps *hm) {
         if (hm->ptr[i]) clEnqueueUnmapMemObject(dev->queue, hm->buf[i]->mem, hm->ptr[i], 0, NULL, NULL);
 }
 
+/* A batch of small products (attention's (sequence, head) items) runs one
+ * item per call with OpenBLAS single-threaded, the items split over as many
+ * threads as OpenBLAS would use: OpenBLAS threads each small call on its
+ * own, and waking its threads costs more than the product (measured: about
+ * 2 GFLOP/s on 128x128x32 items). Each item is computed whole by one thread
+ * either way, so the bits do not depend on the split. */
+struct blas_items {
+    const dl_gemm_args *g;
+    const float *a, *b;
+    float *c;
+    size_t batch, first, end;   /* flat item range [first, end) over (outer, batch) */
+};
+
+static void run_items(const struct blas_items *w) {
+    const dl_gemm_args *g = w->g;
+    enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
+    for (size_t j = w->first; j < w->end; j++) {
+        size_t o = j / w->batch, i = j % w->batch;
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha,
+                    w->a + o * g->a_outer + i * g->a_stride, (blasint)g->lda,
+                    w->b + o * g->b_outer + i * g->b_stride, (blasint)g->ldb, g->beta,
+                    w->c + o * g->c_outer + i * g->c_stride, (blasint)g->ldc);
+    }
+}
+
+static void *run_items_thread(void *arg) {
+    run_items(arg);
+    return NULL;
+}
+
+enum { SMALL_ITEM_FLOPS = 1 << 24, MAX_ITEM_THREADS = 64 };
+
+static void run_batch(const dl_gemm_args *g, const float *a, const float *b, float *c, size_t batch, size_t outer) {
+    size_t items = batch * outer;
+    struct blas_items all = {g, a, b, c, batch, 0, items};
+    double item_flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    int threads = openblas_get_num_threads();
+    if (items < 2 || item_flops >= SMALL_ITEM_FLOPS || threads < 1) {
+        run_items(&all);
+        return;
+    }
+    if (threads > MAX_ITEM_THREADS) threads = MAX_ITEM_THREADS;
+    if ((size_t)threads > items) threads = (int)items;
+    openblas_set_num_threads(1);
+    struct blas_items parts[MAX_ITEM_THREADS] = {{0}};
+    pthread_t ids[MAX_ITEM_THREADS];
+    bool started[MAX_ITEM_THREADS] = {false};
+    for (int t = 0; t < threads; t++) {
+        parts[t] = all;
+        parts[t].first = items * (size_t)t / (size_t)threads;
+        parts[t].end = items * (size_t)(t + 1) / (size_t)threads;
+        /* the caller takes part 0; a thread that cannot start is run here */
+        if (t > 0) started[t] = pthread_create(&ids[t], NULL, run_items_thread, &parts[t]) == 0;
+    }
+    run_items(&parts[0]);
+    for (int t = 1; t < threads; t++) {
+        if (started[t]) pthread_join(ids[t], NULL);
+        else run_items(&parts[t]);
+    }
+    openblas_set_num_threads(threads);
+}
+
 /* The kernels queued before this product wrote its inputs: the blocking maps
  * wait for them (the queue is in order). The unmaps are queued, so kernels
  * queued after the product see its result. */
-static int gemm_host_blas(dl_device *dev, const dl_gemm_args *g, size_t batch) {
+static int gemm_host_blas(dl_device *dev, const dl_gemm_args *g, size_t batch, size_t outer) {
     struct host_maps hm = {.count = 0};
     int ia = map_index(&hm, g->a, CL_MAP_READ), ib = map_index(&hm, g->b, CL_MAP_READ);
     int ic = map_index(&hm, g->c, CL_MAP_READ | CL_MAP_WRITE);
@@ -134,16 +199,61 @@ static int gemm_host_blas(dl_device *dev, const dl_gemm_args *g, size_t batch) {
     const float *a = (const float *)hm.ptr[ia] + g->a_off;
     const float *b = (const float *)hm.ptr[ib] + g->b_off;
     float *c = (float *)hm.ptr[ic] + g->c_off;
-    enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
-    for (size_t i = 0; i < batch; i++)
-        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha,
-                    a + i * g->a_stride, (blasint)g->lda, b + i * g->b_stride, (blasint)g->ldb, g->beta,
-                    c + i * g->c_stride, (blasint)g->ldc);
+    run_batch(g, a, b, c, batch, outer);
     unmap_all(dev, &hm);
     return 0;
 }
 #endif
+
+static void gemm_describe(const dl_gemm_args *g, size_t batch, char *what, size_t size) {
+    snprintf(what, size, "GEMM %zux%zux%zu%s%s batch %zu", g->m, g->n, g->k,
+             g->trans_a ? " A^T" : "", g->trans_b ? " B^T" : "", batch);
+}
+
+/* An outer batch on CLBlast: one batched call with an offset per item. */
+static int gemm_clblast_outer(dl_device *dev, const dl_gemm_args *g, size_t batch, size_t outer) {
+    size_t count = batch * outer;
+    size_t *offs = dl_malloc(dl_mul_size(count, 3 * sizeof *offs));
+    float *scalars = dl_malloc(dl_mul_size(count, 2 * sizeof *scalars));
+    cl_half *halves = dl_malloc(dl_mul_size(count, 2 * sizeof *halves));
+    if (!offs || !scalars || !halves) {
+        free(offs);
+        free(scalars);
+        free(halves);
+        return -1;
+    }
+    size_t *ao = offs, *bo = offs + count, *co = offs + 2 * count;
+    for (size_t o = 0; o < outer; o++)
+        for (size_t i = 0; i < batch; i++) {
+            size_t j = o * batch + i;
+            ao[j] = g->a_off + o * g->a_outer + i * g->a_stride;
+            bo[j] = g->b_off + o * g->b_outer + i * g->b_stride;
+            co[j] = g->c_off + o * g->c_outer + i * g->c_stride;
+            scalars[j] = g->alpha;
+            scalars[count + j] = g->beta;
+            halves[j] = dl_f32_to_f16(g->alpha);
+            halves[count + j] = dl_f32_to_f16(g->beta);
+        }
+    CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
+    cl_command_queue q = dev->queue;
+    CLBlastStatusCode st;
+    if (g->type == DL_GEMM_F32)
+        st = CLBlastSgemmBatched(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, scalars, g->a->mem, ao,
+                                 g->lda, g->b->mem, bo, g->ldb, scalars + count, g->c->mem, co, g->ldc,
+                                 count, &q, NULL);
+    else
+        st = CLBlastHgemmBatched(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, halves, g->a->mem, ao,
+                                 g->lda, g->b->mem, bo, g->ldb, halves + count, g->c->mem, co, g->ldc,
+                                 count, &q, NULL);
+    free(offs);
+    free(scalars);
+    free(halves);
+    if (st == CLBlastSuccess) return 0;
+    char what[160];
+    gemm_describe(g, count, what, sizeof what);
+    return clblast_check(st, what);
+}
 
 int dl_gemm(dl_device *dev, const dl_gemm_args *g) {
     if (g->m == 0 || g->n == 0) return 0;
@@ -157,15 +267,19 @@ int dl_gemm(dl_device *dev, const dl_gemm_args *g) {
         return dl_fail("GEMM with k = 0 is not supported");
     }
     size_t elem = g->type == DL_GEMM_F16 ? 2 : 4;
+    size_t outer = g->outer_count ? g->outer_count : 1;
     if (check_matrix("A", g->a, elem, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->a_off,
-                     g->lda, batch, g->a_stride) ||
+                     g->lda, batch, g->a_stride, outer, g->a_outer) ||
         check_matrix("B", g->b, elem, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->b_off,
-                     g->ldb, batch, g->b_stride) ||
-        check_matrix("C", g->c, elem, g->m, g->n, g->c_off, g->ldc, batch, g->c_stride))
+                     g->ldb, batch, g->b_stride, outer, g->b_outer) ||
+        check_matrix("C", g->c, elem, g->m, g->n, g->c_off, g->ldc, batch, g->c_stride, outer,
+                     g->c_outer))
         return -1;
 #ifdef DEDLOC_HAVE_OPENBLAS
-    if (dev->gemm_backend == DL_GEMM_OPENBLAS && g->type == DL_GEMM_F32) return gemm_host_blas(dev, g, batch);
+    if (dev->gemm_backend == DL_GEMM_OPENBLAS && g->type == DL_GEMM_F32)
+        return gemm_host_blas(dev, g, batch, outer);
 #endif
+    if (outer > 1) return gemm_clblast_outer(dev, g, batch, outer);
     CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
     CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
     cl_command_queue q = dev->queue;
@@ -195,8 +309,7 @@ int dl_gemm(dl_device *dev, const dl_gemm_args *g) {
     }
     if (st != CLBlastSuccess) {
         char what[160];
-        snprintf(what, sizeof what, "GEMM %zux%zux%zu%s%s batch %zu", g->m, g->n, g->k,
-                 g->trans_a ? " A^T" : "", g->trans_b ? " B^T" : "", batch);
+        gemm_describe(g, batch, what, sizeof what);
         return clblast_check(st, what);
     }
     return 0;

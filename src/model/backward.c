@@ -55,9 +55,8 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
     cl_kernel k = m->k.softmax_backward;
     int rows = m->B * heads * T;
     float sqrt_d = sqrtf((float)hs);
-    size_t global = (size_t)rows;
     if (DL_ARG(k, 0, m->d_att.mem) || DL_ARG(k, 1, a->att.mem) || DL_ARG(k, 2, rows) ||
-        DL_ARG(k, 3, T) || DL_ARG(k, 4, sqrt_d) || model_launch(m, k, 1, &global))
+        DL_ARG(k, 3, T) || DL_ARG(k, 4, sqrt_d) || model_launch_rows(m, k, rows))
         return -1;
     /* S = Q K^T (scaled inside the softmax): dQ = dS K, dK = dS^T Q */
     if (model_attention_gemm(m, false, false, T, hs, T, &m->d_att, true, &a->k, false, &m->d_q,
@@ -78,7 +77,9 @@ static int heads_backward(dl_model *m, dl_buffer *d_last) {
     const dl_albert_config *c = &m->cfg;
     const model_offsets *o = &m->off;
     int B = m->B, M = m->M, E = c->embedding_size, H = c->hidden_size, V = c->vocab_size;
-    if (dl_buffer_fill32(m->dev, d_last, 0, (size_t)m->N * (size_t)H * sizeof(float), 0))
+    double t0 = model_profile_begin(m);
+    if (dl_buffer_fill32(m->dev, d_last, 0, (size_t)m->N * (size_t)H * sizeof(float), 0) ||
+        model_profile_end(m, "zero hidden gradient (fill)", t0))
         return -1;
     /* SOP: logits = pooled Wc^T + bc, pooled = tanh(pool_in Wp^T + bp) */
     if (op_linear_backward(m, &m->d_pooled, false, &m->sop_logits, &m->pooled, o->sop_w, o->sop_b,

@@ -71,30 +71,39 @@ int model_upload_batch(dl_model *m, const dl_batch *batch) {
     return 0;
 }
 
-/* One strided-batched GEMM per sequence over its heads: head h of sequence b
- * is the column block h*hs of the [T, H] rows of b, so consecutive heads are
- * hs floats apart (leading dimension H) and no transpose copies are needed. */
+/* One batched GEMM per attention product over (sequence, head): head h of
+ * sequence b is the column block h*hs of the [T, H] rows of b, so heads are
+ * hs floats apart (leading dimension H), sequences T*H apart, and no
+ * transpose copies are needed. */
 int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
                          const dl_buffer *a, bool a_is_scores, const dl_buffer *b,
                          bool b_is_scores, dl_buffer *c, bool c_is_scores) {
     const dl_albert_config *cfg = &m->cfg;
     size_t T = (size_t)m->T, H = (size_t)cfg->hidden_size, heads = (size_t)cfg->num_attention_heads,
            hs = H / heads;
-    for (int s = 0; s < m->B; s++) {
-        size_t token_base = (size_t)s * T * H, score_base = (size_t)s * heads * T * T;
-        dl_gemm_args g = {
-            .trans_a = trans_a, .trans_b = trans_b, .m = (size_t)rows, .n = (size_t)cols,
-            .k = (size_t)inner, .alpha = 1.0f, .beta = 0.0f,
-            .a = a, .a_off = a_is_scores ? score_base : token_base, .lda = a_is_scores ? T : H,
-            .a_stride = a_is_scores ? T * T : hs,
-            .b = b, .b_off = b_is_scores ? score_base : token_base, .ldb = b_is_scores ? T : H,
-            .b_stride = b_is_scores ? T * T : hs,
-            .c = c, .c_off = c_is_scores ? score_base : token_base, .ldc = c_is_scores ? T : H,
-            .c_stride = c_is_scores ? T * T : hs,
-            .batch_count = heads};
-        if (dl_gemm(m->dev, &g)) return -1;
-    }
-    return 0;
+    size_t token_seq = T * H, score_seq = heads * T * T;
+    dl_gemm_args g = {
+        .trans_a = trans_a, .trans_b = trans_b, .m = (size_t)rows, .n = (size_t)cols,
+        .k = (size_t)inner, .alpha = 1.0f, .beta = 0.0f,
+        .a = a, .lda = a_is_scores ? T : H, .a_stride = a_is_scores ? T * T : hs,
+        .b = b, .ldb = b_is_scores ? T : H, .b_stride = b_is_scores ? T * T : hs,
+        .c = c, .ldc = c_is_scores ? T : H, .c_stride = c_is_scores ? T * T : hs,
+        .batch_count = heads, .outer_count = (size_t)m->B,
+        .a_outer = a_is_scores ? score_seq : token_seq, .b_outer = b_is_scores ? score_seq : token_seq,
+        .c_outer = c_is_scores ? score_seq : token_seq};
+    return model_gemm(m, "gemm attention", &g);
+}
+
+/* pre += bias, kept, act = gelu(pre). With fp16/bf16 storage the kept copy
+ * rounds pre before gelu reads it, as the backward pass's recomputation
+ * from the kept copy does; in fp32 one fused launch does both. */
+static int ffn_bias_gelu(dl_model *m, dl_buffer *pre, dl_buffer *kept, size_t bias_off, int rows, int C) {
+    size_t n = (size_t)rows * C;
+    if (!m->staged) return op_bias_gelu(m, pre, &m->ffn_act, bias_off, rows, C);
+    return op_bias_add(m, pre, bias_off, rows, C) || model_keep(m, pre, kept, n) ||
+                   op_unary(m, m->k.gelu_forward, &m->ffn_act, pre, (int)n)
+               ? -1
+               : 0;
 }
 
 static int layer_forward(dl_model *m, int l) {
@@ -105,7 +114,7 @@ static int layer_forward(dl_model *m, int l) {
     model_layer_view(m, l, &view, &x);
     int N = m->N, T = m->T, H = c->hidden_size, I = c->intermediate_size,
         heads = c->num_attention_heads, hs = H / heads;
-    size_t NH = (size_t)N * H, NI = (size_t)N * I, scores = (size_t)m->B * heads * T * T;
+    size_t NH = (size_t)N * H, scores = (size_t)m->B * heads * T * T;
     if (op_linear_forward(m, &a->q, x, w->q_w, N, H, H) || op_bias_add(m, &a->q, w->q_b, N, H) ||
         model_keep(m, &a->q, &kept->q, NH) ||
         op_linear_forward(m, &a->k, x, w->k_w, N, H, H) || op_bias_add(m, &a->k, w->k_b, N, H) ||
@@ -119,10 +128,9 @@ static int layer_forward(dl_model *m, int l) {
     cl_kernel k = m->k.softmax_forward;
     int rows = m->B * heads * T;
     float sqrt_d = sqrtf((float)hs);
-    size_t global = (size_t)rows;
     if (DL_ARG(k, 0, a->att.mem) || DL_ARG(k, 1, m->attention_mask.mem) || DL_ARG(k, 2, rows) ||
         DL_ARG(k, 3, heads) || DL_ARG(k, 4, T) || DL_ARG(k, 5, sqrt_d) ||
-        model_launch(m, k, 1, &global) || model_keep(m, &a->att, &kept->att, scores))
+        model_launch_rows(m, k, rows) || model_keep(m, &a->att, &kept->att, scores))
         return -1;
     /* ctx = P V */
     if (model_attention_gemm(m, false, false, T, hs, T, &a->att, true, &a->v, false, &a->ctx,
@@ -141,9 +149,7 @@ static int layer_forward(dl_model *m, int l) {
     bool last = l + 1 == m->layer_count;
     dl_buffer *out = last || !m->staged ? &m->hidden[l + 1] : &m->x_work;
     if (op_linear_forward(m, &a->ffn_pre, &a->att_out, w->ffn_w, N, H, I) ||
-        op_bias_add(m, &a->ffn_pre, w->ffn_b, N, I) ||
-        model_keep(m, &a->ffn_pre, &kept->ffn_pre, NI) ||
-        op_unary(m, m->k.gelu_forward, &m->ffn_act, &a->ffn_pre, N * I) ||
+        ffn_bias_gelu(m, &a->ffn_pre, &kept->ffn_pre, w->ffn_b, N, I) ||
         op_linear_forward(m, &a->full_pre, &m->ffn_act, w->ffn_out_w, N, I, H) ||
         op_bias_residual_add(m, &a->full_pre, &a->att_out, w->ffn_out_b, N, H) ||
         model_keep(m, &a->full_pre, &kept->full_pre, NH) ||
@@ -158,11 +164,10 @@ static int cross_entropy(dl_model *m, dl_buffer *logits, const dl_buffer *target
                          dl_buffer *losses, int rows, int V, float grad_scale, bool want_grad) {
     cl_kernel k = m->k.cross_entropy;
     int grad = want_grad ? 1 : 0;
-    size_t global = (size_t)rows;
     if (DL_ARG(k, 0, logits->mem) || DL_ARG(k, 1, targets->mem) || DL_ARG(k, 2, losses->mem) ||
         DL_ARG(k, 3, rows) || DL_ARG(k, 4, V) || DL_ARG(k, 5, grad_scale) || DL_ARG(k, 6, grad))
         return -1;
-    return model_launch(m, k, 1, &global);
+    return model_launch_rows(m, k, rows);
 }
 
 /* Mean of the per-row losses, summed on the host in row order. */
@@ -179,7 +184,7 @@ static int mean_loss(dl_model *m, const dl_buffer *losses, int rows, float *out)
     return 0;
 }
 
-int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses *out) {
+int model_forward_pass(dl_model *m, float loss_scale, bool want_grad) {
     const dl_albert_config *c = &m->cfg;
     const model_offsets *o = &m->off;
     int B = m->B, T = m->T, N = m->N, M = m->M, E = c->embedding_size, H = c->hidden_size,
@@ -206,8 +211,7 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses 
     if (M > 0) {
         if (op_rows(m, m->k.gather_rows, &m->mlm_in, last, &m->mlm_rows, M, H) ||
             op_linear_forward(m, &m->mlm_pre, &m->mlm_in, o->pred_dense_w, M, H, E) ||
-            op_bias_add(m, &m->mlm_pre, o->pred_dense_b, M, E) ||
-            op_unary(m, m->k.gelu_forward, &m->mlm_act, &m->mlm_pre, M * E) ||
+            op_bias_gelu(m, &m->mlm_pre, &m->mlm_act, o->pred_dense_b, M, E) ||
             op_layernorm_forward(m, &m->mlm_ln, &m->mlm_mean, &m->mlm_rstd, &m->mlm_act,
                                  o->pred_ln_g, o->pred_ln_b, M, E) ||
             op_linear_forward(m, &m->logits, &m->mlm_ln, o->word, M, E, V) ||
@@ -226,11 +230,18 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses 
         cross_entropy(m, &m->sop_logits, &m->sop_targets, &m->sop_losses, B, 2,
                       loss_scale / (float)B, want_grad))
         return dl_fail_context("SOP head");
-    dl_losses l = {.masked_tokens = M, .sequences = B};
-    if (mean_loss(m, &m->mlm_losses, M, &l.mlm_loss) ||
-        mean_loss(m, &m->sop_losses, B, &l.sop_loss))
+    return 0;
+}
+
+/* Read after the backward pass is queued, so the device never waits on the
+ * host inside a micro-batch. */
+int model_read_losses(dl_model *m, dl_losses *out) {
+    double t0 = model_profile_begin(m);
+    dl_losses l = {.masked_tokens = m->M, .sequences = m->B};
+    if (mean_loss(m, &m->mlm_losses, m->M, &l.mlm_loss) ||
+        mean_loss(m, &m->sop_losses, m->B, &l.sop_loss))
         return -1;
     l.loss = l.mlm_loss + l.sop_loss;
     *out = l;
-    return 0;
+    return model_profile_end(m, "loss download", t0);
 }

@@ -76,8 +76,22 @@ static int fill_offsets(dl_model *m) {
     return 0;
 }
 
+/* The work-group of the row kernels (one group per row): a power of two
+ * within the device's work-group and local-memory limits; wide on a GPU so
+ * a row's loads coalesce, narrow on a CPU, where a group's items run in a
+ * loop and a wide tree only adds barriers. */
+static int row_group_size(const dl_device_info *info) {
+    size_t want = info->is_cpu ? 16 : 256, limit = info->max_work_group;
+    if (info->local_mem / sizeof(float) < limit) limit = (size_t)(info->local_mem / sizeof(float));
+    size_t g = 1;
+    while (g * 2 <= want && g * 2 <= limit) g *= 2;
+    return (int)g;
+}
+
 static int create_kernels(dl_model *m) {
-    const char *opts = "";
+    m->row_group = row_group_size(dl_device_get_info(m->dev));
+    char opts[48];
+    snprintf(opts, sizeof opts, "-DDL_ROW_GROUP=%d", m->row_group);
     struct { const char *file, *name; cl_kernel *dst; } list[] = {
         {"embedding.cl", "embedding_forward", &m->k.embedding_forward},
         {"embedding.cl", "embedding_backward_word", &m->k.embedding_backward_word},
@@ -90,6 +104,7 @@ static int create_kernels(dl_model *m) {
         {"activation.cl", "gelu_backward", &m->k.gelu_backward},
         {"activation.cl", "tanh_forward", &m->k.tanh_forward},
         {"activation.cl", "tanh_backward", &m->k.tanh_backward},
+        {"activation.cl", "bias_gelu_forward", &m->k.bias_gelu_forward},
         {"softmax.cl", "attention_softmax_forward", &m->k.softmax_forward},
         {"softmax.cl", "attention_softmax_backward", &m->k.softmax_backward},
         {"elementwise.cl", "bias_add", &m->k.bias_add},
@@ -234,6 +249,7 @@ void dl_model_free(dl_model *m) {
     free(m->off.layers);
     free(m->host_ints);
     free(m->host_losses);
+    free(m->profile);
     dl_param_layout_free(&m->layout);
     free(m);
 }
@@ -347,7 +363,9 @@ int dl_model_get_params(dl_model *m, float *params) {
 }
 
 int dl_model_zero_grad(dl_model *m) {
-    return dl_buffer_fill32(m->dev, &m->grads, 0, m->layout.total * sizeof(float), 0);
+    double t0 = model_profile_begin(m);
+    if (dl_buffer_fill32(m->dev, &m->grads, 0, m->layout.total * sizeof(float), 0)) return -1;
+    return model_profile_end(m, "zero gradient (fill)", t0);
 }
 
 int dl_model_get_grads(dl_model *m, float loss_scale, float *grads) {
@@ -379,9 +397,12 @@ static int run(dl_model *m, const dl_batch *batch, float loss_scale, bool backwa
         return dl_fail("loss scale %g is not a positive finite number", loss_scale);
     dl_losses losses;
     m->logits_valid = false;
-    if (model_upload_batch(m, batch) || model_forward_pass(m, loss_scale, backward, &losses))
+    double t0 = model_profile_begin(m);
+    if (model_upload_batch(m, batch) || model_profile_end(m, "batch upload (host)", t0) ||
+        model_forward_pass(m, loss_scale, backward))
         return -1;
     if (backward && model_backward_pass(m)) return -1;
+    if (model_read_losses(m, &losses)) return -1;
     if (dl_device_finish(m->dev)) return -1;
     if (out) *out = losses;
     m->logits_valid = !backward;

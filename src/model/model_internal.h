@@ -25,7 +25,7 @@ typedef struct model_kernels {
     cl_kernel embedding_forward, embedding_backward_word, embedding_backward_position,
         embedding_backward_type;
     cl_kernel layernorm_forward, layernorm_backward_input, layernorm_backward_params;
-    cl_kernel gelu_forward, gelu_backward, tanh_forward, tanh_backward;
+    cl_kernel gelu_forward, gelu_backward, tanh_forward, tanh_backward, bias_gelu_forward;
     cl_kernel softmax_forward, softmax_backward;
     cl_kernel bias_add, bias_residual_add, bias_backward, gather_rows, scatter_add_rows;
     cl_kernel cross_entropy;
@@ -53,6 +53,7 @@ struct dl_model {
     int *layer_weights;           /* [layer_count]: index into off.layers */
     model_offsets off;
     model_kernels k;
+    int row_group;                /* work-group of the row kernels (model.c) */
 
     dl_buffer params, grads;
     /* inputs and index lists (int32) */
@@ -89,13 +90,20 @@ struct dl_model {
     int B, T, N, M;
     int word_segments;            /* distinct non-pad token ids in the batch */
     bool logits_valid;            /* the last pass was forward only */
+    /* per-op profile (profile.c); off unless `bench step --profile` */
+    bool profiling;
+    dl_op_profile *profile;
+    int profile_count, profile_cap;
 };
 
 /* Uploads the batch (already checked) and builds the index lists; sets B, T, N, M. */
 int model_upload_batch(dl_model *m, const dl_batch *batch);
 /* Forward through both losses; with want_grad the loss gradients (times
- * loss_scale) are left in logits and sop_logits for the backward pass. */
-int model_forward_pass(dl_model *m, float loss_scale, bool want_grad, dl_losses *out);
+ * loss_scale) are left in logits and sop_logits for the backward pass. The
+ * per-row losses stay on the device until model_read_losses. */
+int model_forward_pass(dl_model *m, float loss_scale, bool want_grad);
+/* Downloads the per-row losses of the last forward pass and averages them. */
+int model_read_losses(dl_model *m, dl_losses *out);
 /* Attention GEMMs for every sequence, batched over heads; each operand is
  * either a [B, heads, T, T] score buffer or a [N, H] token buffer. */
 int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
@@ -111,8 +119,19 @@ void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x);
 /* Backward from the loss gradients; accumulates into m->grads. */
 int model_backward_pass(dl_model *m);
 
+/* Profiling (profile.c): begin drains the queue and returns the time (0
+ * when off, -1 on error); end drains it again and charges the wall time to
+ * `name`. Both are no-ops with profiling off. */
+double model_profile_begin(dl_model *m);
+int model_profile_end(dl_model *m, const char *name, double t0);
+/* dl_gemm, charged to `what` in the profile. */
+int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g);
+
 /* Enqueues a 1- or 2-D launch with the model's fixed work-group size. */
 int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global);
+/* Enqueues a row kernel: one work-group of m->row_group items per row
+ * (fewer if the kernel itself allows fewer). */
+int model_launch_rows(dl_model *m, cl_kernel k, int rows);
 
 /* ---- launchers (ops.c). Parameter and gradient offsets are in elements. ---- */
 /* out[rows, out_f] = in[rows, in_f] W^T (no bias; see op_bias_add). */
@@ -124,6 +143,8 @@ int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buf
                        const dl_buffer *x, size_t w_off, size_t b_off, int rows,
                        int in_features, int out_features);
 int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C);
+/* pre += bias (per column); act = gelu_new(pre): one launch. */
+int op_bias_gelu(dl_model *m, dl_buffer *pre, dl_buffer *act, size_t bias_off, int rows, int C);
 int op_bias_residual_add(dl_model *m, dl_buffer *out, const dl_buffer *residual, size_t bias_off,
                          int rows, int C);
 int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer *rstd,

@@ -5,6 +5,16 @@
 #include "dedloc/util.h"
 #include "model/model_internal.h"
 
+/* dl_launch, charged to the kernel's function name when profiling. */
+static int launch_timed(dl_model *m, cl_kernel k, int dims, const size_t *global, const size_t *local) {
+    if (!m->profiling) return dl_launch(m->dev, k, (cl_uint)dims, global, local);
+    char name[64] = "kernel";
+    clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+    double t0 = model_profile_begin(m);
+    if (dl_launch(m->dev, k, (cl_uint)dims, global, local)) return -1;
+    return model_profile_end(m, name, t0);
+}
+
 /* A fixed work-group size for every launch: the kernels bound-check, and a
  * driver that chose the size per launch (PoCL does) would compile a kernel
  * variant for each batch shape. */
@@ -16,7 +26,19 @@ int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global) {
     const char *env = getenv("DEDLOC_WORK_GROUP");
     if (env && atoi(env) > 0 && atoi(env) <= 1024) want = (size_t)atoi(env);
     size_t local[2] = {group < want ? group : want, 1};
-    return dl_launch(m->dev, k, (cl_uint)dims, global, local);
+    return launch_timed(m, k, dims, global, local);
+}
+
+int model_launch_rows(dl_model *m, cl_kernel k, int rows) {
+    size_t allowed = 0, group = (size_t)m->row_group;
+    if (dl_cl_check(clGetKernelWorkGroupInfo(k, dl_device_get_info(m->dev)->device_id,
+                                             CL_KERNEL_WORK_GROUP_SIZE, sizeof allowed, &allowed, NULL),
+                    "clGetKernelWorkGroupInfo (row kernel)"))
+        return -1;
+    while (group > 1 && group > allowed) group /= 2;
+    size_t global = (size_t)rows * group, local = group;
+    if (rows == 0) return 0;
+    return launch_timed(m, k, 1, &global, &local);
 }
 
 /* 2-D launch over (columns, rows). */
@@ -37,7 +59,7 @@ int op_linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w
                       .a = in, .lda = (size_t)in_features,
                       .b = &m->params, .b_off = w_off, .ldb = (size_t)in_features,
                       .c = out, .ldc = (size_t)out_features, .batch_count = 1};
-    return dl_gemm(m->dev, &g);
+    return model_gemm(m, "gemm linear forward", &g);
 }
 
 int op_bias_backward(dl_model *m, const dl_buffer *dy, size_t b_off, int rows, int C) {
@@ -59,7 +81,7 @@ int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buf
                        .b = x, .ldb = (size_t)in_features,
                        .c = &m->grads, .c_off = w_off, .ldc = (size_t)in_features,
                        .batch_count = 1};
-    if (dl_gemm(m->dev, &gw)) return -1;
+    if (model_gemm(m, "gemm linear dW", &gw)) return -1;
     if (op_bias_backward(m, dy, b_off, rows, out_features)) return -1;
     if (!dx) return 0;
     /* dx[rows, in] (+)= dy[rows, out] W[out, in] */
@@ -68,7 +90,7 @@ int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buf
                        .a = dy, .lda = (size_t)out_features,
                        .b = &m->params, .b_off = w_off, .ldb = (size_t)in_features,
                        .c = dx, .ldc = (size_t)in_features, .batch_count = 1};
-    return dl_gemm(m->dev, &gx);
+    return model_gemm(m, "gemm linear dx", &gx);
 }
 
 int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C) {
@@ -76,6 +98,15 @@ int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C) {
     int off = (int)bias_off;
     if (DL_ARG(k, 0, out->mem) || DL_ARG(k, 1, m->params.mem) || DL_ARG(k, 2, off) ||
         DL_ARG(k, 3, rows) || DL_ARG(k, 4, C))
+        return -1;
+    return launch_2d(m, k, C, rows);
+}
+
+int op_bias_gelu(dl_model *m, dl_buffer *pre, dl_buffer *act, size_t bias_off, int rows, int C) {
+    cl_kernel k = m->k.bias_gelu_forward;
+    int off = (int)bias_off;
+    if (DL_ARG(k, 0, pre->mem) || DL_ARG(k, 1, act->mem) || DL_ARG(k, 2, m->params.mem) ||
+        DL_ARG(k, 3, off) || DL_ARG(k, 4, rows) || DL_ARG(k, 5, C))
         return -1;
     return launch_2d(m, k, C, rows);
 }
@@ -99,7 +130,7 @@ int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer
         DL_ARG(k, 3, in->mem) || DL_ARG(k, 4, m->params.mem) || DL_ARG(k, 5, go) ||
         DL_ARG(k, 6, bo) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C) || DL_ARG(k, 9, eps))
         return -1;
-    return launch_1d(m, k, rows);
+    return model_launch_rows(m, k, rows);
 }
 
 int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const dl_buffer *in,
@@ -111,7 +142,7 @@ int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const
         DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, m->params.mem) ||
         DL_ARG(k, 6, go) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C))
         return -1;
-    if (launch_1d(m, k, rows)) return -1;
+    if (model_launch_rows(m, k, rows)) return -1;
     k = m->k.layernorm_backward_params;
     if (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, in->mem) ||
         DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, go) ||

@@ -2,6 +2,7 @@
  * backward of a micro-batch of random tokens with 15% MLM labels, on the
  * device the caller opened. The figures, not their presentation, live here. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "dedloc/model.h"
 #include "dedloc/util.h"
@@ -25,9 +26,33 @@ static void fill_random_batch(dl_batch *batch, const dl_albert_config *cfg, int 
     for (int b = 0; b < B; b++) batch->sentence_order_label[b] = (int32_t)dl_rng_below(&rng, 2);
 }
 
-int dl_model_time_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch_size,
-                       int seq, dl_precision precision, int warmup, int steps, FILE *progress,
-                       dl_step_timing *out) {
+/* Profiled steps after the timed ones: the table is copied out before the
+ * model goes. */
+static int profile_steps(dl_model *model, const dl_batch *batch, int steps, FILE *progress,
+                         dl_step_timing *out) {
+    dl_losses losses;
+    int rc = dl_model_set_profiling(model, true);
+    for (int i = 0; !rc && i < steps; i++) {
+        if (progress) fprintf(progress, "profiled step %d of %d...\n", i + 1, steps);
+        rc = dl_model_zero_grad(model);
+        if (!rc) rc = dl_model_forward_backward(model, batch, 1.0f, &losses);
+    }
+    int count = 0;
+    const dl_op_profile *table = dl_model_profile(model, &count);
+    if (!rc && count > 0) {
+        out->profile = dl_malloc((size_t)count * sizeof *out->profile);
+        if (!out->profile) return -1;
+        memcpy(out->profile, table, (size_t)count * sizeof *out->profile);
+        out->profile_count = count;
+        out->profiled_steps = steps;
+    }
+    dl_model_set_profiling(model, false);
+    return rc;
+}
+
+static int time_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch_size,
+                     int seq, dl_precision precision, int warmup, int steps, bool profile,
+                     FILE *progress, dl_step_timing *out) {
     if (batch_size < 1 || seq < 1 || steps < 1 || warmup < 0)
         return dl_fail("step timing: batch, seq and steps must be at least 1");
     dl_model *model = NULL;
@@ -70,6 +95,7 @@ int dl_model_time_step(dl_device *dev, const dl_albert_config *cfg, const float 
         out->flops = dl_albert_step_flops(cfg, batch_size, seq, losses.masked_tokens);
         out->parameters = layout.total;
         out->model_memory_bytes = dl_model_memory_bytes(model);
+        if (profile) rc = profile_steps(model, &batch, steps, progress, out);
     }
     dl_model_free(model);
     dl_batch_free(&batch);
@@ -77,4 +103,16 @@ int dl_model_time_step(dl_device *dev, const dl_albert_config *cfg, const float 
     free(times);
     free(initial);
     return rc;
+}
+
+int dl_model_time_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch_size,
+                       int seq, dl_precision precision, int warmup, int steps, FILE *progress,
+                       dl_step_timing *out) {
+    return time_step(dev, cfg, params, batch_size, seq, precision, warmup, steps, false, progress, out);
+}
+
+int dl_model_profile_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch_size,
+                          int seq, dl_precision precision, int warmup, int steps, FILE *progress,
+                          dl_step_timing *out) {
+    return time_step(dev, cfg, params, batch_size, seq, precision, warmup, steps, true, progress, out);
 }

@@ -29,6 +29,24 @@ static int be_micro_batch(void *ctx, float loss_scale, float *grad, int *samples
     return 0;
 }
 
+/* Each micro-batch's mean gradient enters the device's sum weighted by its
+ * sequences, folded into the loss scale, so nothing crosses to the host
+ * until the step is complete. */
+static int be_accumulate(void *ctx, bool first, float loss_scale, int *samples, dl_losses *losses) {
+    dl_device_backend *b = ctx;
+    if (next_batch(b)) return -1;
+    if (first && dl_model_zero_grad(b->model)) return -1;
+    if (dl_model_forward_backward(b->model, &b->batch, loss_scale * (float)b->batch.batch, losses)) return -1;
+    *samples = b->batch.batch;
+    return 0;
+}
+
+static int be_collect(void *ctx, float loss_scale, int64_t total_samples, float *grad) {
+    dl_device_backend *b = ctx;
+    if (total_samples <= 0) return dl_fail("no samples were accumulated");
+    return dl_model_get_grads(b->model, loss_scale * (float)total_samples, grad);
+}
+
 static int be_skip(void *ctx, int64_t n) {
     dl_device_backend *b = ctx;
     for (int64_t i = 0; i < n; i++)
@@ -58,5 +76,5 @@ void dl_device_backend_close(dl_device_backend *be) {
 }
 
 dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be) {
-    return (dl_trainer_backend){be, be_set_params, be_micro_batch, be_skip};
+    return (dl_trainer_backend){be, be_set_params, be_micro_batch, be_skip, be_accumulate, be_collect};
 }

@@ -47,5 +47,5 @@ static int syn_skip(void *ctx, int64_t n) {
 }
 
 dl_trainer_backend dl_synthetic_backend_callbacks(dl_synthetic_backend *be) {
-    return (dl_trainer_backend){be, syn_set_params, syn_micro_batch, syn_skip};
+    return (dl_trainer_backend){.ctx = be, .set_params = syn_set_params, .micro_batch = syn_micro_batch, .skip = syn_skip};
 }

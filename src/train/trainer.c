@@ -207,12 +207,50 @@ static void report_micro_batch(loop_state *st) {
 
 static bool stop_requested(const dl_trainer_options *o) { return o->stop && *o->stop; }
 
-/* Accumulates one target batch; 1 if stopped first, 0 when full, -1 on error. */
+/* Sums the micro-batches on the device; the mean gradient crosses once. A
+ * non-finite loss poisons the sum, and without loss scaling it means the
+ * run diverged. */
+static int accumulate_on_device(loop_state *st, const dl_trainer_backend *be, step_record *r) {
+    double loss = 0, mlm = 0, sop = 0;
+    bool first = true;
+    while (st->acc.samples < st->o->target_batch) {
+        if (stop_requested(st->o)) return 1;
+        int samples = 0;
+        dl_losses losses = {0};
+        if (be->accumulate(be->ctx, first, st->ls.scale, &samples, &losses))
+            return dl_fail_context("micro-batch %" PRId64, st->progress.micro_batches);
+        first = false;
+        st->progress.micro_batches++;
+        if (!isfinite(losses.loss))
+            return dl_fail("micro-batch %" PRId64 " gave a non-finite loss in fp32: the run diverged (lower --lr?)",
+                           st->progress.micro_batches - 1);
+        if (samples <= 0) return dl_fail("the backend returned a micro-batch of %d samples", samples);
+        dl_loss_scale_update(&st->ls, true); /* counts the clean micro-batch, as the other path does */
+        st->acc.samples += samples;
+        loss += (double)losses.loss * samples;
+        mlm += (double)losses.mlm_loss * samples;
+        sop += (double)losses.sop_loss * samples;
+        report_micro_batch(st);
+    }
+    if (be->collect(be->ctx, st->ls.scale, st->acc.samples, st->grad)) return dl_fail_context("collecting the gradient");
+    if (!dl_all_finite(st->grad, st->acc.n))
+        return dl_fail("the step's gradient is not finite in fp32: the run diverged (lower --lr?)");
+    double n = (double)st->acc.samples;
+    r->loss = loss / n;
+    r->mlm = mlm / n;
+    r->sop = sop / n;
+    r->samples = st->acc.samples;
+    return 0;
+}
+
+/* Accumulates one target batch into st->grad (the sample-weighted mean); 1
+ * if stopped first, 0 when full, -1 on error. */
 static int accumulate(loop_state *st, const dl_trainer_backend *be, step_record *r) {
     dl_grad_accum_reset(&st->acc);
     double loss = 0, mlm = 0, sop = 0;
     r->dropped = 0;
     st->accum_start = dl_now();
+    if (be->accumulate && be->collect && !st->o->loss_scaling) return accumulate_on_device(st, be, r);
     while (st->acc.samples < st->o->target_batch) {
         if (stop_requested(st->o)) return 1;
         int samples = 0;
@@ -242,7 +280,7 @@ static int accumulate(loop_state *st, const dl_trainer_backend *be, step_record 
     r->mlm = mlm / n;
     r->sop = sop / n;
     r->samples = st->acc.samples;
-    return 0;
+    return dl_grad_accum_mean(&st->acc, st->grad);
 }
 
 static int apply_resume(loop_state *st, const dl_checkpoint *ck, float *params, const dl_trainer_backend *be) {
@@ -321,7 +359,6 @@ int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config,
             res->interrupted = true;
             break;
         }
-        if (dl_grad_accum_mean(&st.acc, st.grad)) goto done;
         dl_opt_step_info info;
         if (dl_optimizer_step(&st.opt, params, st.grad, &info)) goto done;
         if (be->set_params(be->ctx, params)) {

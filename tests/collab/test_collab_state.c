@@ -544,7 +544,8 @@ int main(int argc, char **argv) {
     victim_signal = SIGSTOP;
     victim_hit = false;
     const char *two[2] = {ids[0], ids[1]};
-    do_fetch(net, two, 2, EPOCH, hash, 3, hit_victim_at_third, 0, &f);
+    /* 6 s: long enough that the honest donor answers in time on a loaded machine. */
+    do_fetch(net, two, 2, EPOCH, hash, 6, hit_victim_at_third, 0, &f);
     kill(donor_procs[1].pid, SIGCONT);
     CHECK_MSG(f.rc == 0 && same_bits(&f.got, &want), "stalled donor: %s", f.error);
     CHECK_MSG(f.result.donors[1].dropped && strstr(f.result.donors[1].reason, "timeout"), "stalled donor: %s",

@@ -53,6 +53,15 @@ static void launch(cl_kernel k, int dims, size_t g0, size_t g1) {
     CHECK_OK(dl_device_finish(dev));
 }
 
+/* A row kernel: one work-group per row. ROW_GROUP is not a divisor of the
+ * row lengths, so every strided loop has a ragged end. */
+enum { ROW_GROUP = 32 };
+static void launch_rows(cl_kernel k, int rows) {
+    size_t global = (size_t)rows * ROW_GROUP, local = ROW_GROUP;
+    CHECK_OK(dl_launch(dev, k, 1, &global, &local));
+    CHECK_OK(dl_device_finish(dev));
+}
+
 /* |a-b| / (1 + |b|); NaN when a is (a poisoned element nobody wrote). */
 static double rel_diff(double a, double b) { return dl_test_diff(a, b) / (1.0 + fabs(b)); }
 
@@ -106,7 +115,7 @@ static void test_layernorm(void) {
     DL_ARG(k, 0, out.mem); DL_ARG(k, 1, mean.mem); DL_ARG(k, 2, rstd.mem); DL_ARG(k, 3, in.mem);
     DL_ARG(k, 4, pb.mem); DL_ARG(k, 5, goff); DL_ARG(k, 6, boff); DL_ARG(k, 7, rows);
     DL_ARG(k, 8, C); DL_ARG(k, 9, eps);
-    launch(k, 1, (size_t)rows, 1);
+    launch_rows(k, rows);
     float *y = download(&out, n);
     double e = max_err(y, yd, n);
     CHECK_MSG(e < 1e-5, "layernorm forward err %g", e);
@@ -120,7 +129,7 @@ static void test_layernorm(void) {
     DL_ARG(kb, 0, dx.mem); DL_ARG(kb, 1, dy.mem); DL_ARG(kb, 2, in.mem); DL_ARG(kb, 3, mean.mem);
     DL_ARG(kb, 4, rstd.mem); DL_ARG(kb, 5, pb.mem); DL_ARG(kb, 6, goff); DL_ARG(kb, 7, rows);
     DL_ARG(kb, 8, C);
-    launch(kb, 1, (size_t)rows, 1);
+    launch_rows(kb, rows);
     cl_kernel kp = kernel("layernorm.cl", "layernorm_backward_params");
     DL_ARG(kp, 0, grads.mem); DL_ARG(kp, 1, dy.mem); DL_ARG(kp, 2, in.mem); DL_ARG(kp, 3, mean.mem);
     DL_ARG(kp, 4, rstd.mem); DL_ARG(kp, 5, goff); DL_ARG(kp, 6, boff); DL_ARG(kp, 7, rows);
@@ -192,6 +201,35 @@ static void test_unary(const char *fwd, const char *bwd, double (*f)(double), bo
     clReleaseKernel(k); clReleaseKernel(kb);
 }
 
+/* The fused bias + gelu: pre gains the bias, act is gelu of it, both
+ * against double on odd sizes, the parameters read at an offset. */
+static void test_bias_gelu(void) {
+    int rows = 7, C = 45, off = 3;
+    size_t n = (size_t)rows * C;
+    float *x = randn(n, 2.0f), *p = randn((size_t)(C + off), 1.0f);
+    dl_buffer pre = upload(x, n * 4), act = poisoned(n), pb = upload(p, (size_t)(C + off) * 4);
+    cl_kernel k = kernel("activation.cl", "bias_gelu_forward");
+    DL_ARG(k, 0, pre.mem); DL_ARG(k, 1, act.mem); DL_ARG(k, 2, pb.mem); DL_ARG(k, 3, off);
+    DL_ARG(k, 4, rows); DL_ARG(k, 5, C);
+    launch(k, 2, (size_t)C, (size_t)rows);
+    float *got_pre = download(&pre, n), *got_act = download(&act, n);
+    double pe = 0, ae = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < C; c++) {
+            size_t i = (size_t)r * C + c;
+            double want = (double)x[i] + (double)p[off + c];
+            pe = fmax(pe, fabs(got_pre[i] - want) / (1 + fabs(want)));
+            double g = gelu_ref(want);
+            double e = fabs(got_act[i] - g) / (1 + fabs(g));
+            if (!(e <= ae)) ae = e;
+        }
+    CHECK_MSG(pe < 1e-6, "bias_gelu_forward pre err %g", pe);
+    CHECK_MSG(ae < 1e-6, "bias_gelu_forward act err %g", ae);
+    free(x); free(p); free(got_pre); free(got_act);
+    dl_buffer_free(dev, &pre); dl_buffer_free(dev, &act); dl_buffer_free(dev, &pb);
+    clReleaseKernel(k);
+}
+
 /* ---- attention softmax ---- */
 static void softmax_ref(const double *s, const int *mask, double *p, int B, int heads, int T,
                         double sqrt_d) {
@@ -222,7 +260,7 @@ static void test_softmax(void) {
     cl_kernel k = kernel("softmax.cl", "attention_softmax_forward");
     DL_ARG(k, 0, att.mem); DL_ARG(k, 1, m.mem); DL_ARG(k, 2, rows); DL_ARG(k, 3, heads);
     DL_ARG(k, 4, T); DL_ARG(k, 5, sqrt_d);
-    launch(k, 1, (size_t)rows, 1);
+    launch_rows(k, rows);
     float *got = download(&att, n);
     double e = max_err(got, p, n);
     CHECK_MSG(e < 1e-6, "softmax forward err %g", e);
@@ -230,7 +268,7 @@ static void test_softmax(void) {
     cl_kernel kb = kernel("softmax.cl", "attention_softmax_backward");
     DL_ARG(kb, 0, datt.mem); DL_ARG(kb, 1, att.mem); DL_ARG(kb, 2, rows); DL_ARG(kb, 3, T);
     DL_ARG(kb, 4, sqrt_d);
-    launch(kb, 1, (size_t)rows, 1);
+    launch_rows(kb, rows);
     float *g = download(&datt, n);
     double worst = 0, h = 1e-4;
     double *pp = malloc(n * sizeof *pp);
@@ -264,7 +302,7 @@ static void test_cross_entropy(void) {
     int want = 1;
     DL_ARG(k, 0, logits.mem); DL_ARG(k, 1, t.mem); DL_ARG(k, 2, losses.mem); DL_ARG(k, 3, rows);
     DL_ARG(k, 4, V); DL_ARG(k, 5, scale); DL_ARG(k, 6, want);
-    launch(k, 1, (size_t)rows, 1);
+    launch_rows(k, rows);
     float *l = download(&losses, (size_t)rows), *g = download(&logits, n);
     double le = 0, ge = 0, h = 1e-4;
     for (int r = 0; r < rows; r++) {
@@ -439,6 +477,7 @@ int main(void) {
     test_layernorm();
     test_unary("gelu_forward", "gelu_backward", gelu_ref, false);
     test_unary("tanh_forward", "tanh_backward", tanh, true);
+    test_bias_gelu();
     test_softmax();
     test_cross_entropy();
     test_embedding();
