@@ -386,9 +386,6 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
     if (!r->has_group) return;
     res->compression = r->g.codec;
     res->aggregation = r->g.aggregation;
-    if (r->clipped)
-        for (size_t i = 0; i < r->g.n; i++)
-            if (r->clipped[i]) res->clipped[i / 8] |= (uint8_t)(1u << (i % 8));
     res->num_members = r->g.n;
     res->my_index = r->me;
     res->lp_bound_s = r->g.lp_bound_s;
@@ -404,6 +401,9 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
             o->part_offset = m->part_offset;
             o->part_elems = m->part_elems;
         }
+    if (r->clipped)
+        for (size_t i = 0; i < r->g.n; i++)
+            if (r->clipped[i]) res->clipped[i / 8] |= (uint8_t)(1u << (i % 8));
     if (r->status != DL_AVG_OK || !r->i_receive) return;
     res->chunks = calloc(r->num_chunks ? r->num_chunks : 1, sizeof *res->chunks);
     if (!res->chunks) return;
