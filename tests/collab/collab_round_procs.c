@@ -62,6 +62,7 @@ struct scenario {
     const char *victim_status; /* what the victim must report, or NULL */
     const char *aggregation;   /* NULL (mean) or "centered-clip" */
     const char *attacks;       /* per member: '-' honest, 's' sign-flip, 'n' noise, 't' stale, 'r' replay */
+    double tau;                /* centered clip radius (0 = the default, 1) */
 };
 
 static struct member members[MAX_MEMBERS];
@@ -126,8 +127,13 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
     if (m->misbehave) {
         argv[k++] = "--misbehave"; argv[k++] = m->misbehave;
     }
+    char tau[32];
     if (sc->aggregation) {
         argv[k++] = "--aggregation"; argv[k++] = sc->aggregation;
+    }
+    if (sc->tau > 0) {
+        snprintf(tau, sizeof tau, "%g", sc->tau);
+        argv[k++] = "--tau"; argv[k++] = tau;
     }
     if (sc->attacks) {
         /* gradient-like vectors: a common one plus 0.1 x each member's own */
@@ -406,7 +412,10 @@ static void verify_robust(const struct scenario *sc) {
         const cJSON *group = cJSON_GetObjectItem(members[0].round, "members");
         for (int g = 0; g < cJSON_GetArraySize(group); g++) {
             int who = member_by_id(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(group, g), "peer_id")));
-            if (who < 0 || !members[who].attack || strcmp(members[who].attack, "sign-flip")) continue;
+            /* With a tau above the honest spread nobody honest is clipped;
+             * every attacker whose vector is far off is. */
+            bool blatant = who >= 0 && members[who].attack && strcmp(members[who].attack, "replay");
+            if (who < 0 || (sc->tau > 0 ? false : !blatant || strcmp(members[who].attack, "sign-flip"))) continue;
             int seen = 0;
             for (int i = 0; i < num_members; i++) {
                 const char *mask = members[i].round ? cJSON_GetStringValue(cJSON_GetObjectItem(members[i].round, "clipped")) : NULL;
@@ -414,7 +423,11 @@ static void verify_robust(const struct scenario *sc) {
                 if (mask && strlen(mask) >= (size_t)(2 * (g / 8) + 2) && sscanf(mask + 2 * (g / 8), "%2x", &byte) == 1)
                     seen += (byte >> (g % 8)) & 1;
             }
-            CHECK_MSG(seen >= num_members - 1, "the sign-flip attacker (member %d) was clipped by %d aggregators", who, seen);
+            if (blatant)
+                CHECK_MSG(seen >= num_members - 1, "attacker %d (%s) was clipped by %d aggregators", who,
+                          members[who].attack, seen);
+            else
+                CHECK_MSG(seen == 0, "honest member %d was clipped by %d aggregators (tau %g)", who, seen, sc->tau);
         }
     }
     free(honest);
@@ -568,27 +581,29 @@ static int run(const struct scenario *sc) {
 static const struct scenario scenarios[] = {
     /* name           n  size     codec    Mbit  fault   victim at   roles       misbehave  delay  victim must report
      * aggregation  attacks (weights are 1 + i % 3: the attackers at 0, 3, 6 hold 3 of 15) */
-    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL},
-    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL},
-    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL},
-    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL},
-    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL, 0, NULL, NULL, NULL},
-    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL, 0, NULL, NULL, NULL},
-    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL, 0, NULL, NULL, NULL},
-    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL, 0, NULL, NULL, NULL},
-    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL},
-    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL},
-    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size", 0, "dropped", NULL, NULL},
-    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part", 0, "dropped", NULL, NULL},
-    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage", 0, "dropped", NULL, NULL},
-    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL, 0, NULL, NULL, NULL},
+    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL, 0, NULL, NULL, NULL, 0},
+    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL, 0, NULL, NULL, NULL, 0},
+    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0},
+    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0},
+    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size", 0, "dropped", NULL, NULL, 0},
+    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part", 0, "dropped", NULL, NULL, 0},
+    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage", 0, "dropped", NULL, NULL, 0},
+    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL, 0, NULL, NULL, NULL, 0},
     /* a client that calls the round 8 s late misses the group (the first
      * window is about 5 s) and keeps its vector */
-    {"late",          4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     NULL, 8, "no group", NULL, NULL},
+    {"late",          4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     NULL, 8, "no group", NULL, NULL, 0},
     /* 8 members, 3 attackers, the same inputs aggregated both ways */
-    {"robust_mean",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, "s--n--t-"},
-    {"robust_clip",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-"},
-    {"robust_clip_replay", 8, 600011, "none", 0, NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--r--n-"},
+    {"robust_mean",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, "s--n--t-", 0},
+    {"robust_clip",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 0},
+    {"robust_clip_replay", 8, 600011, "none", 0, NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--r--n-", 0},
+    /* tau above the honest spread of a chunk (about 15 here): only the attackers are clipped */
+    {"robust_clip_tau", 8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 30},
 };
 
 int main(int argc, char **argv) {
