@@ -27,12 +27,31 @@ struct dl_collab_config {
     double matchmaking_floor_s;  /* bounds of the adaptive matchmaking window (default 0.5 .. 10) */
     double matchmaking_ceiling_s;
     double ban_s;                /* how long a misbehaving member is refused (default 60) */
+    /* Centered-clip rounds: a member whose contribution this peer clipped
+     * (as an aggregator) in this many consecutive rounds is reported at
+     * warning level (default 3), and refused for the rest of the run from
+     * this many on (default 10); 0 = never. */
+    int clip_warn_rounds;
+    int clip_ban_rounds;
 };
 void dl_collab_config_default(struct dl_collab_config *config);
 
 /* Registers the averaging methods on net (which must outlive it). */
 int dl_collab_start(dl_net *net, const struct dl_collab_config *config, dl_collab **collab);
 void dl_collab_stop(dl_collab *collab);
+
+/* How an aggregator combines the contributions to one chunk. */
+enum dl_aggregation {
+    DL_AGG_MEAN = 0,             /* the weighted mean */
+    DL_AGG_CENTERED_CLIP = 1,    /* CenteredClip (BTARD): robust to a minority of bad contributions */
+};
+/* "mean" / "centered-clip"; 0, or -1 for an unknown name. */
+int dl_aggregation_parse(const char *name, int *aggregation);
+const char *dl_aggregation_name(int aggregation);
+/* BTARD's defaults (Gorbunov et al. 2021). */
+#define DL_CLIP_DEFAULT_TAU 1.0
+#define DL_CLIP_DEFAULT_ITERATIONS 20
+#define DL_CLIP_MAX_ITERATIONS 1000
 
 struct dl_avg_options {
     uint64_t epoch;              /* round key: members of one round use the same epoch */
@@ -41,6 +60,11 @@ struct dl_avg_options {
     double deadline_s;           /* whole round, matchmaking included (default 60) */
     double stall_s;              /* silence after which a sender is left out (0 = deadline / 6, >= 1) */
     size_t expected_peers;       /* leader: close matchmaking once this many joined (0 = the swarm view's count) */
+    /* Aggregation, per run: the leader writes its own into the signed group
+     * record and every aggregator of the round follows the record. */
+    int aggregation;             /* enum dl_aggregation (default mean) */
+    double clip_tau;             /* centered clip: radius, per chunk (default 1) */
+    int clip_iterations;         /* centered clip: iterations (default 20, at most 1000) */
 };
 void dl_avg_options_default(struct dl_avg_options *options);
 
@@ -83,6 +107,9 @@ struct dl_avg_result {
     double lp_bound_s;           /* the load-balancing optimum for these bandwidths */
     double reduce_s;             /* time spent decoding, reducing and encoding */
     uint64_t reduced_elems;      /* elements of contributions decoded and reduced */
+    int aggregation;             /* what the group record said (enum dl_aggregation) */
+    uint8_t clipped[DL_AVG_MAX_MEMBERS / 8]; /* bit i: we clipped member i's contribution in a
+                                                chunk we reduced (centered clip) */
 };
 void dl_avg_result_free(struct dl_avg_result *result);
 

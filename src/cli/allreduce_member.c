@@ -2,7 +2,17 @@
  * averaging tests: a peer that averages a random vector (drawn from its
  * seed) with the others for a number of rounds, printing one JSON line per
  * round. Not a user command: the bench starts it (internal subcommand
- * `dedloc bench allreduce-member`, absent from --help). */
+ * `dedloc bench allreduce-member`, absent from --help).
+ *
+ * Test-hook builds (DEDLOC_TEST_HOOKS) also take a vector model closer to
+ * gradients (--common-seed S --spread X: a vector shared by every member
+ * plus X times the member's own draws) and --attack MODE, a member that
+ * misbehaves on purpose with well-formed data, to test robust aggregation:
+ *   sign-flip  its honest vector times -1000
+ *   noise      uniform noise in [-100, 100)
+ *   stale      its honest vector of 5 rounds earlier
+ *   replay     another member's honest vector (--replay-seed: that member's seed)
+ * None of this is reachable from a normal build. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
@@ -43,6 +53,55 @@ static void fill_vector(float *v, size_t n, uint64_t seed) {
         v[i] = (float)((double)(z >> 40) / 8388608.0 - 1.0);
     }
 }
+
+/* The vector a member contributes in a round: its own draws, or with a
+ * common seed the shared vector plus `spread` times its own draws. */
+struct vector_model {
+    bool common;
+    uint64_t common_seed;
+    double spread;
+};
+
+static void honest_vector(float *v, float *scratch, size_t n, uint64_t seed, uint64_t round,
+                          const struct vector_model *vm) {
+    if (!vm->common) {
+        fill_vector(v, n, seed * 1000003u + round);
+        return;
+    }
+    fill_vector(v, n, vm->common_seed * 1000003u + round);
+    fill_vector(scratch, n, seed * 1000003u + round);
+    for (size_t i = 0; i < n; i++) v[i] = (float)((double)v[i] + vm->spread * (double)scratch[i]);
+}
+
+#ifdef DEDLOC_TEST_HOOKS
+enum attack { ATTACK_NONE, ATTACK_SIGN_FLIP, ATTACK_NOISE, ATTACK_STALE, ATTACK_REPLAY };
+
+static int parse_attack(const char *s, int *out) {
+    if (!strcmp(s, "sign-flip")) *out = ATTACK_SIGN_FLIP;
+    else if (!strcmp(s, "noise")) *out = ATTACK_NOISE;
+    else if (!strcmp(s, "stale")) *out = ATTACK_STALE;
+    else if (!strcmp(s, "replay")) *out = ATTACK_REPLAY;
+    else return -1;
+    return 0;
+}
+
+static void attack_vector(int attack, float *v, float *scratch, size_t n, uint64_t seed, uint64_t replay_seed,
+                          uint64_t round, const struct vector_model *vm) {
+    switch (attack) {
+    case ATTACK_SIGN_FLIP:
+        honest_vector(v, scratch, n, seed, round, vm);
+        for (size_t i = 0; i < n; i++) v[i] *= -1000.0f;
+        break;
+    case ATTACK_NOISE:
+        fill_vector(v, n, seed * 1000003u + round + 0x5EED0000ull);
+        for (size_t i = 0; i < n; i++) v[i] *= 100.0f;
+        break;
+    case ATTACK_STALE: honest_vector(v, scratch, n, seed, round - 5, vm); break;
+    case ATTACK_REPLAY: honest_vector(v, scratch, n, replay_seed, round, vm); break;
+    default: honest_vector(v, scratch, n, seed, round, vm); break;
+    }
+}
+#endif
 
 static int write_floats(const char *path, const float *v, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -121,6 +180,10 @@ static void report_round(int round, const struct dl_avg_result *res, const float
     if (has_result) dl_hash64_hex(dl_hash64(vec, n * sizeof(float), 0), hash);
     cJSON_AddStringToObject(o, "hash", hash);
     cJSON_AddStringToObject(o, "compression", dl_codec_name(res->compression));
+    cJSON_AddStringToObject(o, "aggregation", dl_aggregation_name(res->aggregation));
+    char clipped[DL_AVG_MAX_MEMBERS / 4 + 1];
+    mask_hex(res->clipped, res->num_members, clipped);
+    cJSON_AddStringToObject(o, "clipped", clipped);
     cJSON_AddNumberToObject(o, "total_s", res->total_s);
     cJSON_AddNumberToObject(o, "matchmaking_s", res->matchmaking_s);
     cJSON_AddNumberToObject(o, "allreduce_s", res->allreduce_s);
@@ -157,9 +220,16 @@ int bench_allreduce_member(int argc, char **argv) {
     dl_avg_options_default(&opt);
     opt.deadline_s = 30;
     double size = 1 << 20, seed = 1, rounds = 1, peers = 1, v = 0, delay = 0, linger = 30;
+    double tau = DL_CLIP_DEFAULT_TAU, iterations = DL_CLIP_DEFAULT_ITERATIONS;
     const char *out_prefix = NULL, *misbehave = NULL;
+    struct vector_model vm = {false, 0, 0};
     enum { O_LISTEN = 256, O_INITIAL, O_SIZE, O_SEED, O_WEIGHT, O_COMP, O_DEADLINE, O_STALL, O_ROUNDS,
-           O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT, O_DELAY, O_LINGER };
+           O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT, O_DELAY, O_LINGER, O_AGG, O_TAU, O_ITERS,
+           O_CWARN, O_CBAN, O_ATTACK, O_COMMON, O_SPREAD, O_REPLAY };
+#ifdef DEDLOC_TEST_HOOKS
+    int attack = ATTACK_NONE;
+    double common_seed = 0, replay_seed = 0;
+#endif
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN}, {"initial-peers", required_argument, NULL, O_INITIAL},
         {"size", required_argument, NULL, O_SIZE}, {"seed", required_argument, NULL, O_SEED},
@@ -170,6 +240,13 @@ int bench_allreduce_member(int argc, char **argv) {
         {"bandwidth", required_argument, NULL, O_BW}, {"max-upload", required_argument, NULL, O_MAXUP},
         {"misbehave", required_argument, NULL, O_MISB}, {"out", required_argument, NULL, O_OUT},
         {"delay", required_argument, NULL, O_DELAY}, {"linger", required_argument, NULL, O_LINGER},
+        {"aggregation", required_argument, NULL, O_AGG}, {"tau", required_argument, NULL, O_TAU},
+        {"clip-iterations", required_argument, NULL, O_ITERS}, {"clip-warn", required_argument, NULL, O_CWARN},
+        {"clip-ban", required_argument, NULL, O_CBAN},
+#ifdef DEDLOC_TEST_HOOKS
+        {"attack", required_argument, NULL, O_ATTACK}, {"common-seed", required_argument, NULL, O_COMMON},
+        {"spread", required_argument, NULL, O_SPREAD}, {"replay-seed", required_argument, NULL, O_REPLAY},
+#endif
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -193,6 +270,17 @@ int bench_allreduce_member(int argc, char **argv) {
         case O_OUT: out_prefix = optarg; break;
         case O_DELAY: bad = parse_num(optarg, 0, 3600, &delay); break;
         case O_LINGER: bad = parse_num(optarg, 0, 3600, &linger); break;
+        case O_AGG: bad = dl_aggregation_parse(optarg, &opt.aggregation); break;
+        case O_TAU: bad = parse_num(optarg, 1e-30, 1e30, &tau); break;
+        case O_ITERS: bad = parse_num(optarg, 0, DL_CLIP_MAX_ITERATIONS, &iterations); break;
+        case O_CWARN: bad = parse_num(optarg, 0, 1e6, &v); ccfg.clip_warn_rounds = (int)v; break;
+        case O_CBAN: bad = parse_num(optarg, 0, 1e6, &v); ccfg.clip_ban_rounds = (int)v; break;
+#ifdef DEDLOC_TEST_HOOKS
+        case O_ATTACK: bad = parse_attack(optarg, &attack); break;
+        case O_COMMON: bad = parse_num(optarg, 0, 1e15, &common_seed); vm.common = true; break;
+        case O_SPREAD: bad = parse_num(optarg, 0, 1e6, &vm.spread); break;
+        case O_REPLAY: bad = parse_num(optarg, 0, 1e15, &replay_seed); break;
+#endif
         default: return DL_EXIT_USAGE;
         }
         if (bad) {
@@ -211,11 +299,18 @@ int bench_allreduce_member(int argc, char **argv) {
             return DL_EXIT_USAGE;
         }
     }
+    opt.clip_tau = tau;
+    opt.clip_iterations = (int)iterations;
+#ifdef DEDLOC_TEST_HOOKS
+    vm.common_seed = (uint64_t)common_seed;
+#endif
     signal(SIGPIPE, SIG_IGN);
     size_t n = (size_t)size;
     float *vec = dl_malloc(n * sizeof(float));
-    if (!vec) {
+    float *scratch = vm.common ? dl_malloc(n * sizeof(float)) : NULL;
+    if (!vec || (vm.common && !scratch)) {
         fprintf(stderr, "allreduce-member: %s\n", dl_error());
+        free(vec);
         return DL_EXIT_FAILURE;
     }
     dl_net *net;
@@ -223,12 +318,14 @@ int bench_allreduce_member(int argc, char **argv) {
     if (dl_net_start(&cfg, &net)) {
         fprintf(stderr, "allreduce-member: %s\n", dl_error());
         free(vec);
+        free(scratch);
         return DL_EXIT_FAILURE;
     }
     if (dl_collab_start(net, &ccfg, &collab)) {
         fprintf(stderr, "allreduce-member: %s\n", dl_error());
         dl_net_stop(net);
         free(vec);
+        free(scratch);
         return DL_EXIT_FAILURE;
     }
     collab->misbehaviour = mode;
@@ -241,7 +338,11 @@ int bench_allreduce_member(int argc, char **argv) {
     int rc = DL_EXIT_OK;
     for (int round = 0; round < (int)rounds; round++) {
         uint64_t epoch = (uint64_t)round + 1;
-        fill_vector(vec, n, (uint64_t)seed * 1000003u + (uint64_t)round);
+#ifdef DEDLOC_TEST_HOOKS
+        attack_vector(attack, vec, scratch, n, (uint64_t)seed, (uint64_t)replay_seed, (uint64_t)round, &vm);
+#else
+        honest_vector(vec, scratch, n, (uint64_t)seed, (uint64_t)round, &vm);
+#endif
         if (out_prefix && round == 0) {
             char path[1024];
             snprintf(path, sizeof path, "%s.in.bin", out_prefix);
@@ -279,6 +380,7 @@ int bench_allreduce_member(int argc, char **argv) {
     dl_collab_stop(collab);
     dl_net_stop(net);
     free(vec);
+    free(scratch);
     cJSON *done = cJSON_CreateObject();
     cJSON_AddStringToObject(done, "event", "done");
     emit(done);

@@ -16,6 +16,7 @@
 
 #include "collab/balance.h"
 #include "collab/bytes.h"
+#include "collab/centered_clip.h"
 #include "collab/collab_internal.h"
 #include "collab/wirecodec.h"
 
@@ -113,6 +114,22 @@ static int store_result(struct dl_round *r, size_t gi, uint8_t *msg, size_t size
     return 1;
 }
 
+/* CenteredClip over the decoded contributions (all of them at once: the
+ * iterations revisit each), then into r->tmp. Marks whom it clipped. */
+static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t *who, const double *w, size_t count,
+                          size_t len) {
+    const float *x[DL_AVG_MAX_MEMBERS];
+    bool clipped[DL_AVG_MAX_MEMBERS] = {false};
+    for (size_t i = 0; i < count; i++) x[i] = decoded + i * len;
+    if (dl_centered_clip(x, w, count, len, r->g.clip_tau, r->g.clip_iterations, r->acc, clipped)) return -1;
+    for (size_t i = 0; i < count; i++) {
+        r->reduced_from[who[i]] = true;
+        if (clipped[i]) r->clipped[who[i]] = true;
+    }
+    for (size_t e = 0; e < len; e++) r->tmp[e] = (float)r->acc[e];
+    return 0;
+}
+
 int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generation, uint8_t **contrib, bool *bad) {
     double t0 = dl_now();
     uint64_t off, len;
@@ -123,23 +140,48 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     for (size_t j = 0; j < r->g.n; j++)
         if (contrib[j]) present_weight += r->g.members[j].weight;
     bool equal = !(present_weight > 0);
+    bool clip = r->g.aggregation == DL_AGG_CENTERED_CLIP;
+    float *decoded = NULL;
+    size_t who[DL_AVG_MAX_MEMBERS];
+    double weights[DL_AVG_MAX_MEMBERS];
+    if (clip) {
+        size_t present = 0;
+        for (size_t j = 0; j < r->g.n; j++) present += contrib[j] != NULL;
+        decoded = dl_malloc(sizeof(float) * (size_t)len * (present ? present : 1));
+        if (!decoded) return -1;
+    }
     double total = 0;
     size_t count = 0;
     uint8_t mask[32] = {0};
     for (size_t j = 0; j < r->g.n; j++) {
         if (!contrib[j]) continue;
-        if (dl_codec_decode(r->g.codec, contrib[j] + DL_AVG_REF_HEADER, enc, (size_t)len, r->tmp)) {
+        float *into = clip ? decoded + count * (size_t)len : r->tmp;
+        if (dl_codec_decode(r->g.codec, contrib[j] + DL_AVG_REF_HEADER, enc, (size_t)len, into)) {
             bad[j] = true;
             continue;
         }
         double w = equal ? 1.0 : r->g.members[j].weight;
-        for (size_t e = 0; e < len; e++) r->acc[e] += w * (double)r->tmp[e];
+        if (clip) {
+            who[count] = j;
+            weights[count] = w;
+        } else {
+            for (size_t e = 0; e < len; e++) r->acc[e] += w * (double)into[e];
+        }
         total += w;
         count++;
         mask[j / 8] |= (uint8_t)(1u << (j % 8));
     }
-    if (!count || !(total > 0)) return -1;
-    for (size_t e = 0; e < len; e++) r->tmp[e] = (float)(r->acc[e] / total);
+    if (!count || !(total > 0)) {
+        free(decoded);
+        return -1;
+    }
+    if (clip) {
+        int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len);
+        free(decoded);
+        if (rc) return -1;
+    } else {
+        for (size_t e = 0; e < len; e++) r->tmp[e] = (float)(r->acc[e] / total);
+    }
     uint8_t *msg = dl_malloc(DL_AVG_RESULT_HEADER + enc);
     if (!msg) return -1;
     memset(msg, 0, DL_AVG_RESULT_HEADER);
@@ -228,11 +270,13 @@ static int setup(struct dl_round *r) {
     r->last_from = dl_calloc(n, sizeof *r->last_from);
     r->last_heard = dl_calloc(n, sizeof *r->last_heard);
     r->heard = dl_calloc(n, sizeof *r->heard);
+    r->clipped = dl_calloc(n, sizeof *r->clipped);
+    r->reduced_from = dl_calloc(n, sizeof *r->reduced_from);
     r->send = dl_calloc(n, sizeof *r->send);
     r->out = dl_calloc(n, sizeof *r->out);
     r->tmp = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
     r->acc = dl_malloc(sizeof(double) * DL_AVG_CHUNK_ELEMS);
-    if (!r->first_chunk || !r->dropped || !r->failed || !r->last_from || !r->last_heard || !r->heard || !r->send || !r->out ||
+    if (!r->first_chunk || !r->dropped || !r->failed || !r->last_from || !r->last_heard || !r->heard || !r->clipped || !r->reduced_from || !r->send || !r->out ||
         !r->tmp || !r->acc)
         return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
     for (size_t p = 0; p < n; p++) r->first_chunk[p + 1] = r->first_chunk[p] + dl_round_chunks_of(r, p);
@@ -296,6 +340,8 @@ void dl_round_free(struct dl_round *r) {
     free(r->last_from);
     free(r->last_heard);
     free(r->heard);
+    free(r->clipped);
+    free(r->reduced_from);
     free(r->tmp);
     free(r->acc);
     free(r->group_record);

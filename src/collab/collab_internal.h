@@ -59,6 +59,13 @@ struct dl_ban_entry {
 
 struct dl_round;
 
+/* Consecutive centered-clip rounds in which this peer, as an aggregator,
+ * clipped a member's contribution. */
+struct dl_clip_streak {
+    char peer_id[DL_PEER_ID_HEX];
+    uint32_t rounds;
+};
+
 struct dl_collab {
     dl_net *net;
     struct dl_collab_config cfg;
@@ -70,6 +77,8 @@ struct dl_collab {
     uint64_t next_serial;
     struct dl_ban_entry bans[64];
     size_t num_bans;
+    struct dl_clip_streak streaks[DL_AVG_MAX_MEMBERS]; /* round thread only */
+    size_t num_streaks;
     double spread_ema;            /* arrival spread of past matchmakings (s) */
     double measured_mbit;         /* upload rate of past rounds */
     int misbehaviour;             /* tests only: enum dl_misbehaviour */
@@ -146,6 +155,9 @@ struct dl_round {
     bool *failed;
     double *last_heard;
     bool *heard;                  /* it answered us at least once this round */
+    /* centered clip, in chunks this member reduced: whose contribution was
+     * in one, whose was clipped in one */
+    bool *reduced_from, *clipped;
     struct dl_recovery *rec;      /* per global chunk */
     struct dl_rereduce *rr;       /* per global chunk */
     /* outcome */
@@ -164,6 +176,11 @@ struct dl_round {
 void dl_collab_push(struct dl_collab *c, struct dl_avg_event *ev);
 bool dl_collab_is_banned(struct dl_collab *c, const char *peer_id);
 void dl_collab_ban(struct dl_collab *c, const char *peer_id, const char *why);
+/* Refuses peer_id for the rest of the run (until dl_collab_stop). */
+void dl_collab_ban_for_run(struct dl_collab *c, const char *peer_id, const char *why);
+/* clip_streak.c: after a centered-clip round, counts each member this peer
+ * clipped (or not) as an aggregator; warns and bans past the thresholds. */
+void dl_collab_count_clipped(struct dl_collab *c, const struct dl_round *r);
 /* Sends a request whose answer comes back as an event of `kind` for round r. */
 int dl_round_request(struct dl_round *r, const char *peer_id, const char *method, const void *payload,
                      size_t size, double timeout_s, int kind, uint32_t part, uint32_t chunk, uint32_t member);

@@ -10,7 +10,9 @@
 #include "dedloc/util.h"
 
 static const uint8_t group_magic[4] = {'D', 'L', 'G', 'R'};
-#define GROUP_VERSION 1
+/* Version 2 appends the aggregation settings after the members; version 1
+ * records (no tail) still parse, as mean rounds. */
+#define GROUP_VERSION 2
 
 static int cmp_member(const void *a, const void *b) {
     return strcmp(((const struct dl_group_member *)a)->peer_id, ((const struct dl_group_member *)b)->peer_id);
@@ -35,12 +37,17 @@ int dl_group_find(const struct dl_group *g, const char *peer_id) {
     return -1;
 }
 
-size_t dl_group_record_size(size_t n) { return DL_GROUP_HEADER + n * DL_GROUP_MEMBER; }
+static size_t record_size(size_t n, int version) {
+    return DL_GROUP_HEADER + n * DL_GROUP_MEMBER + (version >= 2 ? DL_GROUP_TAIL : 0);
+}
+
+size_t dl_group_record_size(size_t n) { return record_size(n, GROUP_VERSION); }
 
 /* Header: magic[4] version u8 codec u8 n u16 | epoch u64 | elements u64 |
  * round_id[16] | stall_ms u32 leader u16 reserved u16.
  * Member: peer_id[32] pk[32] weight f64 bandwidth f64 role u8 pad[7]
- * part_offset u64 part_elems u64. */
+ * part_offset u64 part_elems u64.
+ * Tail (version 2): aggregation u8 pad[3] clip_iterations u32 clip_tau f64. */
 void dl_group_write(const struct dl_group *g, uint8_t *out) {
     memset(out, 0, dl_group_record_size(g->n));
     memcpy(out, group_magic, 4);
@@ -63,6 +70,10 @@ void dl_group_write(const struct dl_group *g, uint8_t *out) {
         dl_put_u64(p + 88, m->part_offset);
         dl_put_u64(p + 96, m->part_elems);
     }
+    uint8_t *tail = out + DL_GROUP_HEADER + g->n * DL_GROUP_MEMBER;
+    tail[0] = (uint8_t)g->aggregation;
+    dl_put_u32(tail + 4, (uint32_t)g->clip_iterations);
+    dl_put_f64(tail + 8, g->clip_tau);
 }
 
 uint8_t *dl_group_sign(const struct dl_group *g, dl_net *net, size_t *size) {
@@ -83,13 +94,14 @@ static bool is_hex_id(const uint8_t *p) {
 
 int dl_group_parse(const uint8_t *data, size_t size, struct dl_group *g) {
     if (size < DL_GROUP_HEADER + DL_NET_SIGNATURE) return dl_fail("group record: %zu bytes is too short", size);
-    if (memcmp(data, group_magic, 4) || data[4] != GROUP_VERSION)
-        return dl_fail("group record: not a version %d group record", GROUP_VERSION);
+    int version = data[4];
+    if (memcmp(data, group_magic, 4) || version < 1 || version > GROUP_VERSION)
+        return dl_fail("group record: not a version 1..%d group record", GROUP_VERSION);
     memset(g, 0, sizeof *g);
     g->codec = data[5];
     g->n = dl_get_u16(data + 6);
     if (g->n < 1 || g->n > DL_AVG_MAX_MEMBERS) return dl_fail("group record: %zu members", g->n);
-    if (size != dl_group_record_size(g->n) + DL_NET_SIGNATURE)
+    if (size != record_size(g->n, version) + DL_NET_SIGNATURE)
         return dl_fail("group record: %zu bytes for %zu members", size, g->n);
     if (g->codec > DL_CODEC_UINT8) return dl_fail("group record: unknown codec %d", g->codec);
     g->epoch = dl_get_u64(data + 8);
@@ -134,7 +146,20 @@ int dl_group_parse(const uint8_t *data, size_t size, struct dl_group *g) {
     if (next != g->elements) return dl_fail("group record: parts cover %llu of %llu elements",
                                             (unsigned long long)next, (unsigned long long)g->elements);
     if (g->elements && (!aggregators || !senders)) return dl_fail("group record: no aggregator or no contributor");
-    size_t body = dl_group_record_size(g->n);
+    g->aggregation = DL_AGG_MEAN;
+    if (version >= 2) {
+        const uint8_t *tail = data + DL_GROUP_HEADER + g->n * DL_GROUP_MEMBER;
+        g->aggregation = tail[0];
+        uint32_t iterations = dl_get_u32(tail + 4);
+        g->clip_tau = dl_get_f64(tail + 8);
+        if (g->aggregation > DL_AGG_CENTERED_CLIP)
+            return dl_fail("group record: unknown aggregation %d", g->aggregation);
+        if (g->aggregation == DL_AGG_CENTERED_CLIP &&
+            (iterations > DL_CLIP_MAX_ITERATIONS || !isfinite(g->clip_tau) || !(g->clip_tau > 0)))
+            return dl_fail("group record: centered clip with tau %g and %u iterations", g->clip_tau, iterations);
+        g->clip_iterations = (int)iterations;
+    }
+    size_t body = record_size(g->n, version);
     const struct dl_group_member *leader = &g->members[g->leader];
     if (dl_net_verify(leader->peer_id, leader->pk, data, body, data + body))
         return dl_fail_context("group record");

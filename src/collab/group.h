@@ -16,6 +16,7 @@
 #define DL_GROUP_ROUND_ID 16
 #define DL_GROUP_HEADER 48
 #define DL_GROUP_MEMBER 104
+#define DL_GROUP_TAIL 16         /* version 2: aggregation settings after the members */
 
 struct dl_group_member {
     char peer_id[DL_PEER_ID_HEX];
@@ -32,6 +33,9 @@ struct dl_group {
     double stall_s;
     double lp_bound_s;
     size_t leader;               /* member index of the signer */
+    int aggregation;             /* enum dl_aggregation */
+    double clip_tau;
+    int clip_iterations;
     size_t n;
     struct dl_group_member members[DL_AVG_MAX_MEMBERS];
 };
@@ -39,7 +43,7 @@ struct dl_group {
 /* Sorts the members by peer id (the fixed order every member uses) and fixes
  * up the leader index; refuses duplicates and more than DL_AVG_MAX_MEMBERS. */
 int dl_group_sort(struct dl_group *g, const char *leader_id);
-/* Record bytes (unsigned part) into out (DL_GROUP_HEADER + n * DL_GROUP_MEMBER bytes). */
+/* Record bytes (unsigned part) into out (DL_GROUP_HEADER + n * DL_GROUP_MEMBER + DL_GROUP_TAIL bytes). */
 size_t dl_group_record_size(size_t n);
 void dl_group_write(const struct dl_group *g, uint8_t *out);
 /* Signed record: the bytes followed by the leader's signature. malloc'd. */

@@ -100,6 +100,9 @@ static int form_group(struct dl_round *r, struct join_info *joins, size_t count,
     g->elements = r->n;
     g->codec = opt->compression;
     g->stall_s = opt->stall_s;
+    g->aggregation = opt->aggregation;
+    g->clip_tau = opt->aggregation == DL_AGG_CENTERED_CLIP ? opt->clip_tau : 0;
+    g->clip_iterations = opt->aggregation == DL_AGG_CENTERED_CLIP ? opt->clip_iterations : 0;
     g->n = count;
     double known = 0;
     size_t num_known = 0;
@@ -284,6 +287,9 @@ static int join(struct dl_round *r, const struct dl_avg_options *opt, const char
                                            leader);
                     else {
                         r->me = (size_t)me;
+                        if (r->g.aggregation != opt->aggregation)
+                            DL_INFO("collab", "the leader's group record says aggregation %s (ours: %s): following it",
+                                    dl_aggregation_name(r->g.aggregation), dl_aggregation_name(opt->aggregation));
                         double bw[DL_AVG_MAX_MEMBERS], fr[DL_AVG_MAX_MEMBERS];
                         int roles[DL_AVG_MAX_MEMBERS];
                         for (size_t i = 0; i < r->g.n; i++) {

@@ -22,6 +22,8 @@ void dl_collab_config_default(struct dl_collab_config *config) {
     config->matchmaking_floor_s = 0.5;
     config->matchmaking_ceiling_s = 10.0;
     config->ban_s = 60.0;
+    config->clip_warn_rounds = 3;
+    config->clip_ban_rounds = 10;
 }
 
 void dl_avg_options_default(struct dl_avg_options *options) {
@@ -29,6 +31,20 @@ void dl_avg_options_default(struct dl_avg_options *options) {
     options->weight = 1.0;
     options->compression = 0;
     options->deadline_s = 60.0;
+    options->aggregation = DL_AGG_MEAN;
+    options->clip_tau = DL_CLIP_DEFAULT_TAU;
+    options->clip_iterations = DL_CLIP_DEFAULT_ITERATIONS;
+}
+
+int dl_aggregation_parse(const char *name, int *aggregation) {
+    if (!strcmp(name, "mean")) *aggregation = DL_AGG_MEAN;
+    else if (!strcmp(name, "centered-clip")) *aggregation = DL_AGG_CENTERED_CLIP;
+    else return dl_fail("unknown aggregation '%s' (mean or centered-clip)", name);
+    return 0;
+}
+
+const char *dl_aggregation_name(int aggregation) {
+    return aggregation == DL_AGG_CENTERED_CLIP ? "centered-clip" : aggregation == DL_AGG_MEAN ? "mean" : "unknown";
 }
 
 const char *dl_avg_status_name(int status) {
@@ -72,9 +88,7 @@ bool dl_collab_is_banned(struct dl_collab *c, const char *peer_id) {
     return false;
 }
 
-void dl_collab_ban(struct dl_collab *c, const char *peer_id, const char *why) {
-    DL_WARN("collab", "dropping peer %s from the round and refusing it for %.0f s: %s", peer_id, c->cfg.ban_s,
-            why);
+static void ban_until(struct dl_collab *c, const char *peer_id, double seconds) {
     pthread_mutex_lock(&c->lock);
     double now = dl_now();
     size_t slot = c->num_bans;
@@ -84,9 +98,22 @@ void dl_collab_ban(struct dl_collab *c, const char *peer_id, const char *why) {
         if (c->num_bans < sizeof c->bans / sizeof c->bans[0]) c->num_bans++;
         else slot = 0;
     }
+    /* A ban for the run outlives any later ban for a while. */
+    bool longer = strcmp(c->bans[slot].peer_id, peer_id) || !(c->bans[slot].until > now + seconds);
     snprintf(c->bans[slot].peer_id, sizeof c->bans[slot].peer_id, "%s", peer_id);
-    c->bans[slot].until = now + c->cfg.ban_s;
+    if (longer) c->bans[slot].until = now + seconds;
     pthread_mutex_unlock(&c->lock);
+}
+
+void dl_collab_ban(struct dl_collab *c, const char *peer_id, const char *why) {
+    DL_WARN("collab", "dropping peer %s from the round and refusing it for %.0f s: %s", peer_id, c->cfg.ban_s,
+            why);
+    ban_until(c, peer_id, c->cfg.ban_s);
+}
+
+void dl_collab_ban_for_run(struct dl_collab *c, const char *peer_id, const char *why) {
+    DL_WARN("collab", "refusing peer %s for the rest of the run: %s", peer_id, why);
+    ban_until(c, peer_id, INFINITY);
 }
 
 static void respond_text(dl_net *net, uint64_t token, const char *text) {
@@ -358,6 +385,7 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
     res->reduced_elems = r->reduced_elems;
     if (!r->has_group) return;
     res->compression = r->g.codec;
+    res->aggregation = r->g.aggregation;
     res->num_members = r->g.n;
     res->my_index = r->me;
     res->lp_bound_s = r->g.lp_bound_s;
@@ -373,6 +401,9 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
             o->part_offset = m->part_offset;
             o->part_elems = m->part_elems;
         }
+    if (r->clipped)
+        for (size_t i = 0; i < r->g.n; i++)
+            if (r->clipped[i]) res->clipped[i / 8] |= (uint8_t)(1u << (i % 8));
     if (r->status != DL_AVG_OK || !r->i_receive) return;
     res->chunks = calloc(r->num_chunks ? r->num_chunks : 1, sizeof *res->chunks);
     if (!res->chunks) return;
@@ -405,6 +436,11 @@ int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_op
     else if (n > ((uint64_t)1 << 40)) bad = "a vector too large";
     else if (!isfinite(opt.weight) || opt.weight < 0) bad = "a weight that is negative or not finite";
     else if (opt.compression < 0 || opt.compression > DL_CODEC_UINT8) bad = "an unknown compression";
+    else if (opt.aggregation != DL_AGG_MEAN && opt.aggregation != DL_AGG_CENTERED_CLIP) bad = "an unknown aggregation";
+    else if (opt.aggregation == DL_AGG_CENTERED_CLIP && (!(opt.clip_tau > 0) || !isfinite(opt.clip_tau) ||
+                                                         opt.clip_iterations < 0 ||
+                                                         opt.clip_iterations > DL_CLIP_MAX_ITERATIONS))
+        bad = "with centered clip: tau must be positive and finite, iterations 0..1000";
     else if (!c->cfg.aux && !all_finite(vec, n)) bad = "a vector holding NaN or Inf (it must not leave this peer)";
     if (bad) {
         result->status = DL_AVG_FAILED;
@@ -455,6 +491,7 @@ int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_op
         if (!(c->cfg.bandwidth_mbit > 0)) dl_net_set_measured_bandwidth(c->net, c->measured_mbit);
     }
     fill_result(r, result, t0, r->group_time, t_end);
+    dl_collab_count_clipped(c, r);
     if (r->status != DL_AVG_OK)
         DL_INFO("collab", "round of epoch %llu: %s (%s)", (unsigned long long)opt.epoch,
                 dl_avg_status_name(r->status), r->reason);

@@ -6,6 +6,10 @@
  *   - each chunk equals the weighted mean of the contributors its mask names
  *     (within fp32 rounding, or the codec's bound);
  *   - misbehaving members are in no chunk they did not reduce themselves.
+ * The robust_* cases (test-hook builds) run 8 members of which 3 attack with
+ * well-formed data (sign-flipped x1000, noise, stale, replayed vectors) and
+ * check the result against the weighted mean of the honest members' inputs:
+ * close with centered clip, far with the plain mean.
  * Usage: collab_round_procs CASE (see the table at the end). */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -39,6 +43,7 @@ struct member {
     double weight;
     const char *role;      /* "trainer" "client" "aux" */
     const char *misbehave; /* NULL or the mode */
+    const char *attack;    /* NULL or the attack mode (robust_* cases) */
     bool victim;           /* killed or stopped by the test */
 };
 
@@ -55,6 +60,9 @@ struct scenario {
     const char *misbehave; /* mode for member `victim` */
     double delay;          /* member `victim` calls the round this late (s) */
     const char *victim_status; /* what the victim must report, or NULL */
+    const char *aggregation;   /* NULL (mean) or "centered-clip" */
+    const char *attacks;       /* per member: '-' honest, 's' sign-flip, 'n' noise, 't' stale, 'r' replay */
+    double tau;                /* centered clip radius (0 = the default, 1) */
 };
 
 static struct member members[MAX_MEMBERS];
@@ -118,6 +126,23 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
     if (!strcmp(m->role, "aux")) argv[k++] = "--aux";
     if (m->misbehave) {
         argv[k++] = "--misbehave"; argv[k++] = m->misbehave;
+    }
+    char tau[32];
+    if (sc->aggregation) {
+        argv[k++] = "--aggregation"; argv[k++] = sc->aggregation;
+    }
+    if (sc->tau > 0) {
+        snprintf(tau, sizeof tau, "%g", sc->tau);
+        argv[k++] = "--tau"; argv[k++] = tau;
+    }
+    if (sc->attacks) {
+        /* gradient-like vectors: a common one plus 0.1 x each member's own */
+        argv[k++] = "--common-seed"; argv[k++] = "5";
+        argv[k++] = "--spread"; argv[k++] = "0.1";
+        if (m->attack) {
+            argv[k++] = "--attack"; argv[k++] = m->attack;
+            argv[k++] = "--replay-seed"; argv[k++] = "102"; /* member 1's, an honest one */
+        }
     }
     char delay[32];
     if (sc->delay > 0 && i == sc->victim) {
@@ -325,6 +350,90 @@ static void verify(const struct scenario *sc) {
     free(ref_chunks);
 }
 
+/* Robust aggregation: every member (attackers follow the protocol) applies
+ * the same bits; the distance of the result from the weighted mean of the
+ * honest members' inputs, relative to that mean's norm, is below
+ * `close` with centered clip and above `far` with the mean. */
+static void verify_robust(const struct scenario *sc) {
+    const double close = 0.1, far = 10;
+    char path[300];
+    float *ref_out = NULL;
+    const char *ref_hash = NULL;
+    for (int i = 0; i < num_members; i++) {
+        struct member *m = &members[i];
+        CHECK_MSG(m->round && !strcmp(status_of(m), "ok"), "member %d ended with %s: %s", i, status_of(m),
+                  m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason")) : "");
+        if (!m->round || strcmp(status_of(m), "ok")) continue;
+        const char *agg = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "aggregation"));
+        CHECK_MSG(agg && !strcmp(agg, sc->aggregation ? sc->aggregation : "mean"), "member %d ran %s", i,
+                  agg ? agg : "?");
+        const char *hash = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "hash"));
+        snprintf(path, sizeof path, "%s/m%d.out0.bin", workdir, i);
+        float *out = read_floats(path, sc->size);
+        CHECK_MSG(out != NULL, "no result file from member %d", i);
+        if (!ref_out) {
+            ref_out = out;
+            ref_hash = hash;
+            continue;
+        }
+        CHECK_MSG(hash && ref_hash && !strcmp(hash, ref_hash), "member %d holds different bits", i);
+        CHECK_MSG(out && !memcmp(out, ref_out, sc->size * sizeof(float)), "member %d: result bytes differ", i);
+        free(out);
+    }
+    if (!ref_out) return;
+    /* The honest weighted mean, in double, from the inputs they wrote. */
+    double *honest = calloc(sc->size, sizeof(double));
+    double total = 0;
+    CHECK(honest != NULL);
+    for (int i = 0; i < num_members && honest; i++) {
+        if (members[i].attack) continue;
+        snprintf(path, sizeof path, "%s/m%d.in.bin", workdir, i);
+        float *in = read_floats(path, sc->size);
+        CHECK_MSG(in != NULL, "no input file from member %d", i);
+        if (!in) continue;
+        for (size_t e = 0; e < sc->size; e++) honest[e] += members[i].weight * (double)in[e];
+        total += members[i].weight;
+        free(in);
+    }
+    double d2 = 0, h2 = 0;
+    for (size_t e = 0; honest && e < sc->size; e++) {
+        double h = honest[e] / total, d = (double)ref_out[e] - h;
+        d2 += d * d;
+        h2 += h * h;
+    }
+    double rel = sqrt(d2 / h2);
+    bool clip = sc->aggregation && !strcmp(sc->aggregation, "centered-clip");
+    printf("%s with attackers %s: result is %.4g (relative L2) from the honest weighted mean\n",
+           clip ? "centered clip" : "mean", sc->attacks, rel);
+    if (clip) CHECK_MSG(rel < close, "centered clip: %.4g from the honest mean (bound %g)", rel, close);
+    else CHECK_MSG(rel > far, "mean: only %.4g from the honest mean: the attack had no effect (expected > %g)", rel, far);
+    if (clip) {
+        /* The blatant attackers are reported clipped by the aggregators that saw them. */
+        const cJSON *group = cJSON_GetObjectItem(members[0].round, "members");
+        for (int g = 0; g < cJSON_GetArraySize(group); g++) {
+            int who = member_by_id(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(group, g), "peer_id")));
+            /* With a tau above the honest spread nobody honest is clipped;
+             * every attacker whose vector is far off is. */
+            bool blatant = who >= 0 && members[who].attack && strcmp(members[who].attack, "replay");
+            if (who < 0 || (sc->tau > 0 ? false : !blatant || strcmp(members[who].attack, "sign-flip"))) continue;
+            int seen = 0;
+            for (int i = 0; i < num_members; i++) {
+                const char *mask = members[i].round ? cJSON_GetStringValue(cJSON_GetObjectItem(members[i].round, "clipped")) : NULL;
+                unsigned byte;
+                if (mask && strlen(mask) >= (size_t)(2 * (g / 8) + 2) && sscanf(mask + 2 * (g / 8), "%2x", &byte) == 1)
+                    seen += (byte >> (g % 8)) & 1;
+            }
+            if (blatant)
+                CHECK_MSG(seen >= num_members - 1, "attacker %d (%s) was clipped by %d aggregators", who,
+                          members[who].attack, seen);
+            else
+                CHECK_MSG(seen == 0, "honest member %d was clipped by %d aggregators (tau %g)", who, seen, sc->tau);
+        }
+    }
+    free(honest);
+    free(ref_out);
+}
+
 static void garbage_on_port(const char *listen) {
     char host[64];
     snprintf(host, sizeof host, "%s", listen);
@@ -360,6 +469,8 @@ static int run(const struct scenario *sc) {
         m->role = r == 'c' ? "client" : r == 'a' ? "aux" : "trainer";
         m->weight = r == 'a' ? 0 : 1 + i % 3;
         if (sc->misbehave && i == sc->victim) m->misbehave = sc->misbehave;
+        char a = sc->attacks ? sc->attacks[i] : '-';
+        m->attack = a == 's' ? "sign-flip" : a == 'n' ? "noise" : a == 't' ? "stale" : a == 'r' ? "replay" : NULL;
         m->victim = (sc->fault && strcmp(sc->fault, "port") && i == sc->victim) || m->misbehave ||
                     (sc->delay > 0 && i == sc->victim);
     }
@@ -452,7 +563,8 @@ static int run(const struct scenario *sc) {
         printf("member %d %-7s %-6s %s %s\n", i, m->role, status_of(m), m->peer_id,
                m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason")) : "");
     }
-    verify(sc);
+    if (sc->attacks) verify_robust(sc);
+    else verify(sc);
     kill_all();
     for (int i = 0; i < num_members; i++) cJSON_Delete(members[i].round);
     if (!dl_test_failed) {
@@ -467,24 +579,31 @@ static int run(const struct scenario *sc) {
 }
 
 static const struct scenario scenarios[] = {
-    /* name           n  size     codec    Mbit  fault   victim at   roles       misbehave  delay  victim must report */
-    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL},
-    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL},
-    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL, 0, NULL},
-    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL},
-    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL, 0, NULL},
-    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL, 0, NULL},
-    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL, 0, NULL},
-    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL, 0, NULL},
-    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped"},
-    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped"},
-    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size", 0, "dropped"},
-    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part", 0, "dropped"},
-    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage", 0, "dropped"},
-    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL, 0, NULL},
+    /* name           n  size     codec    Mbit  fault   victim at   roles       misbehave  delay  victim must report
+     * aggregation  attacks (weights are 1 + i % 3: the attackers at 0, 3, 6 hold 3 of 15) */
+    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL, 0, NULL, NULL, NULL, 0},
+    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL, 0, NULL, NULL, NULL, 0},
+    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0},
+    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0},
+    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size", 0, "dropped", NULL, NULL, 0},
+    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part", 0, "dropped", NULL, NULL, 0},
+    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage", 0, "dropped", NULL, NULL, 0},
+    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL, 0, NULL, NULL, NULL, 0},
     /* a client that calls the round 8 s late misses the group (the first
      * window is about 5 s) and keeps its vector */
-    {"late",          4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     NULL, 8, "no group"},
+    {"late",          4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     NULL, 8, "no group", NULL, NULL, 0},
+    /* 8 members, 3 attackers, the same inputs aggregated both ways */
+    {"robust_mean",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, "s--n--t-", 0},
+    {"robust_clip",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 0},
+    {"robust_clip_replay", 8, 600011, "none", 0, NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--r--n-", 0},
+    /* tau above the honest spread of a chunk (about 15 here): only the attackers are clipped */
+    {"robust_clip_tau", 8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 30},
 };
 
 int main(int argc, char **argv) {

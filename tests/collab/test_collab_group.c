@@ -1,6 +1,7 @@
 /* The signed group record: members in ascending peer id order, the leader's
  * signature over every byte, and the checks a member makes before trusting
  * it (order, tiling of the vector, roles, key ownership). */
+#include <math.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,9 @@ int main(void) {
     g->elements = 1000;
     g->codec = 1;
     g->stall_s = 2.5;
+    g->aggregation = DL_AGG_CENTERED_CLIP;
+    g->clip_tau = 0.75;
+    g->clip_iterations = 20;
     g->n = 5;
     for (size_t i = 0; i < 4; i++) fresh_member(&g->members[i], (double)(i + 1), i == 3 ? DL_MEMBER_CLIENT : DL_MEMBER_TRAINER);
     /* the leader, with its real key, joins last */
@@ -74,6 +78,7 @@ int main(void) {
     CHECK(parsed->n == 5 && parsed->epoch == 7 && parsed->elements == 1000 && parsed->codec == 1);
     CHECK(parsed->leader == g->leader && !memcmp(parsed->round_id, g->round_id, 16));
     CHECK(parsed->stall_s == 2.5);
+    CHECK(parsed->aggregation == DL_AGG_CENTERED_CLIP && parsed->clip_tau == 0.75 && parsed->clip_iterations == 20);
     for (size_t i = 0; i < 5; i++) {
         CHECK(!strcmp(parsed->members[i].peer_id, g->members[i].peer_id));
         CHECK(parsed->members[i].weight == g->members[i].weight);
@@ -94,6 +99,33 @@ int main(void) {
     }
     CHECK_MSG(refused == (int)size, "%d of %zu tampered records refused", refused, size);
     CHECK(dl_group_parse(rec, size - 1, parsed) != 0);
+
+    /* A version 1 record (no aggregation tail) still parses, as a mean round. */
+    size_t v1_body = size - DL_NET_SIGNATURE - DL_GROUP_TAIL;
+    uint8_t *v1 = malloc(v1_body + DL_NET_SIGNATURE);
+    CHECK(v1 != NULL);
+    if (v1) {
+        memcpy(v1, rec, v1_body);
+        v1[4] = 1;
+        dl_net_sign(leader, v1, v1_body, v1 + v1_body);
+        CHECK_OK(dl_group_parse(v1, v1_body + DL_NET_SIGNATURE, parsed));
+        CHECK(parsed->n == 5 && parsed->aggregation == DL_AGG_MEAN);
+        free(v1);
+    }
+    /* A signed record with a centered clip the others could not run. */
+    struct dl_group *odd = calloc(1, sizeof *odd);
+    const double bad_tau[] = {0, -1, NAN, INFINITY, 1};
+    const int bad_iters[] = {20, 20, 20, 20, DL_CLIP_MAX_ITERATIONS + 1};
+    for (size_t t = 0; odd && t < 5; t++) {
+        *odd = *g;
+        odd->clip_tau = bad_tau[t];
+        odd->clip_iterations = bad_iters[t];
+        size_t odd_size;
+        uint8_t *odd_rec = dl_group_sign(odd, leader, &odd_size);
+        CHECK(odd_rec && dl_group_parse(odd_rec, odd_size, parsed) != 0 && strstr(dl_error(), "centered clip"));
+        free(odd_rec);
+    }
+    free(odd);
 
     /* Signed by another peer than the one it names as leader. */
     size_t forged_size;
