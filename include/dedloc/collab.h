@@ -297,6 +297,9 @@ struct dl_collab_train_options {
     double join_wait_s;          /* at start, look this long for a swarm before training alone (5) */
     double round_deadline_s;     /* whole round, matchmaking included (60) */
     int compression;             /* wire codec of the gradient (0 none, 1 fp16, 2 uint8) */
+    int aggregation;             /* enum dl_aggregation: mean (default) or centered clip */
+    double clip_tau;             /* centered clip: radius per chunk (default 1) */
+    int clip_iterations;         /* centered clip: iterations (default 20) */
     int64_t state_every;         /* aux: download the state every this many epochs (1) */
     double linger_s;             /* after the last step, keep serving the state this long (2) */
     int64_t corrupt_at_step;     /* tests: after this step perturb our weights (0: never) */

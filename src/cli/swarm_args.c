@@ -11,7 +11,7 @@
 enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
-    S_CORRUPT,
+    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_CORRUPT,
 };
 
 static const struct option swarm_opts[] = {
@@ -24,7 +24,9 @@ static const struct option swarm_opts[] = {
     {"min-peers", required_argument, NULL, S_MINPEERS}, {"data-shard", required_argument, NULL, S_SHARD},
     {"compression", required_argument, NULL, S_COMP}, {"round-deadline", required_argument, NULL, S_DEADLINE},
     {"join-wait", required_argument, NULL, S_JOINWAIT}, {"state-every", required_argument, NULL, S_STATE_EVERY},
-    {"linger", required_argument, NULL, S_LINGER},
+    {"linger", required_argument, NULL, S_LINGER}, {"aggregation", required_argument, NULL, S_AGG},
+    {"clip-tau", required_argument, NULL, S_TAU}, {"clip-iterations", required_argument, NULL, S_CLIPIT},
+    {"clip-ban-rounds", required_argument, NULL, S_CLIPBAN},
 #ifdef DEDLOC_TEST_HOOKS
     {"test-corrupt-at-step", required_argument, NULL, S_CORRUPT},
 #endif
@@ -84,6 +86,10 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
     case S_JOINWAIT: bad = num(arg, 0, 86400, &a->train.join_wait_s); break;
     case S_STATE_EVERY: bad = num(arg, 1, 1e9, &v); a->train.state_every = (int64_t)v; break;
     case S_LINGER: bad = num(arg, 0, 3600, &a->train.linger_s); break;
+    case S_AGG: bad = dl_aggregation_parse(arg, &a->train.aggregation); break;
+    case S_TAU: bad = num(arg, 1e-30, 1e30, &a->train.clip_tau); break;
+    case S_CLIPIT: bad = num(arg, 1, 1000, &v); a->train.clip_iterations = (int)v; break;
+    case S_CLIPBAN: bad = num(arg, 0, 1e6, &v); a->collab.clip_ban_rounds = (int)v; break;
     case S_CORRUPT: bad = num(arg, 1, 1e12, &v); a->train.corrupt_at_step = (int64_t)v; break;
     default: return 1;
     }
@@ -122,6 +128,13 @@ void cli_swarm_help(FILE *out) {
             "  --expiry S           drop peers silent for S seconds (60)\n"
             "  --compression C      gradient codec on the wire: none (default), fp16, uint8\n"
             "  --round-deadline S   whole averaging round (60)\n"
+            "  --aggregation A      how aggregators combine contributions: mean (default) or\n"
+            "                       centered-clip (robust to a minority of bad peers; agreed in the\n"
+            "                       leader's group record)\n"
+            "  --clip-tau T         centered clip: radius per 1 MiB chunk (1); set it above the honest\n"
+            "                       spread of a chunk, or honest peers are clipped too\n"
+            "  --clip-iterations N  centered clip: iterations (20)\n"
+            "  --clip-ban-rounds N  ban a peer clipped in N consecutive rounds for the run (10; 0 never)\n"
             "  --join-wait S        at start, look this long for the swarm before training alone (5)\n"
             "  --min-peers N        wait for N peers before the first step\n"
             "  --local-batch N      contribute exactly N samples per step (deterministic shares)\n"

@@ -50,6 +50,11 @@ void dl_collab_train_options_default(struct dl_collab_train_options *o) {
     o->round_deadline_s = 60;
     o->state_every = 1;
     o->linger_s = 2;
+    struct dl_avg_options avg;
+    dl_avg_options_default(&avg);
+    o->aggregation = avg.aggregation;
+    o->clip_tau = avg.clip_tau;
+    o->clip_iterations = avg.clip_iterations;
 }
 
 static bool stopping(const loop_state *st) { return st->o->base.stop && *st->o->base.stop; }
@@ -122,6 +127,8 @@ static void add_member_list(cJSON *o, const struct dl_avg_result *r) {
                                                                                                      : "trainer");
         cJSON_AddItemToArray(members, m);
     }
+    /* The rule the group record fixed for this round (the leader's). */
+    cJSON_AddStringToObject(o, "aggregation", dl_aggregation_name(r->aggregation));
 }
 
 static void emit(loop_state *st, cJSON *o) {
@@ -234,6 +241,9 @@ static int round_and_step(loop_state *st, size_t expected, bool alone) {
     ao.epoch = (uint64_t)st->opt.step;
     ao.weight = (double)local;
     ao.compression = st->o->compression;
+    ao.aggregation = st->o->aggregation;
+    ao.clip_tau = st->o->clip_tau;
+    ao.clip_iterations = st->o->clip_iterations;
     ao.deadline_s = st->o->round_deadline_s;
     ao.expected_peers = expected;
     struct dl_avg_result r;

@@ -198,6 +198,30 @@ aux)
   has "$W/t0.jsonl" '.step and any(.members[]; .role == "aux")'  || fail "the aux peer never took part"
   has "$W/aux.jsonl" '.event == "download"'  || fail "the aux peer never refreshed its state"
   ;;
+clip)
+  # CenteredClip agreed in the group record, end to end: three peers as in
+  # the equivalence case with --aggregation centered-clip and a radius far
+  # above any chunk's spread, so no honest contribution is clipped and the
+  # result is the weighted mean up to the iteration's rounding (about 1e-13
+  # relative per chunk): the same 5e-4 loss tolerance against one peer.
+  STEPS=4
+  "$BIN" train --model tiny --data "$CORPUS" --seq 32 --batch 4 --lr 0.01 --warmup-steps 1 --shuffle-buffer 100 \
+    --seed 1 --quiet --target-batch 12 --max-steps $STEPS --log "$W/single.jsonl" 2>"$W/single.err" ||
+    fail "single peer failed"
+  for i in 0 1 2; do
+    start "p$i" --target-batch 12 --local-batch 4 --data-shard "$i/3" --min-peers 3 --max-steps $STEPS \
+      --aggregation centered-clip --clip-tau 1e6 --clip-iterations 5
+  done
+  for i in 0 1 2; do finish "p$i"; done
+  agree p0 p1 p2
+  for i in 0 1 2; do
+    n=$(jq -s '[.[] | select(.step) | select((.members | length) == 3 and .aggregation == "centered-clip")] | length' "$W/p$i.jsonl")
+    [ "$n" = $STEPS ] || fail "p$i: only $n of $STEPS steps were centered-clip rounds of 3 members"
+  done
+  paste <(jq -r '.loss' "$W/single.jsonl") <(jq -r 'select(.step) | .loss' "$W/p0.jsonl") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 5e-4 * ($1 < 0 ? -$1 : $1)) { print "step " NR ": " $1 " vs " $2; bad = 1 } }
+         END { exit bad }' || fail "the centered-clip swarm's loss left the single peer's"
+  ;;
 client)
   # A trainer behind NAT (--client-mode) averages through the other, which aggregates everything.
   STEPS=5
