@@ -131,7 +131,7 @@ static int write_list(const struct dl_authority *a, const char *path, uint64_t s
     uint8_t *bin = dl_malloc(body + SIG_BYTES);
     if (!bin) return -1;
     size_t n = 0;
-    memcpy(bin, "DLR1", 4);
+    memcpy(bin, "DLR1", 4); /* NOLINT(bugprone-not-null-terminated-result): 4 magic bytes, no string */
     n += 4;
     memcpy(bin + n, a->pk, DL_AUTHORITY_PK);
     n += DL_AUTHORITY_PK;
@@ -165,6 +165,7 @@ static int write_list(const struct dl_authority *a, const char *path, uint64_t s
 }
 
 int dl_revocations_add(const struct dl_authority *a, const char *path, const char *peer_id) {
+    if (!a || !path || !peer_id) return dl_fail("revocation: an authority, a list file and a peer id are needed");
     uint8_t id[ID_BYTES];
     if (peer_id_bytes(peer_id, id)) return -1;
     struct dl_revocations r;

@@ -40,6 +40,7 @@ start() {
   local name=$1; shift
   local peers=()
   [ -n "$FIRST_ADDR" ] && peers=(--initial-peers "$FIRST_ADDR")
+  : >>"$W/$name.err" # exists before the child opens it: the address poll below reads it at once
   "$BIN" train "${COMMON[@]}" --listen 127.0.0.1:0 "${peers[@]}" --log "$W/$name.jsonl" "$@" \
     >"$W/$name.out" 2>>"$W/$name.err" &
   PID[$name]=$!

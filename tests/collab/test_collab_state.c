@@ -539,17 +539,33 @@ int main(int argc, char **argv) {
     fetched_free(&f);
     wait_exit(&donor_procs[2], 5);
 
-    /* A donor that stalls (SIGSTOP): its requests time out, the other finishes. */
+    /* A donor that stalls (SIGSTOP) a third of the way through: the other
+     * finishes with the exact bits. Whether the stalled donor's requests
+     * reach their timeout before the other donor has served every chunk
+     * depends on scheduling, so its drop is checked only by its reason. */
     victim = donor_procs[1].pid;
     victim_signal = SIGSTOP;
     victim_hit = false;
     const char *two[2] = {ids[0], ids[1]};
-    /* 6 s: long enough that the honest donor answers in time on a loaded machine. */
-    do_fetch(net, two, 2, EPOCH, hash, 6, hit_victim_at_third, 0, &f);
+    do_fetch(net, two, 2, EPOCH, hash, 3, hit_victim_at_third, 0, &f);
     kill(donor_procs[1].pid, SIGCONT);
     CHECK_MSG(f.rc == 0 && same_bits(&f.got, &want), "stalled donor: %s", f.error);
-    CHECK_MSG(f.result.donors[1].dropped && strstr(f.result.donors[1].reason, "timeout"), "stalled donor: %s",
+    CHECK_MSG(!f.result.donors[1].dropped || strstr(f.result.donors[1].reason, "timeout"), "stalled donor: %s",
               f.result.donors[1].reason);
+    CHECK(f.result.donors[0].chunks + f.result.donors[1].chunks == f.result.num_chunks);
+    fetched_free(&f);
+
+    /* A donor stalled from the start: its description never comes within
+     * the request timeout, it serves nothing, the other donor serves all. */
+    kill(donor_procs[1].pid, SIGSTOP);
+    do_fetch(net, two, 2, EPOCH, hash, 2, NULL, 0, &f);
+    kill(donor_procs[1].pid, SIGCONT);
+    CHECK_MSG(f.rc == 0 && same_bits(&f.got, &want), "donor stalled from the start: %s", f.error);
+    CHECK_MSG(f.result.donors[1].chunks == 0 && f.result.donors[0].chunks == f.result.num_chunks &&
+                  (!f.result.donors[1].used || f.result.donors[1].dropped) && f.result.donors[1].reason[0],
+              "donor stalled from the start: used %d dropped %d, %llu chunks (%s)", f.result.donors[1].used,
+              f.result.donors[1].dropped, (unsigned long long)f.result.donors[1].chunks, f.result.donors[1].reason);
+    printf("stalled from the start: %s\n", f.result.donors[1].reason);
     fetched_free(&f);
 
     /* Six newcomers at once from the three donors left. */
