@@ -24,6 +24,8 @@ PACKAGES=(
   libopenblas-dev
   # the network test lab (namespaces, veth, tc)
   iproute2
+  # the monitor page's charts (embedded into the binary: the page works offline)
+  libjs-chart.js
   # static analysis, run by the tests static/cppcheck and static/clang-tidy
   cppcheck clang-tidy
 )

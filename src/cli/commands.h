@@ -21,6 +21,7 @@ extern const struct dl_command dl_commands[];
 int cmd_devices(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_peer(int argc, char **argv);
+int cmd_monitor(int argc, char **argv);
 int cmd_serve_data(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_train(int argc, char **argv);

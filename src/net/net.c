@@ -205,6 +205,7 @@ static void free_net(struct dl_net *net) {
     if (net->bucket_cfg) ev_token_bucket_cfg_free(net->bucket_cfg);
     if (net->base) event_base_free(net->base);
     dl_swarm_free(&net->swarm);
+    free(net->metrics_blob);
     pthread_mutex_destroy(&net->lock);
     sodium_memzero(&net->id, sizeof net->id);
     free(net->run_id);
