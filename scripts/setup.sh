@@ -26,6 +26,8 @@ PACKAGES=(
   iproute2
   # the monitor page's charts (embedded into the binary: the page works offline)
   libjs-chart.js
+  # the monitor page test drives it headless (skipped without it; about 15 s to install)
+  chromium
   # static analysis, run by the tests static/cppcheck and static/clang-tidy
   cppcheck clang-tidy
 )
