@@ -9,6 +9,7 @@ _dedloc_options() {
         devices) echo '--help --json' ;;
         tokenize) echo '--help --input --pair --special --tokenizer --tokens --type-ids' ;;
         peer) echo '--announce --bandwidth --client-mode --dht-bootstrap --dht-port --duration --expiry --help --identity --initial-peers --json --keepalive --listen --max-upload --no-dht --run-id --status-every --target-batch --text' ;;
+        monitor) echo '--duration --expiry --help --history --history-points --identity --initial-peers --listen-http --no-dht --run-id --sample-every --target-batch' ;;
         serve-data) echo '--help --listen' ;;
         data) echo '--batch --batches --ca-file --data --help --insecure-tls --json --once --peer-seed --seed --seq --show --shuffle --tokenizer --wwm' ;;
         train) echo '--batch --ca-file --checkpoint-dir --data --device --help --insecure-tls --keep --log --lr --max-grad-norm --max-minutes --max-steps --model --optimizer --peer-seed --precision --quiet --resume --save-every --seed --seq --shuffle-buffer --target-batch --tokenizer --total-steps --warmup-steps --weight-decay' ;;
@@ -25,7 +26,7 @@ _dedloc() {
     local cur=${COMP_WORDS[COMP_CWORD]}
     COMPREPLY=()
     if ((COMP_CWORD == 1)); then
-        COMPREPLY=($(compgen -W 'devices tokenize peer serve-data data train tune bench grad export --help --version' -- "$cur"))
+        COMPREPLY=($(compgen -W 'devices tokenize peer monitor serve-data data train tune bench grad export --help --version' -- "$cur"))
         return 0
     fi
     local key=${COMP_WORDS[1]}

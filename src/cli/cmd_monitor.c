@@ -244,9 +244,7 @@ int cmd_monitor(int argc, char **argv) {
     state->target_batch = cfg.target_batch;
     int rc = DL_EXIT_FAILURE;
     dl_net *net = NULL;
-    if (monitor_history_open(&state->history, history_path, (size_t)points)) {
-        fprintf(stderr, "dedloc monitor: %s\n", dl_error());
-    } else if (dl_net_start(&cfg, &net)) {
+    if (monitor_history_open(&state->history, history_path, (size_t)points) || dl_net_start(&cfg, &net)) {
         fprintf(stderr, "dedloc monitor: %s\n", dl_error());
     } else {
         snprintf(state->peer_id, sizeof state->peer_id, "%s", dl_net_peer_id(net));

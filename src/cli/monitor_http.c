@@ -109,17 +109,19 @@ static cJSON *status_json(struct monitor_state *s) {
         cJSON_AddItemToArray(peers, e);
     }
     /* Every contributor the monitor has heard of, alive or gone. */
-    const struct dl_metrics *order[MONITOR_MAX_METRICS];
-    for (size_t i = 0; i < s->num_metrics; i++) order[i] = &s->metrics[i];
-    qsort(order, s->num_metrics, sizeof order[0], by_samples_total);
+    const struct dl_metrics **order = dl_calloc(s->num_metrics + 1, sizeof *order);
+    size_t ranked = order ? s->num_metrics : 0;
+    for (size_t i = 0; i < ranked; i++) order[i] = &s->metrics[i];
+    if (ranked) qsort(order, ranked, sizeof order[0], by_samples_total);
     cJSON *board = cJSON_AddArrayToObject(o, "leaderboard");
-    for (size_t i = 0; i < s->num_metrics; i++) {
+    for (size_t i = 0; i < ranked; i++) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "peer_id", order[i]->peer_id);
         cJSON_AddStringToObject(e, "name", order[i]->name);
         cJSON_AddNumberToObject(e, "samples_total", order[i]->samples_total);
         cJSON_AddItemToArray(board, e);
     }
+    free(order);
     return o;
 }
 
