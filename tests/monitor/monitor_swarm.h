@@ -44,7 +44,8 @@ static bool start_monitor(const char *initial_peer) {
         close(fds[0]);
         close(fds[1]);
         execl(DEDLOC_BINARY, DEDLOC_BINARY, "monitor", "--run-id", "monitor-test", "--initial-peers", initial_peer,
-              "--no-dht", "--listen-http", "127.0.0.1:0", "--history", history_path, "--sample-every", "0.5",
+              "--no-dht", "--listen-http", "127.0.0.1:0", "--history", history_path, "--history-points", "16",
+              "--sample-every", "0.5",
               "--expiry", "6", "--duration", "60", (char *)NULL);
         _exit(127);
     }

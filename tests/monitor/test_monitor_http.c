@@ -203,32 +203,45 @@ static void check_bad_input(void) {
     if (slow >= 0) close(slow);
 }
 
-/* Points loaded from the file come first; a malformed line is skipped. */
+/* 40 old points (time 1000..1039, no loss), with malformed lines among them. */
 static void write_old_history(void) {
     FILE *f = fopen(history_path, "w");
     if (!f) return;
-    fprintf(f, "{\"time\":1000,\"step\":1,\"loss\":4.5,\"samples_per_second\":7,\"peers_alive\":1}\n");
-    fprintf(f, "not json at all\n");
-    fprintf(f, "{\"time\":1001,\"step\":2,\"loss\":-1,\"samples_per_second\":8,\"peers_alive\":1}\n");
-    fprintf(f, "{\"time\":1002,\"step\":\"two\"}\n");
+    for (int i = 0; i < 40; i++) {
+        fprintf(f, "{\"time\":%d,\"step\":%d,\"loss\":-1,\"samples_per_second\":7,\"peers_alive\":1}\n", 1000 + i, i);
+        if (i == 10) fprintf(f, "not json at all\n");
+        if (i == 20) fprintf(f, "{\"time\":1002,\"step\":\"two\"}\n");
+    }
     fclose(f);
 }
 
-static int history_count(double *first_time, double *second_loss_is_null) {
-    cJSON *h = get_json("/api/history");
-    const cJSON *points = item(h, "points");
-    int n = cJSON_IsArray(points) ? cJSON_GetArraySize(points) : -1;
-    const cJSON *p0 = cJSON_GetArrayItem(points, 0), *p1 = cJSON_GetArrayItem(points, 1);
-    *first_time = json_num(p0, "time");
-    *second_loss_is_null = cJSON_IsNull(item(p1, "loss"));
+struct history_summary {
+    int count;
+    double first, last;
+    bool increasing, old_loss_null;
+};
+
+/* /api/history, schema-checked and summed up. */
+static struct history_summary history_summary(void) {
+    struct history_summary h = {-1, 0, 0, true, true};
+    cJSON *j = get_json("/api/history");
+    const cJSON *points = item(j, "points");
+    h.count = cJSON_IsArray(points) ? cJSON_GetArraySize(points) : -1;
+    double prev = -1;
     const cJSON *p;
     cJSON_ArrayForEach(p, points) {
         CHECK(cJSON_IsNumber(item(p, "time")) && cJSON_IsNumber(item(p, "step")) &&
               cJSON_IsNumber(item(p, "samples_per_second")) && cJSON_IsNumber(item(p, "peers_alive")));
         CHECK(cJSON_IsNumber(item(p, "loss")) || cJSON_IsNull(item(p, "loss")));
+        double t = json_num(p, "time");
+        if (!(t > prev)) h.increasing = false;
+        if (t < 2000 && !cJSON_IsNull(item(p, "loss"))) h.old_loss_null = false;
+        if (prev < 0) h.first = t;
+        prev = t;
     }
-    cJSON_Delete(h);
-    return n;
+    h.last = prev;
+    cJSON_Delete(j);
+    return h;
 }
 
 int main(void) {
@@ -247,20 +260,25 @@ int main(void) {
     check_page();
     check_bad_input();
 
-    double first_time, second_null;
-    int before = history_count(&first_time, &second_null);
-    CHECK_MSG(before >= 3, "history holds %d points", before);
-    CHECK(first_time == 1000);  /* loaded from the file */
-    CHECK(second_null == 1);    /* loss -1 in the file reads null */
+    /* --history-points 16: the 40 old points and the new ones, downsampled
+     * to at most 16, in order, the newest kept. */
+    usleep(1500000); /* a few live points (every 0.5 s) */
+    struct history_summary before = history_summary();
+    CHECK_MSG(before.count >= 3 && before.count <= 16, "history holds %d points", before.count);
+    CHECK(before.increasing && before.old_loss_null);
+    CHECK(before.first >= 1000 && before.first < 1040); /* loaded from the file */
+    CHECK(before.last > 1e9);                            /* and live ones after them */
 
     /* A restarted monitor goes on with the history it wrote. */
     kill(monitor_pid, SIGTERM);
     waitpid(monitor_pid, NULL, 0);
     monitor_pid = 0;
     CHECK(start_monitor(peers[0].listen));
-    int after = history_count(&first_time, &second_null);
-    CHECK_MSG(after >= before, "history after restart: %d points, before %d", after, before);
-    CHECK(first_time == 1000);
+    struct history_summary after = history_summary();
+    CHECK_MSG(after.count >= 3 && after.count <= 16, "history after restart: %d points", after.count);
+    CHECK(after.increasing && after.old_loss_null);
+    CHECK(after.first >= 1000 && after.first < 1040);
+    CHECK(after.last >= before.last);
     stop_swarm();
     return dl_test_finish("test_monitor_http");
 }
