@@ -10,6 +10,7 @@ _dedloc_options() {
         tokenize) echo '--help --input --pair --special --tokenizer --tokens --type-ids' ;;
         peer) echo '--allow --announce --bandwidth --client-mode --dht-bootstrap --dht-port --duration --expiry --help --identity --initial-peers --json --keepalive --listen --max-upload --no-dht --revoked --roles --run-id --run-key --status-every --target-batch --text --token' ;;
         authority) echo '--expires --help --identity --name --out --role --run-id --run-key --token' ;;
+        monitor) echo '--duration --expiry --help --history --history-points --identity --initial-peers --listen-http --no-dht --run-id --sample-every --target-batch' ;;
         serve-data) echo '--help --listen' ;;
         data) echo '--batch --batches --ca-file --data --help --insecure-tls --json --once --peer-seed --seed --seq --show --shuffle --tokenizer --wwm' ;;
         train) echo '--aggregation --announce --bandwidth --batch --ca-file --checkpoint-dir --client-mode --clip-ban-rounds --clip-iterations --clip-tau --compression --data --data-shard --device --dht-bootstrap --expiry --help --identity --initial-peers --insecure-tls --join-wait --keep --linger --listen --local-batch --log --lr --max-grad-norm --max-minutes --max-steps --max-upload --min-peers --model --no-dht --optimizer --peer-seed --precision --quiet --resume --round-deadline --run-id --save-every --seed --seq --shuffle-buffer --synthetic-compute --target-batch --tokenizer --total-steps --warmup-steps --weight-decay' ;;
@@ -27,7 +28,7 @@ _dedloc() {
     local cur=${COMP_WORDS[COMP_CWORD]}
     COMPREPLY=()
     if ((COMP_CWORD == 1)); then
-        COMPREPLY=($(compgen -W 'devices tokenize peer authority serve-data data train aux tune bench grad export --help --version' -- "$cur"))
+        COMPREPLY=($(compgen -W 'devices tokenize peer authority monitor serve-data data train aux tune bench grad export --help --version' -- "$cur"))
         return 0
     fi
     local key=${COMP_WORDS[1]}

@@ -24,6 +24,10 @@ PACKAGES=(
   libopenblas-dev
   # the network test lab (namespaces, veth, tc)
   iproute2
+  # the monitor page's charts (embedded into the binary: the page works offline)
+  libjs-chart.js
+  # the monitor page test drives it headless (skipped without it; about 15 s to install)
+  chromium
   # static analysis, run by the tests static/cppcheck and static/clang-tidy
   cppcheck clang-tidy
   # the swarm tests and demo read JSON-lines logs; the demo plots the loss

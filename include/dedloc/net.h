@@ -295,5 +295,45 @@ void dl_revocations_free(struct dl_revocations *r);
  * without checking it (*bin malloc'd). */
 int dl_revocations_decode(const uint8_t *bin, size_t size, struct dl_revocations *r);
 int dl_revocations_read_file(const char *path, uint8_t **bin, size_t *size);
+/* ---- metrics records ---------------------------------------------------------
+ * A trainer's progress for monitors (`dedloc monitor`): a small record signed
+ * with the peer's identity and bound to the run, served on request under
+ * DL_NET_METHOD_METRICS (a monitor pulls it, so a flood is impossible by
+ * construction). A record over DL_METRICS_MAX_BYTES, with a string that is
+ * too long or not printable ASCII, or with a number out of range fails to
+ * verify and is ignored. */
+#define DL_NET_METHOD_METRICS "dedloc.metrics"
+#define DL_METRICS_MAX_BYTES 1024
+#define DL_METRICS_TEXT 48
+struct dl_metrics {
+    char peer_id[DL_PEER_ID_HEX];   /* the signer (set by verification) */
+    double time;                    /* signer's wall clock at publication (set by publish) */
+    uint64_t step;                  /* the global step it trains on */
+    double loss;                    /* last training loss; -1 = none yet */
+    double samples_per_second;
+    double samples_total;           /* samples contributed since it joined */
+    double uptime_s;
+    char device[DL_METRICS_TEXT];   /* e.g. "NVIDIA H100" */
+    char vendor[DL_METRICS_TEXT];
+    char precision[16];             /* "fp32", "fp16", ... */
+    char name[DL_METRICS_TEXT];     /* display name the contributor chose ("" = none) */
+};
+
+/* Signs m (time set to now) and serves it to whoever asks from now on. The
+ * training loop calls it after each local step or so; cheap. */
+int dl_net_publish_metrics(dl_net *net, const struct dl_metrics *m);
+
+/* Asks a connected peer for its metrics record. The callback runs once on the
+ * network thread: status DL_NET_OK with a verified record, otherwise m is
+ * NULL (a record failing its signature or bounds reads DL_NET_REMOTE_ERROR).
+ * Returns the request id, 0 when it could not be queued. */
+typedef void (*dl_net_metrics_fn)(void *user, const char *peer_id, int status, const struct dl_metrics *m);
+uint64_t dl_net_fetch_metrics(dl_net *net, const char *peer_id, double timeout_s, dl_net_metrics_fn callback,
+                              void *user);
+
+/* Checks a metrics blob: signature by expected_peer_id's key (NULL: any),
+ * run, size and bounds. 0 with *m filled, or -1 with the reason. */
+int dl_metrics_verify(const uint8_t *blob, size_t size, const char *run_id, const char *expected_peer_id,
+                      struct dl_metrics *m);
 
 #endif

@@ -58,7 +58,9 @@ static void help(FILE *out) {
             "testing aids (a bare peer has no progress of its own; test builds only):\n"
             "  --fake-epoch E           publish epoch E\n"
             "  --fake-samples N         publish N samples accumulated at start\n"
-            "  --fake-samples-per-second X   and a rate of X samples/s (samples grow with it)\n\n"
+            "  --fake-samples-per-second X   and a rate of X samples/s (samples grow with it)\n"
+            "  --fake-loss X            also publish a metrics record (loss X, device \"fake\")\n"
+            "  --name NAME              display name in that metrics record\n\n"
 #endif
             "Each JSON line holds: time, peer_id, listen, announce, dht_port, peers (ids of the\n"
             "peers counted alive, ours included), num_peers, connections, global_epoch,\n"
@@ -153,16 +155,36 @@ static int parse_roles(const char *list, unsigned *mask) {
     return *mask ? 0 : -1;
 }
 
+#ifdef DEDLOC_TEST_HOOKS
+/* Test builds: a metrics record like a trainer's, for the monitor tests. */
+static void publish_fake_metrics(dl_net *net, uint64_t epoch, double loss, double sps, double uptime,
+                                 const char *name) {
+    struct dl_metrics m;
+    memset(&m, 0, sizeof m);
+    m.step = epoch;
+    m.loss = loss;
+    m.samples_per_second = sps;
+    m.samples_total = sps * uptime;
+    m.uptime_s = uptime;
+    snprintf(m.device, sizeof m.device, "fake");
+    snprintf(m.vendor, sizeof m.vendor, "dedloc-test");
+    snprintf(m.precision, sizeof m.precision, "fp32");
+    snprintf(m.name, sizeof m.name, "%s", name);
+    if (dl_net_publish_metrics(net, &m)) fprintf(stderr, "dedloc peer: %s\n", dl_error());
+}
+#endif
+
 int cmd_peer(int argc, char **argv) {
     struct dl_net_config cfg;
     dl_net_config_default(&cfg);
     cfg.listen = "0.0.0.0:0";
-    double status_every = 5, duration = -1, fake_samples = 0, fake_sps = 0, v = 0;
+    double status_every = 5, duration = -1, fake_samples = 0, fake_sps = 0, fake_loss = -1, v = 0;
+    const char *name = "";
     int format = -1; /* -1: text on a terminal, JSON otherwise; 0: JSON; 1: text */
     uint64_t fake_epoch = 0;
     enum { O_RUN = 256, O_LISTEN, O_ANNOUNCE, O_INITIAL, O_IDENTITY, O_STATUS, O_CLIENT, O_MAXUP,
            O_BW, O_TARGET, O_EXPIRY, O_KEEPALIVE, O_NODHT, O_DHTPORT, O_DHTBOOT, O_DURATION,
-           O_JSON, O_TEXT, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES, O_FEPOCH, O_FSAMPLES, O_FSPS };
+           O_JSON, O_TEXT, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES, O_FEPOCH, O_FSAMPLES, O_FSPS, O_FLOSS, O_NAME };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"listen", required_argument, NULL, O_LISTEN},
         {"announce", required_argument, NULL, O_ANNOUNCE}, {"initial-peers", required_argument, NULL, O_INITIAL},
@@ -181,6 +203,7 @@ int cmd_peer(int argc, char **argv) {
          * not have, for the swarm tests. Kept last: opts[c - O_RUN] names an option. */
         {"fake-epoch", required_argument, NULL, O_FEPOCH}, {"fake-samples", required_argument, NULL, O_FSAMPLES},
         {"fake-samples-per-second", required_argument, NULL, O_FSPS},
+        {"fake-loss", required_argument, NULL, O_FLOSS}, {"name", required_argument, NULL, O_NAME},
 #endif
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
@@ -215,6 +238,8 @@ int cmd_peer(int argc, char **argv) {
         case O_FEPOCH: bad = parse_double(optarg, 0, 1e15, &v); fake_epoch = (uint64_t)v; break;
         case O_FSAMPLES: bad = parse_double(optarg, 0, 1e15, &fake_samples); break;
         case O_FSPS: bad = parse_double(optarg, 0, 1e9, &fake_sps); break;
+        case O_FLOSS: bad = parse_double(optarg, 0, 1e6, &fake_loss); break;
+        case O_NAME: name = optarg; break;
 #endif
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
@@ -270,6 +295,7 @@ int cmd_peer(int argc, char **argv) {
         double now = dl_now();
         if (now >= next_publish) {
             dl_net_publish_progress(net, fake_epoch, fake_samples + fake_sps * (now - start), fake_sps);
+            if (fake_loss >= 0) publish_fake_metrics(net, fake_epoch, fake_loss, fake_sps, now - start, name);
             next_publish = now + 1.0;
         }
         if (now >= next_status) {

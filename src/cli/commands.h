@@ -22,6 +22,7 @@ int cmd_devices(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_peer(int argc, char **argv);
 int cmd_authority(int argc, char **argv);
+int cmd_monitor(int argc, char **argv);
 int cmd_serve_data(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_train(int argc, char **argv);

@@ -10,6 +10,7 @@ const struct dl_command dl_commands[] = {
     {"tokenize", cmd_tokenize, "turn text lines into token ids (HF tokenizers-compatible Unigram)"},
     {"peer", cmd_peer, "join a collaboration without training; print the swarm view"},
     {"authority", cmd_authority, "run authority: who may join a collaboration (tokens, revocations)"},
+    {"monitor", cmd_monitor, "watch a collaboration: live charts, peers, contributors, /metrics over HTTP"},
     {"serve-data", cmd_serve_data, "serve a directory of text shards over HTTP to the peers"},
     {"data", cmd_data, "run the training-data stream alone: show batches and counters"},
     {"train", cmd_train, "train ALBERT on one device (LAMB on the host, checkpoints, resume)"},

@@ -211,6 +211,7 @@ static void free_net(struct dl_net *net) {
     if (net->base) event_base_free(net->base);
     dl_swarm_free(&net->swarm);
     dl_trust_free(&net->trust);
+    free(net->metrics_blob);
     pthread_mutex_destroy(&net->lock);
     sodium_memzero(&net->id, sizeof net->id);
     free(net->run_id);

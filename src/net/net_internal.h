@@ -142,6 +142,8 @@ struct dl_net {
     size_t num_ready;
     double refresh_s;
     uint64_t next_request_id;
+    uint8_t *metrics_blob;            /* our signed metrics record (src/net/metrics.c), or NULL */
+    size_t metrics_size;
 
     struct dl_conn *conns;
     size_t num_conns;

@@ -1,0 +1,263 @@
+/* The monitor's HTTP side (libevent's evhttp): the embedded page, JSON for
+ * scripts and the page, Prometheus text for scrapers. Requests are bounded
+ * (GET/HEAD only, small headers, no body, a timeout for slow clients), so a
+ * bad client costs one connection, never the monitor. */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "cli/monitor.h"
+#include "dedloc/util.h"
+
+/* Generated from the files of web/ and libjs-chart.js by cmake/embed_files.cmake. */
+struct dl_web_embedded {
+    const char *name;
+    const char *data;
+    size_t size;
+};
+extern const struct dl_web_embedded dl_web_embedded_table[];
+
+static void send_body(struct evhttp_request *req, int code, const char *reason, const char *type, const void *data,
+                      size_t size) {
+    struct evbuffer *body = evbuffer_new();
+    if (!body || evbuffer_add(body, data, size)) {
+        DL_WARN("monitor", "out of memory answering a request");
+        if (body) evbuffer_free(body);
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", type);
+    evhttp_add_header(h, "Cache-Control", "no-cache");
+    evhttp_send_reply(req, code, reason, body);
+    evbuffer_free(body);
+}
+
+static void send_json(struct evhttp_request *req, cJSON *o) {
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    if (text) send_body(req, 200, "OK", "application/json", text, strlen(text));
+    else evhttp_send_error(req, 500, "out of memory");
+    free(text);
+    cJSON_Delete(o);
+}
+
+/* -1 (unknown) becomes null: JSON has no better word for it. */
+static void add_loss(cJSON *o, const char *name, double loss) {
+    if (loss >= 0) cJSON_AddNumberToObject(o, name, loss);
+    else cJSON_AddNullToObject(o, name);
+}
+
+static cJSON *metrics_json(const struct dl_metrics *m) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "time", m->time);
+    cJSON_AddNumberToObject(o, "step", (double)m->step);
+    add_loss(o, "loss", m->loss);
+    cJSON_AddNumberToObject(o, "samples_per_second", m->samples_per_second);
+    cJSON_AddNumberToObject(o, "samples_total", m->samples_total);
+    cJSON_AddNumberToObject(o, "uptime_s", m->uptime_s);
+    cJSON_AddStringToObject(o, "device", m->device);
+    cJSON_AddStringToObject(o, "vendor", m->vendor);
+    cJSON_AddStringToObject(o, "precision", m->precision);
+    cJSON_AddStringToObject(o, "name", m->name);
+    return o;
+}
+
+static int by_samples_total(const void *a, const void *b) {
+    double x = (*(const struct dl_metrics *const *)a)->samples_total;
+    double y = (*(const struct dl_metrics *const *)b)->samples_total;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static cJSON *status_json(struct monitor_state *s) {
+    cJSON *o = cJSON_CreateObject();
+    const struct dl_swarm_view *v = &s->view;
+    double now = dl_wall_time();
+    cJSON_AddStringToObject(o, "run_id", s->run_id);
+    cJSON_AddStringToObject(o, "monitor_peer_id", s->peer_id);
+    cJSON_AddNumberToObject(o, "time", s->view_time);
+    cJSON_AddNumberToObject(o, "global_epoch", (double)v->global_epoch);
+    cJSON_AddNumberToObject(o, "target_batch", s->target_batch);
+    cJSON_AddNumberToObject(o, "collective_samples", v->collective_samples);
+    cJSON_AddNumberToObject(o, "samples_per_second", v->samples_per_second);
+    cJSON_AddNumberToObject(o, "eta_s", v->eta_s);
+    cJSON_AddNumberToObject(o, "round_s", s->round_s);
+    cJSON_AddNumberToObject(o, "peers_alive", (double)v->num_peers);
+    add_loss(o, "loss", monitor_mean_loss(s));
+    cJSON *peers = cJSON_AddArrayToObject(o, "peers");
+    for (size_t i = 0; i < v->num_peers; i++) {
+        const struct dl_swarm_peer *p = &v->peers[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "peer_id", p->peer_id);
+        cJSON_AddStringToObject(e, "address", p->address);
+        cJSON_AddNumberToObject(e, "epoch", (double)p->epoch);
+        cJSON_AddNumberToObject(e, "samples_accumulated", p->samples_accumulated);
+        cJSON_AddNumberToObject(e, "samples_per_second", p->samples_per_second);
+        cJSON_AddBoolToObject(e, "client_mode", p->client_mode);
+        double seen = now - p->time;
+        cJSON_AddNumberToObject(e, "last_seen_s", seen > 0 ? seen : 0);
+        const struct dl_metrics *m = monitor_find_metrics(s, p->peer_id);
+        if (m) cJSON_AddItemToObject(e, "metrics", metrics_json(m));
+        else cJSON_AddNullToObject(e, "metrics");
+        cJSON_AddItemToArray(peers, e);
+    }
+    /* Every contributor the monitor has heard of, alive or gone. */
+    const struct dl_metrics **order = dl_calloc(s->num_metrics + 1, sizeof *order);
+    size_t ranked = order ? s->num_metrics : 0;
+    for (size_t i = 0; i < ranked; i++) order[i] = &s->metrics[i];
+    if (ranked) qsort(order, ranked, sizeof order[0], by_samples_total);
+    cJSON *board = cJSON_AddArrayToObject(o, "leaderboard");
+    for (size_t i = 0; i < ranked; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "peer_id", order[i]->peer_id);
+        cJSON_AddStringToObject(e, "name", order[i]->name);
+        cJSON_AddNumberToObject(e, "samples_total", order[i]->samples_total);
+        cJSON_AddItemToArray(board, e);
+    }
+    free(order);
+    return o;
+}
+
+static cJSON *history_json(struct monitor_state *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *points = cJSON_AddArrayToObject(o, "points");
+    for (size_t i = 0; i < s->history.count; i++) {
+        const struct monitor_point *p = &s->history.points[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "time", p->time);
+        cJSON_AddNumberToObject(e, "step", p->step);
+        add_loss(e, "loss", p->loss);
+        cJSON_AddNumberToObject(e, "samples_per_second", p->samples_per_second);
+        cJSON_AddNumberToObject(e, "peers_alive", p->peers_alive);
+        cJSON_AddItemToArray(points, e);
+    }
+    return o;
+}
+
+static void prom_metric(struct evbuffer *b, const char *name, const char *type, const char *help) {
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Prometheus text exposition format 0.0.4. Peer ids are hex and metric
+ * strings are printable ASCII without quotes or backslashes (checked when
+ * the record is verified), so labels need no escaping. */
+static void prometheus_text(struct monitor_state *s, struct evbuffer *b) {
+    const struct dl_swarm_view *v = &s->view;
+    prom_metric(b, "dedloc_step", "gauge", "Global step (epoch) of the collaboration.");
+    evbuffer_add_printf(b, "dedloc_step %llu\n", (unsigned long long)v->global_epoch);
+    double loss = monitor_mean_loss(s);
+    prom_metric(b, "dedloc_loss", "gauge", "Mean of the alive peers' last training losses.");
+    if (loss >= 0) evbuffer_add_printf(b, "dedloc_loss %.9g\n", loss);
+    else evbuffer_add_printf(b, "dedloc_loss NaN\n");
+    prom_metric(b, "dedloc_peers_alive", "gauge", "Peers with a live progress record.");
+    evbuffer_add_printf(b, "dedloc_peers_alive %zu\n", v->num_peers);
+    prom_metric(b, "dedloc_samples_per_second", "gauge", "Collective training throughput.");
+    evbuffer_add_printf(b, "dedloc_samples_per_second %.9g\n", v->samples_per_second);
+    prom_metric(b, "dedloc_collective_samples", "gauge", "Samples accumulated towards the next step.");
+    evbuffer_add_printf(b, "dedloc_collective_samples %.9g\n", v->collective_samples);
+    prom_metric(b, "dedloc_round_seconds", "gauge", "Seconds between the last two global steps (0 = unknown).");
+    evbuffer_add_printf(b, "dedloc_round_seconds %.9g\n", s->round_s);
+    prom_metric(b, "dedloc_peer_samples_per_second", "gauge", "Throughput of one peer.");
+    for (size_t i = 0; i < v->num_peers; i++)
+        evbuffer_add_printf(b, "dedloc_peer_samples_per_second{peer=\"%s\"} %.9g\n", v->peers[i].peer_id,
+                            v->peers[i].samples_per_second);
+    prom_metric(b, "dedloc_peer_epoch", "gauge", "Epoch one peer trains on.");
+    for (size_t i = 0; i < v->num_peers; i++)
+        evbuffer_add_printf(b, "dedloc_peer_epoch{peer=\"%s\"} %llu\n", v->peers[i].peer_id,
+                            (unsigned long long)v->peers[i].epoch);
+    prom_metric(b, "dedloc_peer_samples_total", "counter", "Samples one peer contributed since it joined.");
+    for (size_t i = 0; i < s->num_metrics; i++)
+        evbuffer_add_printf(b, "dedloc_peer_samples_total{peer=\"%s\",name=\"%s\"} %.9g\n", s->metrics[i].peer_id,
+                            s->metrics[i].name, s->metrics[i].samples_total);
+    prom_metric(b, "dedloc_peer_loss", "gauge", "Last training loss one peer reported.");
+    for (size_t i = 0; i < s->num_metrics; i++)
+        if (s->metrics[i].loss >= 0)
+            evbuffer_add_printf(b, "dedloc_peer_loss{peer=\"%s\"} %.9g\n", s->metrics[i].peer_id, s->metrics[i].loss);
+}
+
+static void send_static(struct evhttp_request *req, const char *name) {
+    for (const struct dl_web_embedded *f = dl_web_embedded_table; f->name; f++) {
+        if (strcmp(f->name, name)) continue;
+        size_t n = strlen(name);
+        bool js = n > 3 && !strcmp(name + n - 3, ".js");
+        send_body(req, 200, "OK", js ? "text/javascript; charset=utf-8" : "text/html; charset=utf-8", f->data,
+                  f->size);
+        return;
+    }
+    evhttp_send_error(req, 500, "page missing from the binary");
+}
+
+static void handle(struct evhttp_request *req, void *arg) {
+    struct monitor_state *s = arg;
+    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    if (!path) path = "/";
+    if (!strcmp(path, "/") || !strcmp(path, "/index.html")) {
+        send_static(req, "index.html");
+        return;
+    }
+    if (!strcmp(path, "/chart.min.js")) {
+        send_static(req, "chart.min.js");
+        return;
+    }
+    if (!strcmp(path, "/api/status") || !strcmp(path, "/api/history")) {
+        pthread_mutex_lock(&s->lock);
+        cJSON *o = path[5] == 's' ? status_json(s) : history_json(s);
+        pthread_mutex_unlock(&s->lock);
+        send_json(req, o);
+        return;
+    }
+    if (!strcmp(path, "/metrics")) {
+        struct evbuffer *b = evbuffer_new();
+        if (!b) {
+            evhttp_send_error(req, 500, "out of memory");
+            return;
+        }
+        pthread_mutex_lock(&s->lock);
+        prometheus_text(s, b);
+        pthread_mutex_unlock(&s->lock);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
+        evhttp_send_reply(req, 200, "OK", b);
+        evbuffer_free(b);
+        return;
+    }
+    evhttp_send_error(req, 404, "no such page (try /, /api/status, /api/history, /metrics)");
+}
+
+struct evhttp *monitor_http_start(struct event_base *base, const char *host, int port, struct monitor_state *s,
+                                  int *bound_port) {
+    struct evhttp *http = evhttp_new(base);
+    if (!http) {
+        dl_fail("cannot create the HTTP server (libevent evhttp_new failed)");
+        return NULL;
+    }
+    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+    /* A client that sends or reads too slowly is dropped after 10 s. */
+    evhttp_set_timeout(http, 10);
+    evhttp_set_max_headers_size(http, 8 * 1024);
+    evhttp_set_max_body_size(http, 0);
+    evhttp_set_gencb(http, handle, s);
+    struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(http, host, (ev_uint16_t)port);
+    if (!sock) {
+        dl_fail("cannot listen for HTTP on %s port %d: %s (is the port in use?)", host, port, strerror(errno));
+        evhttp_free(http);
+        return NULL;
+    }
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t sl = sizeof ss;
+    if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl)) {
+        dl_fail("getsockname: %s", strerror(errno));
+        evhttp_free(http);
+        return NULL;
+    }
+    *bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                           : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return http;
+}
