@@ -4,7 +4,13 @@
  * view that published this epoch. Everyone else sends it a join request; it
  * collects joins until everyone it expects has joined or its window ends,
  * then answers every join with the same signed group record. The window
- * adapts to the arrival spread it observed in past rounds (docs/protocol.md). */
+ * adapts to the arrival spread it observed in past rounds (docs/protocol.md).
+ *
+ * Views differ for a moment while a peer arrives, so two peers may both
+ * believe they lead one epoch. A leader that sees a lower-id peer at its
+ * epoch before it has answered anyone hands its joiners over ("redirect"),
+ * and a peer that is itself joining redirects the joins it receives: ids only
+ * ever decrease along redirects, so the groups merge into the lowest one. */
 #include <math.h>
 #include <sodium.h>
 #include <stdlib.h>
@@ -18,6 +24,11 @@
 #define JOIN_VERSION 1
 /* An undeclared, unmeasured bandwidth counts as this (Mbit/s). */
 #define DEFAULT_BANDWIDTH_MBIT 100.0
+/* How often a collecting leader looks at its view for a lower-id peer. */
+#define LEADER_RECHECK_S 0.05
+/* Redirects a joiner follows in one round (ids strictly decrease anyway). */
+#define MAX_REDIRECTS 8
+#define REDIRECT_PREFIX "redirect "
 
 struct join_info {
     char peer_id[DL_PEER_ID_HEX];
@@ -92,6 +103,56 @@ static int find_leader(struct dl_round *r, uint64_t epoch, char leader[DL_PEER_I
     return leader[0] ? 0 : dl_fail("no non-client peer has published epoch %llu", (unsigned long long)epoch);
 }
 
+/* The answer that sends a joiner on to `leader`. */
+static void respond_redirect(struct dl_round *r, uint64_t token, const char *leader) {
+    char text[sizeof REDIRECT_PREFIX + DL_PEER_ID_HEX];
+    snprintf(text, sizeof text, REDIRECT_PREFIX "%s", leader);
+    dl_round_respond_text(r, token, text);
+}
+
+/* Whether an error answer is a redirect to a peer id lower than `leader`;
+ * the id goes to `to`. Anything else (or a redirect upwards) is a refusal. */
+static bool parse_redirect(const uint8_t *data, size_t size, const char *leader, char to[DL_PEER_ID_HEX]) {
+    size_t prefix = sizeof REDIRECT_PREFIX - 1;
+    if (!data || size != prefix + DL_PEER_ID_HEX - 1 || memcmp(data, REDIRECT_PREFIX, prefix)) return false;
+    for (size_t i = 0; i < DL_PEER_ID_HEX - 1; i++) {
+        char ch = (char)data[prefix + i];
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return false;
+        to[i] = ch;
+    }
+    to[DL_PEER_ID_HEX - 1] = 0;
+    return strcmp(to, leader) < 0;
+}
+
+/* Why a leader whose window has ended must not complete its group, or NULL.
+ * A step taken at `epoch` by a group that misses peers which completed the
+ * same epoch elsewhere would split the swarm's weights: so a leader whose
+ * view shows a non-client peer already past the epoch does not close, and a
+ * leader that nobody joined does not step alone while its view shows other
+ * peers at its epoch (they are in another group, or it will form again). */
+static const char *must_not_close(struct dl_round *r, uint64_t epoch, size_t count, char *why, size_t why_size) {
+    struct dl_swarm_view view;
+    if (dl_net_swarm_view(r->c->net, &view)) return NULL;
+    size_t others = 0;
+    bool ahead = false;
+    for (size_t i = 0; i < view.num_peers; i++) {
+        const struct dl_swarm_peer *p = &view.peers[i];
+        if (p->is_self || dl_collab_is_banned(r->c, p->peer_id)) continue;
+        if (p->epoch > epoch && !p->client_mode) ahead = true;
+        if (p->epoch == epoch) others++;
+    }
+    dl_swarm_view_free(&view);
+    if (ahead)
+        snprintf(why, why_size, "a peer is already past epoch %llu: keep the gradient and take the swarm's state",
+                 (unsigned long long)epoch);
+    else if (count == 1 && others > 0)
+        snprintf(why, why_size, "nobody joined although %zu other peer(s) are at epoch %llu: keep the gradient for "
+                 "the next round", others, (unsigned long long)epoch);
+    else
+        return NULL;
+    return why;
+}
+
 static int form_group(struct dl_round *r, struct join_info *joins, size_t count, const struct dl_avg_options *opt) {
     struct dl_group *g = &r->g;
     memset(g, 0, sizeof *g);
@@ -140,6 +201,8 @@ static int form_group(struct dl_round *r, struct join_info *joins, size_t count,
     return 0;
 }
 
+static int join(struct dl_round *r, const struct dl_avg_options *opt, const char *first_leader);
+
 static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t expected) {
     struct dl_collab *c = r->c;
     struct join_info *joins = dl_calloc(DL_AVG_MAX_MEMBERS, sizeof *joins);
@@ -160,9 +223,26 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
     double window = fmin(fmax(2 * c->spread_ema + 0.3, c->cfg.matchmaking_floor_s), c->cfg.matchmaking_ceiling_s);
     double close_at = t0 + fmin(window, (r->deadline - t0) / 3);
     double last_arrival = t0;
+    const bool expected_given = opt->expected_peers > 0;
     while (expected <= 1 || count < expected) {
         if (dl_now() >= close_at) break;
-        struct dl_avg_event *ev = dl_round_wait_events(r, close_at);
+        /* A lower-id peer at our epoch that our view did not show when we
+         * chose ourselves leads instead: nobody has our record yet, so hand
+         * the joiners over and join it. Peers that appear at our epoch are
+         * waited for too. */
+        char lowest[DL_PEER_ID_HEX];
+        size_t now_expected = 0;
+        if (!find_leader(r, opt->epoch, lowest, &now_expected)) {
+            if (strcmp(lowest, self->peer_id) < 0) {
+                DL_INFO("collab", "epoch %llu: %.8s leads (seen after we started leading): handing over %zu joiner(s)",
+                        (unsigned long long)opt->epoch, lowest, count - 1);
+                for (size_t i = 1; i < count; i++) respond_redirect(r, joins[i].token, lowest);
+                free(joins);
+                return join(r, opt, lowest);
+            }
+            if (!expected_given && now_expected > expected) expected = now_expected;
+        }
+        struct dl_avg_event *ev = dl_round_wait_events(r, fmin(close_at, dl_now() + LEADER_RECHECK_S));
         while (ev) {
             struct dl_avg_event *next = ev->next;
             if (ev->kind == EV_JOIN) {
@@ -218,6 +298,12 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
         }
     }
     c->spread_ema = c->spread_ema > 0 ? 0.7 * c->spread_ema + 0.3 * (last_arrival - t0) : last_arrival - t0;
+    char no_close[200];
+    if (must_not_close(r, opt->epoch, count, no_close, sizeof no_close)) {
+        for (size_t i = 1; i < count; i++) dl_round_respond_text(r, joins[i].token, no_close);
+        free(joins);
+        return dl_round_fail(r, DL_AVG_NO_GROUP, "%s", no_close);
+    }
     int rc = form_group(r, joins, count, opt);
     size_t record_size = 0;
     uint8_t *record = rc ? NULL : dl_group_sign(&r->g, c->net, &record_size);
@@ -238,8 +324,11 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
     return 0;
 }
 
-static int join(struct dl_round *r, const struct dl_avg_options *opt, const char *leader) {
+static int join(struct dl_round *r, const struct dl_avg_options *opt, const char *first_leader) {
     struct dl_collab *c = r->c;
+    char leader[DL_PEER_ID_HEX];
+    snprintf(leader, sizeof leader, "%s", first_leader);
+    int redirects = 0;
     struct join_info self;
     memset(&self, 0, sizeof self);
     self.role = my_role(c);
@@ -272,7 +361,16 @@ static int join(struct dl_round *r, const struct dl_avg_options *opt, const char
             if (ev->kind == EV_JOIN_REPLY && rc == 1 && ev->status == DL_NET_DISCONNECTED && dl_now() < give_up) {
                 resend_at = dl_now() + 0.1;
             } else if (ev->kind == EV_JOIN_REPLY && rc == 1) {
-                if (ev->status != DL_NET_OK) {
+                char to[DL_PEER_ID_HEX];
+                if (ev->status == DL_NET_REMOTE_ERROR && redirects < MAX_REDIRECTS &&
+                    parse_redirect(ev->data, ev->size, leader, to)) {
+                    /* The peer we asked learned of a lower-id leader (or is
+                     * joining one): ask that one instead. */
+                    redirects++;
+                    snprintf(leader, sizeof leader, "%s", to);
+                    resend_at = dl_now();
+                    give_up = fmin(dl_now() + c->cfg.matchmaking_ceiling_s, r->deadline);
+                } else if (ev->status != DL_NET_OK) {
                     rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the leader %s did not take us: %s%s%.*s", leader,
                                        dl_net_status_name(ev->status), ev->size ? ": " : "", (int)ev->size,
                                        ev->data ? (const char *)ev->data : "");
@@ -303,8 +401,10 @@ static int join(struct dl_round *r, const struct dl_avg_options *opt, const char
                     }
                 }
             } else if (ev->token) {
-                /* Joins for us while we are not leading: tell them so. */
-                dl_round_respond_text(r, ev->token, ev->kind == EV_JOIN ? "not the leader" : "unknown round");
+                /* Joins for us while we are joining: send them on to the
+                 * peer we joined (lower than us, so they follow). */
+                if (ev->kind == EV_JOIN) respond_redirect(r, ev->token, leader);
+                else dl_round_respond_text(r, ev->token, "unknown round");
             }
             dl_avg_event_free(ev);
             ev = next;

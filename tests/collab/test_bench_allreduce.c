@@ -26,6 +26,12 @@ int main(void) {
              DEDLOC_BINARY, path, dir);
     int status = system(cmd);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        /* What the bench said, to tell a failed round from a failed start. */
+        char show[600];
+        snprintf(show, sizeof show, "grep -v ' INFO ' %s/log | tail -n 25 >&2", dir);
+        if (system(show)) fprintf(stderr, "(no bench log)\n");
+    }
     char *text = NULL;
     size_t size;
     CHECK_OK(dl_read_file(path, 1 << 24, &text, &size));
