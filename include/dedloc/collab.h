@@ -301,6 +301,9 @@ struct dl_collab_train_options {
     double clip_tau;             /* centered clip: radius per chunk (default 1) */
     int clip_iterations;         /* centered clip: iterations (default 20) */
     int64_t state_every;         /* aux: download the state every this many epochs (1) */
+    /* What the signed metrics record (monitors read it) says of this peer;
+     * NULL = "" (none published by aux peers). */
+    const char *device_name, *device_vendor, *precision_name, *display_name;
     double linger_s;             /* after the last step, keep serving the state this long (2) */
     int64_t corrupt_at_step;     /* tests: after this step perturb our weights (0: never) */
     FILE *status;                /* NULL: none; else one JSON object per step (the log line) */

@@ -484,6 +484,11 @@ int cmd_train(int argc, char **argv) {
     int rc;
     if (a.swarm.any) {
         a.swarm.train.base = to;
+        /* What monitors show of this peer (its signed metrics record). */
+        const dl_device_info *di = synthetic || !be.device ? NULL : dl_device_get_info(be.device);
+        a.swarm.train.device_name = di ? di->name : "synthetic compute";
+        a.swarm.train.device_vendor = di ? di->vendor : "";
+        a.swarm.train.precision_name = dl_precision_name(precision);
         struct dl_collab_train_result cres;
         rc = cli_swarm_run(&a.swarm, &a.swarm.train, &opt, &layout, params, resuming ? &ck : NULL, &backend, &cres);
         res = cres.base;

@@ -11,7 +11,7 @@
 enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
-    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_CORRUPT,
+    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_CORRUPT,
 };
 
 static const struct option swarm_opts[] = {
@@ -26,7 +26,7 @@ static const struct option swarm_opts[] = {
     {"join-wait", required_argument, NULL, S_JOINWAIT}, {"state-every", required_argument, NULL, S_STATE_EVERY},
     {"linger", required_argument, NULL, S_LINGER}, {"aggregation", required_argument, NULL, S_AGG},
     {"clip-tau", required_argument, NULL, S_TAU}, {"clip-iterations", required_argument, NULL, S_CLIPIT},
-    {"clip-ban-rounds", required_argument, NULL, S_CLIPBAN},
+    {"clip-ban-rounds", required_argument, NULL, S_CLIPBAN}, {"name", required_argument, NULL, S_NAME},
 #ifdef DEDLOC_TEST_HOOKS
     {"test-corrupt-at-step", required_argument, NULL, S_CORRUPT},
 #endif
@@ -90,6 +90,7 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
     case S_TAU: bad = num(arg, 1e-30, 1e30, &a->train.clip_tau); break;
     case S_CLIPIT: bad = num(arg, 1, 1000, &v); a->train.clip_iterations = (int)v; break;
     case S_CLIPBAN: bad = num(arg, 0, 1e6, &v); a->collab.clip_ban_rounds = (int)v; break;
+    case S_NAME: a->train.display_name = arg; bad = strlen(arg) >= 64; break;
     case S_CORRUPT: bad = num(arg, 1, 1e12, &v); a->train.corrupt_at_step = (int64_t)v; break;
     default: return 1;
     }
@@ -140,6 +141,7 @@ void cli_swarm_help(FILE *out) {
             "  --local-batch N      contribute exactly N samples per step (deterministic shares)\n"
             "  --data-shard I/K     take micro-batches I, I+K, I+2K... of the stream (with --local-batch:\n"
             "                       K peers together see what one peer with K times the batch sees)\n"
+            "  --name NAME          display name on monitors' contributor board (at most 63 characters)\n"
             "  --linger S           after the last step keep serving the state S seconds (2)\n");
 }
 

@@ -38,6 +38,7 @@ typedef struct {
     double disagree_since;         /* when a tied disagreement was first seen (0: none) */
     double step_start, compute_s, run_start;
     int64_t start_step;
+    double samples_contributed;    /* our samples that went into completed rounds */
     FILE *log;
     struct dl_collab_train_result *res;
 } loop_state;
@@ -186,6 +187,33 @@ static void log_step(loop_state *st, const struct dl_avg_result *r, const dl_opt
     emit(st, o);
 }
 
+/* Copies text into a metrics field, replacing what the record refuses
+ * (control bytes, non-ASCII, " \ < > &) so an odd device name cannot stop it. */
+static void metrics_text(char *out, size_t cap, const char *text) {
+    snprintf(out, cap, "%s", text ? text : "");
+    for (char *p = out; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e || strchr("\"\\<>&", *p)) *p = '_';
+}
+
+/* The metrics record monitors show: one per step, signed by net. */
+static void publish_metrics(loop_state *st, const float *losses, int64_t local_samples, double wall_s) {
+    if (!st->be) return;
+    st->samples_contributed += (double)local_samples;
+    struct dl_metrics m;
+    memset(&m, 0, sizeof m);
+    m.step = (uint64_t)st->opt.step;
+    m.loss = losses && isfinite(losses[0]) && losses[0] >= 0 ? losses[0] : -1;
+    m.samples_per_second = wall_s > 0 ? (double)local_samples / wall_s : 0;
+    m.samples_total = st->samples_contributed;
+    m.uptime_s = dl_now() - st->run_start;
+    const struct dl_collab_train_options *o = st->o;
+    metrics_text(m.device, sizeof m.device, o->device_name);
+    metrics_text(m.vendor, sizeof m.vendor, o->device_vendor);
+    metrics_text(m.precision, sizeof m.precision, o->precision_name);
+    metrics_text(m.name, sizeof m.name, o->display_name);
+    if (dl_net_publish_metrics(st->net, &m)) DL_WARN("collab", "metrics record not published: %s", dl_error());
+}
+
 static void progress_line(loop_state *st, const float *losses, double sps, size_t members) {
     FILE *out = st->o->base.progress;
     if (!out) return;
@@ -315,6 +343,7 @@ static int round_and_step(loop_state *st, size_t expected, bool alone) {
     }
     bool has_losses = st->be && group > 0 && isfinite(losses[0]); /* aux peers do not receive the average */
     log_step(st, &r, st->has_state ? &info : NULL, has_losses ? losses : NULL, group, local, wall);
+    publish_metrics(st, has_losses ? losses : NULL, local, wall);
     progress_line(st, has_losses ? losses : NULL, wall > 0 ? group / wall : 0, r.num_members);
     if (has_losses) {
         if (st->res->base.steps_this_run == 0) st->res->base.first_loss = losses[0];

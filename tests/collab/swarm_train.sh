@@ -206,6 +206,45 @@ clip)
     awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 5e-4 * ($1 < 0 ? -$1 : $1)) { print "step " NR ": " $1 " vs " $2; bad = 1 } }
          END { exit bad }' || fail "the centered-clip swarm's loss left the single peer's"
   ;;
+monitor)
+  # Trainers' signed metrics records reach a monitor: its /api/status shows
+  # each trainer's display name, precision and a finite loss, and the
+  # monitor (a client-mode observer) does not keep the trainers from stepping.
+  STEPS=6
+  start p0 --target-batch 16 --max-steps $STEPS --min-peers 2 --peer-seed 1 --name alice --linger 10
+  start p1 --target-batch 16 --max-steps $STEPS --min-peers 2 --peer-seed 2 --name bob --linger 10
+  "$BIN" monitor --run-id "$RUN" --initial-peers "$FIRST_ADDR" --listen-http 127.0.0.1:0 --no-dht \
+    --history "$W/history.jsonl" --sample-every 0.5 --expiry 6 --duration 90 >"$W/mon.out" 2>"$W/mon.err" &
+  PID[mon]=$!
+  port=""
+  for _ in $(seq 200); do
+    port=$(head -n 1 "$W/mon.out" 2>/dev/null | jq -r '.http_port // empty' 2>/dev/null || true)
+    [ -n "$port" ] && break
+    sleep 0.05
+  done
+  [ -n "$port" ] || fail "the monitor did not report its HTTP port"
+  seen=0
+  for _ in $(seq 120); do
+    # A plain HTTP GET over bash's /dev/tcp: no client program needed.
+    if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
+      printf 'GET /api/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+      sed '1,/^\r*$/d' <&3 >"$W/status.json" || true
+      exec 3>&- 3<&-
+    fi
+    if jq -e '[.peers[] | select(.metrics != null and (.metrics.name == "alice" or .metrics.name == "bob")
+               and .metrics.precision == "fp32" and .metrics.loss != null and .metrics.loss > 0
+               and .metrics.samples_total > 0)] | length == 2' "$W/status.json" >/dev/null 2>&1; then
+      seen=1
+      break
+    fi
+    sleep 0.25
+  done
+  [ "$seen" = 1 ] || { cat "$W/status.json" 2>/dev/null | head -c 2000; fail "the monitor never showed both trainers' metrics"; }
+  finish p0; finish p1
+  agree p0 p1
+  for i in 0 1; do [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"; done
+  kill "${PID[mon]}" 2>/dev/null || true
+  ;;
 client)
   # A trainer behind NAT (--client-mode) averages through the other, which aggregates everything.
   STEPS=5
