@@ -13,12 +13,6 @@
 static const char METRICS_CONTEXT[] = "dedloc-metrics-v1";
 #define METRICS_FIELDS 14
 
-static void metrics_sign_state(crypto_sign_state *st, const uint8_t *bytes, size_t n) {
-    crypto_sign_init(st);
-    crypto_sign_update(st, (const uint8_t *)METRICS_CONTEXT, sizeof METRICS_CONTEXT);
-    crypto_sign_update(st, bytes, n);
-}
-
 /* Printable ASCII only: the strings end up in HTML, JSON and Prometheus
  * labels, where control characters and quotes-by-encoding tricks do harm. */
 static int check_text(const char *s, const char *what) {
@@ -65,18 +59,7 @@ static uint8_t *metrics_sign(const struct dl_metrics *m, const char *run_id, con
     msgpack_pack_nil(pk); /* reserved for later fields */
     size_t nbytes;
     uint8_t *bytes = dl_enc_finish(&body, &nbytes);
-    if (!bytes) return NULL;
-    uint8_t sig[DL_WIRE_SIG];
-    crypto_sign_state st;
-    metrics_sign_state(&st, bytes, nbytes);
-    crypto_sign_final_create(&st, sig, NULL, id->sk); /* NOLINT(clang-analyzer-core.NonNullParamChecker) */
-    struct dl_enc out;
-    dl_enc_init(&out);
-    msgpack_pack_array(&out.pk, 2);
-    dl_pack_bin(&out.pk, bytes, nbytes);
-    dl_pack_bin(&out.pk, sig, DL_WIRE_SIG);
-    free(bytes);
-    return dl_enc_finish(&out, size);
+    return dl_signed_wrap(METRICS_CONTEXT, bytes, nbytes, id, size);
 }
 
 static int decode_metrics_body(const uint8_t *bytes, size_t nbytes, struct dl_metrics *m, uint8_t pk[DL_WIRE_PK],
@@ -118,7 +101,7 @@ int dl_metrics_verify(const uint8_t *blob, size_t size, const char *run_id, cons
     if (strcmp(rid, run_id)) return dl_fail("metrics record: belongs to run '%s'", rid);
     if (check_bounds(m)) return -1;
     crypto_sign_state st;
-    metrics_sign_state(&st, bytes, nbytes);
+    dl_signed_state(&st, METRICS_CONTEXT, bytes, nbytes);
     if (crypto_sign_final_verify(&st, sig, pk)) return dl_fail("metrics record: forged signature");
     dl_peer_id_from_pk(pk, m->peer_id);
     if (expected_peer_id && strcmp(m->peer_id, expected_peer_id))

@@ -18,11 +18,28 @@ static void pack_bool(msgpack_packer *pk, bool b) {
     else msgpack_pack_false(pk);
 }
 
-/* The signature covers a context string, then the record's msgpack bytes. */
-static void record_sign_state(crypto_sign_state *st, const uint8_t *bytes, size_t n) {
+void dl_signed_state(crypto_sign_state *st, const char *context, const uint8_t *bytes, size_t n) {
     crypto_sign_init(st);
-    crypto_sign_update(st, (const uint8_t *)RECORD_CONTEXT, sizeof RECORD_CONTEXT);
+    crypto_sign_update(st, (const uint8_t *)context, strlen(context) + 1);
     crypto_sign_update(st, bytes, n);
+}
+
+uint8_t *dl_signed_wrap(const char *context, uint8_t *bytes, size_t nbytes, const struct dl_identity *id,
+                        size_t *size) {
+    if (!bytes) return NULL;
+    uint8_t sig[DL_WIRE_SIG];
+    crypto_sign_state st;
+    dl_signed_state(&st, context, bytes, nbytes);
+    /* sk is an array inside *id, which the caller has already read: the
+     * analyzer's "NULL sk" (seen only in optimised builds) cannot happen. */
+    crypto_sign_final_create(&st, sig, NULL, id->sk); /* NOLINT(clang-analyzer-core.NonNullParamChecker) */
+    struct dl_enc out;
+    dl_enc_init(&out);
+    msgpack_pack_array(&out.pk, 2);
+    dl_pack_bin(&out.pk, bytes, nbytes);
+    dl_pack_bin(&out.pk, sig, DL_WIRE_SIG);
+    free(bytes);
+    return dl_enc_finish(&out, size);
 }
 
 uint8_t *dl_record_sign(const struct dl_record *r, const char *run_id, const struct dl_identity *id,
@@ -46,21 +63,7 @@ uint8_t *dl_record_sign(const struct dl_record *r, const char *run_id, const str
     dl_pack_bin(pk, r->param_hash, r->has_param_hash ? sizeof r->param_hash : 0);
     size_t nbytes;
     uint8_t *bytes = dl_enc_finish(&body, &nbytes);
-    if (!bytes) return NULL;
-    uint8_t sig[DL_WIRE_SIG];
-    crypto_sign_state st;
-    record_sign_state(&st, bytes, nbytes);
-    /* sk is an array inside *id, which the caller has already read: the
-     * analyzer's "NULL sk" (seen only in optimised builds) cannot happen. */
-    crypto_sign_final_create(&st, sig, NULL, id->sk); /* NOLINT(clang-analyzer-core.NonNullParamChecker) */
-
-    struct dl_enc out;
-    dl_enc_init(&out);
-    msgpack_pack_array(&out.pk, 2);
-    dl_pack_bin(&out.pk, bytes, nbytes);
-    dl_pack_bin(&out.pk, sig, DL_WIRE_SIG);
-    free(bytes);
-    return dl_enc_finish(&out, size);
+    return dl_signed_wrap(RECORD_CONTEXT, bytes, nbytes, id, size);
 }
 
 /* Fields of the record body, in order (docs/protocol.md). */
@@ -110,7 +113,7 @@ int dl_record_verify(const uint8_t *blob, size_t size, const char *run_id, struc
     if (strcmp(rid, run_id)) return dl_fail("record: belongs to run '%s'", rid);
     if (r->samples < 0 || r->samples_per_second < 0) return dl_fail("record: negative samples");
     crypto_sign_state st;
-    record_sign_state(&st, bytes, nbytes);
+    dl_signed_state(&st, RECORD_CONTEXT, bytes, nbytes);
     if (crypto_sign_final_verify(&st, sig, r->pk)) return dl_fail("record: forged signature");
     dl_peer_id_from_pk(r->pk, r->peer_id);
     return 0;

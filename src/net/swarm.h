@@ -27,6 +27,13 @@ struct dl_record {
 /* A blob is msgpack [record bytes (bin), ed25519 signature (bin 64)]; the
  * signature covers "dedloc-record-v1" || record bytes, and the record names
  * the run, so a record cannot be replayed into another run. */
+/* Signed blobs (records, metrics): the ed25519 signature covers a context
+ * string (with its NUL), then the body's msgpack bytes; the blob is msgpack
+ * [bin body, bin64 signature]. dl_signed_wrap signs and wraps bytes (taking
+ * ownership of them; NULL in, NULL out). */
+void dl_signed_state(crypto_sign_state *st, const char *context, const uint8_t *bytes, size_t n);
+uint8_t *dl_signed_wrap(const char *context, uint8_t *bytes, size_t nbytes, const struct dl_identity *id,
+                        size_t *size);
 uint8_t *dl_record_sign(const struct dl_record *r, const char *run_id, const struct dl_identity *id,
                         size_t *size);
 int dl_record_verify(const uint8_t *blob, size_t size, const char *run_id, struct dl_record *r);
