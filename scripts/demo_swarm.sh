@@ -161,17 +161,22 @@ fi
 awk 'NR == 1 { a = $2 } { b = $2; n = $1 } END { printf "loss %.3f at step 1 -> %.3f at step %d\n", a, b, n }' "$D/loss.txt"
 
 echo "== Param hash of every peer"
+# At the last step every trainer logged (one may have stopped a step later
+# than another), each trainer's logged param_hash must be the same.
+common=""
+for i in $(seq 0 $((PEERS - 1))); do
+  s=$(jq -s '[.[] | select(.step) | .step] | max // 0' "$D/t$i.jsonl" 2>/dev/null || echo 0)
+  if [ -z "$common" ] || [ "$s" -lt "$common" ]; then common=$s; fi
+done
 declare -A HASHES=()
 for i in $(seq 0 $((PEERS - 1))); do
-  line=$(grep "param_hash" "$D/t$i.err" | tail -n 1)
-  h=$(echo "$line" | sed -nE 's/.*param_hash ([0-9a-f]+).*/\1/p')
-  s=$(grep "stopped at step\|done at step" "$D/t$i.err" | tail -n 1 | sed -nE 's/.* at step ([0-9]+).*/\1/p')
-  echo "t$i: step ${s:-?} param_hash ${h:-?}"
-  HASHES["$s $h"]=1
+  h=$(jq -r -s "[.[] | select(.step == $common) | .param_hash] | last // \"?\"" "$D/t$i.jsonl" 2>/dev/null || echo "?")
+  echo "t$i: step $common param_hash $h"
+  HASHES["$h"]=1
 done
-if [ "${#HASHES[@]}" = 1 ]; then
-  echo "OK: all $PEERS trainers hold the same param_hash at step ${s} (${h:0:16}...)"
+if [ "${#HASHES[@]}" = 1 ] && [ "$common" -gt 0 ] && [ -z "${HASHES[?]:-}" ]; then
+  echo "OK: all $PEERS trainers hold the same param_hash at step $common (${h:0:16}...)"
 else
-  echo "MISMATCH: the trainers do not all hold the same weights"
+  echo "MISMATCH: the trainers do not all hold the same weights at step $common"
   exit 1
 fi

@@ -196,8 +196,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_CKDIR: a->ckdir = optarg; break;
         case OPT_KEEP: bad = parse_ll(optarg, 0, 1 << 20, &a->keep, "--keep"); break;
         case OPT_LOG: a->log = optarg; break;
-        case OPT_SEED: bad = parse_ll(optarg, 0, INT64_MAX, &a->seed, "--seed"); break;
-        case OPT_PEER_SEED: bad = parse_ll(optarg, 0, INT64_MAX, &a->peer_seed, "--peer-seed"); break;
+        case OPT_SEED: bad = parse_ll(optarg, 0, (1LL << 53) - 1, &a->seed, "--seed"); break;
+        case OPT_PEER_SEED: bad = parse_ll(optarg, 0, (1LL << 53) - 1, &a->peer_seed, "--peer-seed"); break;
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_LR: bad = parse_d(optarg, 1e-12, 10, &a->lr, "--lr"); break;
         case OPT_WARMUP: bad = parse_ll(optarg, 0, 1LL << 40, &a->warmup, "--warmup-steps"); break;
@@ -381,8 +381,10 @@ int cmd_train(int argc, char **argv) {
             goto done;
         }
         if (!a.given[OPT_PEER_SEED] && !resuming && a.swarm.train.shard_count <= 1) {
-            /* Each peer of a swarm reads the stream in its own order. */
-            a.peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 2);
+            /* Each peer of a swarm reads the stream in its own order. 53 bits:
+             * the run settings keep it as a JSON number, exact only up to 2^53,
+             * and a resumed run must read back the same seed. */
+            a.peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 11);
             DL_INFO("train", "peer seed %lld (the data order of this peer)", a.peer_seed);
         }
     }
