@@ -134,7 +134,9 @@ double dl_albert_step_flops(const dl_albert_config *cfg, int batch, int seq, int
  * activation memory); arithmetic and gradients stay fp32. */
 typedef enum {
     DL_PRECISION_FP32 = 0,  /* fp32 storage and compute */
-    DL_PRECISION_FP16 = 1,  /* fp16 storage of weights and kept activations, fp32 arithmetic */
+    DL_PRECISION_FP16 = 1,  /* fp16 storage of weights and kept activations; half GEMMs
+                             * where the device has cl_khr_fp16 (dl_model_compute_name),
+                             * fp32 arithmetic elsewhere */
     DL_PRECISION_BF16 = 2,  /* bf16 storage, fp32 arithmetic */
 } dl_precision;
 
@@ -201,6 +203,15 @@ typedef struct dl_op_profile {
     double seconds;      /* summed over calls */
     int64_t calls;
 } dl_op_profile;
+/* How the model's GEMMs compute: "fp32"; "fp16" (--precision fp16 on a
+ * device with cl_khr_fp16: CLBlastHgemm on half-rounded operands, each product
+ * added into fp32 activations and gradients; row kernels, losses and the
+ * optimizer stay fp32); "fp16-emulated" (the test-only emulation of that,
+ * DEDLOC_FP16_COMPUTE=emulate; see dl_half_gemm in device.h). The variable
+ * DEDLOC_FP16_COMPUTE=auto|off|require, read by dl_model_create, chooses;
+ * require refuses a device without cl_khr_fp16. */
+const char *dl_model_compute_name(const dl_model *model);
+
 /* Turns profiling on or off; either way the table is cleared. */
 int dl_model_set_profiling(dl_model *model, bool on);
 /* The table in first-seen order, valid until the model changes it. */

@@ -242,6 +242,7 @@ void dl_model_free(dl_model *m) {
             free(specs);
         }
     }
+    model_half_close(m);
     release_kernels(&m->k);
     free(m->hidden);
     free(m->layers);
@@ -278,7 +279,9 @@ int dl_model_create(dl_device *dev, const dl_albert_config *cfg, int max_batch, 
     m->staged = precision != DL_PRECISION_FP32;
     m->max_batch = max_batch;
     m->max_seq = max_seq;
-    if (dl_param_layout_build(cfg, &m->layout) || fill_offsets(m) || create_kernels(m)) goto fail;
+    if (dl_param_layout_build(cfg, &m->layout) || fill_offsets(m) || create_kernels(m) ||
+        model_half_open(m))
+        goto fail;
     m->hidden = dl_calloc((size_t)m->layer_count + 1, sizeof *m->hidden);
     m->layers = dl_calloc((size_t)m->layer_count, sizeof *m->layers);
     size_t N = (size_t)max_batch * (size_t)max_seq;
@@ -323,7 +326,7 @@ int dl_model_set_params(dl_model *m, const float *params) {
                                                        : dl_bf16_to_f32(dl_f32_to_bf16(params[i]));
     int rc = dl_buffer_upload(m->dev, &m->params, 0, rounded, m->layout.total * sizeof(float));
     free(rounded);
-    return rc;
+    return rc ? rc : model_half_params(m);
 }
 
 static int storage_kernel(dl_model *m, cl_kernel k, const dl_buffer *dst, const dl_buffer *src,
@@ -387,7 +390,7 @@ size_t dl_model_memory_bytes(const dl_model *m) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += specs[i].buf->size;
     free(specs);
-    return total;
+    return total + model_half_bytes(m);
 }
 
 static int run(dl_model *m, const dl_batch *batch, float loss_scale, bool backward,

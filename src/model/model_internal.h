@@ -90,6 +90,9 @@ struct dl_model {
     int B, T, N, M;
     int word_segments;            /* distinct non-pad token ids in the batch */
     bool logits_valid;            /* the last pass was forward only */
+    /* fp16 compute (half_compute.c): NULL unless --precision fp16 runs half GEMMs */
+    dl_half_gemm *half;
+    dl_buffer params_half;        /* the weights rounded for half GEMMs */
     /* per-op profile (profile.c); off unless `bench step --profile` */
     bool profiling;
     dl_op_profile *profile;
@@ -126,6 +129,15 @@ double model_profile_begin(dl_model *m);
 int model_profile_end(dl_model *m, const char *name, double t0);
 /* dl_gemm, charged to `what` in the profile. */
 int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g);
+
+/* fp16 compute (half_compute.c): open chooses it from the precision, the
+ * device and DEDLOC_FP16_COMPUTE; params rounds the weights after each
+ * upload; gemm runs one product in half; bytes is the rounded weights' size. */
+int model_half_open(dl_model *m);
+void model_half_close(dl_model *m);
+int model_half_params(dl_model *m);
+size_t model_half_bytes(const dl_model *m);
+int model_half_gemm(dl_model *m, const dl_gemm_args *g);
 
 /* Enqueues a 1- or 2-D launch with the model's fixed work-group size. */
 int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global);
