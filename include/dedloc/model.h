@@ -224,6 +224,7 @@ typedef struct dl_step_timing {
     int masked_tokens;          /* MLM positions of the batch */
     size_t parameters;          /* elements of the flat parameter vector */
     size_t model_memory_bytes;  /* dl_model_memory_bytes of the timed model */
+    char compute[16];           /* dl_model_compute_name of the timed model */
     /* Only from dl_model_profile_step: the per-op table summed over the
      * profiled steps (malloc'd, free() it), and their count. */
     dl_op_profile *profile;

@@ -25,7 +25,8 @@ static void help(FILE *out) {
             "  --batch B    sequences per micro-batch (default 8)\n"
             "  --seq T      tokens per sequence (default 128)\n"
             "  --precision  storage precision (default fp32; fp16/bf16 halve the kept\n"
-            "               activations, arithmetic stays fp32)\n"
+            "               activations; fp16 runs the GEMMs in half where the device\n"
+            "               has cl_khr_fp16, other arithmetic stays fp32)\n"
             "  --warmup N   untimed steps first (default 1; the first compiles kernels)\n"
             "  --steps N    timed steps (default 3)\n"
             "  --profile    after the timed steps, run as many again with every op timed\n"
@@ -149,11 +150,11 @@ int bench_step(int argc, char **argv) {
         const dl_device_info *info = dl_device_get_info(dev);
         if (json) {
             printf("{\"bench\": \"step\", \"model\": \"%s\", \"device\": \"%s\", \"precision\": "
-                   "\"%s\", \"batch\": %d, \"seq\": %d, \"parameters\": %zu, \"masked\": %d, "
+                   "\"%s\", \"compute\": \"%s\", \"batch\": %d, \"seq\": %d, \"parameters\": %zu, \"masked\": %d, "
                    "\"steps\": %d, \"step_s\": %.6f, \"tokens_per_s\": %.1f, \"gemm_flops\": %.6g, "
                    "\"gflops\": %.2f, \"sgemm1024_gflops\": %.2f, \"share_of_sgemm\": %.4f, "
                    "\"model_memory_bytes\": %zu, \"device_peak_bytes\": %zu}\n",
-                   model_name, info->name, precision_name, B, T, st.parameters,
+                   model_name, info->name, precision_name, st.compute, B, T, st.parameters,
                    st.masked_tokens, steps, step_s, tokens_s, flops, gflops, gemm_gflops, gflops / gemm_gflops,
                    st.model_memory_bytes, dl_device_bytes_peak(dev));
             if (st.profile_count) print_profile_json(&st);
@@ -162,8 +163,8 @@ int bench_step(int argc, char **argv) {
             dl_albert_config_describe(&cfg, desc, sizeof desc);
             printf("model        %s (%s; %zu parameters)\n", model_name, desc, st.parameters);
             printf("device       %s\n", info->name);
-            printf("batch        %d x %d tokens, %d masked, %s storage\n", B, T,
-                   st.masked_tokens, precision_name);
+            printf("batch        %d x %d tokens, %d masked, %s storage, %s compute\n", B, T,
+                   st.masked_tokens, precision_name, st.compute);
             printf("step         %.3f s (median of %d)   %.1f tokens/s\n", step_s, steps,
                    tokens_s);
             printf("GEMM work    %.1f GFLOP per step   %.2f GFLOP/s achieved\n", flops / 1e9,

@@ -455,6 +455,8 @@ int cmd_train(int argc, char **argv) {
         dc.tls_insecure = a.insecure_tls;
         if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
         const dl_param_layout *ml = dl_model_layout(be.model);
+        if (precision == DL_PRECISION_FP16)
+            DL_INFO("train", "fp16: GEMMs compute in %s", dl_model_compute_name(be.model));
         if (dl_train_layout_from_model(ml, &layout)) goto fail;
     }
     if (!params) {

@@ -95,6 +95,7 @@ static int time_step(dl_device *dev, const dl_albert_config *cfg, const float *p
         out->flops = dl_albert_step_flops(cfg, batch_size, seq, losses.masked_tokens);
         out->parameters = layout.total;
         out->model_memory_bytes = dl_model_memory_bytes(model);
+        snprintf(out->compute, sizeof out->compute, "%s", dl_model_compute_name(model));
         if (profile) rc = profile_steps(model, &batch, steps, progress, out);
     }
     dl_model_free(model);

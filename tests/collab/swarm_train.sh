@@ -292,6 +292,25 @@ sigint)
     "$BIN" train --checkpoint-dir "$W/ck$i" --max-steps "$s" --quiet 2>"$W/resume$i.err" || fail "p$i's checkpoint does not load"
   done
   ;;
+fp16_compute)
+  # A peer whose GEMMs run in half (emulated: DEDLOC_FP16_COMPUTE=emulate,
+  # a test-hook build) trains beside an fp32 peer. The optimizer step is the
+  # host's fp32 step on the averaged gradient, so both hold the same master
+  # weights (param_hash) at every step, also across the fp16 peer's dropped
+  # micro-batches: at the loss scaler's initial 2^16 its first gradients
+  # overflow half's range (65504) and are dropped while the scale settles.
+  STEPS=5
+  start f0 --target-batch 8 --local-batch 4 --data-shard 0/2 --min-peers 2 --max-steps $STEPS
+  DEDLOC_FP16_COMPUTE=emulate start f1 --precision fp16 --target-batch 8 --local-batch 4 --data-shard 1/2 \
+    --min-peers 2 --max-steps $STEPS
+  finish f0; finish f1
+  grep -q "GEMMs compute in fp16-emulated" "$W/f1.err" || fail "f1 did not run its GEMMs in (emulated) half"
+  agree f0 f1
+  for i in 0 1; do [ "$(last_step "f$i")" = $STEPS ] || fail "f$i stopped at step $(last_step "f$i")"; done
+  n=$(jq -s '[.[] | select(.step) | select((.members | length) == 2)] | length' "$W/f0.jsonl")
+  [ "$n" = $STEPS ] || fail "only $n of $STEPS steps were rounds of both peers"
+  has "$W/f1.jsonl" '.step and .loss_scale < 65536' || fail "f1's loss scale never backed off from an overflow"
+  ;;
 mixed)
   # Cross-vendor convergence: three peers that round differently (fp16
   # storage with 16-wide work-groups; bf16 storage built with -cl-mad-enable;
