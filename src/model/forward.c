@@ -138,10 +138,8 @@ static int layer_forward(dl_model *m, int l) {
         model_keep(m, &a->ctx, &kept->ctx, NH))
         return -1;
     if (op_linear_forward(m, &a->att_pre, &a->ctx, w->dense_w, N, H, H) ||
-        op_bias_residual_add(m, &a->att_pre, x, w->dense_b, N, H) ||
-        model_keep(m, &a->att_pre, &kept->att_pre, NH) ||
-        op_layernorm_forward(m, &a->att_out, &a->att_mean, &a->att_rstd, &a->att_pre, w->att_ln_g,
-                             w->att_ln_b, N, H) ||
+        op_bias_residual_layernorm(m, &a->att_pre, &kept->att_pre, x, w->dense_b, &a->att_out,
+                                   &a->att_mean, &a->att_rstd, w->att_ln_g, w->att_ln_b, N, H) ||
         model_keep(m, &a->att_out, &kept->att_out, NH))
         return -1;
     /* The output overwrites the input's working buffer: x is not read after
@@ -151,10 +149,9 @@ static int layer_forward(dl_model *m, int l) {
     if (op_linear_forward(m, &a->ffn_pre, &a->att_out, w->ffn_w, N, H, I) ||
         ffn_bias_gelu(m, &a->ffn_pre, &kept->ffn_pre, w->ffn_b, N, I) ||
         op_linear_forward(m, &a->full_pre, &m->ffn_act, w->ffn_out_w, N, I, H) ||
-        op_bias_residual_add(m, &a->full_pre, &a->att_out, w->ffn_out_b, N, H) ||
-        model_keep(m, &a->full_pre, &kept->full_pre, NH) ||
-        op_layernorm_forward(m, out, &a->full_mean, &a->full_rstd, &a->full_pre, w->full_ln_g,
-                             w->full_ln_b, N, H))
+        op_bias_residual_layernorm(m, &a->full_pre, &kept->full_pre, &a->att_out, w->ffn_out_b,
+                                   out, &a->full_mean, &a->full_rstd, w->full_ln_g,
+                                   w->full_ln_b, N, H))
         return -1;
     if (!last && model_keep(m, out, &m->hidden[l + 1], NH)) return -1;
     return 0;

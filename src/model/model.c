@@ -100,6 +100,8 @@ static int create_kernels(dl_model *m) {
         {"layernorm.cl", "layernorm_forward", &m->k.layernorm_forward},
         {"layernorm.cl", "layernorm_backward_input", &m->k.layernorm_backward_input},
         {"layernorm.cl", "layernorm_backward_params", &m->k.layernorm_backward_params},
+        {"layernorm.cl", "bias_residual_layernorm_forward", &m->k.bias_residual_layernorm_forward},
+        {"layernorm.cl", "layernorm_backward_params_bias", &m->k.layernorm_backward_params_bias},
         {"activation.cl", "gelu_forward", &m->k.gelu_forward},
         {"activation.cl", "gelu_backward", &m->k.gelu_backward},
         {"activation.cl", "tanh_forward", &m->k.tanh_forward},

@@ -25,6 +25,7 @@ typedef struct model_kernels {
     cl_kernel embedding_forward, embedding_backward_word, embedding_backward_position,
         embedding_backward_type;
     cl_kernel layernorm_forward, layernorm_backward_input, layernorm_backward_params;
+    cl_kernel bias_residual_layernorm_forward, layernorm_backward_params_bias;
     cl_kernel gelu_forward, gelu_backward, tanh_forward, tanh_backward, bias_gelu_forward;
     cl_kernel softmax_forward, softmax_backward;
     cl_kernel bias_add, bias_residual_add, bias_backward, gather_rows, scatter_add_rows;
@@ -161,10 +162,27 @@ int op_bias_residual_add(dl_model *m, dl_buffer *out, const dl_buffer *residual,
                          int rows, int C);
 int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer *rstd,
                          const dl_buffer *in, size_t g_off, size_t b_off, int rows, int C);
+/* A residual layer's end: pre = residual + (pre + bias), kept (model_keep),
+ * out = LayerNorm(pre). One launch in fp32; with 16-bit storage the kept copy
+ * rounds pre before the LayerNorm reads it, so three. */
+int op_bias_residual_layernorm(dl_model *m, dl_buffer *pre, dl_buffer *kept,
+                               const dl_buffer *residual, size_t bias_off, dl_buffer *out,
+                               dl_buffer *mean, dl_buffer *rstd, size_t g_off, size_t b_off,
+                               int rows, int C);
 /* Writes dx; accumulates the gamma and beta gradients. */
 int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const dl_buffer *in,
                           const dl_buffer *mean, const dl_buffer *rstd, size_t g_off,
                           size_t b_off, int rows, int C);
+/* op_layernorm_backward where the LayerNorm's input came out of a Linear
+ * (plus a residual): that Linear's bias gradient (bias_off) is summed in the
+ * same pass as gamma's and beta's. Pair it with op_linear_backward_weights. */
+int op_layernorm_backward_bias(dl_model *m, dl_buffer *dx, const dl_buffer *dy,
+                               const dl_buffer *in, const dl_buffer *mean, const dl_buffer *rstd,
+                               size_t g_off, size_t b_off, size_t bias_off, int rows, int C);
+/* op_linear_backward without the bias gradient. */
+int op_linear_backward_weights(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
+                               const dl_buffer *x, size_t w_off, int rows, int in_features,
+                               int out_features);
 /* Elementwise kernels of the form k(out, in, n). */
 int op_unary(dl_model *m, cl_kernel k, dl_buffer *out, const dl_buffer *in, int n);
 /* Elementwise backward kernels of the form k(dx, dy, x, n). */
