@@ -269,10 +269,18 @@ int main(void) {
     /* Real CLBlastHgemm where the device has cl_khr_fp16: its sums of up to
      * k = B*T products also round in half, up to about log2(k) more bits
      * lost; the bounds allow that (not yet measured on a GPU). */
+    setenv("DEDLOC_FP16_COMPUTE", "require", 1);
     if (dl_device_get_info(device)->fp16) {
-        setenv("DEDLOC_FP16_COMPUTE", "require", 1);
         check_fixture_storage("albert_groups", DL_PRECISION_FP16, "fp16", 1e-3, 5e-2);
         check_fixture_storage("albert_odd", DL_PRECISION_FP16, "fp16", 1e-3, 5e-2);
+    } else {
+        /* asked for, fp16 compute is refused where the device cannot do it */
+        dl_albert_config cfg;
+        CHECK_OK(dl_albert_config_preset("tiny", &cfg));
+        dl_model *model = NULL;
+        CHECK(dl_model_create(device, &cfg, 2, 16, DL_PRECISION_FP16, &model) == -1 && !model);
+        CHECK_MSG(strstr(dl_error(), "cl_khr_fp16") != NULL, "refusal: %s", dl_error());
+        dl_model_free(model);
     }
     unsetenv("DEDLOC_FP16_COMPUTE");
     dl_device_close(device);
