@@ -136,6 +136,7 @@ static int on_one_record(void *user, const uint8_t *blob, size_t size) {
         }
     }
     pthread_mutex_lock(&net->lock);
+    dl_swarm_charge(&net->swarm, r.pk, now);
     int fresh = dl_swarm_apply(&net->swarm, &r, blob, size, now);
     pthread_mutex_unlock(&net->lock);
     if (fresh == 1) {

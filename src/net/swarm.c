@@ -70,13 +70,19 @@ int dl_swarm_precheck(struct dl_swarm *sw, const struct dl_record *r, double now
         return DL_SWARM_IMPLAUSIBLE;
     }
     if (e) {
-        e->rate_tokens += (now - e->rate_last) * DL_SWARM_OWNER_RATE;
-        if (e->rate_tokens > DL_SWARM_OWNER_BURST) e->rate_tokens = DL_SWARM_OWNER_BURST;
-        e->rate_last = now;
-        if (e->rate_tokens < 1) return DL_SWARM_TOO_FAST;
-        e->rate_tokens -= 1;
+        double tokens = e->rate_tokens + (now - e->rate_last) * DL_SWARM_OWNER_RATE;
+        if (tokens < 1) return DL_SWARM_TOO_FAST;
     }
     return DL_SWARM_NEWS;
+}
+
+void dl_swarm_charge(struct dl_swarm *sw, const uint8_t pk[DL_WIRE_PK], double now) {
+    struct dl_swarm_entry *e = dl_swarm_find(sw, pk);
+    if (!e) return;
+    e->rate_tokens += (now - e->rate_last) * DL_SWARM_OWNER_RATE;
+    if (e->rate_tokens > DL_SWARM_OWNER_BURST) e->rate_tokens = DL_SWARM_OWNER_BURST;
+    e->rate_last = now;
+    e->rate_tokens -= 1;
 }
 
 int dl_swarm_apply(struct dl_swarm *sw, const struct dl_record *rec, const uint8_t *blob,

@@ -99,11 +99,14 @@ enum { DL_SWARM_NEWS = 0, DL_SWARM_OLD = 1, DL_SWARM_TOO_FAST = 2, DL_SWARM_IMPL
 /* Whether a parsed, not yet verified record is worth verifying, checked
  * before its signature: DL_SWARM_NEWS when it is; DL_SWARM_OLD for a
  * duplicate, a stale seq or one under a tombstone; DL_SWARM_TOO_FAST when
- * its owner is over its rate (this consumes from the owner's allowance:
- * call once per record); DL_SWARM_IMPLAUSIBLE (the error says why) for a
- * time outside [now_wall - expiry - skew, now_wall + skew] or a rate above
- * DL_SWARM_MAX_SPS. */
+ * its owner has used up its rate (DL_SWARM_OWNER_*); DL_SWARM_IMPLAUSIBLE
+ * (the error says why) for a time outside [now_wall - expiry - skew,
+ * now_wall + skew] or a rate above DL_SWARM_MAX_SPS. */
 int dl_swarm_precheck(struct dl_swarm *sw, const struct dl_record *r, double now, double now_wall, double expiry_s);
+/* Counts one accepted record against its owner's rate. Called only once its
+ * signature checked out, so forgeries in an owner's name cannot use up its
+ * allowance. */
+void dl_swarm_charge(struct dl_swarm *sw, const uint8_t pk[DL_WIRE_PK], double now);
 
 /* Computes the view at wall time now_wall: the global numbers and one peer
  * entry per alive (non-goodbye) record, sorted by peer id. */
