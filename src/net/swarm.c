@@ -65,10 +65,6 @@ int dl_swarm_precheck(struct dl_swarm *sw, const struct dl_record *r, double now
         dl_fail("record %.0f s old: expired (%.0f s) even with %.0f s of clock skew", now_wall - r->time, expiry_s, skew);
         return DL_SWARM_IMPLAUSIBLE;
     }
-    if (r->samples_per_second > DL_SWARM_MAX_SPS) {
-        dl_fail("record claims %g samples/s, more than a device does (%g)", r->samples_per_second, DL_SWARM_MAX_SPS);
-        return DL_SWARM_IMPLAUSIBLE;
-    }
     if (e) {
         double tokens = e->rate_tokens + (now - e->rate_last) * DL_SWARM_OWNER_RATE;
         if (tokens < 1) return DL_SWARM_TOO_FAST;
@@ -189,24 +185,28 @@ int dl_swarm_compute(const struct dl_swarm *sw, double now_wall, double target_b
         const struct dl_record *r = &e->rec;
         if (r->goodbye) continue;
         bool self = self_pk && !memcmp(r->pk, self_pk, DL_WIRE_PK);
-        view->samples_per_second += r->samples_per_second;
-        /* Samples: what a device can have done since the owner reached the
-         * epoch (its clock is within the skew of ours: the slack). */
+        /* Rates and samples count for what a device can do: at most
+         * DL_SWARM_MAX_SPS, for the time since the owner reached the epoch
+         * (its clock is within the skew of ours: the slack). A faster claim
+         * is kept, not refused (a synthetic test swarm may be faster), but
+         * counts only that much. */
+        double sps = self || r->samples_per_second <= DL_SWARM_MAX_SPS ? r->samples_per_second : DL_SWARM_MAX_SPS;
         double since = now_wall - e->epoch_since;
         if (since < 0) since = 0;
         double plausible = DL_SWARM_MAX_SPS * (since + DL_SWARM_MAX_SKEW_S);
         double samples = self || r->samples <= plausible ? r->samples : plausible;
+        view->samples_per_second += sps;
         if (r->epoch == view->global_epoch) {
             double elapsed = now_wall - r->time;
             if (elapsed < 0) elapsed = 0;
-            view->collective_samples += samples + elapsed * r->samples_per_second;
+            view->collective_samples += samples + elapsed * sps;
         }
         struct dl_swarm_peer *p = &view->peers[view->num_peers++];
         memcpy(p->peer_id, r->peer_id, sizeof p->peer_id);
         memcpy(p->address, r->address, sizeof p->address);
         p->epoch = r->epoch;
         p->samples_accumulated = samples;
-        p->samples_per_second = r->samples_per_second;
+        p->samples_per_second = sps;
         p->time = r->time;
         p->bandwidth_mbit = r->bandwidth_mbit;
         p->has_param_hash = r->has_param_hash;

@@ -27,9 +27,9 @@ struct dl_record {
 };
 
 /* What a record may claim (docs/protocol.md, "Signed records"): a device
- * does not accumulate more than DL_SWARM_MAX_SPS samples per second, and an
- * owner's clock is within the skew of ours (DL_SWARM_MAX_SKEW_S, or the
- * expiry when that is shorter). */
+ * does not accumulate more than DL_SWARM_MAX_SPS samples per second (the
+ * view counts no more), and an owner's clock is within the skew of ours
+ * (DL_SWARM_MAX_SKEW_S, or the expiry when that is shorter). */
 #define DL_SWARM_MAX_SPS 1e4
 #define DL_SWARM_MAX_SKEW_S 30.0
 /* Records one owner may have accepted per second (and in a burst): a peer
@@ -101,7 +101,7 @@ enum { DL_SWARM_NEWS = 0, DL_SWARM_OLD = 1, DL_SWARM_TOO_FAST = 2, DL_SWARM_IMPL
  * duplicate, a stale seq or one under a tombstone; DL_SWARM_TOO_FAST when
  * its owner has used up its rate (DL_SWARM_OWNER_*); DL_SWARM_IMPLAUSIBLE
  * (the error says why) for a time outside [now_wall - expiry - skew,
- * now_wall + skew] or a rate above DL_SWARM_MAX_SPS. */
+ * now_wall + skew]. */
 int dl_swarm_precheck(struct dl_swarm *sw, const struct dl_record *r, double now, double now_wall, double expiry_s);
 /* Counts one accepted record against its owner's rate. Called only once its
  * signature checked out, so forgeries in an owner's name cannot use up its
