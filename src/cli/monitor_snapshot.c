@@ -9,6 +9,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "cli/export_hf.h"
 #include "cli/monitor.h"
@@ -135,6 +138,12 @@ static void *worker(void *arg) {
     }
     free(params);
     if (opt_ok) dl_optimizer_free(&opt);
+#ifdef __GLIBC__
+    /* The download's buffers (the state three times over, twice) go back to
+     * the system now rather than staying in this thread's arena until the
+     * next download: the monitor idles at its small size between them. */
+    malloc_trim(0);
+#endif
     pthread_mutex_lock(&s->lock);
     if (fetched) m->fetches++;
     /* After a failure or an empty look, the next try waits a little. */
