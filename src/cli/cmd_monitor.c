@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/export_hf.h"
 #include "cli/monitor.h"
 #include "dedloc/util.h"
 
@@ -292,7 +293,7 @@ int cmd_monitor(int argc, char **argv) {
     /* The folders are checked now, not at the first checkpoint hours later. */
     bool snapshots = ck_dir || export_dir;
     if ((snapshots && (monitor_snapshots_init(snap, model, (int64_t)max_steps, target_given ? cfg.target_batch : 0) ||
-                       dl_trainer_check_outputs(ck_dir, NULL))) ||
+                       dl_trainer_check_outputs(ck_dir, NULL) || (export_dir && cli_export_check_out(export_dir)))) ||
         monitor_history_open(&state->history, history_path, (size_t)points) || dl_net_start(&cfg, &net)) {
         fprintf(stderr, "dedloc monitor: %s\n", dl_error());
     } else {

@@ -16,12 +16,12 @@
 static const char *const export_files[] = {"config.json", "model.safetensors", "tokenizer.json",
                                            "tokenizer_config.json", "special_tokens_map.json"};
 
-/* An existing --out may be replaced only if it is an earlier export: nothing
- * of the user's is deleted with it. */
-static int check_replaceable(const char *out) {
+/* An existing export folder may be replaced only if it is an earlier export:
+ * nothing of the user's is deleted with it. */
+int cli_export_check_out(const char *out) {
     struct stat st;
     if (lstat(out, &st) != 0) return 0;
-    if (!S_ISDIR(st.st_mode)) return dl_fail("--out %s exists and is not a folder", out);
+    if (!S_ISDIR(st.st_mode)) return dl_fail("the export folder %s exists and is not a folder", out);
     DIR *d = opendir(out);
     if (!d) return dl_fail("cannot read the folder %s", out);
     const char *foreign = NULL;
@@ -33,8 +33,8 @@ static int check_replaceable(const char *out) {
             ours = ours || !strcmp(e->d_name, export_files[i]);
         if (!ours) foreign = e->d_name;
     }
-    int rc = foreign ? dl_fail("--out %s already holds %s, which is not part of an export; choose another --out "
-                               "or empty it", out, foreign)
+    int rc = foreign ? dl_fail("the export folder %s already holds %s, which is not part of an export; choose "
+                               "another folder or empty it", out, foreign)
                      : 0;
     closedir(d);
     return rc;
@@ -73,7 +73,7 @@ int cli_export_hf(const char *out, const dl_albert_config *cfg, const float *par
     char tmp[4200] = "";
     int rc = -1;
     if (tokenizer_text(tokenizer, run_json, &tok_owned, &tok_json, &tok_len, tok_name, tok_name_size) ||
-        check_replaceable(out))
+        cli_export_check_out(out))
         goto done;
     /* Everything goes into a sibling temporary folder (same file system, so
      * the final rename is atomic); a full disk leaves no half export. */

@@ -18,4 +18,8 @@
 int cli_export_hf(const char *out, const dl_albert_config *cfg, const float *params, const char *tokenizer,
                   const char *run_json, char *tok_name, size_t tok_name_size);
 
+/* 0 when out may take an export: absent, or a folder holding nothing but an
+ * export's files; -1 with dl_fail() otherwise. */
+int cli_export_check_out(const char *out);
+
 #endif
