@@ -41,7 +41,7 @@ int monitor_snapshots_init(struct monitor_snapshots *m, const char *model, int64
     m->run_json = cJSON_PrintUnformatted(run);
     cJSON_Delete(run);
     if (!m->run_json) return dl_fail("out of memory");
-    if (m->fetch_timeout_s <= 0) m->fetch_timeout_s = 300;
+    if (m->fetch_timeout_s <= 0) m->fetch_timeout_s = 120;
     return 0;
 }
 
