@@ -208,11 +208,11 @@ int cmd_monitor(int argc, char **argv) {
     cfg.client_mode = true;
     const char *listen_http = "127.0.0.1:8080", *history_path = "dedloc-monitor-history.jsonl";
     double sample_every = 5, duration = -1, points = 2048;
-    double ck_every = 100, export_every = 100, keep = 3, max_steps = 0;
+    double ck_every = 100, export_every = 100, keep = 3, max_steps = 0, state_hold_s = 0;
     bool target_given = false;
     const char *ck_dir = NULL, *export_dir = NULL, *model = "tiny", *tokenizer = NULL;
     enum { O_RUN = 256, O_INITIAL, O_HTTP, O_HISTORY, O_POINTS, O_SAMPLE, O_TARGET, O_EXPIRY, O_IDENTITY, O_NODHT,
-           O_DURATION, O_CKDIR, O_CKEVERY, O_KEEP, O_EXDIR, O_EXEVERY, O_MODEL, O_STEPS, O_TOKENIZER };
+           O_DURATION, O_CKDIR, O_CKEVERY, O_KEEP, O_EXDIR, O_EXEVERY, O_MODEL, O_STEPS, O_TOKENIZER, O_TEST_HOLD };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"initial-peers", required_argument, NULL, O_INITIAL},
         {"listen-http", required_argument, NULL, O_HTTP}, {"history", required_argument, NULL, O_HISTORY},
@@ -223,7 +223,11 @@ int cmd_monitor(int argc, char **argv) {
         {"checkpoint-every", required_argument, NULL, O_CKEVERY}, {"keep", required_argument, NULL, O_KEEP},
         {"export-dir", required_argument, NULL, O_EXDIR}, {"export-every", required_argument, NULL, O_EXEVERY},
         {"model", required_argument, NULL, O_MODEL}, {"max-steps", required_argument, NULL, O_STEPS},
-        {"tokenizer", required_argument, NULL, O_TOKENIZER}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+        {"tokenizer", required_argument, NULL, O_TOKENIZER},
+#ifdef DEDLOC_TEST_HOOKS
+        {"test-hold-download", required_argument, NULL, O_TEST_HOLD},
+#endif
+        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 0;
@@ -250,6 +254,7 @@ int cmd_monitor(int argc, char **argv) {
         case O_MODEL: model = optarg; break;
         case O_STEPS: bad = parse_whole(optarg, 1, 1e12, &max_steps); break;
         case O_TOKENIZER: tokenizer = optarg; break;
+        case O_TEST_HOLD: bad = parse_double(optarg, 0, 60, &state_hold_s); break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -288,6 +293,7 @@ int cmd_monitor(int argc, char **argv) {
     snap->export_dir = export_dir;
     snap->export_every = (int64_t)export_every;
     snap->tokenizer = tokenizer;
+    snap->test_hold_s = state_hold_s;
     int rc = DL_EXIT_FAILURE;
     dl_net *net = NULL;
     /* The folders are checked now, not at the first checkpoint hours later. */

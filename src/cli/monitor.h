@@ -59,6 +59,7 @@ struct monitor_snapshots {
     int64_t export_every;
     const char *tokenizer;              /* for the exports; NULL: the built-in demo tokenizer */
     double fetch_timeout_s;
+    double test_hold_s;                 /* test builds: the worker waits this long before writing */
     dl_albert_config model;
     dl_train_layout layout;
     dl_param_layout model_layout;

@@ -83,6 +83,7 @@ static void add_snapshots(cJSON *o, const struct monitor_snapshots *m) {
         return;
     }
     cJSON *j = cJSON_AddObjectToObject(o, "snapshots");
+    cJSON_AddBoolToObject(j, "downloading", m->started && !m->finished);
     cJSON_AddNumberToObject(j, "fetches", (double)m->fetches);
     cJSON_AddNumberToObject(j, "failures", (double)m->failures);
     cJSON_AddStringToObject(j, "last_error", m->last_error);

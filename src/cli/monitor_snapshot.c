@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -127,6 +128,12 @@ static void *worker(void *arg) {
             record_failure(s, "downloading the swarm's state");
         } else {
             fetched = true;
+            if (m->test_hold_s > 0) {
+                /* Test builds: a download that takes long, so that a test can
+                 * see HTTP answer while it is under way. */
+                struct timespec ts = {(time_t)m->test_hold_s, 0};
+                nanosleep(&ts, NULL);
+            }
             DL_INFO("monitor", "downloaded the swarm's state of epoch %" PRIu64 " (param_hash %.16s, %zu holder%s) "
                     "in %.2f s", st.epoch, hex, st.holders, st.holders == 1 ? "" : "s", st.seconds);
             if (due(m->checkpoint_dir, m->checkpoint_every, ck_last, st.epoch)) save_checkpoint(s, &opt, params, &st, hex);

@@ -252,24 +252,45 @@ monitor_keeps)
   # killed. A fresh trainer resumes from the monitor's checkpoint: it starts
   # from the swarm's last param_hash and trains on. The monitor's export and
   # checkpoint hold the very bytes `dedloc export` makes of a trainer's own
-  # checkpoint of that step.
+  # checkpoint of that step. In test-hook builds each download is held 2 s
+  # before its files are written, and /api/status must answer meanwhile
+  # (saying a download is under way): downloads do not stall HTTP.
   STEPS=6
   for i in 0 1; do
     start "p$i" --target-batch 16 --max-steps $STEPS --min-peers 2 --peer-seed $i --linger 60 \
       --checkpoint-dir "$W/ck$i" --save-every 3
   done
+  hold=(); [ "${DEDLOC_TEST_HOOKS:-0}" = 1 ] && hold=(--test-hold-download 2)
   "$BIN" monitor --run-id "$RUN" --initial-peers "$FIRST_ADDR" --listen-http 127.0.0.1:0 --no-dht \
     --history "$W/history.jsonl" --sample-every 0.5 --expiry 6 --duration 100 --model tiny \
-    --checkpoint-dir "$W/mck" --checkpoint-every 3 --keep 1 --export-dir "$W/mhf" --export-every 3 \
+    --checkpoint-dir "$W/mck" --checkpoint-every 3 --keep 1 --export-dir "$W/mhf" --export-every 3 "${hold[@]}" \
     >"$W/mon.out" 2>"$W/mon.err" &
   PID[mon]=$!
+  port=""
+  for _ in $(seq 200); do
+    port=$(head -n 1 "$W/mon.out" 2>/dev/null | jq -r '.http_port // empty' 2>/dev/null || true)
+    [ -n "$port" ] && break
+    sleep 0.05
+  done
+  [ -n "$port" ] || fail "the monitor did not report its HTTP port"
+  status() {
+    exec 3<>"/dev/tcp/127.0.0.1/$port"
+    printf 'GET /api/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+    sed '1,/^\r*$/d' <&3 >"$W/status.json"
+    exec 3>&- 3<&-
+  }
+  if [ ${#hold[@]} -gt 0 ]; then
+    seen=0
+    for _ in $(seq 1200); do
+      status
+      jq -e '.snapshots.downloading == true' "$W/status.json" >/dev/null 2>&1 && { seen=1; break; }
+      sleep 0.05
+    done
+    [ "$seen" = 1 ] || fail "/api/status never answered during a state download"
+  fi
   for _ in $(seq 1200); do grep -q "export of epoch $STEPS" "$W/mon.err" && break; sleep 0.05; done
   grep -q "export of epoch $STEPS" "$W/mon.err" || fail "the monitor wrote no export of step $STEPS"
-  port=$(head -n 1 "$W/mon.out" | jq -r '.http_port')
-  exec 3<>"/dev/tcp/127.0.0.1/$port"
-  printf 'GET /api/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-  sed '1,/^\r*$/d' <&3 >"$W/status.json"
-  exec 3>&- 3<&-
+  status
   jq -e ".snapshots.checkpoint.epoch == $STEPS and .snapshots.export.epoch == $STEPS and .snapshots.failures == 0" \
     "$W/status.json" >/dev/null || fail "/api/status does not show the checkpoint and export of step $STEPS: $(head -c 600 "$W/status.json")"
   kill -9 "${PID[p0]}" "${PID[p1]}"
