@@ -293,6 +293,9 @@ monitor_keeps)
   status
   jq -e ".snapshots.checkpoint.epoch == $STEPS and .snapshots.export.epoch == $STEPS and .snapshots.failures == 0" \
     "$W/status.json" >/dev/null || fail "/api/status does not show the checkpoint and export of step $STEPS: $(head -c 600 "$W/status.json")"
+  # Both trainers have logged the last step (one may log it a moment after
+  # the other, which the monitor may already have downloaded from).
+  wait_step p0 $STEPS; wait_step p1 $STEPS
   kill -9 "${PID[p0]}" "${PID[p1]}"
   for i in 0 1; do wait "${PID[p$i]}" 2>/dev/null || true; unset "PID[p$i]"; done
   agree p0 p1
