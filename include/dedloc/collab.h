@@ -330,4 +330,25 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
 /* Hex of a 32-byte param hash (65 bytes with the NUL). */
 void dl_collab_hash_hex(const uint8_t hash[32], char out[65]);
 
+/* ---- observers ---------------------------------------------------------------
+ * A peer that trains nothing (a monitor keeping checkpoints of the run) takes
+ * the swarm's state as a newcomer does: the param hash most peers at the
+ * newest epoch signed in their records, downloaded from its holders and
+ * verified chunk by chunk and against that hash. */
+struct dl_collab_swarm_state {
+    uint64_t epoch;               /* optimizer steps the swarm took */
+    int64_t samples;              /* samples in those steps, the whole swarm's */
+    uint8_t param_hash[32];       /* the signed hash the download was checked against */
+    size_t holders;               /* peers that held it */
+    double seconds;               /* the download */
+};
+
+/* Downloads the state into params (layout.total floats) and opt (initialized
+ * on the model's layout; its settings stay, its moments and step are
+ * replaced). Returns 0 with *state filled; 1 (nothing fetched) when no peer
+ * holds a state at an epoch >= min_epoch; -1 with dl_fail() when the
+ * download fails. Blocks up to about timeout_s; not from a net callback. */
+int dl_collab_fetch_swarm_state(dl_net *net, uint64_t min_epoch, double timeout_s, dl_optimizer *opt, float *params,
+                                struct dl_collab_swarm_state *state);
+
 #endif

@@ -389,22 +389,12 @@ int cmd_train(int argc, char **argv) {
         }
     }
 
-    dl_opt_config opt = dl_opt_config_sahajbert();
-    opt.kind = kind;
-    /* tiny + LAMB: 0.1. LAMB scales each tensor's step to its norm, and
-     * tensors that start at zero (biases) move by about the rate per step,
-     * so a run of a few hundred steps needs a large rate to move at all:
-     * in 60 steps of 32 samples 0.005 moved the loss 9.73 -> 9.60, 0.1
-     * moves it to 8.92; over 300 steps (scripts/demo.sh) it ends where 0.05
-     * does, without climbing back (docs/training.md has the numbers).
-     * AdamW's rate is absolute: tiny keeps 0.005 there. */
-    if (tiny) opt.lr = kind == DL_OPT_LAMB ? 0.1 : 0.005;
+    dl_opt_config opt = cli_train_opt_defaults(tiny, kind, a.max_steps);
     if (a.given[OPT_LR]) opt.lr = a.lr;
     opt.weight_decay = a.wd;
     opt.max_grad_norm = a.clip;
-    opt.total_steps = a.given[OPT_TOTAL] ? a.total : (tiny ? a.max_steps : 125000);
-    opt.warmup_steps = a.given[OPT_WARMUP] ? a.warmup : (tiny ? a.max_steps / 10 : 5000);
-    if (kind == DL_OPT_ADAMW) opt.eps = 1e-8;
+    if (a.given[OPT_TOTAL]) opt.total_steps = a.total;
+    if (a.given[OPT_WARMUP]) opt.warmup_steps = a.warmup;
     if (resuming) {
         /* The trainer continues with the optimizer settings stored in the
          * checkpoint; the ones given now override them (as --help says). */

@@ -39,4 +39,9 @@ int cli_swarm_run(struct cli_swarm_args *a, struct dl_collab_train_options *trai
                   const dl_train_layout *layout, float *params, const dl_checkpoint *resume,
                   const dl_trainer_backend *backend, struct dl_collab_train_result *res);
 
+/* The optimizer settings `dedloc train` uses when none are given: sahajBERT's
+ * recipe, scaled down for the tiny preset (its schedule spans max_steps). The
+ * monitor stores the same in the checkpoints it writes of a swarm. */
+dl_opt_config cli_train_opt_defaults(bool tiny, dl_opt_kind kind, int64_t max_steps);
+
 #endif

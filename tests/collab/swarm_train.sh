@@ -245,6 +245,85 @@ monitor)
   for i in 0 1; do [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"; done
   kill "${PID[mon]}" 2>/dev/null || true
   ;;
+monitor_keeps)
+  # The monitor keeps the run. Every 3 global steps it downloads the swarm's
+  # state as a newcomer does (checked against the signed param_hash) and
+  # writes a checkpoint and a Hugging Face export; then every trainer is
+  # killed. A fresh trainer resumes from the monitor's checkpoint: it starts
+  # from the swarm's last param_hash and trains on. The monitor's export and
+  # checkpoint hold the very bytes `dedloc export` makes of a trainer's own
+  # checkpoint of that step. In test-hook builds each download is held 2 s
+  # before its files are written, and /api/status must answer meanwhile
+  # (saying a download is under way): downloads do not stall HTTP.
+  STEPS=6
+  for i in 0 1; do
+    start "p$i" --target-batch 16 --max-steps $STEPS --min-peers 2 --peer-seed $i --linger 60 \
+      --checkpoint-dir "$W/ck$i" --save-every 3
+  done
+  hold=(); [ "${DEDLOC_TEST_HOOKS:-0}" = 1 ] && hold=(--test-hold-download 2)
+  "$BIN" monitor --run-id "$RUN" --initial-peers "$FIRST_ADDR" --listen-http 127.0.0.1:0 --no-dht \
+    --history "$W/history.jsonl" --sample-every 0.5 --expiry 6 --duration 100 --model tiny \
+    --checkpoint-dir "$W/mck" --checkpoint-every 3 --keep 1 --export-dir "$W/mhf" --export-every 3 "${hold[@]}" \
+    >"$W/mon.out" 2>"$W/mon.err" &
+  PID[mon]=$!
+  port=""
+  for _ in $(seq 200); do
+    port=$(head -n 1 "$W/mon.out" 2>/dev/null | jq -r '.http_port // empty' 2>/dev/null || true)
+    [ -n "$port" ] && break
+    sleep 0.05
+  done
+  [ -n "$port" ] || fail "the monitor did not report its HTTP port"
+  status() {
+    exec 3<>"/dev/tcp/127.0.0.1/$port"
+    printf 'GET /api/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+    sed '1,/^\r*$/d' <&3 >"$W/status.json"
+    exec 3>&- 3<&-
+  }
+  if [ ${#hold[@]} -gt 0 ]; then
+    seen=0
+    for _ in $(seq 1200); do
+      status
+      jq -e '.snapshots.downloading == true' "$W/status.json" >/dev/null 2>&1 && { seen=1; break; }
+      sleep 0.05
+    done
+    [ "$seen" = 1 ] || fail "/api/status never answered during a state download"
+  fi
+  for _ in $(seq 1200); do grep -q "export of epoch $STEPS" "$W/mon.err" && break; sleep 0.05; done
+  grep -q "export of epoch $STEPS" "$W/mon.err" || fail "the monitor wrote no export of step $STEPS"
+  status
+  jq -e ".snapshots.checkpoint.epoch == $STEPS and .snapshots.export.epoch == $STEPS and .snapshots.failures == 0" \
+    "$W/status.json" >/dev/null || fail "/api/status does not show the checkpoint and export of step $STEPS: $(head -c 600 "$W/status.json")"
+  # Both trainers have logged the last step (one may log it a moment after
+  # the other, which the monitor may already have downloaded from).
+  wait_step p0 $STEPS; wait_step p1 $STEPS
+  kill -9 "${PID[p0]}" "${PID[p1]}"
+  for i in 0 1; do wait "${PID[p$i]}" 2>/dev/null || true; unset "PID[p$i]"; done
+  agree p0 p1
+  for i in 0 1; do [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"; done
+  last_hash=$(jq -r "select(.step == $STEPS) | .param_hash" "$W/p0.jsonl")
+  # --keep 1: only the newest checkpoint is left.
+  [ "$(ls "$W/mck")" = "checkpoint-0000000006.safetensors" ] || fail "the monitor's checkpoint folder holds: $(ls "$W/mck")"
+  "$BIN" train "${COMMON[@]}" --listen 127.0.0.1:0 --join-wait 1 --target-batch 16 --max-steps 8 \
+    --total-steps 20 --resume "$W/mck/checkpoint-0000000006.safetensors" --log "$W/r.jsonl" 2>"$W/r.err" ||
+    fail "the trainer resuming from the monitor's checkpoint failed"
+  first=$(jq -r 'select(.event == "start") | "\(.resumed) \(.epoch) \(.param_hash)"' "$W/r.jsonl")
+  [ "$first" = "true $STEPS $last_hash" ] || fail "the resumed trainer started from '$first', not the swarm's 'true $STEPS $last_hash'"
+  [ "$(last_step r)" = 8 ] || fail "the resumed trainer stopped at step $(last_step r)"
+  # The export against `dedloc export` of p0's own checkpoint of step 6, and
+  # of the monitor's checkpoint: the same files, byte for byte.
+  "$BIN" export --checkpoint "$W/ck0/checkpoint-0000000006.safetensors" --out "$W/ref" >/dev/null ||
+    fail "dedloc export of p0's checkpoint failed"
+  "$BIN" export --checkpoint "$W/mck/checkpoint-0000000006.safetensors" --out "$W/mref" >/dev/null ||
+    fail "dedloc export of the monitor's checkpoint failed"
+  for f in config.json model.safetensors tokenizer.json tokenizer_config.json special_tokens_map.json; do
+    cmp -s "$W/ref/$f" "$W/mhf/$f" || fail "the monitor's export differs from dedloc export's in $f"
+    cmp -s "$W/ref/$f" "$W/mref/$f" || fail "the monitor's checkpoint exports another $f"
+  done
+  jq -e '.model_type == "albert" and .hidden_size > 0' "$W/mhf/config.json" >/dev/null || fail "config.json: $(cat "$W/mhf/config.json")"
+  kill "${PID[mon]}"
+  wait "${PID[mon]}" || fail "the monitor did not leave cleanly on SIGTERM"
+  unset "PID[mon]"
+  ;;
 client)
   # A trainer behind NAT (--client-mode) averages through the other, which aggregates everything.
   STEPS=5
