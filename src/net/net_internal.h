@@ -42,6 +42,7 @@ struct dl_conn {
     uint8_t peer_pk[DL_WIRE_PK];
     char peer_id[DL_PEER_ID_HEX];
     bool peer_client;
+    bool peer_fetch_only;             /* a newcomer that may only fetch the run files */
     char remote[DL_NET_ADDR_MAX];     /* address of the socket's other end */
     char dialled[DL_NET_ADDR_MAX];    /* what we dialled (outbound only) */
     double created, last_rx, last_ping, closing_since;
@@ -124,6 +125,8 @@ struct dl_net {
     struct dl_net_config cfg;         /* strings point into owned copies below */
     char *run_id, *listen_cfg, *announce_cfg, *initial_cfg, *identity_cfg, *dht_bootstrap_cfg;
     struct dl_identity id;
+    bool has_manifest;                /* manifest_hash: our run manifest's (docs/manifest.md) */
+    uint8_t manifest_hash[32];
     char listen_addr[DL_NET_ADDR_MAX], announce_addr[DL_NET_ADDR_MAX];
     int listen_port;
 
@@ -140,6 +143,7 @@ struct dl_net {
     struct dl_cmd *cmd_head, *cmd_tail;
     struct dl_handler handlers[DL_NET_MAX_HANDLERS];
     size_t num_ready;
+    char last_ready[DL_PEER_ID_HEX];  /* the peer of the newest ready connection still open ("" = none) */
     double refresh_s;
     uint64_t next_request_id;
     uint8_t *metrics_blob;            /* our signed metrics record (src/net/metrics.c), or NULL */
