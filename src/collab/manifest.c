@@ -116,10 +116,17 @@ static int canon(struct sbuf *b, const cJSON *v, int depth, bool top) {
         double d = v->valuedouble;
         if (!isfinite(d)) return dl_fail("manifest: a number out of range");
         char t[40];
-        /* Integers as integers; anything else with enough digits to read
-         * back the same double, so signer and verifier print alike. */
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) snprintf(t, sizeof t, "%lld", (long long)d);
-        else snprintf(t, sizeof t, "%.17g", d);
+        /* Integers as integers; anything else in the shortest %g form that
+         * reads back the same double (0.01, not 0.010000000000000000208),
+         * so signer and verifier print alike and people can check it. */
+        if (d == floor(d) && fabs(d) < 9007199254740992.0) {
+            snprintf(t, sizeof t, "%lld", (long long)d);
+        } else {
+            for (int prec = 1; prec <= 17; prec++) {
+                snprintf(t, sizeof t, "%.*g", prec, d);
+                if (strtod(t, NULL) == d) break;
+            }
+        }
         put(b, t, strlen(t));
     } else if (cJSON_IsBool(v)) {
         put(b, cJSON_IsTrue(v) ? "true" : "false", cJSON_IsTrue(v) ? 4 : 5);

@@ -123,11 +123,16 @@ static bool manifest_mismatch(struct dl_conn *c, const struct dl_msg_hello *h) {
     struct dl_net *net = c->net;
     if (!net->has_manifest && !h->has_manifest) return false;
     if (net->has_manifest && h->has_manifest && !memcmp(net->manifest_hash, h->manifest_hash, 32)) return false;
-    char mine[17] = "none", theirs[17] = "none", why[128];
-    if (net->has_manifest) sodium_bin2hex(mine, sizeof mine, net->manifest_hash, 8);
-    if (h->has_manifest) sodium_bin2hex(theirs, sizeof theirs, h->manifest_hash, 8);
-    snprintf(why, sizeof why, "different run manifest: %s... (the refusing peer) vs %s... (the refused one)", mine,
-             theirs);
+    char mine[24] = "none", theirs[24] = "none", hex[17], why[128];
+    if (net->has_manifest) {
+        sodium_bin2hex(hex, sizeof hex, net->manifest_hash, 8);
+        snprintf(mine, sizeof mine, "%s...", hex);
+    }
+    if (h->has_manifest) {
+        sodium_bin2hex(hex, sizeof hex, h->manifest_hash, 8);
+        snprintf(theirs, sizeof theirs, "%s...", hex);
+    }
+    snprintf(why, sizeof why, "different run manifest: %s (the refusing peer) vs %s (the refused one)", mine, theirs);
     dl_conn_reject(c, DL_ERR_MANIFEST, why, false);
     return true;
 }
