@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/monitor.h"
+#include "dedloc/collab.h"
 #include "dedloc/util.h"
 
 static void help(FILE *out) {
@@ -32,6 +33,8 @@ static void help(FILE *out) {
             "  --target-batch N         samples per global step, for the ETA (default 4096)\n"
             "  --expiry S               drop peers not heard from for S seconds (default 60)\n"
             "  --identity FILE          ed25519 identity, created with mode 0600 if absent\n"
+            "  --manifest FILE          the run manifest (dedloc run init): run id, key and target batch\n"
+            "                           from it; peers of a manifest run admit only its holders\n"
             "  --no-dht                 no DHT discovery (initial peers only)\n"
             "  --duration S             leave after S seconds (default: run until Ctrl-C)\n");
 }
@@ -188,14 +191,16 @@ int cmd_monitor(int argc, char **argv) {
     const char *listen_http = "127.0.0.1:8080", *history_path = "dedloc-monitor-history.jsonl";
     double sample_every = 5, duration = -1, points = 2048;
     enum { O_RUN = 256, O_INITIAL, O_HTTP, O_HISTORY, O_POINTS, O_SAMPLE, O_TARGET, O_EXPIRY, O_IDENTITY, O_NODHT,
-           O_DURATION };
+           O_DURATION, O_MANIFEST };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"initial-peers", required_argument, NULL, O_INITIAL},
         {"listen-http", required_argument, NULL, O_HTTP}, {"history", required_argument, NULL, O_HISTORY},
         {"history-points", required_argument, NULL, O_POINTS}, {"sample-every", required_argument, NULL, O_SAMPLE},
         {"target-batch", required_argument, NULL, O_TARGET}, {"expiry", required_argument, NULL, O_EXPIRY},
         {"identity", required_argument, NULL, O_IDENTITY}, {"no-dht", no_argument, NULL, O_NODHT},
-        {"duration", required_argument, NULL, O_DURATION}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+        {"duration", required_argument, NULL, O_DURATION}, {"manifest", required_argument, NULL, O_MANIFEST},
+        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+    const char *manifest_path = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 0;
@@ -211,12 +216,34 @@ int cmd_monitor(int argc, char **argv) {
         case O_IDENTITY: cfg.identity_path = optarg; break;
         case O_NODHT: cfg.use_dht = false; break;
         case O_DURATION: bad = parse_double(optarg, 0, 1e9, &duration); break;
+        case O_MANIFEST: manifest_path = optarg; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
         if (bad) {
             fprintf(stderr, "dedloc monitor: bad value '%s' for --%s\n", optarg, opts[c - O_RUN].name);
             return DL_EXIT_USAGE;
+        }
+    }
+    /* A run with a manifest admits only peers that present its hash. */
+    struct dl_manifest manifest;
+    memset(&manifest, 0, sizeof manifest);
+    char run_key[DL_AUTHORITY_PK_HEX];
+    if (manifest_path) {
+        if (cfg.run_id) {
+            fprintf(stderr, "dedloc monitor: --run-id comes from the manifest\n");
+            return DL_EXIT_USAGE;
+        }
+        if (dl_manifest_load(manifest_path, &manifest)) {
+            fprintf(stderr, "dedloc monitor: %s\n", dl_error());
+            return DL_EXIT_USAGE;
+        }
+        cfg.run_id = manifest.run_id;
+        cfg.manifest_hash = manifest.hash;
+        cfg.target_batch = (double)manifest.target_batch;
+        if (manifest.has_authority) {
+            dl_authority_public_hex(manifest.authority, run_key);
+            cfg.run_key = run_key;
         }
     }
     char http_host[64];
@@ -257,5 +284,6 @@ int cmd_monitor(int argc, char **argv) {
     monitor_history_close(&state->history);
     pthread_mutex_destroy(&state->lock);
     free(state);
+    dl_manifest_free(&manifest);
     return rc;
 }
