@@ -200,7 +200,8 @@ int cmd_monitor(int argc, char **argv) {
         {"identity", required_argument, NULL, O_IDENTITY}, {"no-dht", no_argument, NULL, O_NODHT},
         {"duration", required_argument, NULL, O_DURATION}, {"manifest", required_argument, NULL, O_MANIFEST},
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
-    const char *manifest_path = NULL;
+    const char *manifest_path = "";
+    bool with_manifest = false; /* a flag, not a NULL test of optarg: analyzers then take optarg for NULL */
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 0;
@@ -216,7 +217,7 @@ int cmd_monitor(int argc, char **argv) {
         case O_IDENTITY: cfg.identity_path = optarg; break;
         case O_NODHT: cfg.use_dht = false; break;
         case O_DURATION: bad = parse_double(optarg, 0, 1e9, &duration); break;
-        case O_MANIFEST: manifest_path = optarg; break;
+        case O_MANIFEST: manifest_path = optarg; with_manifest = true; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -229,7 +230,7 @@ int cmd_monitor(int argc, char **argv) {
     struct dl_manifest manifest;
     memset(&manifest, 0, sizeof manifest);
     char run_key[DL_AUTHORITY_PK_HEX];
-    if (manifest_path) {
+    if (with_manifest) {
         if (cfg.run_id) {
             fprintf(stderr, "dedloc monitor: --run-id comes from the manifest\n");
             return DL_EXIT_USAGE;

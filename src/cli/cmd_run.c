@@ -2,6 +2,7 @@
  * or a peer identity), show verifies and prints one. docs/manifest.md. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <math.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,7 +192,7 @@ static cJSON *manifest_body(const struct init_args *a, const char *run_id) {
     cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
     cJSON_AddStringToObject(opt, "name", a->optimizer);
     cJSON_AddNumberToObject(opt, "lr", a->given[R_LR] ? v[R_LR] : tiny ? (lamb ? 0.1 : 0.005) : 0.00176);
-    cJSON_AddNumberToObject(opt, "warmup_steps", a->given[R_WARMUP] ? v[R_WARMUP] : tiny ? (double)((long long)steps / 10) : 5000);
+    cJSON_AddNumberToObject(opt, "warmup_steps", a->given[R_WARMUP] ? v[R_WARMUP] : tiny ? floor(steps / 10) : 5000);
     cJSON_AddNumberToObject(opt, "total_steps", a->given[R_TOTAL] ? v[R_TOTAL] : tiny ? steps : 125000);
     cJSON_AddNumberToObject(opt, "weight_decay", a->given[R_WD] ? v[R_WD] : 0.01);
     cJSON_AddNumberToObject(opt, "max_grad_norm", a->given[R_CLIP] ? v[R_CLIP] : 1.0);

@@ -125,8 +125,6 @@ struct dl_net {
     struct dl_net_config cfg;         /* strings point into owned copies below */
     char *run_id, *listen_cfg, *announce_cfg, *initial_cfg, *identity_cfg, *dht_bootstrap_cfg;
     struct dl_identity id;
-    bool has_manifest;                /* manifest_hash: our run manifest's (docs/manifest.md) */
-    uint8_t manifest_hash[32];
     char listen_addr[DL_NET_ADDR_MAX], announce_addr[DL_NET_ADDR_MAX];
     int listen_port;
 
@@ -143,7 +141,6 @@ struct dl_net {
     struct dl_cmd *cmd_head, *cmd_tail;
     struct dl_handler handlers[DL_NET_MAX_HANDLERS];
     size_t num_ready;
-    char last_ready[DL_PEER_ID_HEX];  /* the peer of the newest ready connection still open ("" = none) */
     double refresh_s;
     uint64_t next_request_id;
     uint8_t *metrics_blob;            /* our signed metrics record (src/net/metrics.c), or NULL */
@@ -171,6 +168,9 @@ struct dl_net {
     /* lock: extra fields of our progress record */
     uint8_t param_hash[32];
     bool has_param_hash;
+    bool has_manifest;                /* manifest_hash: our run manifest's (docs/manifest.md) */
+    uint8_t manifest_hash[32];
+    char last_ready[DL_PEER_ID_HEX];  /* lock: the peer of the newest ready connection still open ("" = none) */
     double measured_mbit;
 
     struct dl_dht *dht;
