@@ -424,6 +424,26 @@ manifest_mismatch)
   grep -q 'authenticated' "$W/b.err" && fail "peers of different manifests connected"
   true
   ;;
+manifest_dht)
+  # join --run-id ID --dht-bootstrap NODE: the newcomer finds a peer of the
+  # run through the DHT alone (an aux peer started from the manifest), fetches
+  # the run files from it and trains with it (one step).
+  manifest_init "$W/run.json" --identity "$W/owner.id"
+  "$BIN" aux --manifest "$W/run.json" --listen 127.0.0.1:0 --quiet --expiry 6 2>"$W/s.err" & PID[s]=$!
+  port=""
+  for _ in $(seq 600); do
+    grep -q "no OpenDHT" "$W/s.err" && { echo "built without OpenDHT"; exit 77; }
+    port=$(sed -nE 's/.*DHT node on UDP port ([0-9]+).*/\1/p' "$W/s.err" | head -n 1)
+    [ -n "$port" ] && break; sleep 0.05
+  done
+  [ -n "$port" ] || fail "the serving peer did not report its DHT port"
+  rc=0; DEDLOC_CACHE_DIR="$W/cache" "$BIN" join --run-id "$RUN" --dht-bootstrap "127.0.0.1:$port" \
+    --listen 127.0.0.1:0 --max-minutes 0.001 --quiet --log "$W/j.jsonl" 2>"$W/j.err" || rc=$?
+  [ "$rc" = 0 ] || fail "join through the DHT exited with $rc"
+  grep -q "signature ok" "$W/j.err" || fail "join through the DHT did not get the manifest"
+  cmp -s "$W/cache/runs/$RUN/tokenizer.json" "$TOK" || fail "join through the DHT did not get the tokenizer"
+  [ "$(last_step j)" -ge 1 ] || fail "join through the DHT did not train"
+  ;;
 manifest_tamper)
   # A manifest altered after signing, a tokenizer that is not the one it
   # names, another authority than --run-key, and another signer than the one
