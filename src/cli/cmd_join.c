@@ -161,6 +161,11 @@ static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uin
     }
     DL_INFO("join", "asking peer %s for the run manifest", peer);
     int st = dl_net_request_sync(net, peer, DL_NET_METHOD_MANIFEST, NULL, 0, a->timeout_s, &text, &n);
+    if (st == DL_NET_NO_HANDLER) {
+        dl_fail("peer %s serves no run manifest (it was started without --manifest): ask the run for the "
+                "address of a peer started from its manifest", peer);
+        goto done;
+    }
     if (st != DL_NET_OK) {
         dl_fail("peer %s gave no manifest (%s%s%.*s)", peer, dl_net_status_name(st), text ? ": " : "",
                 text ? (int)(n < 200 ? n : 200) : 0, text ? (const char *)text : "");
