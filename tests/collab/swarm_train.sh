@@ -403,15 +403,17 @@ manifest_mismatch)
   manifest_init "$W/a.json" --identity "$W/owner.id" --lr 0.01
   manifest_init "$W/b.json" --identity "$W/owner.id" --lr 0.02
   AUX=(--listen 127.0.0.1:0 --no-dht --quiet --expiry 6)
+  : >>"$W/a.err" # exists before the child opens it: the poll below reads it at once
   "$BIN" aux --manifest "$W/a.json" "${AUX[@]}" 2>"$W/a.err" & PID[a]=$!
   for _ in $(seq 600); do
     FIRST_ADDR=$(sed -nE 's/.*listening on (127\.0\.0\.1:[0-9]+).*/\1/p' "$W/a.err" | head -n 1)
     [ -n "$FIRST_ADDR" ] && break; sleep 0.05
   done
   [ -n "$FIRST_ADDR" ] || fail "a did not report its address"
+  : >>"$W/b.err"; : >>"$W/c.err"
   "$BIN" aux --manifest "$W/b.json" "${AUX[@]}" --initial-peers "$FIRST_ADDR" 2>"$W/b.err" & PID[b]=$!
   "$BIN" aux --run-id "$RUN" "${AUX[@]}" --initial-peers "$FIRST_ADDR" 2>"$W/c.err" & PID[c]=$!
-  for _ in $(seq 400); do
+  for _ in $(seq 1200); do
     [ "$(grep -c 'different run manifest' "$W/a.err")" -ge 2 ] && grep -q 'different run manifest' "$W/b.err" &&
       grep -q 'different run manifest' "$W/c.err" && break
     sleep 0.05
@@ -429,6 +431,7 @@ manifest_dht)
   # run through the DHT alone (an aux peer started from the manifest), fetches
   # the run files from it and trains with it (one step).
   manifest_init "$W/run.json" --identity "$W/owner.id"
+  : >>"$W/s.err"
   "$BIN" aux --manifest "$W/run.json" --listen 127.0.0.1:0 --quiet --expiry 6 2>"$W/s.err" & PID[s]=$!
   port=""
   for _ in $(seq 600); do
@@ -473,6 +476,7 @@ manifest_tamper)
   # peer now serves a manifest of that run id signed by another identity.
   manifest_init "$W/other.json" --identity "$W/intruder.id"
   mkdir -p "$W/cache/runs/$RUN" && cp "$W/run.json" "$W/cache/runs/$RUN/manifest.json"
+  : >>"$W/o.err"
   "$BIN" aux --manifest "$W/other.json" --listen 127.0.0.1:0 --no-dht --quiet 2>"$W/o.err" & PID[o]=$!
   for _ in $(seq 600); do
     FIRST_ADDR=$(sed -nE 's/.*listening on (127\.0\.0\.1:[0-9]+).*/\1/p' "$W/o.err" | head -n 1)
