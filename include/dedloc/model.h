@@ -99,6 +99,16 @@ const dl_param_entry *dl_param_layout_find(const dl_param_layout *layout, const 
  * biases 0, LayerNorm weight 1 and bias 0. Same seed, same bits everywhere. */
 int dl_albert_init_params(const dl_albert_config *cfg, uint64_t seed, float *params);
 
+/* Device memory a training micro-batch of batch x seq tokens needs, by a
+ * conservative rule (src/model/memory_estimate.c: every activation kept in
+ * fp32 with its gradient, plus weights, gradient and a copy), and the largest
+ * single buffer in *largest_buffer (may be NULL). */
+uint64_t dl_albert_train_bytes(const dl_albert_config *cfg, int batch, int seq, uint64_t *largest_buffer);
+/* The largest micro-batch (a power of two, or max_batch itself) whose
+ * estimate fits in half of device_bytes with no buffer over max_alloc;
+ * 0 when even one sequence does not fit. */
+int dl_albert_fit_micro_batch(const dl_albert_config *cfg, int seq, int max_batch, uint64_t device_bytes,
+                              uint64_t max_alloc);
 /* Reads a HF model folder: config.json into *cfg and model.safetensors into a
  * malloc'd flat vector *params (free() it). Every parameter must be present
  * with the right shape (F32, F16 or BF16); missing or extra-shaped tensors are

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/export_hf.h"
 #include "cli/monitor.h"
+#include "dedloc/collab.h"
 #include "dedloc/util.h"
 
 static void help(FILE *out) {
@@ -33,6 +34,8 @@ static void help(FILE *out) {
             "  --target-batch N         samples per global step, for the ETA (default 4096)\n"
             "  --expiry S               drop peers not heard from for S seconds (default 60)\n"
             "  --identity FILE          ed25519 identity, created with mode 0600 if absent\n"
+            "  --manifest FILE          the run manifest (dedloc run init): run id, key and target batch\n"
+            "                           from it; peers of a manifest run admit only its holders\n"
             "  --no-dht                 no DHT discovery (initial peers only)\n"
             "  --duration S             leave after S seconds (default: run until Ctrl-C)\n\n"
             "Keeping the run (the state is downloaded and verified as a newcomer does, on a\n"
@@ -212,7 +215,8 @@ int cmd_monitor(int argc, char **argv) {
     bool target_given = false;
     const char *ck_dir = NULL, *export_dir = NULL, *model = "tiny", *tokenizer = NULL;
     enum { O_RUN = 256, O_INITIAL, O_HTTP, O_HISTORY, O_POINTS, O_SAMPLE, O_TARGET, O_EXPIRY, O_IDENTITY, O_NODHT,
-           O_DURATION, O_CKDIR, O_CKEVERY, O_KEEP, O_EXDIR, O_EXEVERY, O_MODEL, O_STEPS, O_TOKENIZER, O_TEST_HOLD };
+           O_DURATION, O_CKDIR, O_CKEVERY, O_KEEP, O_EXDIR, O_EXEVERY, O_MODEL, O_STEPS, O_TOKENIZER, O_MANIFEST,
+           O_TEST_HOLD };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"initial-peers", required_argument, NULL, O_INITIAL},
         {"listen-http", required_argument, NULL, O_HTTP}, {"history", required_argument, NULL, O_HISTORY},
@@ -223,11 +227,13 @@ int cmd_monitor(int argc, char **argv) {
         {"checkpoint-every", required_argument, NULL, O_CKEVERY}, {"keep", required_argument, NULL, O_KEEP},
         {"export-dir", required_argument, NULL, O_EXDIR}, {"export-every", required_argument, NULL, O_EXEVERY},
         {"model", required_argument, NULL, O_MODEL}, {"max-steps", required_argument, NULL, O_STEPS},
-        {"tokenizer", required_argument, NULL, O_TOKENIZER},
+        {"tokenizer", required_argument, NULL, O_TOKENIZER}, {"manifest", required_argument, NULL, O_MANIFEST},
 #ifdef DEDLOC_TEST_HOOKS
         {"test-hold-download", required_argument, NULL, O_TEST_HOLD},
 #endif
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+    const char *manifest_path = "";
+    bool with_manifest = false; /* a flag, not a NULL test of optarg: analyzers then take optarg for NULL */
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 0;
@@ -255,12 +261,39 @@ int cmd_monitor(int argc, char **argv) {
         case O_STEPS: bad = parse_whole(optarg, 1, 1e12, &max_steps); break;
         case O_TOKENIZER: tokenizer = optarg; break;
         case O_TEST_HOLD: bad = parse_double(optarg, 0, 60, &state_hold_s); break;
+        case O_MANIFEST: manifest_path = optarg; with_manifest = true; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
         if (bad) {
             fprintf(stderr, "dedloc monitor: bad value '%s' for --%s\n", optarg, opts[c - O_RUN].name);
             return DL_EXIT_USAGE;
+        }
+    }
+    /* A run with a manifest admits only peers that present its hash. */
+    struct dl_manifest manifest;
+    memset(&manifest, 0, sizeof manifest);
+    char run_key[DL_AUTHORITY_PK_HEX];
+    if (with_manifest) {
+        if (cfg.run_id) {
+            fprintf(stderr, "dedloc monitor: --run-id comes from the manifest\n");
+            return DL_EXIT_USAGE;
+        }
+        if (dl_manifest_load(manifest_path, &manifest)) {
+            fprintf(stderr, "dedloc monitor: %s\n", dl_error());
+            return DL_EXIT_USAGE;
+        }
+        cfg.run_id = manifest.run_id;
+        cfg.manifest_hash = manifest.hash;
+        cfg.target_batch = (double)manifest.target_batch;
+        if (manifest.model_preset[0])
+            model = manifest.model_preset; /* what the monitor's checkpoints and exports are of */
+        if (manifest.max_steps > 0)
+            max_steps = (double)manifest.max_steps;
+        target_given = true;
+        if (manifest.has_authority) {
+            dl_authority_public_hex(manifest.authority, run_key);
+            cfg.run_key = run_key;
         }
     }
     char http_host[64];
@@ -316,5 +349,6 @@ int cmd_monitor(int argc, char **argv) {
     monitor_history_close(&state->history);
     pthread_mutex_destroy(&state->lock);
     free(state);
+    dl_manifest_free(&manifest);
     return rc;
 }

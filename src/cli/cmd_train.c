@@ -266,6 +266,54 @@ static int adopt_run_settings(train_args *a, const char *run_json, char **owned,
     return 0;
 }
 
+/* --manifest: the run settings come from it; only this machine's choices
+ * (device, precision among those allowed, micro-batch, outputs) stay options.
+ * The data source: peer k of a manifest with n sources reads source
+ * (peer seed mod n), set once the peer seed is known. */
+static int apply_manifest(train_args *a) {
+    static const int run_opts[] = {OPT_MODEL, OPT_DATA, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_OPTIMIZER, OPT_LR,
+                                   OPT_WARMUP, OPT_TOTAL, OPT_WD, OPT_CLIP, OPT_SEED, OPT_SHUFFLE};
+    static const char *const names[] = {"model", "data", "seq", "target-batch", "max-steps", "optimizer", "lr",
+                                        "warmup-steps", "total-steps", "weight-decay", "max-grad-norm", "seed",
+                                        "shuffle-buffer"};
+    for (size_t i = 0; i < sizeof run_opts / sizeof run_opts[0]; i++)
+        if (a->given[run_opts[i]]) {
+            fprintf(stderr, "dedloc train: --%s is a run setting: with --manifest it comes from the manifest\n",
+                    names[i]);
+            return -1;
+        }
+    if (cli_swarm_load_manifest(&a->swarm, a->tokenizer, "train")) return -1;
+    const struct dl_manifest *m = &a->swarm.manifest;
+    a->model = m->model_preset[0] ? m->model_preset : "manifest";
+    a->tokenizer = a->swarm.tokenizer_path;
+    a->data = m->data[0];
+    a->seq = m->seq;
+    a->target = m->target_batch;
+    a->max_steps = m->max_steps;
+    a->optimizer = m->optimizer;
+    a->lr = m->lr;
+    a->warmup = m->warmup_steps;
+    a->total = m->total_steps;
+    a->wd = m->weight_decay;
+    a->clip = m->max_grad_norm;
+    a->seed = m->seed;
+    a->shuffle = m->shuffle_buffer;
+    static const int set[] = {OPT_MODEL, OPT_TOKENIZER, OPT_DATA, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_OPTIMIZER,
+                              OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD, OPT_CLIP, OPT_SEED, OPT_SHUFFLE};
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++) a->given[set[i]] = true;
+    if (!a->given[OPT_BATCH]) a->batch = m->micro_batch;
+    if (!a->given[OPT_PRECISION]) {
+        a->precision = m->precision_default;
+        a->given[OPT_PRECISION] = true;
+    }
+    dl_precision p;
+    if (dl_precision_parse(a->precision, &p) || !(m->precisions & (1u << p))) {
+        fprintf(stderr, "dedloc train: --precision %s is not allowed by the manifest\n", a->precision);
+        return -1;
+    }
+    return 0;
+}
+
 static char *run_settings_json(const train_args *a) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", a->model);
@@ -293,11 +341,16 @@ int cmd_train(int argc, char **argv) {
     train_args a;
     int parsed = parse_args(argc, argv, &a);
     if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
+    if (a.swarm.manifest_path && apply_manifest(&a)) {
+        cli_swarm_args_free(&a.swarm);
+        return DL_EXIT_USAGE;
+    }
 
     /* Outputs first: a folder that cannot take a checkpoint is found now,
      * not at the first save hours into the run. */
     if (dl_trainer_check_outputs(a.ckdir, a.log)) {
         fprintf(stderr, "dedloc train: %s\n", dl_error());
+        cli_swarm_args_free(&a.swarm);
         return DL_EXIT_FAILURE;
     }
     int exit_code = DL_EXIT_FAILURE;
@@ -325,7 +378,7 @@ int cmd_train(int argc, char **argv) {
         resuming = rc == 0;
     }
     if (resuming) {
-        if (a.given[OPT_MODEL])
+        if (a.given[OPT_MODEL] && !a.swarm.has_manifest)
             DL_WARN("train", "--model %s ignored: a resumed run keeps the checkpoint's model", a.model);
         a.given[OPT_MODEL] = false;
         if (adopt_run_settings(&a, ck.run_json, owned, &n_owned)) goto fail;
@@ -354,7 +407,10 @@ int cmd_train(int argc, char **argv) {
     /* 2. The model configuration and the initial weights. */
     bool tiny = !strcmp(a.model, "tiny");
     if (!resuming) {
-        if (is_dir(a.model)) {
+        if (a.swarm.manifest.model_config_json) {
+            const char *j = a.swarm.manifest.model_config_json;
+            if (dl_albert_config_parse(j, strlen(j), "the manifest's model", &cfg)) goto fail;
+        } else if (is_dir(a.model)) {
             if (dl_albert_load_hf(a.model, &cfg, &params)) goto fail;
         } else if (dl_albert_config_preset(a.model, &cfg) != 0) {
             dl_clear_error();
@@ -386,6 +442,11 @@ int cmd_train(int argc, char **argv) {
              * and a resumed run must read back the same seed. */
             a.peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 11);
             DL_INFO("train", "peer seed %lld (the data order of this peer)", a.peer_seed);
+        }
+        if (a.swarm.has_manifest && a.swarm.manifest.num_data > 1) {
+            a.data = a.swarm.manifest.data[(unsigned long long)a.peer_seed % a.swarm.manifest.num_data];
+            DL_INFO("train", "data source %s (one of the manifest's %zu, by the peer seed)", a.data,
+                    a.swarm.manifest.num_data);
         }
     }
 
@@ -537,5 +598,6 @@ done:
     free(params);
     dl_checkpoint_free(&ck);
     for (int i = 0; i < n_owned; i++) free(owned[i]);
+    cli_swarm_args_free(&a.swarm);
     return exit_code;
 }
