@@ -343,6 +343,16 @@ typedef struct dl_device_backend {
 int dl_device_backend_open(dl_device_backend *be, const dl_data_config *data, const dl_tokenizer *tok,
                            const char *device_selector, const dl_albert_config *cfg,
                            dl_precision precision);
+/* The same with model options: opts->max_batch 0 picks the largest
+ * micro-batch (at most max_batch_limit) whose device memory estimate fits
+ * dl_model_memory_budget(device, max_device_mb) and the device's largest
+ * allocation (dl_model_fit_batch; a clear error when not even one sequence
+ * fits); the stream then makes batches of that size. The size used is in
+ * *batch_used (may be NULL). opts->max_seq and data->max_seq_len agree. */
+int dl_device_backend_open_with(dl_device_backend *be, const dl_data_config *data,
+                                const dl_tokenizer *tok, const char *device_selector,
+                                const dl_albert_config *cfg, const dl_model_options *opts,
+                                long long max_device_mb, int max_batch_limit, int *batch_used);
 void dl_device_backend_close(dl_device_backend *be);
 /* The callbacks for dl_trainer_run over be (be must outlive their use). */
 dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be);
