@@ -68,6 +68,9 @@ static void help(FILE *out) {
             "  --save-every S       steps between checkpoints (100; 0: only at the end)\n"
             "  --keep N             newest checkpoints kept, older ones deleted (3; 0 keeps them all)\n"
             "  --resume FILE        continue from this checkpoint file instead of the newest\n"
+            "  --replay-data        on resuming, re-read the data stream up to the checkpoint instead\n"
+            "                       of opening it at the position the checkpoint recorded (for a\n"
+            "                       source that changed since; the batches then differ)\n"
             "  --log FILE           JSON lines, one per optimizer step: step, loss, mlm_loss, sop_loss,\n"
             "                       lr, samples, samples_per_second, grad_norm, loss_scale, param_hash\n"
             "  --quiet              no progress line\n"
@@ -92,7 +95,7 @@ enum {
     OPT_MODEL = 256, OPT_TOKENIZER, OPT_DATA, OPT_BATCH, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_PRECISION,
     OPT_CKDIR, OPT_KEEP, OPT_LOG, OPT_SEED, OPT_PEER_SEED, OPT_DEVICE, OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD,
     OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_CA_FILE, OPT_INSECURE_TLS,
-    OPT_SYNTHETIC, OPT_RECOMPUTE, OPT_MAX_DEVICE_MEMORY, OPT_HELP, OPT_COUNT
+    OPT_SYNTHETIC, OPT_RECOMPUTE, OPT_MAX_DEVICE_MEMORY, OPT_REPLAY_DATA, OPT_HELP, OPT_COUNT
 };
 
 typedef struct {
@@ -102,7 +105,7 @@ typedef struct {
     long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
     double lr, wd, clip, max_minutes, synthetic;
     long long max_device_mb;
-    bool quiet, recompute;
+    bool quiet, recompute, replay_data;
     struct cli_swarm_args swarm;
     bool given[OPT_COUNT];
 } train_args;
@@ -162,6 +165,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"ca-file", required_argument, NULL, OPT_CA_FILE}, {"insecure-tls", no_argument, NULL, OPT_INSECURE_TLS},
         {"synthetic-compute", required_argument, NULL, OPT_SYNTHETIC},
         {"recompute", no_argument, NULL, OPT_RECOMPUTE},
+        {"replay-data", no_argument, NULL, OPT_REPLAY_DATA},
         {"max-device-memory", required_argument, NULL, OPT_MAX_DEVICE_MEMORY},
         {"help", no_argument, NULL, OPT_HELP}};
     enum { N_OWN = sizeof opts / sizeof opts[0] };
@@ -227,6 +231,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
         case OPT_SYNTHETIC: bad = parse_d(optarg, 0, 3600, &a->synthetic, "--synthetic-compute"); break;
         case OPT_RECOMPUTE: a->recompute = true; break;
+        case OPT_REPLAY_DATA: a->replay_data = true; break;
         case OPT_MAX_DEVICE_MEMORY:
             bad = parse_ll(optarg, 1, 1LL << 30, &a->max_device_mb, "--max-device-memory (MiB)");
             break;
@@ -453,6 +458,7 @@ int cmd_train(int argc, char **argv) {
 
     /* 3. Tokenizer, data, device, model (or the synthetic backend). */
     dl_synthetic_backend syn;
+    bool data_resumed = false;
     if (synthetic) {
         dl_param_layout pl;
         if (dl_param_layout_build(&cfg, &pl)) goto fail;
@@ -478,12 +484,24 @@ int cmd_train(int argc, char **argv) {
         dc.loop = true;
         dc.tls_ca_file = a.ca_file;
         dc.tls_insecure = a.insecure_tls;
+        /* Resume at the recorded position: no re-reading, whatever the step.
+         * A swarm peer re-reads (its loop fast-forwards on its own). */
+        bool seek_data = resuming && ck.data_state && !a.replay_data && !a.swarm.any;
+        if (seek_data) {
+            dc.resume_state = ck.data_state;
+            dc.resume_state_size = ck.data_state_size;
+        }
         dl_model_options mo = {.max_batch = (int)a.batch, .max_seq = (int)a.seq,
                                .precision = precision, .recompute = a.recompute};
         /* An automatic micro-batch need not exceed the target batch. */
         int limit = a.target < 4096 ? (int)a.target : 4096, used = 0;
-        if (dl_device_backend_open_with(&be, &dc, tok, a.device, &cfg, &mo, a.max_device_mb, limit, &used))
+        if (dl_device_backend_open_with(&be, &dc, tok, a.device, &cfg, &mo, a.max_device_mb, limit, &used)) {
+            if (seek_data)
+                dl_fail_context("the data stream cannot continue where %s left it; --replay-data re-reads "
+                                "it from the start instead", ck_path);
             goto fail;
+        }
+        data_resumed = seek_data;
         a.batch = used;
         const dl_param_layout *ml = dl_model_layout(be.model);
         if (dl_train_layout_from_model(ml, &layout)) goto fail;
@@ -513,6 +531,7 @@ int cmd_train(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     dl_trainer_backend backend = synthetic ? dl_synthetic_backend_callbacks(&syn) : dl_device_backend_callbacks(&be);
+    backend.data_resumed = data_resumed;
     dl_trainer_result res;
     int rc;
     if (a.swarm.any) {

@@ -54,6 +54,12 @@ static int be_skip(void *ctx, int64_t n) {
     return 0;
 }
 
+static int be_mark_data(void *ctx) { return dl_data_mark(((dl_device_backend *)ctx)->data); }
+
+static int be_save_data(void *ctx, uint8_t **state, size_t *size) {
+    return dl_data_save_state(((dl_device_backend *)ctx)->data, state, size);
+}
+
 int dl_device_backend_open(dl_device_backend *be, const dl_data_config *data, const dl_tokenizer *tok,
                            const char *device_selector, const dl_albert_config *cfg,
                            dl_precision precision) {
@@ -105,5 +111,6 @@ void dl_device_backend_close(dl_device_backend *be) {
 }
 
 dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be) {
-    return (dl_trainer_backend){be, be_set_params, be_micro_batch, be_skip, be_accumulate, be_collect};
+    return (dl_trainer_backend){be, be_set_params, be_micro_batch, be_skip, be_accumulate, be_collect,
+                                be_mark_data, be_save_data, false};
 }
