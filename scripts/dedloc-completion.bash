@@ -13,11 +13,11 @@ _dedloc_options() {
         monitor) echo '--duration --expiry --help --history --history-points --identity --initial-peers --listen-http --no-dht --run-id --sample-every --target-batch' ;;
         serve-data) echo '--help --listen' ;;
         data) echo '--batch --batches --ca-file --data --help --insecure-tls --json --once --peer-seed --seed --seq --show --shuffle --tokenizer --wwm' ;;
-        train) echo '--aggregation --announce --bandwidth --batch --ca-file --checkpoint-dir --client-mode --clip-ban-rounds --clip-iterations --clip-tau --compression --data --data-shard --device --dht-bootstrap --expiry --help --identity --initial-peers --insecure-tls --join-wait --keep --linger --listen --local-batch --log --lr --max-grad-norm --max-minutes --max-steps --max-upload --min-peers --model --name --no-dht --optimizer --peer-seed --precision --quiet --resume --round-deadline --run-id --save-every --seed --seq --shuffle-buffer --synthetic-compute --target-batch --tokenizer --total-steps --warmup-steps --weight-decay' ;;
+        train) echo '--aggregation --announce --bandwidth --batch --ca-file --checkpoint-dir --client-mode --clip-ban-rounds --clip-iterations --clip-tau --compression --data --data-shard --device --dht-bootstrap --expiry --help --identity --initial-peers --insecure-tls --join-wait --keep --linger --listen --local-batch --log --lr --max-device-memory --max-grad-norm --max-minutes --max-steps --max-upload --min-peers --model --name --no-dht --optimizer --peer-seed --precision --quiet --recompute --replay-data --resume --round-deadline --run-id --save-every --seed --seq --shuffle-buffer --synthetic-compute --target-batch --tokenizer --total-steps --warmup-steps --weight-decay' ;;
         aux) echo '--aggregation --announce --bandwidth --client-mode --clip-ban-rounds --clip-iterations --clip-tau --compression --data-shard --dht-bootstrap --expiry --help --identity --initial-peers --join-wait --linger --listen --local-batch --log --max-steps --max-upload --min-peers --model --name --no-dht --quiet --round-deadline --run-id --seed --state-every --target-batch' ;;
         tune) echo '--budget-seconds --device --help --model --no-tuner' ;;
         'bench gemm') echo '--device --help --json --repeat --shapes' ;;
-        'bench step') echo '--batch --help --json --model --precision --profile --seq --steps --warmup' ;;
+        'bench step') echo '--batch --help --json --model --precision --profile --recompute --seq --steps --warmup' ;;
         'bench allreduce') echo '--aux --bandwidths --client-mode --compression --deadline --help --json --kill-one --peers --rounds --size' ;;
         grad) echo '--batch --device --help --logits --model --out' ;;
         export) echo '--checkpoint --help --out --tokenizer' ;;
