@@ -248,8 +248,9 @@ static void safe_name(const char *run_id, char *out, size_t cap) {
     out[i] = 0;
 }
 
-/* The micro-batch: --batch, else the largest that fits the device by the
- * rule of dl_albert_fit_micro_batch, at most the manifest's. */
+/* The micro-batch: --batch, else the largest whose device memory (the
+ * closed form of dl_model_memory_estimate, the one `train --batch auto`
+ * uses) fits the device's budget, at most the manifest's. */
 static int pick_micro_batch(const struct join_args *a, const struct dl_manifest *m, long *batch) {
     if (a->batch) {
         *batch = a->batch;
@@ -260,17 +261,24 @@ static int pick_micro_batch(const struct join_args *a, const struct dl_manifest 
                                                       "the manifest's model", &cfg)
                              : dl_albert_config_preset(m->model_preset, &cfg))
         return -1;
+    dl_precision precision = DL_PRECISION_FP32;
+    if (dl_precision_parse(a->precision ? a->precision : m->precision_default, &precision)) return -1;
     dl_device *dev;
     if (dl_device_open(a->device, &dev)) return -1;
     const dl_device_info *di = dl_device_get_info(dev);
     int seq = (int)m->seq < cfg.max_position_embeddings ? (int)m->seq : cfg.max_position_embeddings;
-    int b = dl_albert_fit_micro_batch(&cfg, seq, (int)m->micro_batch, di->global_mem, di->max_alloc);
-    DL_INFO("join", "device %s: %.1f GiB; micro-batch %d of at most %lld (estimate %.2f GiB of half the memory)",
-            di->name, (double)di->global_mem / 1073741824.0, b ? b : 1, (long long)m->micro_batch,
-            (double)dl_albert_train_bytes(&cfg, b ? b : 1, seq, NULL) / 1073741824.0);
-    if (!b) DL_WARN("join", "even one sequence may not fit this device's memory by the estimate; trying 1");
+    dl_model_options mo = {.max_batch = 1, .max_seq = seq, .precision = precision};
+    size_t budget = dl_model_memory_budget(di, 0);
+    dl_model_memory est;
+    int b = 0;
+    int rc = dl_model_fit_batch(&cfg, &mo, budget, (size_t)di->max_alloc, (int)m->micro_batch, &b, &est);
+    if (rc == 0)
+        DL_INFO("join", "device %s: %.2f GiB budget; micro-batch %d of at most %lld (estimate %.2f GiB)",
+                di->name, (double)budget / 1073741824.0, b, (long long)m->micro_batch,
+                (double)est.total / 1073741824.0);
     dl_device_close(dev);
-    *batch = b ? b : 1;
+    if (rc) return -1;
+    *batch = b;
     return 0;
 }
 

@@ -36,7 +36,14 @@ static void help(FILE *out) {
             "  --ca-file FILE       https data: trust the PEM CA certificates in FILE, not the system's\n"
             "  --insecure-tls       https data without certificate checks (anyone on the path can\n"
             "                       alter the data; warned)\n"
-            "  --batch B            sequences per micro-batch (8)\n"
+            "  --batch B|auto       sequences per micro-batch (8); auto: the largest that fits the\n"
+            "                       device's memory (estimated per micro-batch: weights, gradients,\n"
+            "                       activations of every layer; less a safety margin of a tenth)\n"
+            "  --max-device-memory MB  device memory the model may use (implies --batch auto unless\n"
+            "                       --batch is given)\n"
+            "  --recompute          keep only each layer's input in the forward pass and recompute its\n"
+            "                       activations in the backward pass: a fraction of the activation\n"
+            "                       memory (sahajbert at --seq 512 on a 4 GB card) for ~1/3 more compute\n"
             "  --seq T              tokens per sequence (tiny 128, otherwise 512)\n"
             "  --shuffle-buffer N   examples in the shuffle buffer (10000)\n"
             "  --seed K             seed of the initial weights and of the data stream (0)\n"
@@ -61,6 +68,9 @@ static void help(FILE *out) {
             "  --save-every S       steps between checkpoints (100; 0: only at the end)\n"
             "  --keep N             newest checkpoints kept, older ones deleted (3; 0 keeps them all)\n"
             "  --resume FILE        continue from this checkpoint file instead of the newest\n"
+            "  --replay-data        on resuming, re-read the data stream up to the checkpoint instead\n"
+            "                       of opening it at the position the checkpoint recorded (for a\n"
+            "                       source that changed since; the batches then differ)\n"
             "  --log FILE           JSON lines, one per optimizer step: step, loss, mlm_loss, sop_loss,\n"
             "                       lr, samples, samples_per_second, grad_norm, loss_scale, param_hash\n"
             "  --quiet              no progress line\n"
@@ -85,7 +95,7 @@ enum {
     OPT_MODEL = 256, OPT_TOKENIZER, OPT_DATA, OPT_BATCH, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_PRECISION,
     OPT_CKDIR, OPT_KEEP, OPT_LOG, OPT_SEED, OPT_PEER_SEED, OPT_DEVICE, OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD,
     OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_CA_FILE, OPT_INSECURE_TLS,
-    OPT_SYNTHETIC, OPT_HELP, OPT_COUNT
+    OPT_SYNTHETIC, OPT_RECOMPUTE, OPT_MAX_DEVICE_MEMORY, OPT_REPLAY_DATA, OPT_HELP, OPT_COUNT
 };
 
 typedef struct {
@@ -94,7 +104,8 @@ typedef struct {
     bool insecure_tls;
     long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
     double lr, wd, clip, max_minutes, synthetic;
-    bool quiet;
+    long long max_device_mb;
+    bool quiet, recompute, replay_data;
     struct cli_swarm_args swarm;
     bool given[OPT_COUNT];
 } train_args;
@@ -153,6 +164,9 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
         {"ca-file", required_argument, NULL, OPT_CA_FILE}, {"insecure-tls", no_argument, NULL, OPT_INSECURE_TLS},
         {"synthetic-compute", required_argument, NULL, OPT_SYNTHETIC},
+        {"recompute", no_argument, NULL, OPT_RECOMPUTE},
+        {"replay-data", no_argument, NULL, OPT_REPLAY_DATA},
+        {"max-device-memory", required_argument, NULL, OPT_MAX_DEVICE_MEMORY},
         {"help", no_argument, NULL, OPT_HELP}};
     enum { N_OWN = sizeof opts / sizeof opts[0] };
     struct option all[N_OWN + 32];
@@ -188,7 +202,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_MODEL: a->model = optarg; break;
         case OPT_TOKENIZER: a->tokenizer = optarg; break;
         case OPT_DATA: a->data = optarg; break;
-        case OPT_BATCH: bad = parse_ll(optarg, 1, 1 << 16, &a->batch, "--batch"); break;
+        case OPT_BATCH:
+            if (!strcmp(optarg, "auto")) a->batch = 0; /* chosen from the device's memory */
+            else bad = parse_ll(optarg, 1, 1 << 16, &a->batch, "--batch");
+            break;
         case OPT_SEQ: bad = parse_ll(optarg, 8, 1 << 16, &a->seq, "--seq"); break;
         case OPT_TARGET: bad = parse_ll(optarg, 1, 1LL << 40, &a->target, "--target-batch"); break;
         case OPT_MAX_STEPS: bad = parse_ll(optarg, 0, 1LL << 40, &a->max_steps, "--max-steps"); break;
@@ -213,6 +230,11 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_INSECURE_TLS: a->insecure_tls = true; break;
         case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
         case OPT_SYNTHETIC: bad = parse_d(optarg, 0, 3600, &a->synthetic, "--synthetic-compute"); break;
+        case OPT_RECOMPUTE: a->recompute = true; break;
+        case OPT_REPLAY_DATA: a->replay_data = true; break;
+        case OPT_MAX_DEVICE_MEMORY:
+            bad = parse_ll(optarg, 1, 1LL << 30, &a->max_device_mb, "--max-device-memory (MiB)");
+            break;
         case 'h':
         case OPT_HELP: help(stdout); return 1;
         default: bad = 1;
@@ -332,6 +354,8 @@ static char *run_settings_json(const train_args *a) {
     return s;
 }
 
+static bool synthetic_flag_given(const train_args *a) { return a->given[OPT_SYNTHETIC]; }
+
 static bool is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -427,7 +451,13 @@ int cmd_train(int argc, char **argv) {
     }
     if (!a.given[OPT_TARGET]) a.target = tiny ? 32 : 4096;
     if (!a.given[OPT_MAX_STEPS]) a.max_steps = tiny ? 300 : 125000;
-    if (a.target < a.batch)
+    if (a.given[OPT_MAX_DEVICE_MEMORY] && !a.given[OPT_BATCH]) a.batch = 0;
+    if (a.batch == 0 && synthetic_flag_given(&a)) {
+        fprintf(stderr, "dedloc train: --batch auto needs a device; give --batch with --synthetic-compute\n");
+        exit_code = DL_EXIT_USAGE;
+        goto done;
+    }
+    if (a.batch > 0 && a.target < a.batch)
         DL_WARN("train", "--target-batch %lld is smaller than --batch %lld: micro-batches are whole, so each step "
                 "takes %lld samples; pass --batch %lld for steps of %lld", a.target, a.batch, a.batch, a.target,
                 a.target);
@@ -479,6 +509,7 @@ int cmd_train(int argc, char **argv) {
 
     /* 3. Tokenizer, data, device, model (or the synthetic backend). */
     dl_synthetic_backend syn;
+    bool data_resumed = false;
     if (synthetic) {
         dl_param_layout pl;
         if (dl_param_layout_build(&cfg, &pl)) goto fail;
@@ -504,7 +535,25 @@ int cmd_train(int argc, char **argv) {
         dc.loop = true;
         dc.tls_ca_file = a.ca_file;
         dc.tls_insecure = a.insecure_tls;
-        if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
+        /* Resume at the recorded position: no re-reading, whatever the step.
+         * A swarm peer re-reads (its loop fast-forwards on its own). */
+        bool seek_data = resuming && ck.data_state && !a.replay_data && !a.swarm.any;
+        if (seek_data) {
+            dc.resume_state = ck.data_state;
+            dc.resume_state_size = ck.data_state_size;
+        }
+        dl_model_options mo = {.max_batch = (int)a.batch, .max_seq = (int)a.seq,
+                               .precision = precision, .recompute = a.recompute};
+        /* An automatic micro-batch need not exceed the target batch. */
+        int limit = a.target < 4096 ? (int)a.target : 4096, used = 0;
+        if (dl_device_backend_open_with(&be, &dc, tok, a.device, &cfg, &mo, a.max_device_mb, limit, &used)) {
+            if (seek_data)
+                dl_fail_context("the data stream cannot continue where %s left it; --replay-data re-reads "
+                                "it from the start instead", ck_path);
+            goto fail;
+        }
+        data_resumed = seek_data;
+        a.batch = used;
         const dl_param_layout *ml = dl_model_layout(be.model);
         if (precision == DL_PRECISION_FP16)
             DL_INFO("train", "fp16: GEMMs compute in %s", dl_model_compute_name(be.model));
@@ -535,6 +584,7 @@ int cmd_train(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     dl_trainer_backend backend = synthetic ? dl_synthetic_backend_callbacks(&syn) : dl_device_backend_callbacks(&be);
+    backend.data_resumed = data_resumed;
     dl_trainer_result res;
     int rc;
     if (a.swarm.any) {

@@ -17,7 +17,12 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
     int N = m->N, T = m->T, H = c->hidden_size, I = c->intermediate_size,
         heads = c->num_attention_heads, hs = H / heads;
     size_t NH = (size_t)N * H, NI = (size_t)N * I, scores = (size_t)m->B * heads * T * T;
-    if (model_load(m, x, &m->hidden[l], NH) || model_load(m, &a->q, &kept->q, NH) ||
+    /* Recompute: this application's activations again, from its kept input;
+     * scratch takes the output, which nothing reads. */
+    if (m->recompute) {
+        if (model_load(m, x, &m->hidden[l], NH) || model_layer_forward(m, l, scratch))
+            return dl_fail_context("recomputing layer %d", l);
+    } else if (model_load(m, x, &m->hidden[l], NH) || model_load(m, &a->q, &kept->q, NH) ||
         model_load(m, &a->k, &kept->k, NH) || model_load(m, &a->v, &kept->v, NH) ||
         model_load(m, &a->att, &kept->att, scores) || model_load(m, &a->ctx, &kept->ctx, NH) ||
         model_load(m, &a->att_pre, &kept->att_pre, NH) ||

@@ -169,7 +169,7 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
     SPEC(&m->emb_rstd, N);
     for (int l = 0; l < m->layer_count; l++) STORED(&m->hidden[l], N * H);
     SPEC(&m->hidden[m->layer_count], N * H);
-    for (int l = 0; l < m->layer_count; l++) {
+    for (int l = 0; l < m->layer_count && !m->recompute; l++) {
         layer_acts *a = &m->layers[l];
         STORED(&a->q, N * H);
         STORED(&a->k, N * H);
@@ -213,7 +213,7 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
     SPEC(&m->d_mlm_in, N * H);
     SPEC(&m->d_pooled, B * H);
     SPEC(&m->d_pool_in, B * H);
-    if (m->staged) {
+    if (m->use_work) {
         layer_acts *w = &m->work;
         SPEC(&m->x_work, N * H);
         SPEC(&w->q, N * H);
@@ -225,6 +225,12 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
         SPEC(&w->full_pre, N * H);
         SPEC(&w->ffn_pre, N * I);
         SPEC(&w->att, B * heads * T * T);
+        if (m->recompute) {
+            SPEC(&w->att_mean, N);
+            SPEC(&w->att_rstd, N);
+            SPEC(&w->full_mean, N);
+            SPEC(&w->full_rstd, N);
+        }
     }
 #undef SPEC
 #undef STORED
@@ -259,6 +265,14 @@ void dl_model_free(dl_model *m) {
 
 int dl_model_create(dl_device *dev, const dl_albert_config *cfg, int max_batch, int max_seq,
                     dl_precision precision, dl_model **out) {
+    dl_model_options opts = {.max_batch = max_batch, .max_seq = max_seq, .precision = precision};
+    return dl_model_create_with(dev, cfg, &opts, out);
+}
+
+int dl_model_create_with(dl_device *dev, const dl_albert_config *cfg, const dl_model_options *opts,
+                         dl_model **out) {
+    int max_batch = opts->max_batch, max_seq = opts->max_seq;
+    dl_precision precision = opts->precision;
     *out = NULL;
     if (dl_albert_config_validate(cfg)) return -1;
     if (max_batch <= 0 || max_seq <= 0 || max_seq > cfg->max_position_embeddings)
@@ -279,6 +293,8 @@ int dl_model_create(dl_device *dev, const dl_albert_config *cfg, int max_batch, 
     m->cfg = *cfg;
     m->precision = precision;
     m->staged = precision != DL_PRECISION_FP32;
+    m->recompute = opts->recompute;
+    m->use_work = m->staged || m->recompute;
     m->max_batch = max_batch;
     m->max_seq = max_seq;
     if (dl_param_layout_build(cfg, &m->layout) || fill_offsets(m) || create_kernels(m) ||
@@ -340,22 +356,24 @@ static int storage_kernel(dl_model *m, cl_kernel k, const dl_buffer *dst, const 
 }
 
 int model_keep(dl_model *m, dl_buffer *work, dl_buffer *stored, size_t n) {
-    if (!m->staged) return 0;
+    if (!m->use_work || !stored->mem) return 0;
     return storage_kernel(m, m->k.storage_keep, stored, work, n);
 }
 
 int model_load(dl_model *m, dl_buffer *work, const dl_buffer *stored, size_t n) {
-    if (!m->staged) return 0;
+    if (!m->use_work || !stored->mem) return 0;
     return storage_kernel(m, m->k.storage_load, work, stored, n);
 }
 
 void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x) {
-    if (!m->staged) {
+    if (!m->use_work) {
         *view = m->layers[l];
         *x = &m->hidden[l];
         return;
     }
     *view = m->work;
+    *x = &m->x_work;
+    if (m->recompute) return;
     view->att_mean = m->layers[l].att_mean;
     view->att_rstd = m->layers[l].att_rstd;
     view->full_mean = m->layers[l].full_mean;

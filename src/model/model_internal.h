@@ -71,7 +71,12 @@ struct dl_model {
     dl_buffer *hidden;                              /* [layer_count + 1] of [N, H]; the last is fp32 */
     layer_acts *layers;                             /* [layer_count] */
     bool staged;                                    /* fp16/bf16: the working set is used */
-    layer_acts work;                                /* fp32 working set (statistics unused) */
+    /* Recomputation: layers[] is not allocated; the forward pass keeps only
+     * hidden[], and each layer's backward first reruns its forward in the
+     * working set (with its own statistics). */
+    bool recompute;
+    bool use_work;                                  /* staged || recompute */
+    layer_acts work;                                /* fp32 working set (statistics used only with recompute) */
     dl_buffer x_work;                               /* fp32 [N, H]: the current layer's input */
     dl_buffer mlm_in, mlm_pre, mlm_act, mlm_ln, mlm_mean, mlm_rstd;  /* [M, H|E], [M] */
     dl_buffer logits, mlm_losses;                   /* [M, V], [M] */
@@ -113,13 +118,21 @@ int model_read_losses(dl_model *m, dl_losses *out);
 int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
                          const dl_buffer *a, bool a_is_scores, const dl_buffer *b,
                          bool b_is_scores, dl_buffer *c, bool c_is_scores);
-/* Storage staging (no-ops in fp32): keep writes work into the stored copy
- * and rounds work to it; load fills work from the stored copy. n in elements. */
+/* Storage staging (no-ops without the working set, and when the stored copy
+ * is not allocated, as the per-layer activations under recompute): keep
+ * writes work into the stored copy and rounds work to it; load fills work
+ * from the stored copy. n in elements. */
 int model_keep(dl_model *m, dl_buffer *work, dl_buffer *stored, size_t n);
 int model_load(dl_model *m, dl_buffer *work, const dl_buffer *stored, size_t n);
 /* The buffers layer l computes with: the stored ones in fp32, else the
  * working set with layer l's own statistics. */
 void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x);
+/* Forward of layer application l. recompute_out NULL: the forward pass
+ * (output to hidden[l+1], activations kept). Otherwise the backward pass's
+ * recomputation: the input is already in the working set, the output goes to
+ * recompute_out (a scratch buffer: the backward pass does not read it) and
+ * nothing is kept. */
+int model_layer_forward(dl_model *m, int l, dl_buffer *recompute_out);
 /* Backward from the loss gradients; accumulates into m->grads. */
 int model_backward_pass(dl_model *m);
 
