@@ -72,7 +72,7 @@ static int publish_state(loop_state *st) {
         return dl_net_publish_progress(st->net, (uint64_t)st->opt.step, 0, 0);
     }
     dl_collab_param_hash(st->params, st->n, st->hash);
-    if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples)) return -1;
+    if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples, &st->ls_at_step)) return -1;
     dl_net_set_param_hash(st->net, st->hash);
     return dl_net_publish_progress(st->net, (uint64_t)st->opt.step, (double)st->acc.samples, 0);
 }
@@ -242,6 +242,7 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
     }
     st->res->wait_s += dl_now() - t0;
     st->progress.samples = meta.samples;
+    dl_train_state_meta_adopt_scale(&meta, &st->ls);
     st->has_state = true;
     st->last_state_epoch = meta.epoch;
     st->prev_wait_until = dl_now() + 3;
@@ -535,8 +536,8 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         goto done;
     }
     st.last_state_epoch = (uint64_t)st.opt.step;
-    if (publish_state(&st)) goto done;
     st.ls_at_step = st.ls;
+    if (publish_state(&st)) goto done;
     st.progress_at_step = st.progress;
     st.start_step = st.opt.step;
     st.run_start = dl_now();
