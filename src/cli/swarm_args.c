@@ -11,7 +11,7 @@
 enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
-    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_CORRUPT,
+    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_DELAY, S_CORRUPT,
 };
 
 static const struct option swarm_opts[] = {
@@ -27,6 +27,7 @@ static const struct option swarm_opts[] = {
     {"linger", required_argument, NULL, S_LINGER}, {"aggregation", required_argument, NULL, S_AGG},
     {"clip-tau", required_argument, NULL, S_TAU}, {"clip-iterations", required_argument, NULL, S_CLIPIT},
     {"clip-ban-rounds", required_argument, NULL, S_CLIPBAN}, {"name", required_argument, NULL, S_NAME},
+    {"delay-update", no_argument, NULL, S_DELAY},
 #ifdef DEDLOC_TEST_HOOKS
     {"test-corrupt-at-step", required_argument, NULL, S_CORRUPT},
 #endif
@@ -91,6 +92,7 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
     case S_CLIPIT: bad = num(arg, 1, 1000, &v); a->train.clip_iterations = (int)v; break;
     case S_CLIPBAN: bad = num(arg, 0, 1e6, &v); a->collab.clip_ban_rounds = (int)v; break;
     case S_NAME: a->train.display_name = arg; bad = strlen(arg) >= 64; break;
+    case S_DELAY: a->train.delay_update = true; break;
     case S_CORRUPT: bad = num(arg, 1, 1e12, &v); a->train.corrupt_at_step = (int64_t)v; break;
     default: return 1;
     }
@@ -142,7 +144,10 @@ void cli_swarm_help(FILE *out) {
             "  --data-shard I/K     take micro-batches I, I+K, I+2K... of the stream (with --local-batch:\n"
             "                       K peers together see what one peer with K times the batch sees)\n"
             "  --name NAME          display name on monitors' contributor board (at most 63 characters)\n"
-            "  --linger S           after the last step keep serving the state S seconds (2)\n");
+            "  --linger S           after the last step keep serving the state S seconds (2)\n"
+            "  --delay-update       average each step's gradient while computing the next step's\n"
+            "                       micro-batches (faster on slow links; their gradients are then one\n"
+            "                       step stale; weights stay identical on every peer)\n");
 }
 
 int cli_swarm_run(struct cli_swarm_args *a, struct dl_collab_train_options *train, const dl_opt_config *opt,

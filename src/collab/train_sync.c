@@ -66,11 +66,12 @@ static void pick_reference(const struct dl_swarm_view *v, uint64_t epoch, uint64
     free(h);
 }
 
-int dl_swarm_look(dl_net *net, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
                   struct dl_swarm_look *look) {
     memset(look, 0, sizeof *look);
     struct dl_swarm_view v;
     if (dl_net_swarm_view(net, &v)) return -1;
+    dl_collab_drop_gone(collab, &v);
     double now = dl_wall_time();
     look->peers = v.num_peers;
     look->samples_per_second = v.samples_per_second;
