@@ -9,12 +9,14 @@
 static void *round_main(void *arg) {
     dl_async_round *a = arg;
     a->status = dl_collab_average(a->collab, a->vec, a->n, &a->options, &a->result);
+    a->after_rc = a->status == DL_AVG_OK && a->after ? a->after(a->user, &a->result) : 0;
     atomic_store(&a->done, true);
     return NULL;
 }
 
 int dl_async_round_start(dl_async_round *a, dl_collab *collab, float *vec, size_t n,
-                         const struct dl_avg_options *options) {
+                         const struct dl_avg_options *options, int (*after)(void *, const struct dl_avg_result *),
+                         void *user) {
     if (a->running) return dl_fail("an averaging round is already running");
     memset(&a->result, 0, sizeof a->result);
     a->collab = collab;
@@ -22,6 +24,9 @@ int dl_async_round_start(dl_async_round *a, dl_collab *collab, float *vec, size_
     a->n = n;
     a->options = *options;
     a->status = DL_AVG_FAILED;
+    a->after = after;
+    a->user = user;
+    a->after_rc = 0;
     a->started = dl_now();
     atomic_store(&a->done, false);
     int rc = pthread_create(&a->thread, NULL, round_main, a);

@@ -17,15 +17,23 @@ typedef struct dl_async_round {
     struct dl_avg_options options;
     struct dl_avg_result result;
     int status;
+    /* Optional: runs on the round's thread after a successful average
+     * (the optimizer step, its hash and snapshot); its return value goes
+     * to after_rc. */
+    int (*after)(void *user, const struct dl_avg_result *result);
+    void *user;
+    int after_rc;
     double started;               /* dl_now() at the start */
     pthread_t thread;
     atomic_bool done;
     bool running;                 /* started and not yet joined */
 } dl_async_round;
 
-/* Starts dl_collab_average(collab, vec, n, options) on a new thread. */
+/* Starts dl_collab_average(collab, vec, n, options) on a new thread, then
+ * after(user, result) if it succeeded (after may be NULL). */
 int dl_async_round_start(dl_async_round *a, dl_collab *collab, float *vec, size_t n,
-                         const struct dl_avg_options *options);
+                         const struct dl_avg_options *options, int (*after)(void *, const struct dl_avg_result *),
+                         void *user);
 /* Whether the round has returned (joining will not block). */
 bool dl_async_round_done(dl_async_round *a);
 /* Waits for the round; *result then belongs to the caller (dl_avg_result_free).

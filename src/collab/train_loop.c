@@ -36,6 +36,10 @@ typedef struct {
     dl_async_round round;
     float *rvec;
     int64_t round_local;
+    int64_t round_epoch;           /* the epoch the running round is for */
+    dl_loss_scale round_ls;        /* our loss scale when it started */
+    dl_opt_step_info round_info;   /* the step taken on the round's thread */
+    char round_error[256];         /* why that step failed */
     dl_grad_accum carry;
     double carry_loss[LOSS_ELEMS];
     dl_loss_scale ls, ls_at_step;
@@ -81,16 +85,24 @@ static void nap(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* Our weights changed: new hash, new record, new snapshot. */
-static int publish_state(loop_state *st) {
+/* Our record after our weights changed (st->hash already computed). */
+static int publish_record(loop_state *st) {
     if (!st->has_state) {
         dl_net_set_param_hash(st->net, NULL);
         return dl_net_publish_progress(st->net, (uint64_t)st->opt.step, 0, 0);
     }
-    dl_collab_param_hash(st->params, st->n, st->hash);
-    if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples, &st->ls_at_step)) return -1;
     dl_net_set_param_hash(st->net, st->hash);
     return dl_net_publish_progress(st->net, (uint64_t)st->opt.step, (double)local_samples(st), 0);
+}
+
+/* Our weights changed: new hash, new snapshot, new record. */
+static int publish_state(loop_state *st) {
+    if (st->has_state) {
+        dl_collab_param_hash(st->params, st->n, st->hash);
+        if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples, &st->ls_at_step))
+            return -1;
+    }
+    return publish_record(st);
 }
 
 static int save_checkpoint(loop_state *st) {
@@ -343,14 +355,30 @@ static void round_options(const loop_state *st, int64_t local, size_t expected, 
     ao->expected_peers = expected;
 }
 
+/* Test hook (only the test builds' CLI sets it): self-healing on purpose. */
+static void corrupt_hook(loop_state *st) {
+    if (st->o->corrupt_at_step > 0 && st->opt.step == st->o->corrupt_at_step && st->has_state) {
+        st->params[0] += 1e-3f;
+        DL_WARN("collab", "test hook: weights perturbed after step %" PRId64, st->opt.step);
+    }
+}
+
+static double group_weight(const struct dl_avg_result *r) {
+    double group = 0;
+    for (size_t i = 0; i < r->num_members; i++) group += r->members[i].weight;
+    return group;
+}
+
 /* The outcome of a round over vec (local samples of ours, started at t0):
  * the step when it succeeded, nothing when it failed. clear: the
  * accumulation went into the round (synchronous rounds); a delayed round
  * cleared it when it started, and the samples drawn since belong to the next
- * step. Takes r. Returns 1 when the step was taken, 0 when the round failed,
- * -1 on a local error. */
+ * step; its optimizer step, hash and snapshot were taken on the round's
+ * thread (step_in_background). Takes r. Returns 1 when the step was taken,
+ * 0 when the round failed, -1 on a local error. */
 static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64_t local, double t0,
                         bool clear) {
+    const bool stepped = !clear && st->be; /* delayed: already stepped on the round's thread */
     size_t n = st->n;
     if (r->status != DL_AVG_OK) {
         char detail[400];
@@ -380,16 +408,22 @@ static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int
         dl_avg_result_free(r);
         return 0;
     }
-    double group = 0;
-    for (size_t i = 0; i < r->num_members; i++) group += r->members[i].weight;
+    double group = group_weight(r);
     float losses[LOSS_ELEMS];
     memcpy(losses, vec + n, sizeof losses);
     dl_opt_step_info info = {0};
-    if (st->be) {
+    if (stepped) {
+        info = st->round_info;
+        if (st->be->set_params(st->be->ctx, st->params)) {
+            dl_avg_result_free(r);
+            return dl_fail_context("uploading the weights after step %" PRId64, st->opt.step);
+        }
+    } else if (st->be) {
         if (dl_optimizer_step(&st->opt, st->params, vec, &info)) {
             dl_avg_result_free(r);
             return -1;
         }
+        corrupt_hook(st);
         if (st->be->set_params(st->be->ctx, st->params)) {
             dl_avg_result_free(r);
             return dl_fail_context("uploading the weights after step %" PRId64, st->opt.step);
@@ -400,23 +434,14 @@ static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int
         st->opt.step++;
         st->has_state = false;
     }
-    /* Test hook (only the test builds' CLI sets it): self-healing on purpose. */
-    if (st->o->corrupt_at_step > 0 && st->opt.step == st->o->corrupt_at_step && st->has_state) {
-        st->params[0] += 1e-3f;
-        DL_WARN("collab", "test hook: weights perturbed after step %" PRId64, st->opt.step);
-        if (st->be && st->be->set_params(st->be->ctx, st->params)) {
-            dl_avg_result_free(r);
-            return -1;
-        }
-    }
     st->progress.samples += (int64_t)llround(group);
     if (clear) clear_accumulation(st);
-    st->ls_at_step = st->ls;
+    st->ls_at_step = stepped ? st->round_ls : st->ls;
     st->progress_at_step = st->progress;
     st->res->rounds_ok++;
     double now = dl_now(), wall = now - st->step_start;
     st->res->wait_s += now - t0;
-    if (publish_state(st)) {
+    if (stepped ? publish_record(st) : publish_state(st)) {
         dl_avg_result_free(r);
         return -1;
     }
@@ -466,6 +491,27 @@ static int round_and_step(loop_state *st, size_t expected, bool alone) {
     return finish_round(st, &r, st->grad, local, t0, true);
 }
 
+/* Delayed update, on the round's thread once the average is in: the
+ * optimizer step, the new hash and the state snapshot, so that none of it
+ * stands in the way of the micro-batches. It touches only what the main
+ * thread leaves alone while a round runs (params, opt, hash, rvec, the
+ * donor, progress.samples); the main thread uploads the weights and
+ * publishes the record when it joins. */
+static int step_in_background(void *user, const struct dl_avg_result *r) {
+    loop_state *st = user;
+    memset(&st->round_info, 0, sizeof st->round_info);
+    if (dl_optimizer_step(&st->opt, st->params, st->rvec, &st->round_info)) goto fail;
+    corrupt_hook(st);
+    dl_collab_param_hash(st->params, st->n, st->hash);
+    if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples + llround(group_weight(r)),
+                               &st->round_ls))
+        goto fail;
+    return 0;
+fail:
+    snprintf(st->round_error, sizeof st->round_error, "%s", dl_error());
+    return -1;
+}
+
 /* Delayed update: the round of our epoch starts on its own thread over our
  * gradient so far, and the micro-batches go on for the next step. */
 static int start_delayed_round(loop_state *st, size_t expected) {
@@ -473,16 +519,22 @@ static int start_delayed_round(loop_state *st, size_t expected) {
     if (local < 0) return -1;
     struct dl_avg_options ao;
     round_options(st, local, expected, &ao);
+    st->round_ls = st->ls;
+    st->round_epoch = st->opt.step;
     clear_accumulation(st);
     st->round_local = local;
     st->micro_since_round = 0;
-    return dl_async_round_start(&st->round, st->collab, st->rvec, st->n + LOSS_ELEMS, &ao);
+    return dl_async_round_start(&st->round, st->collab, st->rvec, st->n + LOSS_ELEMS, &ao, step_in_background, st);
 }
 
-/* The delayed round has returned: step (or keep its gradient) now. */
+/* The delayed round has returned: take its step (or keep its gradient) now. */
 static int finish_delayed_round(loop_state *st) {
     struct dl_avg_result r;
-    dl_async_round_join(&st->round, &r);
+    int status = dl_async_round_join(&st->round, &r);
+    if (status == DL_AVG_OK && st->round.after_rc) {
+        dl_avg_result_free(&r);
+        return dl_fail("the step after the round of epoch %" PRId64 ": %s", st->round_epoch, st->round_error);
+    }
     /* The round ran beside compute: only the time since it returned was waiting. */
     return finish_round(st, &r, st->rvec, st->round_local, dl_now(), false);
 }
@@ -576,7 +628,7 @@ static int run_loop(loop_state *st) {
              * left after the last) and step once it returns. */
             if (dl_async_round_done(&st->round)) {
                 if (finish_delayed_round(st) < 0) return -1;
-            } else if (st->opt.step + 1 >= o->max_steps) {
+            } else if (st->round_epoch + 1 >= o->max_steps) {
                 nap(0.01);
             } else if (micro_batch(st)) {
                 return -1;
