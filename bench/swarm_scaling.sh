@@ -33,7 +33,11 @@ done
 command -v jq >/dev/null || { echo "swarm_scaling: jq is missing"; exit 1; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/dedloc-scaling.XXXXXX")
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
+# KEEP=1 keeps the peers' logs (the folder is named on stderr).
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $W" >&2; else rm -rf "$W"; fi
+}
 trap cleanup EXIT
 ARGS=(--model "$MODEL" --batch "$BATCH" --seq 64 --target-batch "$TARGET" --max-steps "$STEPS" --lr 0.01
       --warmup-steps 1 --quiet --no-dht --expiry 10 --compression "$COMP" --linger 2)
