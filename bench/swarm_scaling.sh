@@ -64,17 +64,23 @@ for n in $PEERS; do
   sps=$(jq -s '[.[] | select(.step)] | (map(select(.step == 2))[0]) as $a | last as $b
                | (($b.samples - $a.samples) / ($b.time - $a.time))' "$W/$n-0.jsonl")
   util=$(cat "$W"/$n-*.jsonl | jq -s '[.[] | select(.step and .step > 2)] | (map(.compute_s) | add) / (map(.compute_s + .wait_s) | add)')
+  # The same without the last step: there a delayed peer has nothing left to
+  # compute beside its round (steps 3..N-1; all of 3..N when N <= 3).
+  steady=$(cat "$W"/$n-*.jsonl | jq -s --argjson last "$STEPS" '[.[] | select(.step and .step > 2)] as $all
+             | ([$all[] | select(.step < $last)] | if length > 0 then . else $all end)
+             | (map(.compute_s) | add) / (map(.compute_s + .wait_s) | add)')
   round=$(jq -s '[.[] | select(.step and .step > 2) | .round_s] | sort | .[length / 2 | floor]' "$W/$n-0.jsonl")
-  rows+=("$n $sps $util $round")
+  rows+=("$n $sps $util $round $steady")
 done
 if [ "$JSON" = 1 ]; then
   printf '%s\n' "${rows[@]}" | jq -R -s -c --arg syn "${SYN:-0}" --arg model "$MODEL" --arg comp "$COMP" \
     --argjson delay "$DELAY" '{bench: "swarm_scaling", model: $model, synthetic_compute_s: ($syn | tonumber), compression: $comp,
       delay_update: ($delay == 1),
       rows: [split("\n")[] | select(length > 0) | split(" ") | {trainers: (.[0] | tonumber),
-      samples_per_second: (.[1] | tonumber), utilization: (.[2] | tonumber), median_round_s: (.[3] | tonumber)}]}'
+      samples_per_second: (.[1] | tonumber), utilization: (.[2] | tonumber), median_round_s: (.[3] | tonumber),
+      utilization_before_last_step: (.[4] | tonumber)}]}'
 else
   echo "model $MODEL, target batch $TARGET, micro-batch $BATCH, ${SYN:+synthetic compute ${SYN}s, }compression $COMP$([ "$DELAY" = 1 ] && echo ", delayed update"), steps 3..$STEPS"
-  printf '%8s %12s %12s %14s\n' trainers samples/s utilization median_round_s
-  printf '%s\n' "${rows[@]}" | awk '{ printf "%8d %12.1f %11.1f%% %14.3f\n", $1, $2, 100 * $3, $4 }'
+  printf '%8s %12s %12s %14s %18s\n' trainers samples/s utilization median_round_s util_before_last
+  printf '%s\n' "${rows[@]}" | awk '{ printf "%8d %12.1f %11.1f%% %14.3f %17.1f%%\n", $1, $2, 100 * $3, $4, 100 * $5 }'
 fi
