@@ -120,6 +120,18 @@ void dl_avg_result_free(struct dl_avg_result *result);
 int dl_collab_average(dl_collab *collab, float *vec, size_t n, const struct dl_avg_options *options,
                       struct dl_avg_result *result);
 
+/* Liveness beyond record expiry. A peer killed without a goodbye keeps its
+ * last record in every view until the record expires (--expiry, 60 s), and
+ * a survivor would wait that long for it. After a failed round the step loop
+ * asks the peers at its epoch whether they are reachable (one avg.alive
+ * request each): one whose connection is closed or refused counts as gone
+ * (matchmaking and the step loop leave it out of the view) until a record of
+ * it newer than the one we saw arrives, which proves it alive again.
+ * Returns how many peers were found gone. */
+size_t dl_collab_probe_peers(dl_collab *collab, uint64_t epoch);
+/* Removes the peers found gone from a view (in place). */
+void dl_collab_drop_gone(dl_collab *collab, struct dl_swarm_view *view);
+
 /* The measured upload bandwidth (Mbit/s) from past rounds; 0 before any. */
 double dl_collab_measured_bandwidth(const dl_collab *collab);
 
@@ -301,6 +313,9 @@ struct dl_collab_train_options {
     double clip_tau;             /* centered clip: radius per chunk (default 1) */
     int clip_iterations;         /* centered clip: iterations (default 20) */
     int64_t state_every;         /* aux: download the state every this many epochs (1) */
+    bool delay_update;           /* run each round beside the next step's micro-batches, which then
+                                  * start from the weights before that round's step (one step
+                                  * stale; docs/collab_training.md). false: exact, the default */
     /* What the signed metrics record (monitors read it) says of this peer;
      * NULL = "" (none published by aux peers). */
     const char *device_name, *device_vendor, *precision_name, *display_name;

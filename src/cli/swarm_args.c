@@ -11,7 +11,7 @@
 enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
-    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_CORRUPT,
+    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_DELAY, S_CORRUPT,
 };
 
 static const struct option swarm_opts[] = {
@@ -28,6 +28,7 @@ static const struct option swarm_opts[] = {
     {"clip-tau", required_argument, NULL, S_TAU}, {"clip-iterations", required_argument, NULL, S_CLIPIT},
     {"clip-ban-rounds", required_argument, NULL, S_CLIPBAN}, {"name", required_argument, NULL, S_NAME},
     {"manifest", required_argument, NULL, S_MANIFEST}, {"token", required_argument, NULL, S_TOKEN},
+    {"delay-update", no_argument, NULL, S_DELAY},
 #ifdef DEDLOC_TEST_HOOKS
     {"test-corrupt-at-step", required_argument, NULL, S_CORRUPT},
 #endif
@@ -97,6 +98,7 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
     case S_NAME: a->train.display_name = arg; bad = strlen(arg) >= 64; break;
     case S_MANIFEST: a->manifest_path = arg; break;
     case S_TOKEN: a->net.token_path = arg; break;
+    case S_DELAY: a->train.delay_update = true; break;
     case S_CORRUPT: bad = num(arg, 1, 1e12, &v); a->train.corrupt_at_step = (int64_t)v; break;
     default: return 1;
     }
@@ -155,7 +157,10 @@ void cli_swarm_help(FILE *out) {
             "  --manifest FILE      take every run setting from this signed run manifest (dedloc run\n"
             "                       init; docs/manifest.md) and serve it and the tokenizer to newcomers\n"
             "  --token FILE         our admission token, for a run with an authority (dedloc authority)\n"
-            "  --linger S           after the last step keep serving the state S seconds (2)\n");
+            "  --linger S           after the last step keep serving the state S seconds (2)\n"
+            "  --delay-update       average each step's gradient while computing the next step's\n"
+            "                       micro-batches (faster on slow links; their gradients are then one\n"
+            "                       step stale; weights stay identical on every peer)\n");
 }
 
 int cli_swarm_run(struct cli_swarm_args *a, struct dl_collab_train_options *train, const dl_opt_config *opt,

@@ -57,6 +57,13 @@ struct dl_ban_entry {
     double until;
 };
 
+/* A peer found unreachable while its record was still in the view: gone
+ * until a record of it newer than record_time arrives. */
+struct dl_suspect_entry {
+    char peer_id[DL_PEER_ID_HEX];
+    double record_time;
+};
+
 struct dl_round;
 
 /* Consecutive centered-clip rounds in which this peer, as an aggregator,
@@ -77,6 +84,8 @@ struct dl_collab {
     uint64_t next_serial;
     struct dl_ban_entry bans[64];
     size_t num_bans;
+    struct dl_suspect_entry suspects[DL_AVG_MAX_MEMBERS]; /* lock */
+    size_t num_suspects;
     struct dl_clip_streak streaks[DL_AVG_MAX_MEMBERS]; /* round thread only */
     size_t num_streaks;
     double spread_ema;            /* arrival spread of past matchmakings (s) */

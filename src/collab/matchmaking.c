@@ -90,6 +90,7 @@ static bool key_matches(const char *peer_id, const uint8_t pk[DL_NET_PUBLIC_KEY]
 static int find_leader(struct dl_round *r, uint64_t epoch, char leader[DL_PEER_ID_HEX], size_t *expected) {
     struct dl_swarm_view view;
     if (dl_net_swarm_view(r->c->net, &view)) return -1;
+    dl_collab_drop_gone(r->c, &view);
     leader[0] = 0;
     *expected = 0;
     for (size_t i = 0; i < view.num_peers; i++) {
@@ -133,6 +134,7 @@ static bool parse_redirect(const uint8_t *data, size_t size, const char *leader,
 static const char *must_not_close(struct dl_round *r, uint64_t epoch, size_t count, char *why, size_t why_size) {
     struct dl_swarm_view view;
     if (dl_net_swarm_view(r->c->net, &view)) return NULL;
+    dl_collab_drop_gone(r->c, &view);
     size_t others = 0;
     bool ahead = false;
     for (size_t i = 0; i < view.num_peers; i++) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "collab/round_async.h"
 #include "collab/train_sync.h"
 #include "dedloc/util.h"
 
@@ -25,7 +26,22 @@ typedef struct {
     size_t n;
     float *params;
     dl_optimizer opt;
-    dl_grad_accum acc;
+    dl_grad_accum acc;             /* host path: the sum; device path: only .samples (the sum is on the device) */
+    bool on_device;                /* the gradient sums on the device, one download per round */
+    bool device_fresh;             /* the device's sum starts from zero at the next micro-batch */
+    /* Delayed update: the round of our epoch runs on a thread (round) over
+     * rvec while micro-batches of the next step go into acc; a failed
+     * round's gradient waits in carry (sum weighted by samples) for the next. */
+    bool delayed;
+    dl_async_round round;
+    float *rvec;
+    int64_t round_local;
+    int64_t round_epoch;           /* the epoch the running round is for */
+    dl_loss_scale round_ls;        /* our loss scale when it started */
+    dl_opt_step_info round_info;   /* the step taken on the round's thread */
+    char round_error[256];         /* why that step failed */
+    dl_grad_accum carry;
+    double carry_loss[LOSS_ELEMS];
     dl_loss_scale ls, ls_at_step;
     dl_train_progress progress, progress_at_step;
     float *grad;                   /* micro-batch gradient, then the round's vector (n + LOSS_ELEMS) */
@@ -60,21 +76,33 @@ void dl_collab_train_options_default(struct dl_collab_train_options *o) {
 
 static bool stopping(const loop_state *st) { return st->o->base.stop && *st->o->base.stop; }
 
+/* Our samples at this epoch not yet averaged: the accumulation, and a failed
+ * delayed round's gradient kept for the next round. */
+static int64_t local_samples(const loop_state *st) { return st->acc.samples + st->carry.samples; }
+
 static void nap(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
 }
 
-/* Our weights changed: new hash, new record, new snapshot. */
-static int publish_state(loop_state *st) {
+/* Our record after our weights changed (st->hash already computed). */
+static int publish_record(loop_state *st) {
     if (!st->has_state) {
         dl_net_set_param_hash(st->net, NULL);
         return dl_net_publish_progress(st->net, (uint64_t)st->opt.step, 0, 0);
     }
-    dl_collab_param_hash(st->params, st->n, st->hash);
-    if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples)) return -1;
     dl_net_set_param_hash(st->net, st->hash);
-    return dl_net_publish_progress(st->net, (uint64_t)st->opt.step, (double)st->acc.samples, 0);
+    return dl_net_publish_progress(st->net, (uint64_t)st->opt.step, (double)local_samples(st), 0);
+}
+
+/* Our weights changed: new hash, new snapshot, new record. */
+static int publish_state(loop_state *st) {
+    if (st->has_state) {
+        dl_collab_param_hash(st->params, st->n, st->hash);
+        if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples, &st->ls_at_step))
+            return -1;
+    }
+    return publish_record(st);
 }
 
 static int save_checkpoint(loop_state *st) {
@@ -91,19 +119,40 @@ static int save_checkpoint(loop_state *st) {
                                      sizeof st->res->base.checkpoint);
 }
 
+/* One micro-batch into the device's sum (no loss scaling: a non-finite loss
+ * cannot be taken back out of the sum, and in fp32 it means divergence). */
+static int micro_batch_on_device(loop_state *st, int *samples, dl_losses *losses) {
+    if (st->be->accumulate(st->be->ctx, st->device_fresh, st->ls.scale, samples, losses))
+        return dl_fail_context("micro-batch %" PRId64, st->progress.micro_batches);
+    st->device_fresh = false;
+    if (!isfinite(losses->loss))
+        return dl_fail("micro-batch %" PRId64 " gave a non-finite loss without loss scaling: the run diverged "
+                       "(lower --lr?)", st->progress.micro_batches);
+    dl_loss_scale_update(&st->ls, true); /* counts the clean micro-batch, as the host path does */
+    return 0;
+}
+
 /* One micro-batch into the accumulator (dropped when not finite). */
 static int micro_batch(loop_state *st) {
     int samples = 0;
     dl_losses losses = {0};
     double t0 = dl_now();
-    if (st->be->micro_batch(st->be->ctx, st->ls.scale, st->grad, &samples, &losses))
-        return dl_fail_context("micro-batch %" PRId64, st->progress.micro_batches);
+    bool use;
+    if (st->on_device) {
+        if (micro_batch_on_device(st, &samples, &losses)) return -1;
+        use = true;
+    } else {
+        if (st->be->micro_batch(st->be->ctx, st->ls.scale, st->grad, &samples, &losses))
+            return dl_fail_context("micro-batch %" PRId64, st->progress.micro_batches);
+        bool finite = dl_all_finite(st->grad, st->n) && isfinite(losses.loss);
+        use = dl_loss_scale_update(&st->ls, finite);
+    }
     st->progress.micro_batches++;
     st->micro_since_round++;
-    bool finite = dl_all_finite(st->grad, st->n) && isfinite(losses.loss);
-    if (dl_loss_scale_update(&st->ls, finite)) {
+    if (use) {
         if (samples <= 0) return dl_fail("the backend returned a micro-batch of %d samples", samples);
-        dl_grad_accum_add(&st->acc, st->grad, samples);
+        if (st->on_device) st->acc.samples += samples;
+        else dl_grad_accum_add(&st->acc, st->grad, samples);
         st->loss_sum[0] += (double)losses.loss * samples;
         st->loss_sum[1] += (double)losses.mlm_loss * samples;
         st->loss_sum[2] += (double)losses.sop_loss * samples;
@@ -114,8 +163,11 @@ static int micro_batch(loop_state *st) {
     double dt = dl_now() - t0;
     st->compute_s += dt;
     st->res->compute_s += dt;
-    double rate = st->acc.samples / fmax(dl_now() - st->step_start, 1e-3);
-    return dl_net_publish_progress(st->net, (uint64_t)st->opt.step, (double)st->acc.samples, rate);
+    /* While a delayed round runs our record keeps saying what we brought to
+     * it: these samples belong to the next epoch, published once we are there. */
+    if (st->round.running) return 0;
+    double rate = (double)local_samples(st) / fmax(dl_now() - st->step_start, 1e-3);
+    return dl_net_publish_progress(st->net, (uint64_t)st->opt.step, (double)local_samples(st), rate);
 }
 
 static void add_member_list(cJSON *o, const struct dl_avg_result *r) {
@@ -256,6 +308,7 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
     }
     st->res->wait_s += dl_now() - t0;
     st->progress.samples = meta.samples;
+    dl_train_state_meta_adopt_scale(&meta, &st->ls);
     st->has_state = true;
     st->last_state_epoch = meta.epoch;
     st->prev_wait_until = dl_now() + 3;
@@ -266,31 +319,174 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
     return publish_state(st);
 }
 
-/* One averaging round at our epoch and, when it succeeds, the step. Returns
- * 1 when the step was taken, 0 when the round failed (nothing applied), -1 on
- * a local error. */
-static int round_and_step(loop_state *st, size_t expected, bool alone) {
+/* Our mean gradient at this epoch and our mean losses into vec (n +
+ * LOSS_ELEMS); returns the samples behind them (0 for an aux peer), -1 on
+ * an error. The accumulation itself is left as it is. */
+static int64_t round_vector(loop_state *st, float *vec) {
     size_t n = st->n;
-    int64_t local = st->acc.samples;
-    if (st->be) {
-        if (dl_grad_accum_mean(&st->acc, st->grad)) return -1;
-        for (int k = 0; k < LOSS_ELEMS; k++) st->grad[n + k] = (float)(st->loss_sum[k] / (double)local);
-    } else {
-        memset(st->grad, 0, (n + LOSS_ELEMS) * sizeof(float));
+    if (!st->be) {
+        memset(vec, 0, (n + LOSS_ELEMS) * sizeof(float));
+        return 0;
     }
+    int64_t cur = st->acc.samples, total = cur + st->carry.samples;
+    if (total <= 0) return dl_fail("no samples accumulated: nothing to average");
+    if (cur > 0) {
+        if (st->on_device) {
+            if (st->be->collect(st->be->ctx, st->ls.scale, cur, vec)) return dl_fail_context("collecting the gradient");
+            if (!dl_all_finite(vec, n))
+                return dl_fail("the step's gradient is not finite without loss scaling: the run diverged (lower --lr?)");
+        } else if (dl_grad_accum_mean(&st->acc, vec)) {
+            return -1;
+        }
+    }
+    if (st->carry.samples > 0) {
+        /* (our new mean x its samples + the kept sum) / all samples */
+        const float wc = (float)cur, all = (float)total;
+        for (size_t i = 0; i < n; i++) vec[i] = ((cur > 0 ? vec[i] * wc : 0.0f) + st->carry.sum[i]) / all;
+    }
+    for (int k = 0; k < LOSS_ELEMS; k++) vec[n + k] = (float)((st->loss_sum[k] + st->carry_loss[k]) / (double)total);
+    return total;
+}
+
+/* Everything accumulated at this epoch went into a round. */
+static void clear_accumulation(loop_state *st) {
+    dl_grad_accum_reset(&st->acc);
+    if (st->carry.sum) dl_grad_accum_reset(&st->carry);
+    st->device_fresh = true;
+    memset(st->loss_sum, 0, sizeof st->loss_sum);
+    memset(st->carry_loss, 0, sizeof st->carry_loss);
+}
+
+static void round_options(const loop_state *st, int64_t local, size_t expected, struct dl_avg_options *ao) {
+    dl_avg_options_default(ao);
+    ao->epoch = (uint64_t)st->opt.step;
+    ao->weight = (double)local;
+    ao->compression = st->o->compression;
+    ao->aggregation = st->o->aggregation;
+    ao->clip_tau = st->o->clip_tau;
+    ao->clip_iterations = st->o->clip_iterations;
+    ao->deadline_s = st->o->round_deadline_s;
+    ao->expected_peers = expected;
+}
+
+/* Test hook (only the test builds' CLI sets it): self-healing on purpose. */
+static void corrupt_hook(loop_state *st) {
+    if (st->o->corrupt_at_step > 0 && st->opt.step == st->o->corrupt_at_step && st->has_state) {
+        st->params[0] += 1e-3f;
+        DL_WARN("collab", "test hook: weights perturbed after step %" PRId64, st->opt.step);
+    }
+}
+
+static double group_weight(const struct dl_avg_result *r) {
+    double group = 0;
+    for (size_t i = 0; i < r->num_members; i++) group += r->members[i].weight;
+    return group;
+}
+
+/* The outcome of a round over vec (local samples of ours, started at t0):
+ * the step when it succeeded, nothing when it failed. clear: the
+ * accumulation went into the round (synchronous rounds); a delayed round
+ * cleared it when it started, and the samples drawn since belong to the next
+ * step; its optimizer step, hash and snapshot were taken on the round's
+ * thread (step_in_background). Takes r. Returns 1 when the step was taken,
+ * 0 when the round failed, -1 on a local error. */
+static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64_t local, double t0,
+                        bool clear) {
+    const bool stepped = !clear && st->be; /* delayed: already stepped on the round's thread */
+    size_t n = st->n;
+    if (r->status != DL_AVG_OK) {
+        char detail[400];
+        snprintf(detail, sizeof detail, "round of epoch %" PRId64 " failed (%s: %s): nothing applied, %" PRId64
+                 " samples kept for the next round", st->opt.step, dl_avg_status_name(r->status), r->reason, local);
+        DL_WARN("collab", "%s", detail);
+        log_event(st, "round_failed", detail);
+        st->res->rounds_failed++;
+        /* Peers killed at our epoch would hold up every round until their
+         * records expire: leave out those that cannot be reached. */
+        size_t gone = dl_collab_probe_peers(st->collab, (uint64_t)st->opt.step);
+        if (gone) {
+            snprintf(detail, sizeof detail, "%zu peer(s) at epoch %" PRId64 " unreachable: left out of the view", gone,
+                     st->opt.step);
+            log_event(st, "peers_gone", detail);
+        }
+        st->res->wait_s += dl_now() - t0;
+        if (!clear && st->be) {
+            /* The delayed round's gradient waits for the next round, beside the new micro-batches. */
+            dl_grad_accum_add(&st->carry, vec, local);
+            for (int k = 0; k < LOSS_ELEMS; k++) st->carry_loss[k] = (double)vec[n + k] * (double)local;
+            if (dl_net_publish_progress(st->net, (uint64_t)st->opt.step, (double)local_samples(st), 0)) {
+                dl_avg_result_free(r);
+                return -1;
+            }
+        }
+        dl_avg_result_free(r);
+        return 0;
+    }
+    double group = group_weight(r);
+    float losses[LOSS_ELEMS];
+    memcpy(losses, vec + n, sizeof losses);
+    dl_opt_step_info info = {0};
+    if (stepped) {
+        info = st->round_info;
+        if (st->be->set_params(st->be->ctx, st->params)) {
+            dl_avg_result_free(r);
+            return dl_fail_context("uploading the weights after step %" PRId64, st->opt.step);
+        }
+    } else if (st->be) {
+        if (dl_optimizer_step(&st->opt, st->params, vec, &info)) {
+            dl_avg_result_free(r);
+            return -1;
+        }
+        corrupt_hook(st);
+        if (st->be->set_params(st->be->ctx, st->params)) {
+            dl_avg_result_free(r);
+            return dl_fail_context("uploading the weights after step %" PRId64, st->opt.step);
+        }
+    } else {
+        /* An aux peer does not receive the average: it moves to the next
+         * epoch without weights until it downloads them. */
+        st->opt.step++;
+        st->has_state = false;
+    }
+    st->progress.samples += (int64_t)llround(group);
+    if (clear) clear_accumulation(st);
+    st->ls_at_step = stepped ? st->round_ls : st->ls;
+    st->progress_at_step = st->progress;
+    st->res->rounds_ok++;
+    double now = dl_now(), wall = now - st->step_start;
+    st->res->wait_s += now - t0;
+    if (stepped ? publish_record(st) : publish_state(st)) {
+        dl_avg_result_free(r);
+        return -1;
+    }
+    bool has_losses = st->be && group > 0 && isfinite(losses[0]); /* aux peers do not receive the average */
+    log_step(st, r, st->has_state ? &info : NULL, has_losses ? losses : NULL, group, local, wall);
+    publish_metrics(st, has_losses ? losses : NULL, local, wall);
+    progress_line(st, has_losses ? losses : NULL, wall > 0 ? group / wall : 0, r->num_members);
+    if (has_losses) {
+        if (st->res->base.steps_this_run == 0) st->res->base.first_loss = losses[0];
+        st->res->base.last_loss = losses[0];
+    }
+    st->res->base.steps_this_run++;
+    st->step_start = now;
+    st->compute_s = 0;
+    st->prev_wait_until = now + 3;
+    dl_avg_result_free(r);
+    const dl_trainer_options *o = &st->o->base;
+    if (o->save_every > 0 && st->opt.step % o->save_every == 0 && st->opt.step < o->max_steps && save_checkpoint(st))
+        return -1;
+    return 1;
+}
+
+/* One averaging round at our epoch and, when it succeeds, the step (see
+ * finish_round for the result). */
+static int round_and_step(loop_state *st, size_t expected, bool alone) {
+    int64_t local = round_vector(st, st->grad);
+    if (local < 0) return -1;
     struct dl_avg_options ao;
-    dl_avg_options_default(&ao);
-    ao.epoch = (uint64_t)st->opt.step;
-    ao.weight = (double)local;
-    ao.compression = st->o->compression;
-    ao.aggregation = st->o->aggregation;
-    ao.clip_tau = st->o->clip_tau;
-    ao.clip_iterations = st->o->clip_iterations;
-    ao.deadline_s = st->o->round_deadline_s;
-    ao.expected_peers = expected;
+    round_options(st, local, expected, &ao);
     struct dl_avg_result r;
     double t0 = dl_now();
-    int status;
     if (alone) {
         /* Nobody else in the swarm: the average is our own gradient, and
          * matchmaking would only wait out its window for joiners. */
@@ -301,77 +497,60 @@ static int round_and_step(loop_state *st, size_t expected, bool alone) {
         snprintf(r.members[0].peer_id, sizeof r.members[0].peer_id, "%s", dl_net_peer_id(st->net));
         r.members[0].weight = ao.weight;
         r.members[0].role = st->be ? 0 : 2;
-        status = r.status = DL_AVG_OK;
+        r.status = DL_AVG_OK;
     } else {
-        status = dl_collab_average(st->collab, st->grad, n + LOSS_ELEMS, &ao, &r);
+        dl_collab_average(st->collab, st->grad, st->n + LOSS_ELEMS, &ao, &r);
     }
     st->micro_since_round = 0;
-    if (status != DL_AVG_OK) {
-        char detail[400];
-        snprintf(detail, sizeof detail, "round of epoch %" PRId64 " failed (%s: %s): nothing applied, %" PRId64
-                 " samples kept for the next round", st->opt.step, dl_avg_status_name(status), r.reason, local);
-        DL_WARN("collab", "%s", detail);
-        log_event(st, "round_failed", detail);
-        st->res->rounds_failed++;
-        st->res->wait_s += dl_now() - t0;
+    return finish_round(st, &r, st->grad, local, t0, true);
+}
+
+/* Delayed update, on the round's thread once the average is in: the
+ * optimizer step, the new hash and the state snapshot, so that none of it
+ * stands in the way of the micro-batches. It touches only what the main
+ * thread leaves alone while a round runs (params, opt, hash, rvec, the
+ * donor, progress.samples); the main thread uploads the weights and
+ * publishes the record when it joins. */
+static int step_in_background(void *user, const struct dl_avg_result *r) {
+    loop_state *st = user;
+    memset(&st->round_info, 0, sizeof st->round_info);
+    if (dl_optimizer_step(&st->opt, st->params, st->rvec, &st->round_info)) goto fail;
+    corrupt_hook(st);
+    dl_collab_param_hash(st->params, st->n, st->hash);
+    if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples + llround(group_weight(r)),
+                               &st->round_ls))
+        goto fail;
+    return 0;
+fail:
+    snprintf(st->round_error, sizeof st->round_error, "%s", dl_error());
+    return -1;
+}
+
+/* Delayed update: the round of our epoch starts on its own thread over our
+ * gradient so far, and the micro-batches go on for the next step. */
+static int start_delayed_round(loop_state *st, size_t expected) {
+    int64_t local = round_vector(st, st->rvec);
+    if (local < 0) return -1;
+    struct dl_avg_options ao;
+    round_options(st, local, expected, &ao);
+    st->round_ls = st->ls;
+    st->round_epoch = st->opt.step;
+    clear_accumulation(st);
+    st->round_local = local;
+    st->micro_since_round = 0;
+    return dl_async_round_start(&st->round, st->collab, st->rvec, st->n + LOSS_ELEMS, &ao, step_in_background, st);
+}
+
+/* The delayed round has returned: take its step (or keep its gradient) now. */
+static int finish_delayed_round(loop_state *st) {
+    struct dl_avg_result r;
+    int status = dl_async_round_join(&st->round, &r);
+    if (status == DL_AVG_OK && st->round.after_rc) {
         dl_avg_result_free(&r);
-        return 0;
+        return dl_fail("the step after the round of epoch %" PRId64 ": %s", st->round_epoch, st->round_error);
     }
-    double group = 0;
-    for (size_t i = 0; i < r.num_members; i++) group += r.members[i].weight;
-    float losses[LOSS_ELEMS];
-    memcpy(losses, st->grad + n, sizeof losses);
-    dl_opt_step_info info = {0};
-    if (st->be) {
-        if (dl_optimizer_step(&st->opt, st->params, st->grad, &info)) {
-            dl_avg_result_free(&r);
-            return -1;
-        }
-        if (st->be->set_params(st->be->ctx, st->params)) {
-            dl_avg_result_free(&r);
-            return dl_fail_context("uploading the weights after step %" PRId64, st->opt.step);
-        }
-    } else {
-        /* An aux peer does not receive the average: it moves to the next
-         * epoch without weights until it downloads them. */
-        st->opt.step++;
-        st->has_state = false;
-    }
-    /* Test hook (only the test builds' CLI sets it): self-healing on purpose. */
-    if (st->o->corrupt_at_step > 0 && st->opt.step == st->o->corrupt_at_step && st->has_state) {
-        st->params[0] += 1e-3f;
-        DL_WARN("collab", "test hook: weights perturbed after step %" PRId64, st->opt.step);
-        if (st->be && st->be->set_params(st->be->ctx, st->params)) return -1;
-    }
-    st->progress.samples += (int64_t)llround(group);
-    dl_grad_accum_reset(&st->acc);
-    memset(st->loss_sum, 0, sizeof st->loss_sum);
-    st->ls_at_step = st->ls;
-    st->progress_at_step = st->progress;
-    st->res->rounds_ok++;
-    double now = dl_now(), wall = now - st->step_start;
-    st->res->wait_s += now - t0;
-    if (publish_state(st)) {
-        dl_avg_result_free(&r);
-        return -1;
-    }
-    bool has_losses = st->be && group > 0 && isfinite(losses[0]); /* aux peers do not receive the average */
-    log_step(st, &r, st->has_state ? &info : NULL, has_losses ? losses : NULL, group, local, wall);
-    publish_metrics(st, has_losses ? losses : NULL, local, wall);
-    progress_line(st, has_losses ? losses : NULL, wall > 0 ? group / wall : 0, r.num_members);
-    if (has_losses) {
-        if (st->res->base.steps_this_run == 0) st->res->base.first_loss = losses[0];
-        st->res->base.last_loss = losses[0];
-    }
-    st->res->base.steps_this_run++;
-    st->step_start = now;
-    st->compute_s = 0;
-    st->prev_wait_until = now + 3;
-    dl_avg_result_free(&r);
-    const dl_trainer_options *o = &st->o->base;
-    if (o->save_every > 0 && st->opt.step % o->save_every == 0 && st->opt.step < o->max_steps && save_checkpoint(st))
-        return -1;
-    return 1;
+    /* The round ran beside compute: only the time since it returned was waiting. */
+    return finish_round(st, &r, st->rvec, st->round_local, dl_now(), false);
 }
 
 /* Whether a disagreement is settled enough to act on: peers still finishing
@@ -407,7 +586,7 @@ static void wait_for_peers(loop_state *st, size_t want, double timeout_s) {
     double until = dl_now() + timeout_s;
     while (dl_now() < until && !stopping(st)) {
         struct dl_swarm_look look;
-        if (!dl_swarm_look(st->net, (uint64_t)st->opt.step, NULL, 0, &look) && look.at_epoch >= want) return;
+        if (!dl_swarm_look(st->net, st->collab, (uint64_t)st->opt.step, NULL, 0, &look) && look.at_epoch >= want) return;
         nap(0.02);
     }
 }
@@ -420,7 +599,7 @@ static int join_swarm(loop_state *st) {
     for (;;) {
         if (stopping(st)) return 0;
         struct dl_swarm_look look;
-        if (dl_swarm_look(st->net, (uint64_t)st->opt.step, st->has_state ? st->hash : NULL, 0, &look)) return -1;
+        if (dl_swarm_look(st->net, st->collab, (uint64_t)st->opt.step, st->has_state ? st->hash : NULL, 0, &look)) return -1;
         bool ahead = look.ahead_epoch > (uint64_t)st->opt.step;
         if (ahead || (look.peers >= want && look.has_ref && look.hashes_at_ref > (st->has_state ? 1u : 0u))) {
             if (ahead || look.i_disagree || !st->has_state)
@@ -442,8 +621,8 @@ static bool is_ready(loop_state *st, const struct dl_swarm_look *look) {
         /* An aux peer joins once trainers hold samples reaching the target. */
         return st->micro_since_round > 0 && look->collective >= (double)st->o->base.target_batch;
     }
-    if (st->acc.samples <= 0 || st->micro_since_round == 0) return false;
-    if (st->o->local_batch > 0) return st->acc.samples >= st->o->local_batch;
+    if (local_samples(st) <= 0 || st->micro_since_round == 0) return false;
+    if (st->o->local_batch > 0) return local_samples(st) >= st->o->local_batch;
     return look->collective >= (double)st->o->base.target_batch;
 }
 
@@ -458,9 +637,21 @@ static int run_loop(loop_state *st) {
             st->res->base.time_limit = true;
             break;
         }
+        if (st->round.running) {
+            /* A delayed round is on: compute for the next step (none is
+             * left after the last) and step once it returns. */
+            if (dl_async_round_done(&st->round)) {
+                if (finish_delayed_round(st) < 0) return -1;
+            } else if (st->round_epoch + 1 >= o->max_steps) {
+                nap(0.01);
+            } else if (micro_batch(st)) {
+                return -1;
+            }
+            continue;
+        }
         struct dl_swarm_look look;
-        if (dl_swarm_look(st->net, (uint64_t)st->opt.step, st->has_state ? st->hash : NULL, (double)st->acc.samples,
-                          &look))
+        if (dl_swarm_look(st->net, st->collab, (uint64_t)st->opt.step, st->has_state ? st->hash : NULL,
+                          (double)local_samples(st), &look))
             return -1;
         if (look.ahead_epoch > (uint64_t)st->opt.step) {
             if (st->be || look.ahead_epoch >= st->last_state_epoch + (uint64_t)st->o->state_every) {
@@ -497,7 +688,12 @@ static int run_loop(loop_state *st) {
                 wait_for_peers(st, st->o->min_peers, fmin(10, st->o->round_deadline_s / 3));
                 expected = st->o->min_peers;
             }
-            if (round_and_step(st, expected, look.peers <= 1 && expected <= 1) < 0) return -1;
+            bool alone = look.peers <= 1 && expected <= 1;
+            if (st->delayed && !alone) {
+                if (start_delayed_round(st, expected)) return -1;
+            } else if (round_and_step(st, expected, alone) < 0) {
+                return -1;
+            }
             continue;
         }
         if (st->be) {
@@ -507,6 +703,8 @@ static int run_loop(loop_state *st) {
             nap(0.05);
         }
     }
+    /* Stopped with a delayed round on: its step is the others' too. */
+    if (st->round.running && finish_delayed_round(st) < 0) return -1;
     return 0;
 }
 
@@ -523,6 +721,15 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     int rc = -1;
     st.grad = dl_malloc(dl_mul_size(st.n + LOSS_ELEMS, sizeof(float)));
     if (!st.grad || dl_grad_accum_init(&st.acc, st.n)) goto done;
+    /* One download per round where the backend sums on the device; not with
+     * loss scaling, where an overflowing micro-batch must be dropped alone. */
+    st.on_device = be && be->accumulate && be->collect && !o->base.loss_scaling;
+    st.device_fresh = true;
+    st.delayed = o->delay_update && be;
+    if (st.delayed) {
+        st.rvec = dl_malloc(dl_mul_size(st.n + LOSS_ELEMS, sizeof(float)));
+        if (!st.rvec || dl_grad_accum_init(&st.carry, st.n)) goto done;
+    }
     dl_loss_scale_init(&st.ls, o->base.loss_scaling);
     st.progress.data_seed = o->base.data_seed;
     st.progress.peer_seed = o->base.peer_seed;
@@ -549,9 +756,9 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         goto done;
     }
     st.last_state_epoch = (uint64_t)st.opt.step;
+    st.ls_at_step = st.ls;
     if (publish_state(&st)) goto done;
     log_start(&st, resume != NULL);
-    st.ls_at_step = st.ls;
     st.progress_at_step = st.progress;
     st.start_step = st.opt.step;
     st.run_start = dl_now();
@@ -567,7 +774,7 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         double until = dl_now() + o->linger_s;
         while (dl_now() < until && !stopping(&st)) {
             struct dl_swarm_look look;
-            if (st.has_state && !dl_swarm_look(net, (uint64_t)st.opt.step, st.hash, 0, &look) && look.i_disagree &&
+            if (st.has_state && !dl_swarm_look(net, collab, (uint64_t)st.opt.step, st.hash, 0, &look) && look.i_disagree &&
                 look.ref_epoch == (uint64_t)st.opt.step && should_heal(&st, &look))
                 heal(&st, &look);
             nap(0.05);
@@ -581,8 +788,16 @@ done:
     uint8_t h[32];
     dl_collab_param_hash(params, st.n, h);
     dl_collab_hash_hex(h, res->param_hash);
+    if (st.round.running) {
+        /* Left on an error: the round still uses rvec until it returns. */
+        struct dl_avg_result r;
+        dl_async_round_join(&st.round, &r);
+        dl_avg_result_free(&r);
+    }
     if (st.log) fclose(st.log);
     dl_grad_accum_free(&st.acc);
+    dl_grad_accum_free(&st.carry);
+    free(st.rvec);
     free(st.grad);
     dl_optimizer_free(&st.opt);
     return rc;

@@ -10,8 +10,12 @@
 #include "collab/train_sync.h"
 #include "dedloc/util.h"
 
-#define META_MAGIC "DLTRAIN1"
-#define META_SIZE 24
+/* The state's metadata (docs/state_transfer.md, "training state"):
+ * magic[8] epoch u64 samples u64 flags u8 pad[7] loss_scale f64
+ * clean_micro_batches u64. flags bit 0: the donor scales its loss. */
+#define META_MAGIC "DLTRAIN2"
+#define META_SIZE DL_TRAIN_STATE_META_SIZE
+#define META_FLAG_SCALING 1u
 
 void dl_collab_hash_hex(const uint8_t hash[32], char out[65]) {
     static const char hex[] = "0123456789abcdef";
@@ -62,11 +66,12 @@ static void pick_reference(const struct dl_swarm_view *v, uint64_t epoch, uint64
     free(h);
 }
 
-int dl_swarm_look(dl_net *net, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
                   struct dl_swarm_look *look) {
     memset(look, 0, sizeof *look);
     struct dl_swarm_view v;
     if (dl_net_swarm_view(net, &v)) return -1;
+    dl_collab_drop_gone(collab, &v);
     double now = dl_wall_time();
     look->peers = v.num_peers;
     look->samples_per_second = v.samples_per_second;
@@ -109,14 +114,57 @@ int dl_swarm_look(dl_net *net, uint64_t epoch, const uint8_t *my_hash, double sa
     return 0;
 }
 
+void dl_train_state_meta_encode(const struct dl_train_state_meta *meta, uint8_t out[DL_TRAIN_STATE_META_SIZE]) {
+    memset(out, 0, DL_TRAIN_STATE_META_SIZE);
+    memcpy(out, META_MAGIC, 8); /* NOLINT(bugprone-not-null-terminated-result): 8 magic bytes, no string */
+    dl_put_u64(out + 8, meta->epoch);
+    dl_put_u64(out + 16, (uint64_t)meta->samples);
+    out[24] = meta->loss_scaling ? META_FLAG_SCALING : 0;
+    dl_put_f64(out + 32, (double)meta->loss_scale);
+    dl_put_u64(out + 40, (uint64_t)meta->clean_micro_batches);
+}
+
+/* A loss scale is a power of two within the normal floats (loss_scale.c keeps it so). */
+static bool valid_scale(double s) {
+    if (!(s >= 0x1p-126 && s <= 0x1p127)) return false;
+    int e;
+    return frexp(s, &e) == 0.5;
+}
+
+int dl_train_state_meta_decode(const uint8_t *data, size_t size, struct dl_train_state_meta *meta) {
+    memset(meta, 0, sizeof *meta);
+    if (size != META_SIZE || memcmp(data, META_MAGIC, 8))
+        return dl_fail("the state's metadata is not a training state of this version (%zu bytes)", size);
+    meta->epoch = dl_get_u64(data + 8);
+    uint64_t samples = dl_get_u64(data + 16), clean = dl_get_u64(data + 40);
+    double scale = dl_get_f64(data + 32);
+    if (samples > ((uint64_t)1 << 62)) return dl_fail("the state's sample count is out of range");
+    if (data[24] & ~META_FLAG_SCALING) return dl_fail("the state's metadata has unknown flags 0x%02x", data[24]);
+    if (!valid_scale(scale)) return dl_fail("the state's loss scale %g is not a power of two in range", scale);
+    if (clean > ((uint64_t)1 << 62)) return dl_fail("the state's loss-scale counter is out of range");
+    meta->samples = (int64_t)samples;
+    meta->loss_scaling = data[24] & META_FLAG_SCALING;
+    meta->loss_scale = (float)scale;
+    meta->clean_micro_batches = (int64_t)clean;
+    return 0;
+}
+
+void dl_train_state_meta_adopt_scale(const struct dl_train_state_meta *meta, dl_loss_scale *ls) {
+    /* A peer without loss scaling (fp32, bf16) keeps its fixed scale of 1, and
+     * a scaling peer learns nothing from a donor that does not scale. */
+    if (!ls->enabled || !meta->loss_scaling) return;
+    ls->scale = meta->loss_scale;
+    ls->clean_steps = meta->clean_micro_batches;
+}
+
 int dl_train_state_publish(dl_state_donor *donor, const dl_optimizer *opt, const float *params,
-                           int64_t samples) {
+                           int64_t samples, const dl_loss_scale *ls) {
     size_t bytes = opt->layout.total * sizeof(float);
     struct dl_state_span spans[3] = {{params, bytes}, {opt->exp_avg, bytes}, {opt->exp_avg_sq, bytes}};
+    struct dl_train_state_meta m = {.epoch = (uint64_t)opt->step, .samples = samples, .loss_scaling = ls->enabled,
+                                    .loss_scale = ls->scale, .clean_micro_batches = ls->clean_steps};
     uint8_t meta[META_SIZE];
-    memcpy(meta, META_MAGIC, 8); /* NOLINT(bugprone-not-null-terminated-result): 8 magic bytes, no string */
-    dl_put_u64(meta + 8, (uint64_t)opt->step);
-    dl_put_u64(meta + 16, (uint64_t)samples);
+    dl_train_state_meta_encode(&m, meta);
     return dl_state_donor_publish(donor, (uint64_t)opt->step, spans, 3, meta, sizeof meta);
 }
 
@@ -141,13 +189,12 @@ int dl_train_state_fetch(dl_net *net, const struct dl_swarm_look *look, dl_optim
     struct dl_state_fetch_result res;
     int rc = dl_state_fetch(net, &cfg, bufs, 3, &res);
     if (rc == 0) {
-        if (res.meta_size != META_SIZE || memcmp(res.meta, META_MAGIC, 8) ||
-            dl_get_u64(res.meta + 8) != look->ref_epoch || dl_get_u64(res.meta + 16) > ((uint64_t)1 << 62)) {
-            rc = dl_fail("the donors' state metadata is not a training state of epoch %llu",
+        if (dl_train_state_meta_decode(res.meta, res.meta_size, meta)) {
+            rc = dl_fail_context("the donors' state of epoch %llu", (unsigned long long)look->ref_epoch);
+        } else if (meta->epoch != look->ref_epoch) {
+            rc = dl_fail("the donors' state metadata says epoch %llu, not %llu", (unsigned long long)meta->epoch,
                          (unsigned long long)look->ref_epoch);
         } else {
-            meta->epoch = look->ref_epoch;
-            meta->samples = (int64_t)dl_get_u64(res.meta + 16);
             memcpy(params, tmp, bytes);
             memcpy(opt->exp_avg, tmp + n, bytes);
             memcpy(opt->exp_avg_sq, tmp + 2 * n, bytes);

@@ -32,19 +32,35 @@ struct dl_swarm_look {
     size_t num_donors;
 };
 
-/* Reads the view. samples_mine: our accumulated samples at epoch. */
-int dl_swarm_look(dl_net *net, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+/* Reads the view, without the peers collab found gone. samples_mine: our
+ * accumulated samples at epoch. */
+int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
                   struct dl_swarm_look *look);
 
-/* The state a donor serves and a fetcher fills: weights, both moments. */
+/* The state a donor serves and a fetcher fills: weights, both moments, and
+ * this metadata. The epoch is the schedule's position too: the learning-rate
+ * schedule's settings are the run's, its position is the epoch. */
 struct dl_train_state_meta {
     uint64_t epoch;               /* optimizer steps taken */
     int64_t samples;              /* samples in those steps, the whole swarm's */
+    bool loss_scaling;            /* the donor scales its loss (fp16 storage) */
+    float loss_scale;             /* its scale at that step (a power of two; 1 without scaling) */
+    int64_t clean_micro_batches;  /* its clean micro-batches since the scale last changed */
 };
 
-/* Publishes params + opt's moments at opt->step. */
+#define DL_TRAIN_STATE_META_SIZE 48
+
+void dl_train_state_meta_encode(const struct dl_train_state_meta *meta, uint8_t out[DL_TRAIN_STATE_META_SIZE]);
+/* Refuses another size or version, a sample count or counter beyond 2^62,
+ * and a loss scale that is not a power of two within the normal floats. */
+int dl_train_state_meta_decode(const uint8_t *data, size_t size, struct dl_train_state_meta *meta);
+/* Takes the donor's loss scale when both it and we scale (fp16 peers); a
+ * peer that does not scale keeps its own. */
+void dl_train_state_meta_adopt_scale(const struct dl_train_state_meta *meta, dl_loss_scale *ls);
+
+/* Publishes params + opt's moments at opt->step, with ls (the loss scale at that step). */
 int dl_train_state_publish(dl_state_donor *donor, const dl_optimizer *opt, const float *params,
-                           int64_t samples);
+                           int64_t samples, const dl_loss_scale *ls);
 
 /* Downloads the state at look->ref_epoch from look's donors into params and
  * opt (whose settings stay ours); on success opt->step = that epoch. */

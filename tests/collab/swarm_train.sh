@@ -164,6 +164,42 @@ churn)
   # missed a round on a busy machine catches up by download, as designed).
   [ "$( (steps_of p0; steps_of p1) | awk '{print $1}' | sort -n -u | wc -l)" = $STEPS ] || fail "a step is missing"
   ;;
+survivor)
+  # Records that never expire during the test: the two peers SIGKILLed
+  # after step 3 stay in every view. The survivor finds them unreachable
+  # after a failed round, leaves them out and steps alone to the end
+  # instead of waiting for their records to expire.
+  STEPS=8
+  for i in 0 1 2; do
+    start "p$i" --target-batch 16 --max-steps $STEPS --min-peers 3 --peer-seed $i --expiry 3600
+  done
+  wait_step p0 3
+  kill -9 "${PID[p1]}" "${PID[p2]}"
+  for n in p1 p2; do wait "${PID[$n]}" 2>/dev/null || true; unset "PID[$n]"; done
+  wait_step p0 $STEPS 90
+  finish p0
+  has "$W/p0.jsonl" '.event == "peers_gone"' || fail "the survivor never found the killed peers gone"
+  # Its last steps were its own: one member.
+  jq -s -e '[.[] | select(.step)] | last | (.members | length) == 1' "$W/p0.jsonl" >/dev/null ||
+    fail "the survivor's last step was not taken alone"
+  ;;
+delayed)
+  # --delay-update: each round runs beside the next step's micro-batches.
+  # The weights stay the same bits on every peer at every step (the host
+  # step applies the same average to the same weights), every peer reaches
+  # the end, and the swarm still trains: its loss falls.
+  STEPS=8
+  for i in 0 1 2; do
+    start "p$i" --target-batch 24 --max-steps $STEPS --min-peers 3 --peer-seed $i --delay-update --lr 0.02
+  done
+  for i in 0 1 2; do finish "p$i"; done
+  agree p0 p1 p2
+  for i in 0 1 2; do [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"; done
+  n=$(jq -s '[.[] | select(.step) | select((.members | length) == 3)] | length' "$W/p0.jsonl")
+  [ "$n" -ge $((STEPS - 2)) ] || fail "only $n of $STEPS steps were rounds of all three peers"
+  jq -s '[.[] | select(.step) | .loss] | first > last' "$W/p0.jsonl" | grep -q true ||
+    fail "the delayed swarm's loss did not fall"
+  ;;
 newcomer)
   # Two peers train; a third arrives at step 3 with fresh weights of another
   # seed, downloads the swarm's state and trains on with the same hash.
