@@ -27,6 +27,7 @@ static void suspect(struct dl_collab *c, const struct dl_swarm_peer *p) {
 }
 
 void dl_collab_drop_gone(dl_collab *c, struct dl_swarm_view *v) {
+    if (!c) return; /* an observer (a monitor) probes nobody */
     pthread_mutex_lock(&c->lock);
     size_t kept = 0;
     for (size_t i = 0; i < v->num_peers; i++)

@@ -214,7 +214,7 @@ int dl_collab_fetch_swarm_state(dl_net *net, uint64_t min_epoch, double timeout_
     struct dl_swarm_look look;
     /* At epoch 0 without a state of our own: the reference is the newest
      * epoch any peer signed a hash for, as for a peer that just joined. */
-    if (dl_swarm_look(net, 0, NULL, 0, &look)) return -1;
+    if (dl_swarm_look(net, NULL, 0, NULL, 0, &look)) return -1;
     if (!look.has_ref || look.num_donors == 0 || look.ref_epoch < min_epoch) return 1;
     struct dl_train_state_meta meta;
     double t0 = dl_now();

@@ -32,8 +32,9 @@ struct dl_swarm_look {
     size_t num_donors;
 };
 
-/* Reads the view, without the peers collab found gone. samples_mine: our
- * accumulated samples at epoch. */
+/* Reads the view, without the peers collab found gone (collab may be NULL:
+ * an observer's view as it is). samples_mine: our accumulated samples at
+ * epoch. */
 int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
                   struct dl_swarm_look *look);
 
