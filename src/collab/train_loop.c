@@ -252,6 +252,25 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
     return publish_state(st);
 }
 
+/* Test hook (only the test builds' CLI sets it): replaces the gradient
+ * elements of our contribution with an attack; the loss elements after them
+ * stay honest. The noise is drawn from the epoch and our peer id, so a rerun
+ * repeats it. */
+static void attack_gradient(loop_state *st) {
+    if (st->o->test_attack == DL_TEST_ATTACK_SIGN_FLIP) {
+        for (size_t i = 0; i < st->n; i++) st->grad[i] *= -1000.0f;
+        return;
+    }
+    uint64_t x = dl_hash64(dl_net_peer_id(st->net), strlen(dl_net_peer_id(st->net)), (uint64_t)st->opt.step);
+    for (size_t i = 0; i < st->n; i++) {
+        uint64_t z = (x += 0x9E3779B97F4A7C15ull); /* splitmix64 */
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        st->grad[i] = (float)((double)(z >> 11) * 0x1p-53 * 200.0 - 100.0);
+    }
+}
+
 /* One averaging round at our epoch and, when it succeeds, the step. Returns
  * 1 when the step was taken, 0 when the round failed (nothing applied), -1 on
  * a local error. */
@@ -264,6 +283,7 @@ static int round_and_step(loop_state *st, size_t expected, bool alone) {
     } else {
         memset(st->grad, 0, (n + LOSS_ELEMS) * sizeof(float));
     }
+    if (st->be && st->o->test_attack != DL_TEST_ATTACK_NONE) attack_gradient(st);
     struct dl_avg_options ao;
     dl_avg_options_default(&ao);
     ao.epoch = (uint64_t)st->opt.step;
