@@ -8,7 +8,7 @@ _dedloc_options() {
     case $1 in
         devices) echo '--help --json' ;;
         tokenize) echo '--help --input --pair --special --tokenizer --tokens --type-ids' ;;
-        peer) echo '--allow --announce --bandwidth --client-mode --dht-bootstrap --dht-port --duration --expiry --help --identity --initial-peers --json --keepalive --listen --max-upload --no-dht --revoked --roles --run-id --run-key --status-every --target-batch --text --token' ;;
+        peer) echo '--allow --announce --bandwidth --client-mode --dht-bootstrap --dht-port --duration --expiry --help --identity --initial-peers --json --keepalive --listen --max-buffered --max-upload --no-dht --revoked --roles --run-id --run-key --status-every --target-batch --text --token' ;;
         authority) echo '--expires --help --identity --name --out --role --run-id --run-key --token' ;;
         monitor) echo '--duration --expiry --help --history --history-points --identity --initial-peers --listen-http --no-dht --run-id --sample-every --target-batch' ;;
         serve-data) echo '--help --listen' ;;

@@ -44,6 +44,7 @@ struct dl_net_config {
     double ban_s;                /* how long a misbehaving peer is ignored (default 60) */
     uint32_t max_frame;          /* largest frame accepted, bytes (default 16 MiB) */
     size_t max_pending_out;      /* per-connection output buffer bound (default 64 MiB) */
+    size_t max_buffered;         /* all connections' input buffers together, and their output buffers (default 256 MiB each) */
     /* DHT discovery (OpenDHT). */
     bool use_dht;                /* default true where OpenDHT is available */
     int dht_port;                /* UDP port of the DHT node; -1 = listen port + 1, 0 = any (default -1) */
@@ -107,17 +108,22 @@ struct dl_swarm_peer {
     bool is_self;
     bool has_param_hash;         /* param_hash was published */
     uint8_t param_hash[32];      /* BLAKE2b-256 of its parameters at epoch (signed with the record) */
+    bool epoch_unbacked;         /* claims an epoch above global_epoch that no quorum backs: its word
+                                    alone, not to be followed (docs/protocol.md, "The swarm view") */
 };
 
 /* The DeDLOC view of the collaboration at one moment. */
 struct dl_swarm_view {
-    uint64_t global_epoch;       /* max epoch among non-client peers (ours included) */
+    uint64_t global_epoch;       /* ours, or the highest epoch a quorum of other non-client peers claims */
     double collective_samples;   /* sum over peers at global_epoch, extrapolated to now */
     double samples_per_second;   /* sum over every alive peer */
     double eta_s;                /* (target - collective) / rate, 0 when reached, -1 if no rate */
     double refresh_s;            /* current adaptive publish period */
     size_t num_connections;      /* authenticated connections */
     size_t num_peers;            /* alive records, ours included */
+    uint64_t records_checked;    /* records received (from every connection) */
+    uint64_t records_verified;   /* of which the signature was checked (news, not duplicates) */
+    size_t buffered_bytes;       /* in all connections' buffers at the last count */
     struct dl_swarm_peer *peers; /* num_peers entries, sorted by peer id */
 };
 

@@ -40,6 +40,7 @@ static void help(FILE *out) {
             "  --bandwidth MBIT         declared upload bandwidth told to other peers\n"
             "  --target-batch N         samples per global step, for the ETA (default 4096)\n"
             "  --expiry S               drop records not refreshed for S seconds (default 60)\n"
+            "  --max-buffered MIB       bound on all connections' input (and output) buffers (default 256)\n"
             "  --keepalive S            ping period; 3x silent = dead (default 5)\n"
             "  --no-dht                 no DHT discovery (initial peers only)\n"
             "  --dht-port PORT          UDP port of the DHT node (default listen port + 1; 0 = any)\n"
@@ -64,7 +65,9 @@ static void help(FILE *out) {
 #endif
             "Each JSON line holds: time, peer_id, listen, announce, dht_port, peers (ids of the\n"
             "peers counted alive, ours included), num_peers, connections, global_epoch,\n"
-            "collective_samples, samples_per_second, eta_s (-1 = no rate), refresh_s.\n");
+            "collective_samples, samples_per_second, eta_s (-1 = no rate), refresh_s, unbacked\n"
+            "(peers claiming an epoch no quorum backs), records_checked, records_verified\n"
+            "(signatures checked: news, not duplicates), buffered_bytes (all connections).\n");
 }
 
 static void format_eta(double s, char *out, size_t size) {
@@ -124,6 +127,12 @@ static void print_view(dl_net *net, bool as_text, double target_batch, bool firs
     cJSON_AddNumberToObject(o, "samples_per_second", v.samples_per_second);
     cJSON_AddNumberToObject(o, "eta_s", v.eta_s);
     cJSON_AddNumberToObject(o, "refresh_s", v.refresh_s);
+    size_t unbacked = 0;
+    for (size_t i = 0; i < v.num_peers; i++) unbacked += v.peers[i].epoch_unbacked;
+    cJSON_AddNumberToObject(o, "unbacked", (double)unbacked);
+    cJSON_AddNumberToObject(o, "records_checked", (double)v.records_checked);
+    cJSON_AddNumberToObject(o, "records_verified", (double)v.records_verified);
+    cJSON_AddNumberToObject(o, "buffered_bytes", (double)v.buffered_bytes);
     char *text = cJSON_PrintUnformatted(o);
     if (text) {
         printf("%s\n", text);
@@ -184,14 +193,14 @@ int cmd_peer(int argc, char **argv) {
     uint64_t fake_epoch = 0;
     enum { O_RUN = 256, O_LISTEN, O_ANNOUNCE, O_INITIAL, O_IDENTITY, O_STATUS, O_CLIENT, O_MAXUP,
            O_BW, O_TARGET, O_EXPIRY, O_KEEPALIVE, O_NODHT, O_DHTPORT, O_DHTBOOT, O_DURATION,
-           O_JSON, O_TEXT, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES, O_FEPOCH, O_FSAMPLES, O_FSPS, O_FLOSS, O_NAME };
+           O_JSON, O_TEXT, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES, O_FEPOCH, O_FSAMPLES, O_FSPS, O_FLOSS, O_NAME, O_MAXBUF };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"listen", required_argument, NULL, O_LISTEN},
         {"announce", required_argument, NULL, O_ANNOUNCE}, {"initial-peers", required_argument, NULL, O_INITIAL},
         {"identity", required_argument, NULL, O_IDENTITY}, {"status-every", required_argument, NULL, O_STATUS},
         {"client-mode", no_argument, NULL, O_CLIENT}, {"max-upload", required_argument, NULL, O_MAXUP},
         {"bandwidth", required_argument, NULL, O_BW}, {"target-batch", required_argument, NULL, O_TARGET},
-        {"expiry", required_argument, NULL, O_EXPIRY}, {"keepalive", required_argument, NULL, O_KEEPALIVE},
+        {"expiry", required_argument, NULL, O_EXPIRY}, {"max-buffered", required_argument, NULL, O_MAXBUF}, {"keepalive", required_argument, NULL, O_KEEPALIVE},
         {"no-dht", no_argument, NULL, O_NODHT}, {"dht-port", required_argument, NULL, O_DHTPORT},
         {"dht-bootstrap", required_argument, NULL, O_DHTBOOT}, {"duration", required_argument, NULL, O_DURATION},
         {"json", no_argument, NULL, O_JSON}, {"text", no_argument, NULL, O_TEXT},
@@ -222,6 +231,7 @@ int cmd_peer(int argc, char **argv) {
         case O_BW: bad = parse_double(optarg, 0, 1e6, &cfg.bandwidth_mbit); break;
         case O_TARGET: bad = parse_double(optarg, 1, 1e15, &cfg.target_batch); break;
         case O_EXPIRY: bad = parse_double(optarg, 0.5, 86400, &cfg.expiry_s); break;
+        case O_MAXBUF: bad = parse_double(optarg, 16, 1 << 20, &v); cfg.max_buffered = (size_t)v << 20; break;
         case O_KEEPALIVE: bad = parse_double(optarg, 0.1, 3600, &cfg.keepalive_s); break;
         case O_NODHT: cfg.use_dht = false; break;
         case O_DHTPORT: bad = parse_double(optarg, 0, 65535, &v); cfg.dht_port = (int)v; break;

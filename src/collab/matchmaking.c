@@ -151,7 +151,8 @@ static const char *must_not_close(struct dl_round *r, uint64_t epoch, size_t cou
     for (size_t i = 0; i < view.num_peers; i++) {
         const struct dl_swarm_peer *p = &view.peers[i];
         if (p->is_self || dl_collab_is_banned(r->c, p->peer_id)) continue;
-        if (p->epoch > epoch && !p->client_mode) ahead = true;
+        /* A peer past the epoch on its word alone (no quorum backs it) proves no group completed. */
+        if (p->epoch > epoch && !p->client_mode && !p->epoch_unbacked) ahead = true;
         if (p->epoch == epoch) others++;
     }
     dl_swarm_view_free(&view);

@@ -83,7 +83,8 @@ int dl_swarm_look(dl_net *net, uint64_t epoch, const uint8_t *my_hash, double sa
             look->collective += p->samples_accumulated + elapsed * p->samples_per_second;
         }
         if (p->epoch + 1 == epoch) look->at_previous++;
-        if (p->epoch > epoch && p->has_param_hash && p->epoch > look->ahead_epoch) look->ahead_epoch = p->epoch;
+        if (p->epoch > epoch && p->has_param_hash && !p->epoch_unbacked && p->epoch > look->ahead_epoch)
+            look->ahead_epoch = p->epoch;
     }
     look->ref_epoch = look->ahead_epoch ? look->ahead_epoch : epoch;
     pick_reference(&v, look->ref_epoch, epoch, my_hash, dl_net_peer_id(net), look);

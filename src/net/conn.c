@@ -39,6 +39,8 @@ void dl_conn_close(struct dl_conn *c, const char *why) {
         DL_DEBUG("net", "closed connection %s (%s)", conn_name(c), why);
     }
     bool was_ready = c->state == CONN_READY;
+    /* A dial that never reached a handshake counts against its address. */
+    if (c->outbound && !c->was_ready && c->dialled[0]) dl_net_target_failed(net, c->dialled);
     c->state = CONN_CLOSING;
     if (was_ready) dl_net_on_closed(net, c);
     dl_rpc_conn_closed(net, c);
@@ -70,6 +72,7 @@ void dl_conn_reject(struct dl_conn *c, uint32_t code, const char *why, bool ban)
         dl_net_ban(net, c->peer_pk);
         DL_WARN("net", "peer %s (%s) misbehaved: %s; banned for %.0f s", c->peer_id, c->remote, why,
                 net->cfg.ban_s);
+        if (!c->outbound) dl_net_strike_host(net, c->remote, why);
     } else if (code == DL_ERR_DUPLICATE || code == DL_ERR_SELF) {
         DL_DEBUG("net", "closing %s: %s", conn_name(c), why);
     } else {
@@ -106,6 +109,10 @@ int dl_conn_send(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t si
     /* Gossip and pings give way early so requests still fit. */
     if (droppable ? queued > bound / 4 : queued + size > bound)
         return dl_fail("output to %s is full (%zu bytes queued)", c->peer_id, queued);
+    /* All connections' output together stays within max_buffered. */
+    size_t all = dl_net_buffered(c->net, true);
+    if (all + size > c->net->cfg.max_buffered && (droppable || queued > 0))
+        return dl_fail("output to %s waits: %zu bytes buffered over all connections", c->peer_id, all);
     if (size + DL_WIRE_TAG > c->net->cfg.max_frame) return dl_fail("message of %zu bytes exceeds the frame limit", size);
     size_t total = DL_WIRE_HEADER + size + DL_WIRE_TAG;
     uint8_t *frame = dl_malloc(total);
@@ -175,7 +182,9 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
         return;
     }
     if (dl_handshake_verify(&c->hs, sig)) {
-        /* The key was not proven, so it is not banned: anyone could claim it. */
+        /* The key was not proven, so it is not banned: anyone could claim
+         * it. The address is: each failure cost us a verification. */
+        if (!c->outbound) dl_net_strike_host(net, c->remote, "forged handshake signature");
         dl_conn_reject(c, DL_ERR_AUTH, "forged handshake signature", false);
         return;
     }
@@ -195,6 +204,9 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(old, DL_ERR_DUPLICATE, "duplicate connection (replaced)", false);
     }
     c->state = CONN_READY;
+    c->was_ready = true;
+    c->new_keys_tokens = DL_NET_NEW_KEYS_BURST;
+    c->new_keys_last = dl_now();
     /* At most one frame plus its header waits in the buffer; libevent moves
      * 16 KiB per read by default, and gradient parts are megabytes. */
     bufferevent_setwatermark(c->bev, EV_READ, 0, DL_WIRE_HEADER + (size_t)net->cfg.max_frame + 4096);
@@ -252,6 +264,67 @@ static void on_clear_frame(struct dl_conn *c, const struct dl_frame_header *h, c
     on_hello(c, body, size);
 }
 
+size_t dl_net_buffered(struct dl_net *net, bool output) {
+    size_t in = 0, out = 0;
+    for (const struct dl_conn *c = net->conns; c; c = c->next) {
+        in += evbuffer_get_length(bufferevent_get_input(c->bev));
+        out += evbuffer_get_length(bufferevent_get_output(c->bev));
+    }
+    net->buffered = in + out;
+    return output ? out : in;
+}
+
+/* The largest body each message type may have once authenticated, checked
+ * on the header, before the body is read (docs/protocol.md, "Messages"). */
+static uint32_t max_body_of(const struct dl_net *net, uint8_t type) {
+    uint32_t cap;
+    switch (type) {
+    case DL_MSG_PING: case DL_MSG_PONG: case DL_MSG_CANCEL: cap = 64; break;
+    case DL_MSG_ERROR: cap = 512; break;
+    case DL_MSG_RECORDS: cap = DL_WIRE_MAX_RECORDS * 1030u + 64; break;
+    case DL_MSG_REVOCATIONS: cap = 2u << 20; break;
+    case DL_MSG_REQUEST: case DL_MSG_RESPONSE: cap = net->cfg.max_frame; break;
+    default: cap = DL_NET_PREAUTH_MAX_BODY; break;
+    }
+    return cap < net->cfg.max_frame ? cap : net->cfg.max_frame;
+}
+
+/* Over the global budget, a connection waiting for the rest of a large
+ * frame stops reading (the kernel's socket buffer and TCP flow control hold
+ * the sender back) until the tick sees room again. */
+static bool pause_if_over_budget(struct dl_conn *c, size_t frame) {
+    struct dl_net *net = c->net;
+    if (frame < 65536 || dl_net_buffered(net, false) <= net->cfg.max_buffered) return false;
+    bufferevent_disable(c->bev, EV_READ);
+    c->read_paused = true;
+    return true;
+}
+
+void dl_net_tick_budget(struct dl_net *net, double now) {
+    struct dl_conn *largest = NULL;
+    bool any_paused = false, any_reading = false;
+    for (struct dl_conn *c = net->conns; c; c = c->next) {
+        if (c->state == CONN_CLOSING) continue;
+        size_t in = evbuffer_get_length(bufferevent_get_input(c->bev));
+        if (c->read_paused) {
+            any_paused = true;
+            c->last_rx = now; /* silent because we stopped reading, not dead */
+            if (!largest || in > evbuffer_get_length(bufferevent_get_input(largest->bev))) largest = c;
+        } else if (in > 0) {
+            any_reading = true;
+        }
+    }
+    if (!any_paused) return;
+    bool room = dl_net_buffered(net, false) < net->cfg.max_buffered / 4 * 3;
+    for (struct dl_conn *c = net->conns; c; c = c->next) {
+        /* With room every paused connection resumes; without, and nobody
+         * else completing a frame, the one closest to done goes on alone. */
+        if (!c->read_paused || c->state == CONN_CLOSING || !(room || (!any_reading && c == largest))) continue;
+        c->read_paused = false;
+        bufferevent_enable(c->bev, EV_READ);
+    }
+}
+
 static void read_cb(struct bufferevent *bev, void *arg) {
     struct dl_conn *c = arg;
     struct dl_net *net = c->net;
@@ -277,13 +350,21 @@ static void read_cb(struct bufferevent *bev, void *arg) {
             dl_conn_reject(c, DL_ERR_VERSION, why, false);
             return;
         }
+        if (rc == DL_FRAME_OK && c->state == CONN_READY && h.length > max_body_of(net, h.type)) {
+            max_body = max_body_of(net, h.type);
+            rc = DL_FRAME_TOO_LARGE;
+        }
         if (rc == DL_FRAME_TOO_LARGE) {
             char why[96];
-            snprintf(why, sizeof why, "frame of %u bytes exceeds the limit of %u", h.length, max_body);
+            snprintf(why, sizeof why, "frame of %u bytes (type 0x%02x) exceeds the limit of %u", h.length,
+                     (unsigned)h.type, max_body);
             dl_conn_reject(c, DL_ERR_PROTOCOL, why, c->state == CONN_READY);
             return;
         }
-        if (avail < DL_WIRE_HEADER + (size_t)h.length) return; /* wait for the rest */
+        if (avail < DL_WIRE_HEADER + (size_t)h.length) { /* wait for the rest */
+            pause_if_over_budget(c, h.length);
+            return;
+        }
         uint8_t *body = dl_malloc(h.length ? h.length : 1);
         if (!body) {
             dl_conn_close(c, "out of memory");

@@ -32,10 +32,10 @@ static struct dl_door_host *bucket_for(struct dl_net *net, const char *host, dou
         if (h->host[0] && !strcmp(h->host, host)) return h;
         if (h->last < oldest->last) oldest = h;
     }
+    memset(oldest, 0, sizeof *oldest);
     snprintf(oldest->host, sizeof oldest->host, "%s", host);
     oldest->tokens = DL_NET_DOOR_BURST;
     oldest->last = now;
-    oldest->refused = 0;
     return oldest;
 }
 
@@ -52,7 +52,8 @@ bool dl_net_door_admit(struct dl_net *net, const struct sockaddr *sa) {
     if (h->tokens > DL_NET_DOOR_BURST) h->tokens = DL_NET_DOOR_BURST;
     h->last = now;
     const char *why = NULL;
-    if (pending >= DL_NET_MAX_PREAUTH_PER_HOST) why = "unauthenticated connections";
+    if (h->banned_until > now) why = "misdeeds (banned address)";
+    else if (pending >= DL_NET_MAX_PREAUTH_PER_HOST) why = "unauthenticated connections";
     else if (h->tokens < 1) why = "connection rate";
     if (!why) {
         h->tokens -= 1;
@@ -65,4 +66,24 @@ bool dl_net_door_admit(struct dl_net *net, const struct sockaddr *sa) {
         h->last_warned = now;
     }
     return false;
+}
+
+void dl_net_strike_host(struct dl_net *net, const char *remote, const char *why) {
+    char host[48];
+    const char *start = remote[0] == '[' ? remote + 1 : remote;
+    const char *end = remote[0] == '[' ? strchr(start, ']') : strrchr(start, ':');
+    size_t n = end ? (size_t)(end - start) : strlen(start);
+    if (n == 0 || n >= sizeof host) return;
+    memcpy(host, start, n);
+    host[n] = 0;
+    double now = dl_now();
+    struct dl_door_host *h = bucket_for(net, host, now);
+    if (now - h->strikes_since > net->cfg.ban_s) {
+        h->strikes = 0;
+        h->strikes_since = now;
+    }
+    if (++h->strikes < DL_NET_HOST_STRIKES || h->banned_until > now) return;
+    h->banned_until = now + net->cfg.ban_s;
+    DL_WARN("net", "banning address %s for %.0f s: %u misdeeds within %.0f s (the last: %s)", host, net->cfg.ban_s,
+            h->strikes, net->cfg.ban_s, why);
 }

@@ -65,18 +65,79 @@ static void dial_address_of(const struct dl_record *r, const struct dl_conn *fro
     snprintf(out, DL_NET_ADDR_MAX, "%.*s%s", (int)(host_end - from->remote), from->remote, port);
 }
 
+/* Notes a record we did not take; says so once per connection and burst. */
+static void dropped(struct records_ctx *ctx, const char *why) {
+    struct dl_conn *c = ctx->from;
+    if (!c) return;
+    c->records_dropped++;
+    double now = dl_now();
+    if (now - c->drop_warned > 10) {
+        c->drop_warned = now;
+        DL_WARN("net", "ignoring records from %s: %s (%zu ignored so far)", c->peer_id, why, c->records_dropped);
+    }
+}
+
+/* One record from a RECORDS message: the cheap checks first (fields, our
+ * table: duplicates, tombstones, time, rates, per-connection allowance),
+ * the owner's signature and token last (docs/protocol.md, "Signed records"). */
 static int on_one_record(void *user, const uint8_t *blob, size_t size) {
     struct records_ctx *ctx = user;
     struct dl_net *net = ctx->net;
     struct dl_record r;
-    if (dl_record_verify(blob, size, net->run_id, &r)) {
+    if (dl_record_parse(blob, size, net->run_id, &r)) {
         ctx->bad = 1;
         return -1;
     }
     if (!memcmp(r.pk, net->id.pk, DL_WIRE_PK)) return 0; /* an echo of us, maybe a past run of ours */
     if (dl_net_is_banned(net, r.pk)) return 0;
+    double now = dl_now();
     pthread_mutex_lock(&net->lock);
-    int fresh = dl_swarm_apply(&net->swarm, &r, blob, size, dl_now());
+    int pre = dl_swarm_precheck(&net->swarm, &r, now, dl_wall_time(), net->cfg.expiry_s);
+    bool known = dl_swarm_find(&net->swarm, r.pk) != NULL;
+    pthread_mutex_unlock(&net->lock);
+    net->records_checked++; /* atomic: the view reads it from other threads */
+    if (pre == DL_SWARM_OLD) return 0;
+    if (pre == DL_SWARM_TOO_FAST) {
+        dropped(ctx, "an owner publishing faster than any peer does");
+        return 0;
+    }
+    if (pre == DL_SWARM_IMPLAUSIBLE) {
+        dropped(ctx, dl_error());
+        return 0;
+    }
+    /* A new identity draws on the sender's allowance: one connection cannot
+     * fill our table with made-up peers. */
+    struct dl_conn *c = ctx->from;
+    if (!known && c) {
+        c->new_keys_tokens += (now - c->new_keys_last) * DL_NET_NEW_KEYS_RATE;
+        if (c->new_keys_tokens > DL_NET_NEW_KEYS_BURST) c->new_keys_tokens = DL_NET_NEW_KEYS_BURST;
+        c->new_keys_last = now;
+        if (c->new_keys_tokens < 1) {
+            dropped(ctx, "more new peers than one connection may introduce");
+            return 0;
+        }
+        c->new_keys_tokens -= 1;
+    }
+    net->records_verified++;
+    if (dl_record_check_signature(blob, size, &r)) {
+        ctx->bad = 1;
+        return -1;
+    }
+    /* A closed run: the record must carry its owner's valid token (or the
+     * owner be on our allowlist), whoever forwarded it. */
+    if (net->trust.closed) {
+        int role;
+        double until;
+        if (dl_trust_admit(&net->trust, net->run_id, r.peer_id, r.token, r.token_size, dl_wall_time(), &role, &until)) {
+            char why[160];
+            snprintf(why, sizeof why, "a record of unadmitted peer %.12s: %s", r.peer_id, dl_error());
+            dropped(ctx, why);
+            return 0;
+        }
+    }
+    pthread_mutex_lock(&net->lock);
+    dl_swarm_charge(&net->swarm, r.pk, now);
+    int fresh = dl_swarm_apply(&net->swarm, &r, blob, size, now);
     pthread_mutex_unlock(&net->lock);
     if (fresh == 1) {
         /* Flood newer records once to everyone else: no peer needs to be
@@ -89,7 +150,8 @@ static int on_one_record(void *user, const uint8_t *blob, size_t size) {
         } else if (!r.client_mode) {
             char address[DL_NET_ADDR_MAX];
             dial_address_of(&r, ctx->from, address);
-            dl_net_note_target(net, r.pk, address, false);
+            bool first_hand = ctx->from && !memcmp(ctx->from->peer_pk, r.pk, DL_WIRE_PK);
+            dl_net_note_target(net, r.pk, address, first_hand ? DL_TARGET_FIRST_HAND : DL_TARGET_SECOND_HAND);
         }
     }
     return 0;
@@ -117,6 +179,8 @@ void dl_net_publish_record(struct dl_net *net, bool goodbye) {
     r.samples_per_second = net->my_sps;
     r.client_mode = net->cfg.client_mode;
     r.goodbye = goodbye;
+    memcpy(r.token, net->trust.my_token, net->trust.my_token_size);
+    r.token_size = net->trust.my_token_size;
     pthread_mutex_lock(&net->lock);
     r.bandwidth_mbit = net->cfg.bandwidth_mbit > 0 ? net->cfg.bandwidth_mbit : net->measured_mbit;
     r.has_param_hash = net->has_param_hash;
@@ -148,6 +212,8 @@ void dl_net_on_ready(struct dl_net *net, struct dl_conn *c) {
             memcpy(t->pk, c->peer_pk, DL_WIRE_PK);
             t->has_pk = true;
             t->backoff = 1;
+            t->failures = 0;
+            t->given_up = false;
         }
     }
     send_all_records(net, c);
@@ -167,7 +233,7 @@ void dl_net_tick_publish(struct dl_net *net, double now) {
         dl_net_publish_record(net, false);
         struct dl_swarm_view v;
         pthread_mutex_lock(&net->lock);
-        int rc = dl_swarm_compute(&net->swarm, dl_wall_time(), net->cfg.target_batch, NULL, &v);
+        int rc = dl_swarm_compute(&net->swarm, dl_wall_time(), net->cfg.target_batch, net->id.pk, &v);
         pthread_mutex_unlock(&net->lock);
         double period = net->cfg.max_refresh_s;
         if (rc == 0) {

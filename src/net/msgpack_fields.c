@@ -24,7 +24,7 @@ int dl_msgpack_check(const uint8_t *data, size_t size) {
     int sp = 1;
     stack[0] = 1;
     uint64_t pending = 1; /* items still expected; each needs at least one byte */
-    size_t pos = 0;
+    size_t pos = 0, objects = 0;
     while (sp > 0) {
         if (stack[sp - 1] == 0) {
             sp--;
@@ -32,6 +32,10 @@ int dl_msgpack_check(const uint8_t *data, size_t size) {
         }
         stack[sp - 1]--;
         pending--;
+        /* msgpack-c allocates one object (24 bytes) per element: bounding
+         * the count bounds what unpacking allocates, whatever the size. */
+        if (++objects > DL_MSGPACK_MAX_OBJECTS)
+            return dl_fail("msgpack: more than %d elements", DL_MSGPACK_MAX_OBJECTS);
         if (pos >= size) return dl_fail("msgpack: truncated");
         uint8_t b = data[pos++];
         uint64_t skip = 0, items = 0;

@@ -3,6 +3,10 @@
 #define DEDLOC_NET_MSGPACK_FIELDS_H
 
 #include <msgpack.h>
+
+/* Elements (of any nesting) a message body may hold: a RECORDS message of
+ * 1024 records is the largest (1025). */
+#define DL_MSGPACK_MAX_OBJECTS 2048
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -20,6 +20,7 @@ void dl_net_config_default(struct dl_net_config *c) {
     c->ban_s = 60;
     c->max_frame = 16u << 20;
     c->max_pending_out = (size_t)64 << 20;
+    c->max_buffered = (size_t)256 << 20;
 #ifdef DEDLOC_HAVE_OPENDHT
     c->use_dht = true;
 #endif
@@ -61,7 +62,7 @@ static void cmd_cb(evutil_socket_t fd, short what, void *arg) {
             if (new_epoch && !net->stopping) dl_net_publish_record(net, false);
             break;
         }
-        case CMD_DIAL: dl_net_note_target(net, cmd->pk, cmd->address, true); break;
+        case CMD_DIAL: dl_net_note_target(net, cmd->pk, cmd->address, DL_TARGET_DHT); break;
         case CMD_STOP:
             if (!net->stopping) {
                 net->stopping = true;
@@ -113,6 +114,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
             free(ping);
         }
     }
+    dl_net_tick_budget(net, now);
     dl_net_tick_publish(net, now);
     pthread_mutex_lock(&net->lock);
     size_t expired = dl_swarm_expire(&net->swarm, now, net->cfg.expiry_s, net->id.pk);
@@ -131,7 +133,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     /* Unauthenticated connections cost memory and crypto before they prove
      * anything: at most DL_NET_MAX_PREAUTH of them at a time. */
     size_t preauth = 0;
-    for (struct dl_conn *c = net->conns; c; c = c->next) preauth += c->state < CONN_READY;
+    for (struct dl_conn *c = net->conns; c; c = c->next) preauth += c->state < CONN_READY && !c->outbound;
     if (net->num_conns >= DL_NET_MAX_CONNS || preauth >= DL_NET_MAX_PREAUTH || net->stopping) {
         DL_DEBUG("net", "refusing a connection (%zu connections, %zu unauthenticated)", net->num_conns, preauth);
         evutil_closesocket(fd);
@@ -238,6 +240,7 @@ int dl_net_start(const struct dl_net_config *config, dl_net **out) {
     pthread_mutex_init(&net->lock, NULL);
     dl_swarm_init(&net->swarm, 4096);
     net->cfg = *config;
+    if (!net->cfg.max_buffered) net->cfg.max_buffered = (size_t)256 << 20;
     net->run_id = dl_strdup(config->run_id);
     net->listen_cfg = dup_or_null(config->listen);
     net->announce_cfg = dup_or_null(config->announce);
@@ -374,6 +377,9 @@ int dl_net_swarm_view(dl_net *net, struct dl_swarm_view *view) {
     pthread_mutex_lock(&net->lock);
     int rc = dl_swarm_compute(&net->swarm, dl_wall_time(), net->cfg.target_batch, net->id.pk, view);
     view->num_connections = net->num_ready;
+    view->records_checked = net->records_checked;
+    view->records_verified = net->records_verified;
+    view->buffered_bytes = net->buffered;
     view->refresh_s = net->refresh_s;
     pthread_mutex_unlock(&net->lock);
     return rc;

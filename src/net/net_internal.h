@@ -23,6 +23,22 @@
 #define DL_NET_DOOR_BURST 40.0
 #define DL_NET_DOOR_HOSTS 256
 #define DL_NET_MAX_TARGETS 1024
+/* Outbound dials under way at once, and connection slots kept for inbound
+ * peers: our own dialling never takes the room peers need to reach us. */
+#define DL_NET_MAX_DIALLING 16
+#define DL_NET_INBOUND_RESERVE 64
+/* An address learned second-hand (a record forwarded by another peer, the
+ * DHT) is dialled at most this many times without a handshake, then left. */
+#define DL_NET_SECOND_HAND_TRIES 3
+/* New identities one connection may introduce: a burst (peer exchange of a
+ * large swarm) then a few per second. */
+#define DL_NET_NEW_KEYS_BURST 256.0
+#define DL_NET_NEW_KEYS_RATE 4.0
+/* Ban table size (the ban that ends first gives way), and the misdeeds from
+ * one host (keys banned, forged handshake signatures) within ban_s after
+ * which the host itself is refused for ban_s. */
+#define DL_NET_MAX_BANS 1024
+#define DL_NET_HOST_STRIKES 4
 #define DL_NET_MAX_HANDLERS 32
 #define DL_NET_MAX_INCOMING_PER_CONN 64
 /* Before authentication only HELLO and AUTH are accepted: small frames. */
@@ -47,6 +63,11 @@ struct dl_conn {
     double created, last_rx, last_ping, closing_since;
     size_t incoming_requests;
     int peer_role;                    /* enum dl_role its token grants; DL_ROLE_NONE in an open run */
+    bool was_ready;                   /* completed the handshake at some point */
+    bool read_paused;                 /* reading stopped: over the global buffer budget */
+    double new_keys_tokens, new_keys_last; /* DL_NET_NEW_KEYS_* allowance */
+    size_t records_dropped;
+    double drop_warned;
     double admitted_until;            /* wall clock when its token expires; 0 = never */
     struct dl_conn *next;
 };
@@ -58,6 +79,9 @@ struct dl_target {
     uint8_t pk[DL_WIRE_PK];
     bool has_pk, initial, is_self;
     bool warned; /* an initial peer's failure was said once (warning level) */
+    bool second_hand;                 /* learned from someone else than its owner */
+    bool given_up;                    /* second-hand and DL_NET_SECOND_HAND_TRIES dials failed */
+    unsigned failures;                /* dials in a row that did not reach a handshake */
     double next_attempt, backoff, last_seen;
     double last_dial;                 /* when we last dialled it */
 };
@@ -66,12 +90,16 @@ struct dl_door_host {
     char host[48];
     double tokens, last, last_warned;
     size_t refused;
+    unsigned strikes;                 /* misdeeds since strikes_since */
+    double strikes_since, banned_until;
 };
 
 struct dl_ban {
     uint8_t pk[DL_WIRE_PK];
     double until;
 };
+
+enum dl_target_source { DL_TARGET_FIRST_HAND, DL_TARGET_SECOND_HAND, DL_TARGET_DHT };
 
 /* A request we sent and wait on. */
 struct dl_pending {
@@ -150,8 +178,10 @@ struct dl_net {
     uint64_t next_serial;
     struct dl_target targets[DL_NET_MAX_TARGETS];
     size_t num_targets;
-    struct dl_ban bans[64];
+    struct dl_ban bans[DL_NET_MAX_BANS];
     size_t num_bans;
+    _Atomic size_t buffered;          /* bytes in every connection's buffers, at the last count */
+    _Atomic uint64_t records_checked, records_verified; /* signature checks saved by the duplicate check */
     struct dl_pending *pending;
     struct dl_incoming_entry *incoming;
     uint64_t next_token;
@@ -187,6 +217,11 @@ void dl_conn_reject(struct dl_conn *c, uint32_t code, const char *why, bool ban)
 /* Seals and queues one frame; -1 if the output buffer is over its bound. */
 int dl_conn_send(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size, bool droppable);
 struct dl_conn *dl_net_conn_by_serial(struct dl_net *net, uint64_t serial);
+/* Bytes in every connection's input (or output) buffers: each side of all
+ * connections together stays within max_buffered. */
+size_t dl_net_buffered(struct dl_net *net, bool output);
+/* Each tick: connections paused over the global budget resume when there is room. */
+void dl_net_tick_budget(struct dl_net *net, double now);
 struct dl_conn *dl_net_conn_by_pk(struct dl_net *net, const uint8_t pk[DL_WIRE_PK], bool ready_only);
 void dl_net_send_records(struct dl_net *net, struct dl_conn *c, struct dl_conn *except,
                          const uint8_t *blob, size_t size);
@@ -208,7 +243,9 @@ struct dl_target *dl_net_find_target(struct dl_net *net, const uint8_t *pk, cons
 /* False when we dialled an address learned with a key (record or DHT) and
  * another key answered. Initial peers may change identity. */
 bool dl_net_target_accepts(struct dl_net *net, const char *address, const uint8_t pk[DL_WIRE_PK]);
-void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, bool from_dht);
+void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, enum dl_target_source source);
+/* A dial to address ended before the handshake completed. */
+void dl_net_target_failed(struct dl_net *net, const char *address);
 void dl_net_tick_targets(struct dl_net *net, double now);
 
 /* gossip.c */
@@ -233,6 +270,10 @@ void dl_rpc_fail_all(struct dl_net *net);
 /* door.c */
 /* Whether a new inbound connection from sa is within its host's limits. */
 bool dl_net_door_admit(struct dl_net *net, const struct sockaddr *sa);
+/* A misdeed from the host of remote ("ip:port"): a key banned, a forged
+ * handshake signature. DL_NET_HOST_STRIKES of them within ban_s ban the
+ * host: keys are free to make, addresses are not. */
+void dl_net_strike_host(struct dl_net *net, const char *remote, const char *why);
 
 /* admission.c */
 /* Loads the admission policy at start and says once whether the run is open. */

@@ -9,8 +9,9 @@
 #include "net/swarm.h"
 
 static const char RECORD_CONTEXT[] = "dedloc-record-v1";
-/* Field 12, the parameter hash, came later: records of 12 fields stay valid. */
-#define RECORD_FIELDS 13
+/* Field 12, the parameter hash, and field 13, the owner's token, came
+ * later: records of 12 fields stay valid. */
+#define RECORD_FIELDS 14
 #define RECORD_MIN_FIELDS 12
 
 static void pack_bool(msgpack_packer *pk, bool b) {
@@ -61,6 +62,7 @@ uint8_t *dl_record_sign(const struct dl_record *r, const char *run_id, const str
     dl_pack_str(pk, r->address);
     msgpack_pack_double(pk, r->bandwidth_mbit);
     dl_pack_bin(pk, r->param_hash, r->has_param_hash ? sizeof r->param_hash : 0);
+    dl_pack_bin(pk, r->token, r->token_size);
     size_t nbytes;
     uint8_t *bytes = dl_enc_finish(&body, &nbytes);
     return dl_signed_wrap(RECORD_CONTEXT, bytes, nbytes, id, size);
@@ -90,31 +92,56 @@ static int decode_body(const uint8_t *bytes, size_t nbytes, struct dl_record *r,
             bad = dl_fail("%s: a parameter hash of %zu bytes (32 or none)", what, hash_size);
         }
     }
+    if (!bad && d.count > 13) {
+        const uint8_t *token;
+        bad = dl_dec_bin(&d, 13, &token, &r->token_size, what);
+        if (!bad && r->token_size > sizeof r->token)
+            bad = dl_fail("%s: a token of %zu bytes (at most %zu)", what, r->token_size, sizeof r->token);
+        else if (!bad && r->token_size) memcpy(r->token, token, r->token_size);
+    }
     dl_dec_end(&d);
     if (bad) return -1;
     if (version != 1) return dl_fail("record: version %u, expected 1", version);
     return 0;
 }
 
-int dl_record_verify(const uint8_t *blob, size_t size, const char *run_id, struct dl_record *r) {
+/* The signed bytes and the signature inside a blob. */
+static int split_blob(const uint8_t *blob, size_t size, const uint8_t **bytes, size_t *nbytes, uint8_t sig[DL_WIRE_SIG]) {
     if (size > 1024) return dl_fail("record: %zu bytes, at most 1024", size);
-    memset(r, 0, sizeof *r);
     struct dl_dec outer;
     if (dl_dec_begin(&outer, blob, size, 2, "record")) return -1;
+    int bad = outer.count != 2 || dl_dec_bin(&outer, 0, bytes, nbytes, "record") ||
+              dl_dec_bin_exact(&outer, 1, sig, DL_WIRE_SIG, "record");
+    dl_dec_end(&outer);
+    return bad ? dl_fail("record: expected [bin record, bin64 signature]") : 0;
+}
+
+int dl_record_parse(const uint8_t *blob, size_t size, const char *run_id, struct dl_record *r) {
+    memset(r, 0, sizeof *r);
     const uint8_t *bytes = NULL;
     size_t nbytes = 0;
     uint8_t sig[DL_WIRE_SIG];
-    int bad = outer.count != 2 || dl_dec_bin(&outer, 0, &bytes, &nbytes, "record") ||
-              dl_dec_bin_exact(&outer, 1, sig, DL_WIRE_SIG, "record");
-    dl_dec_end(&outer);
-    if (bad) return dl_fail("record: expected [bin record, bin64 signature]");
+    if (split_blob(blob, size, &bytes, &nbytes, sig)) return -1;
     char rid[DL_WIRE_RUN_ID_MAX];
     if (decode_body(bytes, nbytes, r, rid, sizeof rid)) return -1;
     if (strcmp(rid, run_id)) return dl_fail("record: belongs to run '%s'", rid);
     if (r->samples < 0 || r->samples_per_second < 0) return dl_fail("record: negative samples");
+    dl_peer_id_from_pk(r->pk, r->peer_id);
+    return 0;
+}
+
+int dl_record_check_signature(const uint8_t *blob, size_t size, const struct dl_record *r) {
+    const uint8_t *bytes = NULL;
+    size_t nbytes = 0;
+    uint8_t sig[DL_WIRE_SIG];
+    if (split_blob(blob, size, &bytes, &nbytes, sig)) return -1;
     crypto_sign_state st;
     dl_signed_state(&st, RECORD_CONTEXT, bytes, nbytes);
     if (crypto_sign_final_verify(&st, sig, r->pk)) return dl_fail("record: forged signature");
-    dl_peer_id_from_pk(r->pk, r->peer_id);
     return 0;
+}
+
+int dl_record_verify(const uint8_t *blob, size_t size, const char *run_id, struct dl_record *r) {
+    if (dl_record_parse(blob, size, run_id, r)) return -1;
+    return dl_record_check_signature(blob, size, r);
 }

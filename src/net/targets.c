@@ -13,20 +13,21 @@ bool dl_net_is_banned(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]) {
     return false;
 }
 
+/* A full table gives up the ban that ends first, not a fixed slot: a flood
+ * of new keys cannot free an old offender early on purpose. */
 void dl_net_ban(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]) {
     double now = dl_now();
-    size_t slot = net->num_bans;
-    for (size_t i = 0; i < net->num_bans; i++)
-        if (net->bans[i].until <= now || !memcmp(net->bans[i].pk, pk, DL_WIRE_PK)) {
-            slot = i;
-            break;
-        }
-    if (slot == net->num_bans) {
-        if (net->num_bans == sizeof net->bans / sizeof net->bans[0]) slot = 0; /* oldest-ish */
-        else net->num_bans++;
-    }
-    memcpy(net->bans[slot].pk, pk, DL_WIRE_PK);
-    net->bans[slot].until = now + net->cfg.ban_s;
+    struct dl_ban *slot = NULL;
+    for (size_t i = 0; i < net->num_bans && !slot; i++)
+        if (!memcmp(net->bans[i].pk, pk, DL_WIRE_PK)) slot = &net->bans[i];
+    for (size_t i = 0; i < net->num_bans && !slot; i++)
+        if (net->bans[i].until <= now) slot = &net->bans[i];
+    if (!slot && net->num_bans < DL_NET_MAX_BANS) slot = &net->bans[net->num_bans++];
+    for (size_t i = 0; i < net->num_bans && !slot; i++)
+        if (!slot || net->bans[i].until < slot->until) slot = &net->bans[i];
+    if (!slot) slot = &net->bans[0];
+    memcpy(slot->pk, pk, DL_WIRE_PK);
+    slot->until = now + net->cfg.ban_s;
 }
 
 struct dl_target *dl_net_find_target(struct dl_net *net, const uint8_t *pk, const char *address) {
@@ -41,7 +42,7 @@ struct dl_target *dl_net_find_target(struct dl_net *net, const uint8_t *pk, cons
     return NULL;
 }
 
-void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, bool from_dht) {
+void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, enum dl_target_source source) {
     if (!address || !*address) return;
     if (pk && !memcmp(pk, net->id.pk, DL_WIRE_PK)) return;
     if (!strcmp(address, net->announce_addr)) return;
@@ -49,13 +50,25 @@ void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *addre
     int len;
     if (dl_net_resolve_address(address, &ss, &len, false)) return; /* only literal addresses from peers */
     struct dl_target *t = dl_net_find_target(net, pk, address);
+    bool second_hand = source != DL_TARGET_FIRST_HAND;
     if (!t) {
+        /* One target per address: records of many keys naming one address
+         * (someone else's server) make one dialler, not thousands. */
+        for (size_t i = 0; i < net->num_targets && second_hand; i++)
+            if (!strcmp(net->targets[i].address, address)) return;
         if (net->num_targets == DL_NET_MAX_TARGETS) return;
         t = &net->targets[net->num_targets++];
         memset(t, 0, sizeof *t);
         t->backoff = 1;
         t->next_attempt = dl_now();
-        if (from_dht) DL_INFO("net", "DHT: found a peer at %s", address);
+        t->second_hand = second_hand;
+        if (source == DL_TARGET_DHT) DL_INFO("net", "DHT: found a peer at %s", address);
+    }
+    if (strcmp(t->address, address) || !second_hand) {
+        /* Its owner told us itself, or moved: worth dialling again. */
+        t->given_up = false;
+        t->failures = 0;
+        t->second_hand = second_hand && !t->initial;
     }
     snprintf(t->address, sizeof t->address, "%s", address);
     if (pk) {
@@ -74,6 +87,25 @@ bool dl_net_target_accepts(struct dl_net *net, const char *address, const uint8_
         if (t->initial || !t->has_pk || !memcmp(t->pk, pk, DL_WIRE_PK)) return true;
     }
     return !known;
+}
+
+void dl_net_target_failed(struct dl_net *net, const char *address) {
+    for (size_t i = 0; i < net->num_targets; i++) {
+        struct dl_target *t = &net->targets[i];
+        if (strcmp(t->address, address)) continue;
+        t->failures++;
+        if (t->second_hand && !t->initial && !t->given_up && t->failures >= DL_NET_SECOND_HAND_TRIES) {
+            t->given_up = true;
+            DL_INFO("net", "giving up on %s (learned from other peers; %u dials failed)", address, t->failures);
+        }
+    }
+}
+
+/* Whether we may start one more outbound connection now. */
+static bool may_dial(const struct dl_net *net) {
+    size_t dialling = 0;
+    for (const struct dl_conn *c = net->conns; c; c = c->next) dialling += c->outbound && c->state < CONN_READY;
+    return dialling < DL_NET_MAX_DIALLING && net->num_conns + DL_NET_INBOUND_RESERVE < DL_NET_MAX_CONNS;
 }
 
 static void dial(struct dl_net *net, struct dl_target *t) {
@@ -132,8 +164,8 @@ void dl_net_tick_targets(struct dl_net *net, double now) {
                 continue;
             }
         }
-        if (!t->is_self && !connected && !dialling && now >= t->next_attempt &&
-            !(t->has_pk && dl_net_is_banned(net, t->pk))) {
+        if (!t->is_self && !t->given_up && !connected && !dialling && now >= t->next_attempt &&
+            !(t->has_pk && dl_net_is_banned(net, t->pk)) && may_dial(net)) {
             t->next_attempt = now + t->backoff;
             t->backoff = t->backoff * 2 > 30 ? 30 : t->backoff * 2;
             t->last_dial = now;

@@ -280,6 +280,72 @@ static void add(struct dl_swarm *sw, struct dl_identity *id, uint64_t seq, uint6
     free(blob);
 }
 
+/* The view against a hostile record (docs/protocol.md, "The swarm view"):
+ * one peer at 2^64-1 moves nothing while others disagree, a quorum of two
+ * moves the epoch, replays and records out of time are refused before any
+ * signature check, and a departed peer's record cannot come back. */
+static void test_swarm_hostile(void) {
+    struct dl_identity p[4];
+    for (int i = 0; i < 4; i++) CHECK_OK(dl_identity_load(NULL, &p[i]));
+    struct dl_swarm sw;
+    dl_swarm_init(&sw, 16);
+    add(&sw, &p[0], 1, 5, 0, 0, 1000, false, false);
+    add(&sw, &p[1], 1, 5, 10, 0, 1000, false, false);
+    add(&sw, &p[2], 1, 5, 20, 0, 1000, false, false);
+    add(&sw, &p[3], 1, UINT64_MAX, 1e300, 0, 1000, false, false);
+    struct dl_swarm_view v;
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK_MSG(v.global_epoch == 5, "global epoch %llu", (unsigned long long)v.global_epoch);
+    int unbacked = 0;
+    for (size_t i = 0; i < v.num_peers; i++) unbacked += v.peers[i].epoch_unbacked;
+    CHECK(unbacked == 1);
+    dl_swarm_view_free(&v);
+    /* p1 steps to 6: with p3's claim above it, two peers claim at least 6 */
+    add(&sw, &p[1], 2, 6, 0, 0, 1000, false, false);
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK(v.global_epoch == 6);
+    dl_swarm_view_free(&v);
+    /* samples beyond what a device does since it reached the epoch are cut */
+    add(&sw, &p[2], 2, 6, 1e300, 0, 1000, false, false);
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK_MSG(v.collective_samples <= DL_SWARM_MAX_SPS * DL_SWARM_MAX_SKEW_S, "collective %g", v.collective_samples);
+    dl_swarm_view_free(&v);
+    /* a rate above what a device does counts as that rate */
+    add(&sw, &p[2], 3, 6, 0, 1e12, 1000, false, false);
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK_MSG(v.samples_per_second == DL_SWARM_MAX_SPS, "rate %g", v.samples_per_second);
+    dl_swarm_view_free(&v);
+    /* precheck: duplicate, future, too old, an owner over its record rate */
+    struct dl_record r;
+    memset(&r, 0, sizeof r);
+    memcpy(r.pk, p[1].pk, DL_WIRE_PK);
+    r.seq = 2;
+    r.time = 1000;
+    CHECK(dl_swarm_precheck(&sw, &r, 0, 1000, 60) == DL_SWARM_OLD);
+    r.seq = 3;
+    r.time = 1031;
+    CHECK(dl_swarm_precheck(&sw, &r, 0, 1000, 60) == DL_SWARM_IMPLAUSIBLE);
+    r.time = 1000 - 60 - 30 - 1;
+    CHECK(dl_swarm_precheck(&sw, &r, 0, 1000, 60) == DL_SWARM_IMPLAUSIBLE);
+    r.time = 1000;
+    int news = 0;
+    for (int i = 0; i < 100; i++)
+        if (dl_swarm_precheck(&sw, &r, 0, 1000, 60) == DL_SWARM_NEWS) {
+            news++;
+            dl_swarm_charge(&sw, r.pk, 0);
+        }
+    CHECK_MSG(news == (int)DL_SWARM_OWNER_BURST, "%d of 100 at once", news);
+    /* tombstones: p2 expires; its last record, replayed, does not apply */
+    CHECK(dl_swarm_expire(&sw, 100, 60, p[0].pk) == 3);
+    memcpy(r.pk, p[2].pk, DL_WIRE_PK);
+    r.seq = 3; /* its last one */
+    CHECK(dl_swarm_precheck(&sw, &r, 101, 1000, 60) == DL_SWARM_OLD);
+    CHECK(dl_swarm_apply(&sw, &r, (const uint8_t *)"x", 1, 101) == 0);
+    r.seq = 4; /* its next record (it came back) does */
+    CHECK(dl_swarm_apply(&sw, &r, (const uint8_t *)"x", 1, 101) == 1);
+    dl_swarm_free(&sw);
+}
+
 static void test_swarm_view(void) {
     struct dl_identity p[5];
     for (int i = 0; i < 5; i++) CHECK_OK(dl_identity_load(NULL, &p[i]));
@@ -311,8 +377,12 @@ static void test_swarm_view(void) {
     r.seq = 2;
     r.epoch = 8;
     CHECK(dl_swarm_apply(&sw, &r, (const uint8_t *)"x", 1, 5) == 1);
-    CHECK_OK(dl_swarm_compute(&sw, 1000, 1000, NULL, &v));
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1000, p[0].pk, &v));
     CHECK(v.global_epoch == 8 && v.collective_samples == 0);
+    dl_swarm_view_free(&v);
+    /* without a self, one peer ahead is its word alone: the second highest (7) */
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1000, NULL, &v));
+    CHECK(v.global_epoch == 7);
     dl_swarm_view_free(&v);
     /* goodbye removes a peer from the view at once */
     add(&sw, &p[1], 2, 7, 0, 0, 1000, false, true);
@@ -388,6 +458,7 @@ int main(void) {
     test_messages();
     test_records();
     test_swarm_view();
+    test_swarm_hostile();
     test_identity_file();
     test_peer_id_hash();
     return dl_test_finish("test_net_codec");
