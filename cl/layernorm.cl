@@ -27,6 +27,46 @@ __kernel void layernorm_forward(__global float *out, __global float *mean_out,
     }
 }
 
+/* Residual + LayerNorm in one pass (a transformer layer's x + dense(h)
+ * followed by its LayerNorm): pre[r, c] = residual[r, c] + (pre[r, c] +
+ * bias[c]), kept for the backward pass, then out = LayerNorm(pre) as
+ * layernorm_forward. The same arithmetic and summation order as
+ * bias_residual_add followed by layernorm_forward (each item reads back only
+ * the columns it wrote), so the bits are theirs, with one launch and one
+ * pass over the row fewer. */
+__kernel void bias_residual_layernorm_forward(__global float *out, __global float *mean_out,
+                                              __global float *rstd_out, __global float *pre,
+                                              __global const float *residual,
+                                              __global const float *params, int bias_off,
+                                              int gamma_off, int beta_off, int rows, int C,
+                                              float eps) {
+    __local float scratch[DL_ROW_GROUP];
+    int r = get_group_id(0), lid = get_local_id(0), n = get_local_size(0);
+    if (r >= rows) return;
+    __global float *x = pre + (size_t)r * C;
+    __global const float *res = residual + (size_t)r * C;
+    float part = 0.0f;
+    DL_FOR_ROW(c, lid, n, C) {
+        float v = res[c] + (x[c] + params[bias_off + c]);
+        x[c] = v;
+        part += v;
+    }
+    float mean = dl_group_sum(part, scratch) / C;
+    part = 0.0f;
+    DL_FOR_ROW(c, lid, n, C) {
+        float d = x[c] - mean;
+        part += d * d;
+    }
+    float rstd = 1.0f / sqrt(dl_group_sum(part, scratch) / C + eps);
+    __global float *y = out + (size_t)r * C;
+    DL_FOR_ROW(c, lid, n, C)
+        y[c] = (x[c] - mean) * rstd * params[gamma_off + c] + params[beta_off + c];
+    if (lid == 0) {
+        mean_out[r] = mean;
+        rstd_out[r] = rstd;
+    }
+}
+
 /* dx = rstd * (g*dy - mean(g*dy) - xhat * mean(g*dy*xhat)); writes dx. */
 __kernel void layernorm_backward_input(__global float *dx, __global const float *dy,
                                        __global const float *in, __global const float *mean,
@@ -52,6 +92,30 @@ __kernel void layernorm_backward_input(__global float *dx, __global const float 
         float dxhat = g[c] * params[gamma_off + c];
         out[c] = s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
     }
+}
+
+/* layernorm_backward_params fused with the bias gradient of the Linear
+ * whose output the LayerNorm's input was (residual layers: its input
+ * gradient dx is that Linear's output gradient): dbias += sum_r dx. Each sum
+ * in bias_backward's order, so the bits are those of the two kernels. */
+__kernel void layernorm_backward_params_bias(__global float *grads, __global const float *dy,
+                                             __global const float *in, __global const float *mean,
+                                             __global const float *rstd, __global const float *dx,
+                                             int gamma_off, int beta_off, int bias_off, int rows,
+                                             int C) {
+    int c = get_global_id(0);
+    if (c >= C) return;
+    float dg = 0.0f, db = 0.0f, dbias = 0.0f;
+    DL_FOR_REDUCE(r, rows) {
+        size_t i = (size_t)r * C + c;
+        float d = dy[i];
+        dg += d * (in[i] - mean[r]) * rstd[r];
+        db += d;
+        dbias += dx[i];
+    }
+    grads[gamma_off + c] += dg;
+    grads[beta_off + c] += db;
+    grads[bias_off + c] += dbias;
 }
 
 /* dgamma += sum_r dy*xhat, dbeta += sum_r dy: one work item per column. */

@@ -8,16 +8,18 @@ _dedloc_options() {
     case $1 in
         devices) echo '--help --json' ;;
         tokenize) echo '--help --input --pair --special --tokenizer --tokens --type-ids' ;;
-        peer) echo '--allow --announce --bandwidth --client-mode --dht-bootstrap --dht-port --duration --expiry --help --identity --initial-peers --json --keepalive --listen --max-buffered --max-upload --no-dht --revoked --roles --run-id --run-key --status-every --target-batch --text --token' ;;
+        peer) echo '--allow --announce --bandwidth --client-mode --dht-bootstrap --dht-port --duration --expiry --help --identity --initial-peers --json --keepalive --listen --manifest --max-buffered --max-upload --no-dht --revoked --roles --run-id --run-key --status-every --target-batch --text --token' ;;
         authority) echo '--expires --help --identity --name --out --role --run-id --run-key --token' ;;
-        monitor) echo '--duration --expiry --help --history --history-points --identity --initial-peers --listen-http --no-dht --run-id --sample-every --target-batch' ;;
+        monitor) echo '--checkpoint-dir --checkpoint-every --duration --expiry --export-dir --export-every --help --history --history-points --identity --initial-peers --keep --listen-http --manifest --max-steps --model --no-dht --run-id --sample-every --target-batch --tokenizer' ;;
         serve-data) echo '--help --listen' ;;
         data) echo '--batch --batches --ca-file --data --help --insecure-tls --json --once --peer-seed --seed --seq --show --shuffle --tokenizer --wwm' ;;
-        train) echo '--aggregation --announce --bandwidth --batch --ca-file --checkpoint-dir --client-mode --clip-ban-rounds --clip-iterations --clip-tau --compression --data --data-shard --device --dht-bootstrap --expiry --help --identity --initial-peers --insecure-tls --join-wait --keep --linger --listen --local-batch --log --lr --max-grad-norm --max-minutes --max-steps --max-upload --min-peers --model --name --no-dht --optimizer --peer-seed --precision --quiet --resume --round-deadline --run-id --save-every --seed --seq --shuffle-buffer --synthetic-compute --target-batch --tokenizer --total-steps --warmup-steps --weight-decay' ;;
-        aux) echo '--aggregation --announce --bandwidth --client-mode --clip-ban-rounds --clip-iterations --clip-tau --compression --data-shard --dht-bootstrap --expiry --help --identity --initial-peers --join-wait --linger --listen --local-batch --log --max-steps --max-upload --min-peers --model --name --no-dht --quiet --round-deadline --run-id --seed --state-every --target-batch' ;;
+        train) echo '--aggregation --announce --bandwidth --batch --ca-file --checkpoint-dir --client-mode --clip-ban-rounds --clip-iterations --clip-tau --compression --data --data-shard --device --dht-bootstrap --expiry --help --identity --initial-peers --insecure-tls --join-wait --keep --linger --listen --local-batch --log --lr --manifest --max-device-memory --max-grad-norm --max-minutes --max-steps --max-upload --min-peers --model --name --no-dht --optimizer --peer-seed --precision --quiet --recompute --replay-data --resume --round-deadline --run-id --save-every --seed --seq --shuffle-buffer --synthetic-compute --target-batch --token --tokenizer --total-steps --warmup-steps --weight-decay' ;;
+        run) echo '--aggregation --batch --clip-ban-rounds --clip-iterations --clip-tau --compression --data --help --identity --key --lr --max-grad-norm --max-steps --model --optimizer --out --precisions --run-id --run-key --seed --seq --shuffle-buffer --target-batch --tokenizer --total-steps --warmup-steps --weight-decay' ;;
+        join) echo '--announce --bandwidth --batch --checkpoint-dir --client-mode --device --dht-bootstrap --dir --fetch-timeout --help --identity --listen --log --max-minutes --max-upload --name --precision --quiet --run-id --run-key --token' ;;
+        aux) echo '--aggregation --announce --bandwidth --client-mode --clip-ban-rounds --clip-iterations --clip-tau --compression --data-shard --dht-bootstrap --expiry --help --identity --initial-peers --join-wait --linger --listen --local-batch --log --manifest --max-steps --max-upload --min-peers --model --name --no-dht --quiet --round-deadline --run-id --seed --state-every --target-batch --token' ;;
         tune) echo '--budget-seconds --device --help --model --no-tuner' ;;
         'bench gemm') echo '--device --help --json --repeat --shapes' ;;
-        'bench step') echo '--batch --help --json --model --precision --profile --seq --steps --warmup' ;;
+        'bench step') echo '--batch --help --json --model --precision --profile --recompute --seq --steps --warmup' ;;
         'bench allreduce') echo '--aux --bandwidths --client-mode --compression --deadline --help --json --kill-one --peers --rounds --size' ;;
         grad) echo '--batch --device --help --logits --model --out' ;;
         export) echo '--checkpoint --help --out --tokenizer' ;;
@@ -28,7 +30,7 @@ _dedloc() {
     local cur=${COMP_WORDS[COMP_CWORD]}
     COMPREPLY=()
     if ((COMP_CWORD == 1)); then
-        COMPREPLY=($(compgen -W 'devices tokenize peer authority monitor serve-data data train aux tune bench grad export --help --version' -- "$cur"))
+        COMPREPLY=($(compgen -W 'devices tokenize peer authority monitor serve-data data train run join aux tune bench grad export --help --version' -- "$cur"))
         return 0
     fi
     local key=${COMP_WORDS[1]}

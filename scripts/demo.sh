@@ -4,7 +4,8 @@
 # train the tiny ALBERT on the demo Bengali corpus together; midway one
 # trainer is killed and restarted and rejoins by downloading the state; the
 # loss curve is saved as a PNG and every peer's param_hash compared
-# (scripts/demo_swarm.sh, output in build/demo-swarm/).
+# (scripts/demo_swarm.sh, output in build/demo-swarm/). A monitor serves the
+# dashboard beside the swarm: its URL (127.0.0.1, a free port) comes first.
 #   ./scripts/demo.sh [--minutes N] [--peers N]     (3 minutes, 3 trainers)
 #   ./scripts/demo.sh --single                       (the single-peer demo below)
 # The single-peer demo trains the tiny ALBERT for a few minutes on this machine

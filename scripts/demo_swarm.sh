@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The swarm demo (scripts/demo.sh runs it after building): a local
 # collaboration on loopback, an aux peer and N trainers (the second in fp16,
-# the third in client mode) training the tiny ALBERT on the demo corpus.
+# the third in client mode) training the tiny ALBERT on the demo corpus, and
+# a monitor serving the dashboard (its URL is printed at the start) and
+# keeping checkpoints and a Hugging Face export of the swarm's state.
 # Midway one trainer is killed (SIGKILL) and restarted with the same
 # identity: it rejoins by downloading the state. At the end every peer is
 # stopped at the same step, the loss curve is saved as a PNG and the peers'
 # param_hash compared. Ctrl-C stops everything cleanly.
 #   scripts/demo_swarm.sh CORPUS [--minutes N] [--peers N]
-# Everything lands in build/demo-swarm/ (logs, checkpoints, loss.png).
+# Everything lands in build/demo-swarm/ (logs, checkpoints, loss.png, monitor.ckpt/,
+# monitor.hf/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CORPUS=$1; shift
@@ -89,6 +92,24 @@ for _ in $(seq 200); do
 done
 [ -n "$BOOT" ] || { echo "demo: the aux peer did not start:"; cat "$D/aux.err"; exit 1; }
 echo "aux peer at $BOOT"
+# The monitor: an observer (trains nothing) serving the dashboard on a free
+# loopback port; it also keeps checkpoints and an export of the swarm's state.
+"$BIN" monitor --run-id "$RUN" --no-dht --initial-peers "$BOOT" --listen-http 127.0.0.1:0 --expiry 8 \
+  --target-batch 48 --identity "$D/monitor.id" --history "$D/monitor-history.jsonl" --sample-every 2 \
+  --checkpoint-dir "$D/monitor.ckpt" --checkpoint-every 20 --export-dir "$D/monitor.hf" --export-every 50 \
+  >"$D/monitor.out" 2>>"$D/monitor.err" &
+PID[monitor]=$!
+URL=""
+for _ in $(seq 200); do
+  URL=$(head -n 1 "$D/monitor.out" 2>/dev/null | jq -r '.http // empty' 2>/dev/null || true)
+  [ -n "$URL" ] && break
+  sleep 0.05
+done
+if [ -n "$URL" ]; then
+  echo "== Dashboard: $URL (open it in a browser; live loss, peers, contributors)"
+else
+  echo "demo: the monitor did not start (see $D/monitor.err); training goes on without it"
+fi
 for i in $(seq 0 $((PEERS - 1))); do
   start_trainer "$i"
   echo "trainer t$i started $(trainer_args "$i")"
@@ -144,6 +165,12 @@ for _ in $(seq 600); do
 done
 stop_all
 trap - EXIT
+
+ck=$(ls "$D/monitor.ckpt" 2>/dev/null | tail -n 1 || true)
+if [ -n "$ck" ]; then
+  echo "== The monitor's newest checkpoint of the swarm: $D/monitor.ckpt/$ck"
+  echo "   (build/dedloc train --resume it, with the run's --lr/--warmup-steps/--total-steps, to go on alone)"
+fi
 
 echo "== Loss curve"
 jq -r 'select(.step) | "\(.step) \(.loss)"' "$D/t0.jsonl" | sort -n -u -k1,1 > "$D/loss.txt"

@@ -17,8 +17,9 @@
 #       OpenCL ICD loader at the driver's library (libnvidia-opencl.so.1,
 #       found in the usual places or given with --icd), then runs
 #       `dedloc devices`, the model reference test, `bench gemm`, a `tune` of
-#       S seconds (default 120), and `bench step` for tiny and sahajbert
-#       (8 x 128), and writes the report (default gpu_check_report.json).
+#       S seconds (default 120), and `bench step` for tiny (fp32, and fp16:
+#       half GEMMs where cl_khr_fp16 is reported) and sahajbert (8 x 128),
+#       and writes the report (default gpu_check_report.json).
 #       Without an NVIDIA library it says so and uses the machine's own ICDs
 #       (PoCL here), which is how the script is tried without a GPU.
 #
@@ -150,6 +151,9 @@ run() {
   run_step bench_gemm doc 1200 build/dedloc bench gemm "${dev[@]}" --json
   run_step tune text 1800 build/dedloc tune "${dev[@]}" --model sahajbert --budget-seconds "$tune_s"
   run_step bench_step_tiny lines 1800 build/dedloc bench step "${dev[@]}" --model tiny --batch 8 --seq 128 --json --profile
+  # fp16: half GEMMs (CLBlastHgemm) where the device reports cl_khr_fp16; the JSON's "compute" says which
+  run_step bench_step_tiny_fp16 lines 1800 build/dedloc bench step "${dev[@]}" --model tiny --batch 8 --seq 128 \
+    --precision fp16 --json --profile
   if [ "$sahajbert" = 1 ]; then
     run_step bench_step_sahajbert lines 3600 build/dedloc bench step "${dev[@]}" --model sahajbert --batch 8 --seq 128 \
       --steps 2 --json --profile

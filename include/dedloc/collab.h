@@ -341,4 +341,99 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
 /* Hex of a 32-byte param hash (65 bytes with the NUL). */
 void dl_collab_hash_hex(const uint8_t hash[32], char out[65]);
 
+/* ---- observers ---------------------------------------------------------------
+ * A peer that trains nothing (a monitor keeping checkpoints of the run) takes
+ * the swarm's state as a newcomer does: the param hash most peers at the
+ * newest epoch signed in their records, downloaded from its holders and
+ * verified chunk by chunk and against that hash. */
+struct dl_collab_swarm_state {
+    uint64_t epoch;               /* optimizer steps the swarm took */
+    int64_t samples;              /* samples in those steps, the whole swarm's */
+    uint8_t param_hash[32];       /* the signed hash the download was checked against */
+    size_t holders;               /* peers that held it */
+    double seconds;               /* the download */
+};
+
+/* Downloads the state into params (layout.total floats) and opt (initialized
+ * on the model's layout; its settings stay, its moments and step are
+ * replaced). Returns 0 with *state filled; 1 (nothing fetched) when no peer
+ * holds a state at an epoch >= min_epoch; -1 with dl_fail() when the
+ * download fails. Blocks up to about timeout_s; not from a net callback. */
+int dl_collab_fetch_swarm_state(dl_net *net, uint64_t min_epoch, double timeout_s, dl_optimizer *opt, float *params,
+                                struct dl_collab_swarm_state *state);
+
+/* ==== the run manifest ====
+ * One signed JSON file that holds every setting peers of a run must share
+ * (docs/manifest.md): model, tokenizer (by BLAKE2b-256), data sources,
+ * optimizer and schedule, batch sizes, wire compression, aggregation rule,
+ * the precisions allowed, the run id and the run authority's key. It is
+ * signed over its canonical bytes by the authority, or for an open run by a
+ * peer identity; its hash goes into every handshake, so peers of one run id
+ * with different manifests refuse each other. */
+#define DL_MANIFEST_MAX_BYTES (64 * 1024)
+/* Largest tokenizer file a manifest may name: it travels in one response. */
+#define DL_MANIFEST_TOKENIZER_MAX (8u * 1024 * 1024)
+#define DL_MANIFEST_MAX_DATA 16
+#define DL_MANIFEST_FORMAT "dedloc-manifest-1"
+/* Request methods of the run files (answered to anyone who asks, also on a
+ * fetch-only connection: see dl_net_config.fetch_only). */
+#define DL_NET_METHOD_MANIFEST DL_NET_PUBLIC_PREFIX "manifest"
+#define DL_NET_METHOD_TOKENIZER DL_NET_PUBLIC_PREFIX "tokenizer"
+
+struct dl_manifest {
+    char *text;                       /* the file as read (what peers serve) */
+    size_t size;
+    uint8_t hash[32];                 /* BLAKE2b-256 of the canonical bytes (what is signed) */
+    char hash_hex[65];
+    char run_id[DL_TOKEN_RUN_ID_MAX];
+    char model_preset[32];            /* a preset name, or "" when model_config_json is set */
+    char *model_config_json;          /* the model's full config.json text, or NULL */
+    char tokenizer_file[256];         /* the path given at `run init` */
+    uint8_t tokenizer_hash[32];       /* BLAKE2b-256 of the tokenizer file */
+    uint64_t tokenizer_size;
+    size_t num_data;
+    char *data[DL_MANIFEST_MAX_DATA]; /* text sources: paths (as given) or URLs */
+    int64_t seq, micro_batch, target_batch, max_steps, seed, shuffle_buffer;
+    char optimizer[16];               /* "lamb" or "adamw" */
+    double lr, weight_decay, max_grad_norm;
+    int64_t warmup_steps, total_steps;
+    int compression;                  /* wire codec (dl_codec_parse) */
+    int aggregation;                  /* enum dl_aggregation */
+    double clip_tau;
+    int clip_iterations, clip_ban_rounds;
+    unsigned precisions;              /* bit p set: dl_precision p allowed */
+    char precision_default[8];        /* the first one listed */
+    bool has_authority;
+    uint8_t authority[DL_AUTHORITY_PK];
+    uint8_t signer[DL_NET_PUBLIC_KEY];
+    char signer_peer_id[DL_PEER_ID_HEX]; /* the signer's key as a peer id (open runs) */
+};
+
+/* Parses and verifies a manifest (untrusted text of size bytes): the JSON,
+ * every field's type and range, no unknown field, and the signature over
+ * the canonical bytes (by the authority when the manifest names one). 0 with
+ * *m filled (free with dl_manifest_free), or -1 with the reason. */
+int dl_manifest_parse(const char *text, size_t size, struct dl_manifest *m);
+int dl_manifest_load(const char *path, struct dl_manifest *m);
+void dl_manifest_free(struct dl_manifest *m);
+/* The canonical bytes of a JSON object (docs/manifest.md): keys sorted,
+ * no white space, its top-level "signature" left out. *out malloc'd. */
+int dl_manifest_canonical(const char *json, size_t size, char **out, size_t *out_size);
+/* Signs the manifest body (JSON text without "signer"/"signature") with the
+ * ed25519 secret key sk (libsodium's 64-byte form): sets "signer" and
+ * "signature" and returns the signed file's text in *signed_text (malloc'd),
+ * already checked by dl_manifest_parse. */
+int dl_manifest_sign(const char *body_json, const uint8_t sk[64], char **signed_text);
+/* BLAKE2b-256 of a file of at most max_size bytes. */
+int dl_file_blake2b(const char *path, size_t max_size, uint8_t hash[32], uint64_t *size);
+
+/* Serves the manifest text and the tokenizer bytes (copied) under
+ * DL_NET_METHOD_MANIFEST and DL_NET_METHOD_TOKENIZER for the net's life.
+ * dl_run_files_stop frees them: call it after dl_net_stop (the handlers run
+ * on the network thread until then). *out is set even on failure. */
+typedef struct dl_run_files dl_run_files;
+int dl_run_files_serve(dl_net *net, const struct dl_manifest *m, const void *tokenizer, size_t tokenizer_size,
+                       dl_run_files **out);
+void dl_run_files_stop(dl_run_files *rf);
+
 #endif

@@ -91,6 +91,9 @@ typedef struct dl_data_config {
     const char *tls_ca_file;    /* NULL: https trusts the system's CAs; else only the PEM
                                    certificates in this file (copied by dl_data_open) */
     bool tls_insecure;          /* false; true: https without certificate checks (warned) */
+    const void *resume_state;   /* NULL; else a state from dl_data_save_state: the stream
+                                   continues exactly where that one stood (see below) */
+    size_t resume_state_size;
 } dl_data_config;
 
 /* Fills *cfg with the defaults above (source NULL). */
@@ -132,6 +135,28 @@ void dl_data_get_stats(dl_data_stream *s, dl_data_stats *out);
 
 /* Stops the producer (interrupting any retry wait) and frees everything. */
 void dl_data_close(dl_data_stream *s);
+
+/* ---- resuming without replay ------------------------------------------------
+ * A stream's state can be saved and a new stream opened from it
+ * (resume_state) that hands out exactly the batches the saved one would have
+ * handed out next, bit for bit, without re-reading what came before: the
+ * position in the shard list and the byte offset of the next line in the
+ * open shard (a seek for a file, a Range request over HTTP; a gzip shard is
+ * decoded from its start, at most one shard of work), the generator, the
+ * shuffle buffer and the examples waiting for a batch, and the batches
+ * already made but not yet taken. The 64 bytes before the offset are kept
+ * and compared on reopening: a shard that changed since is refused with its
+ * name, as is a state from another source, seed, shard list, tokenizer or
+ * batch shape.
+ *
+ * The state is taken at a mark: dl_data_mark says "the state as of now" and
+ * keeps copies of the batches handed out after it, so a state saved later
+ * (a checkpoint after an interrupted accumulation) still starts at the mark. */
+int dl_data_mark(dl_data_stream *s);
+/* The state at the last mark, as a malloc'd byte string (free() it). Waits
+ * for the producer to finish the batch it is making. Fails before the first
+ * mark and after a failed producer. */
+int dl_data_save_state(dl_data_stream *s, uint8_t **state, size_t *size);
 
 /* ---- shard server -----------------------------------------------------------
  * Serves the regular files of one directory over HTTP on its own thread: GET

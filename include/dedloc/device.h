@@ -191,6 +191,30 @@ int dl_convert_f32_to_bf16(dl_device *dev, const dl_buffer *src, size_t src_off,
 int dl_convert_bf16_to_f32(dl_device *dev, const dl_buffer *src, size_t src_off, dl_buffer *dst,
                            size_t dst_off, size_t n);
 
+/* ---- fp16 compute around GEMMs on fp32 buffers (src/device/gemm_half.c) ----
+ * A GEMM whose operands and result live in fp32 buffers runs in half: A and
+ * B are rounded into half scratch, CLBlastHgemm multiplies them, and the
+ * half product is added into C in fp32 (C = product + beta * C), so sums
+ * that accumulate across GEMMs stay fp32. Needs cl_khr_fp16 (info->fp16).
+ * `emulate` (test builds; any device): the same rounding points through fp32
+ * scratch holding half-rounded values and an fp32 GEMM, which accumulates
+ * each element's k products in fp32 where Hgemm keeps them in half. */
+typedef struct dl_half_gemm dl_half_gemm;
+int dl_half_gemm_create(dl_device *dev, bool emulate, dl_half_gemm **out);
+void dl_half_gemm_free(dl_half_gemm *h);
+bool dl_half_gemm_emulated(const dl_half_gemm *h);
+/* Bytes of one element of a prepared operand: 2 (half), 4 emulated. */
+size_t dl_half_gemm_element_size(const dl_half_gemm *h);
+/* Rounds n fp32 values of src from src_off into dst (allocated or grown as
+ * needed; free with dl_buffer_free): an operand prepared once for many
+ * products, such as the weights. */
+int dl_half_gemm_operand(dl_half_gemm *h, const dl_buffer *src, size_t src_off, size_t n,
+                         dl_buffer *dst);
+/* Runs g (type DL_GEMM_F32, alpha and beta as dl_gemm) in half. b_ready:
+ * NULL, or B prepared by dl_half_gemm_operand with offset 0 (g's B offsets
+ * index it). */
+int dl_half_gemm_run(dl_half_gemm *h, const dl_gemm_args *g, const dl_buffer *b_ready);
+
 /* ---- GEMM timing (src/device/gemm_timing.c) ----
  * Shapes and timing shared by `dedloc bench gemm` and `dedloc tune`.
  * Row-major C[m x n] = op(A)[m x k] * op(B)[k x n], batch times. Linear layers

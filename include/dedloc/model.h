@@ -134,7 +134,9 @@ double dl_albert_step_flops(const dl_albert_config *cfg, int batch, int seq, int
  * activation memory); arithmetic and gradients stay fp32. */
 typedef enum {
     DL_PRECISION_FP32 = 0,  /* fp32 storage and compute */
-    DL_PRECISION_FP16 = 1,  /* fp16 storage of weights and kept activations, fp32 arithmetic */
+    DL_PRECISION_FP16 = 1,  /* fp16 storage of weights and kept activations; half GEMMs
+                             * where the device has cl_khr_fp16 (dl_model_compute_name),
+                             * fp32 arithmetic elsewhere */
     DL_PRECISION_BF16 = 2,  /* bf16 storage, fp32 arithmetic */
 } dl_precision;
 
@@ -159,6 +161,56 @@ typedef struct dl_model dl_model;
 int dl_model_create(dl_device *dev, const dl_albert_config *cfg, int max_batch, int max_seq,
                     dl_precision precision, dl_model **out);
 void dl_model_free(dl_model *model);
+
+/* Everything dl_model_create takes, plus activation recomputation: with
+ * recompute the forward pass keeps only each layer application's input, and
+ * the backward pass recomputes that application's activations from it just
+ * before differentiating it (one layer's activations on the device at a
+ * time, at the cost of a second forward pass). In fp32 the gradients are
+ * the same bits as without; with fp16/bf16 storage the recomputed
+ * activations stay fp32 (not rounded to the format), so they differ in the
+ * last bits. */
+typedef struct dl_model_options {
+    int max_batch, max_seq;
+    dl_precision precision;
+    bool recompute;
+} dl_model_options;
+int dl_model_create_with(dl_device *dev, const dl_albert_config *cfg, const dl_model_options *opts,
+                         dl_model **out);
+
+/* ---- device memory ------------------------------------------------------------
+ * What a model of a given shape allocates on the device, computed from the
+ * configuration alone (a closed form over the buffers dl_model_create
+ * allocates; tests hold it to the device layer's count of allocated bytes).
+ * The optimizer state (LAMB's moments) lives on the host and is not part of
+ * it; neither are the temporary buffers a GEMM library may allocate, which
+ * the budget's safety margin covers. */
+typedef struct dl_model_memory {
+    size_t parameters;     /* fp32 weights */
+    size_t gradients;      /* fp32 gradient accumulator */
+    size_t per_layer;      /* activations kept per layer application (its input alone
+                              with recompute) */
+    size_t layers;         /* per_layer times the layer applications */
+    size_t other;          /* batch inputs and index lists, embeddings, heads, backward
+                              scratch, the working set of one layer */
+    size_t total;          /* the sum: bytes allocated by dl_model_create */
+    size_t largest_buffer; /* the largest single allocation (must fit the device's
+                              maximum allocation) */
+} dl_model_memory;
+int dl_model_memory_estimate(const dl_albert_config *cfg, const dl_model_options *opts,
+                             dl_model_memory *out);
+
+/* The device memory a run may use: budget_mb MiB when > 0, else the device's
+ * global memory less a safety margin (a tenth, at least 256 MiB) for what
+ * the driver, the kernels and the GEMM library hold. */
+size_t dl_model_memory_budget(const dl_device_info *info, long long budget_mb);
+/* The largest micro-batch in 1..max_batch whose estimate (opts with
+ * max_batch replaced) fits budget_bytes and whose largest buffer fits
+ * max_alloc (0: no limit). Sets *batch and returns 0; fails with the sizes
+ * when even one sequence does not fit. */
+int dl_model_fit_batch(const dl_albert_config *cfg, const dl_model_options *opts,
+                       size_t budget_bytes, size_t max_alloc, int max_batch, int *batch,
+                       dl_model_memory *estimate);
 
 const dl_albert_config *dl_model_config(const dl_model *model);
 const dl_param_layout *dl_model_layout(const dl_model *model);
@@ -201,6 +253,15 @@ typedef struct dl_op_profile {
     double seconds;      /* summed over calls */
     int64_t calls;
 } dl_op_profile;
+/* How the model's GEMMs compute: "fp32"; "fp16" (--precision fp16 on a
+ * device with cl_khr_fp16: CLBlastHgemm on half-rounded operands, each product
+ * added into fp32 activations and gradients; row kernels, losses and the
+ * optimizer stay fp32); "fp16-emulated" (the test-only emulation of that,
+ * DEDLOC_FP16_COMPUTE=emulate; see dl_half_gemm in device.h). The variable
+ * DEDLOC_FP16_COMPUTE=auto|off|require, read by dl_model_create, chooses;
+ * require refuses a device without cl_khr_fp16. */
+const char *dl_model_compute_name(const dl_model *model);
+
 /* Turns profiling on or off; either way the table is cleared. */
 int dl_model_set_profiling(dl_model *model, bool on);
 /* The table in first-seen order, valid until the model changes it. */
@@ -213,6 +274,7 @@ typedef struct dl_step_timing {
     int masked_tokens;          /* MLM positions of the batch */
     size_t parameters;          /* elements of the flat parameter vector */
     size_t model_memory_bytes;  /* dl_model_memory_bytes of the timed model */
+    char compute[16];           /* dl_model_compute_name of the timed model */
     /* Only from dl_model_profile_step: the per-op table summed over the
      * profiled steps (malloc'd, free() it), and their count. */
     dl_op_profile *profile;
@@ -233,5 +295,9 @@ int dl_model_time_step(dl_device *dev, const dl_albert_config *cfg, const float 
 int dl_model_profile_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch,
                           int seq, dl_precision precision, int warmup, int steps, FILE *progress,
                           dl_step_timing *out);
+/* Either of the above for a model shape with options (recomputation). */
+int dl_model_time_step_with(dl_device *dev, const dl_albert_config *cfg, const float *params,
+                            const dl_model_options *shape, int warmup, int steps, bool profile,
+                            FILE *progress, dl_step_timing *out);
 
 #endif

@@ -57,6 +57,15 @@ struct dl_net_config {
     const char *revoked_path;    /* signed revocation list of the authority, or NULL (re-read when it changes) */
     const char *allow_path;      /* file of admitted peer ids (one per line, # comments), or NULL */
     unsigned admit_roles;        /* DL_ROLE_BIT() mask of roles admitted with a token (default: all) */
+    /* The run manifest (docs/manifest.md): the BLAKE2b-256 of ours (NULL:
+     * none), told in the handshake; peers refuse each other when their
+     * manifests differ or only one has one. */
+    const uint8_t *manifest_hash;
+    /* A newcomer that does not know the run yet (`dedloc join`): its
+     * connections may only ask for the run files (DL_NET_METHOD_MANIFEST and
+     * DL_NET_METHOD_TOKENIZER of collab.h); run id, manifest and admission
+     * are not checked for them, and nothing they gossip is taken. */
+    bool fetch_only;
 };
 
 /* Fills the defaults documented above. */
@@ -127,6 +136,10 @@ struct dl_swarm_view {
     struct dl_swarm_peer *peers; /* num_peers entries, sorted by peer id */
 };
 
+/* A peer we hold an authenticated connection to (the newest one still
+ * open): false when there is none. For a fetch-only newcomer, the peer to ask. */
+bool dl_net_connected_peer(dl_net *net, char out[DL_PEER_ID_HEX]);
+
 /* Computes the view now. Free with dl_swarm_view_free. */
 int dl_net_swarm_view(dl_net *net, struct dl_swarm_view *view);
 void dl_swarm_view_free(struct dl_swarm_view *view);
@@ -189,6 +202,10 @@ struct dl_net_incoming {
  * at once or later (from any thread) with dl_net_respond. */
 typedef void (*dl_net_handler_fn)(void *user, dl_net *net, const struct dl_net_incoming *request);
 
+/* Methods whose name starts with this are public: they are also answered on
+ * fetch-only connections (dl_net_config.fetch_only). */
+#define DL_NET_PUBLIC_PREFIX "dedloc.run."
+
 /* Registers (or replaces, or with handler NULL removes) the handler of a
  * method. At most 32 methods. */
 int dl_net_set_handler(dl_net *net, const char *method, dl_net_handler_fn handler, void *user);
@@ -209,6 +226,10 @@ int dl_net_respond_ex(dl_net *net, uint64_t token, int status, const void *paylo
 #define DL_NET_SIGNATURE 64
 /* Our public key (DL_NET_PUBLIC_KEY bytes, valid until stop). */
 const uint8_t *dl_net_public_key(const dl_net *net);
+/* Loads the identity file at path (created, mode 0600, when absent) and
+ * gives its key pair: pk, and sk in libsodium's 64-byte form (for signing
+ * things outside a running net, such as a run manifest). */
+int dl_net_identity_keys(const char *path, uint8_t pk[DL_NET_PUBLIC_KEY], uint8_t sk[64]);
 /* The peer id that belongs to a public key. */
 void dl_net_peer_id_from_key(const uint8_t pk[DL_NET_PUBLIC_KEY], char out[DL_PEER_ID_HEX]);
 void dl_net_sign(const dl_net *net, const void *data, size_t size, uint8_t sig[DL_NET_SIGNATURE]);

@@ -203,6 +203,9 @@ typedef struct dl_checkpoint {
     int64_t step;             /* optimizer steps taken = schedule position */
     dl_loss_scale loss_scale;
     dl_train_progress progress;
+    uint8_t *data_state;      /* the data stream's state at the step boundary (dl_data_save_state),
+                                 NULL when not recorded: a resumed run then fast-forwards */
+    size_t data_state_size;
 } dl_checkpoint;
 
 /* Writes a checkpoint atomically (temporary file, fsync, rename). The arrays
@@ -271,6 +274,16 @@ typedef struct dl_trainer_backend {
      * taken back out of a sum. */
     int (*accumulate)(void *ctx, bool first, float loss_scale, int *samples, dl_losses *losses);
     int (*collect)(void *ctx, float loss_scale, int64_t total_samples, float *grad);
+    /* Optional pair (both NULL: a resumed run fast-forwards with skip): the
+     * data stream's position. mark_data is called at the start and after
+     * every optimizer step; save_data returns the stream's state as of the
+     * last mark (malloc'd), which a checkpoint keeps. */
+    int (*mark_data)(void *ctx);
+    int (*save_data)(void *ctx, uint8_t **state, size_t *size);
+    /* Set by the caller when the stream was opened from the checkpoint's
+     * state (dl_data_config.resume_state): the resumed run does not
+     * fast-forward. */
+    bool data_resumed;
 } dl_trainer_backend;
 
 typedef struct dl_trainer_options {
@@ -343,6 +356,16 @@ typedef struct dl_device_backend {
 int dl_device_backend_open(dl_device_backend *be, const dl_data_config *data, const dl_tokenizer *tok,
                            const char *device_selector, const dl_albert_config *cfg,
                            dl_precision precision);
+/* The same with model options: opts->max_batch 0 picks the largest
+ * micro-batch (at most max_batch_limit) whose device memory estimate fits
+ * dl_model_memory_budget(device, max_device_mb) and the device's largest
+ * allocation (dl_model_fit_batch; a clear error when not even one sequence
+ * fits); the stream then makes batches of that size. The size used is in
+ * *batch_used (may be NULL). opts->max_seq and data->max_seq_len agree. */
+int dl_device_backend_open_with(dl_device_backend *be, const dl_data_config *data,
+                                const dl_tokenizer *tok, const char *device_selector,
+                                const dl_albert_config *cfg, const dl_model_options *opts,
+                                long long max_device_mb, int max_batch_limit, int *batch_used);
 void dl_device_backend_close(dl_device_backend *be);
 /* The callbacks for dl_trainer_run over be (be must outlive their use). */
 dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be);

@@ -16,7 +16,7 @@ static void help(FILE *out) {
     fprintf(out,
             "usage: dedloc bench step [--model tiny|sahajbert|DIR] [--batch B] [--seq T]\n"
             "                         [--precision fp32|fp16|bf16] [--device D] [--warmup N]\n"
-            "                         [--steps N] [--profile] [--json]\n\n"
+            "                         [--steps N] [--recompute] [--profile] [--json]\n\n"
             "Times forward + backward (gradients accumulated on the device) of one\n"
             "micro-batch of B x T random tokens with 15%% MLM labels. Reports the\n"
             "median step time, tokens/s, the GEMM GFLOP/s the step achieves, its share of\n"
@@ -25,9 +25,12 @@ static void help(FILE *out) {
             "  --batch B    sequences per micro-batch (default 8)\n"
             "  --seq T      tokens per sequence (default 128)\n"
             "  --precision  storage precision (default fp32; fp16/bf16 halve the kept\n"
-            "               activations, arithmetic stays fp32)\n"
+            "               activations; fp16 runs the GEMMs in half where the device\n"
+            "               has cl_khr_fp16, other arithmetic stays fp32)\n"
             "  --warmup N   untimed steps first (default 1; the first compiles kernels)\n"
             "  --steps N    timed steps (default 3)\n"
+            "  --recompute  keep only each layer's input in the forward pass and recompute\n"
+            "               its activations in the backward pass (less memory, more time)\n"
             "  --profile    after the timed steps, run as many again with every op timed\n"
             "               on its own (the queue drained around it) and print where the\n"
             "               step's time goes, per kernel and GEMM kind\n"
@@ -85,13 +88,14 @@ static int parse_positive(const char *text, const char *what, int *out) {
 int bench_step(int argc, char **argv) {
     const char *model_name = "tiny", *device_sel = NULL, *precision_name = "fp32";
     dl_precision precision;
-    int B = 8, T = 128, warmup = 1, steps = 3, json = 0, profile = 0;
+    int B = 8, T = 128, warmup = 1, steps = 3, json = 0, profile = 0, recompute = 0;
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'}, {"batch", required_argument, NULL, 'b'},
         {"seq", required_argument, NULL, 't'},   {"device", required_argument, NULL, 'd'},
         {"warmup", required_argument, NULL, 'w'}, {"steps", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},        {"help", no_argument, NULL, 'h'},
         {"precision", required_argument, NULL, 'p'}, {"profile", no_argument, NULL, 'P'},
+        {"recompute", no_argument, NULL, 'R'},
         {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -106,6 +110,7 @@ int bench_step(int argc, char **argv) {
         case 'j': json = 1; break;
         case 'p': precision_name = optarg; break;
         case 'P': profile = 1; break;
+        case 'R': recompute = 1; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -132,9 +137,12 @@ int bench_step(int argc, char **argv) {
     dl_device *dev = NULL;
     dl_step_timing st = {0};
     int rc = dl_device_open(device_sel, &dev);
+    dl_model_options shape = {.max_batch = B, .max_seq = T, .precision = precision,
+                              .recompute = recompute != 0};
+    size_t base_bytes = dev ? dl_device_bytes_in_use(dev) : 0;
     if (!rc)
-        rc = (profile ? dl_model_profile_step : dl_model_time_step)(dev, &cfg, params, B, T, precision,
-                                                                    warmup, steps, json ? NULL : stderr, &st);
+        rc = dl_model_time_step_with(dev, &cfg, params, &shape, warmup, steps, profile != 0,
+                                     json ? NULL : stderr, &st);
     double gemm_s = 0;
     if (!rc) rc = dl_gemm_square_seconds(dev, 1024, &gemm_s);
     if (rc) {
@@ -145,33 +153,41 @@ int bench_step(int argc, char **argv) {
         double gflops = flops / step_s / 1e9, gemm_gflops = 2.0 * 1024 * 1024 * 1024 / gemm_s / 1e9;
         double tokens_s = (double)B * T / step_s;
         double mem_mib = (double)st.model_memory_bytes / 1048576.0;
-        double peak_mib = (double)dl_device_bytes_peak(dev) / 1048576.0;
+        size_t peak = dl_device_bytes_peak(dev) - base_bytes;
+        double peak_mib = (double)peak / 1048576.0;
+        dl_model_memory est = {0};
+        dl_model_memory_estimate(&cfg, &shape, &est);
         const dl_device_info *info = dl_device_get_info(dev);
         if (json) {
             printf("{\"bench\": \"step\", \"model\": \"%s\", \"device\": \"%s\", \"precision\": "
-                   "\"%s\", \"batch\": %d, \"seq\": %d, \"parameters\": %zu, \"masked\": %d, "
+                   "\"%s\", \"compute\": \"%s\", \"batch\": %d, \"seq\": %d, \"parameters\": %zu, \"masked\": %d, "
                    "\"steps\": %d, \"step_s\": %.6f, \"tokens_per_s\": %.1f, \"gemm_flops\": %.6g, "
                    "\"gflops\": %.2f, \"sgemm1024_gflops\": %.2f, \"share_of_sgemm\": %.4f, "
-                   "\"model_memory_bytes\": %zu, \"device_peak_bytes\": %zu}\n",
-                   model_name, info->name, precision_name, B, T, st.parameters,
+                   "\"model_memory_bytes\": %zu, \"device_peak_bytes\": %zu, \"recompute\": %s, "
+                   "\"estimate_bytes\": %zu, \"activation_bytes_per_layer\": %zu}\n",
+                   model_name, info->name, precision_name, st.compute, B, T, st.parameters,
                    st.masked_tokens, steps, step_s, tokens_s, flops, gflops, gemm_gflops, gflops / gemm_gflops,
-                   st.model_memory_bytes, dl_device_bytes_peak(dev));
+                   st.model_memory_bytes, peak, recompute ? "true" : "false", est.total,
+                   est.per_layer);
             if (st.profile_count) print_profile_json(&st);
         } else {
             char desc[256];
             dl_albert_config_describe(&cfg, desc, sizeof desc);
             printf("model        %s (%s; %zu parameters)\n", model_name, desc, st.parameters);
             printf("device       %s\n", info->name);
-            printf("batch        %d x %d tokens, %d masked, %s storage\n", B, T,
-                   st.masked_tokens, precision_name);
+            printf("batch        %d x %d tokens, %d masked, %s storage, %s compute\n", B, T,
+                   st.masked_tokens, precision_name, st.compute);
             printf("step         %.3f s (median of %d)   %.1f tokens/s\n", step_s, steps,
                    tokens_s);
             printf("GEMM work    %.1f GFLOP per step   %.2f GFLOP/s achieved\n", flops / 1e9,
                    gflops);
             printf("SGEMM 1024^3 %.2f GFLOP/s on this device: the step reaches %.0f%%\n",
                    gemm_gflops, 100.0 * gflops / gemm_gflops);
-            printf("memory       %.1f MiB held by the model, %.1f MiB device peak\n", mem_mib,
-                   peak_mib);
+            printf("memory       %.1f MiB held by the model, %.1f MiB allocated at the peak of the "
+                   "step%s\n", mem_mib, peak_mib, recompute ? " (recompute)" : "");
+            printf("             %.1f MiB of activations per layer application, %.1f MiB for "
+                   "weights and gradients\n", (double)est.per_layer / 1048576.0,
+                   (double)(est.parameters + est.gradients) / 1048576.0);
             if (st.profile_count) print_profile_table(&st);
         }
     }

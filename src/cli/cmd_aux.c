@@ -84,10 +84,29 @@ int cmd_aux(int argc, char **argv) {
         fprintf(stderr, "dedloc aux: unexpected argument '%s'; see 'dedloc aux --help'\n", argv[optind]);
         return DL_EXIT_USAGE;
     }
+    const char *model_json = NULL;
+    if (sw.manifest_path) {
+        if (strcmp(model, "tiny") || seed || target || steps) {
+            fprintf(stderr, "dedloc aux: --model, --seed, --target-batch and --max-steps come from the manifest\n");
+            return DL_EXIT_USAGE;
+        }
+        if (cli_swarm_load_manifest(&sw, NULL, "aux")) {
+            cli_swarm_args_free(&sw);
+            return DL_EXIT_USAGE;
+        }
+        model = sw.manifest.model_preset;
+        model_json = sw.manifest.model_config_json;
+        seed = sw.manifest.seed;
+        target = sw.manifest.target_batch;
+        steps = sw.manifest.max_steps;
+    }
     bool tiny = !strcmp(model, "tiny");
     if (target <= 0) target = tiny ? 32 : 4096;
     if (steps <= 0) steps = tiny ? 300 : 125000;
-    if (cli_swarm_finish(&sw, "aux", (double)target)) return DL_EXIT_USAGE;
+    if (cli_swarm_finish(&sw, "aux", (double)target)) {
+        cli_swarm_args_free(&sw);
+        return DL_EXIT_USAGE;
+    }
     sw.collab.aux = true;
 
     int exit_code = DL_EXIT_FAILURE;
@@ -95,7 +114,9 @@ int cmd_aux(int argc, char **argv) {
     dl_param_layout ml = {0};
     dl_train_layout layout = {0};
     float *params = NULL;
-    if (dl_albert_config_preset(model, &cfg) != 0) {
+    if (model_json) {
+        if (dl_albert_config_parse(model_json, strlen(model_json), "the manifest's model", &cfg)) goto fail;
+    } else if (dl_albert_config_preset(model, &cfg) != 0) {
         dl_clear_error();
         if (dl_albert_config_load(model, &cfg)) goto fail;
     }
@@ -124,5 +145,6 @@ done:
     free(params);
     dl_train_layout_free(&layout);
     dl_param_layout_free(&ml);
+    cli_swarm_args_free(&sw);
     return exit_code;
 }

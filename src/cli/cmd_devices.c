@@ -63,6 +63,9 @@ int cmd_devices(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "max_alloc", (double)d->max_alloc);
             cJSON_AddNumberToObject(o, "max_work_group", (double)d->max_work_group);
             cJSON_AddBoolToObject(o, "fp16", d->fp16);
+            /* what --precision fp16 computes with on this device */
+            cJSON_AddStringToObject(o, "fp16_compute", d->fp16 ? "half GEMMs (CLBlastHgemm)"
+                                                               : "none: fp16 storage, fp32 arithmetic");
             cJSON_AddBoolToObject(o, "fp64", d->fp64);
             cJSON_AddBoolToObject(o, "unified_memory", d->unified_memory);
             cJSON_AddItemToArray(list, o);
@@ -90,7 +93,8 @@ int cmd_devices(int argc, char **argv) {
                    d->local_mem / 1024.0, d->max_work_group, d->max_work_item[0],
                    d->max_work_item[1], d->max_work_item[2]);
             printf("    fp16 compute    %s\n    fp64            %s\n    unified memory  %s\n",
-                   d->fp16 ? "yes (cl_khr_fp16)" : "no (fp16 storage only, fp32 arithmetic)",
+                   d->fp16 ? "yes (cl_khr_fp16: --precision fp16 runs half GEMMs)"
+                           : "no (no cl_khr_fp16: --precision fp16 stores fp16, computes fp32)",
                    d->fp64 ? "yes" : "no", d->unified_memory ? "yes" : "no");
         }
     }

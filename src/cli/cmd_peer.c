@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/swarm_args.h"
 #include "dedloc/net.h"
 #include "dedloc/util.h"
 
@@ -52,6 +53,8 @@ static void help(FILE *out) {
             "  --run-key KEY            run authority's public key (hex, or a file holding it):\n"
             "                           admit only peers with a valid token from it\n"
             "  --token FILE             our token ('dedloc authority issue' for our peer id)\n"
+            "  --manifest FILE          the run manifest (dedloc run init): run id and key from it, and\n"
+            "                           served with its tokenizer to newcomers (dedloc join)\n"
             "  --revoked FILE           the authority's signed revocation list (re-read on change)\n"
             "  --allow FILE             peer ids admitted without a token, one per line\n"
             "  --roles LIST             roles admitted with a token (default trainer,aux,monitor)\n\n"
@@ -193,7 +196,8 @@ int cmd_peer(int argc, char **argv) {
     uint64_t fake_epoch = 0;
     enum { O_RUN = 256, O_LISTEN, O_ANNOUNCE, O_INITIAL, O_IDENTITY, O_STATUS, O_CLIENT, O_MAXUP,
            O_BW, O_TARGET, O_EXPIRY, O_KEEPALIVE, O_NODHT, O_DHTPORT, O_DHTBOOT, O_DURATION,
-           O_JSON, O_TEXT, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES, O_FEPOCH, O_FSAMPLES, O_FSPS, O_FLOSS, O_NAME, O_MAXBUF };
+           O_JSON, O_TEXT, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES, O_MANIFEST, O_FEPOCH, O_FSAMPLES, O_FSPS, O_FLOSS, O_NAME,
+           O_MAXBUF };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"listen", required_argument, NULL, O_LISTEN},
         {"announce", required_argument, NULL, O_ANNOUNCE}, {"initial-peers", required_argument, NULL, O_INITIAL},
@@ -206,7 +210,7 @@ int cmd_peer(int argc, char **argv) {
         {"json", no_argument, NULL, O_JSON}, {"text", no_argument, NULL, O_TEXT},
         {"run-key", required_argument, NULL, O_RUNKEY}, {"token", required_argument, NULL, O_TOKEN},
         {"revoked", required_argument, NULL, O_REVOKED}, {"allow", required_argument, NULL, O_ALLOW},
-        {"roles", required_argument, NULL, O_ROLES},
+        {"roles", required_argument, NULL, O_ROLES}, {"manifest", required_argument, NULL, O_MANIFEST},
 #ifdef DEDLOC_TEST_HOOKS
         /* Test hooks (CMake option DEDLOC_TEST_HOOKS): progress a bare peer does
          * not have, for the swarm tests. Kept last: opts[c - O_RUN] names an option. */
@@ -216,6 +220,7 @@ int cmd_peer(int argc, char **argv) {
 #endif
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
+    const char *manifest_path = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 0;
@@ -244,6 +249,7 @@ int cmd_peer(int argc, char **argv) {
         case O_REVOKED: cfg.revoked_path = optarg; break;
         case O_ALLOW: cfg.allow_path = optarg; break;
         case O_ROLES: bad = parse_roles(optarg, &cfg.admit_roles); break;
+        case O_MANIFEST: manifest_path = optarg; break;
 #ifdef DEDLOC_TEST_HOOKS
         case O_FEPOCH: bad = parse_double(optarg, 0, 1e15, &v); fake_epoch = (uint64_t)v; break;
         case O_FSAMPLES: bad = parse_double(optarg, 0, 1e15, &fake_samples); break;
@@ -258,6 +264,25 @@ int cmd_peer(int argc, char **argv) {
             fprintf(stderr, "dedloc peer: bad value '%s' for --%s\n", optarg, opts[c - O_RUN].name);
             return DL_EXIT_USAGE;
         }
+    }
+    /* --manifest: the run id and key come from it, and we serve it with the
+     * tokenizer: a bare peer makes a stable address for `dedloc join`. */
+    struct cli_swarm_args sw;
+    cli_swarm_args_default(&sw);
+    if (manifest_path) {
+        if (cfg.run_id || cfg.run_key) {
+            fprintf(stderr, "dedloc peer: --run-id and --run-key come from the manifest\n");
+            return DL_EXIT_USAGE;
+        }
+        sw.manifest_path = manifest_path;
+        if (cli_swarm_load_manifest(&sw, NULL, "peer")) {
+            cli_swarm_args_free(&sw);
+            return DL_EXIT_USAGE;
+        }
+        cfg.run_id = sw.net.run_id;
+        cfg.run_key = sw.net.run_key;
+        cfg.manifest_hash = sw.net.manifest_hash;
+        cfg.target_batch = (double)sw.manifest.target_batch;
     }
     if (optind < argc || !cfg.run_id) {
         fprintf(stderr, "dedloc peer: %s\n", optind < argc ? "unexpected argument" : "--run-id is required");
@@ -291,9 +316,14 @@ int cmd_peer(int argc, char **argv) {
     if (cfg.min_refresh_s > cfg.max_refresh_s) cfg.min_refresh_s = cfg.max_refresh_s;
     if (cfg.keepalive_s > cfg.expiry_s / 3) cfg.keepalive_s = cfg.expiry_s / 3;
 
-    dl_net *net;
-    if (dl_net_start(&cfg, &net)) {
+    dl_net *net = NULL;
+    dl_run_files *files = NULL;
+    if (dl_net_start(&cfg, &net) ||
+        (sw.has_manifest && dl_run_files_serve(net, &sw.manifest, sw.tokenizer_bytes, sw.tokenizer_size, &files))) {
         fprintf(stderr, "dedloc peer: %s\n", dl_error());
+        if (net) dl_net_stop(net);
+        dl_run_files_stop(files);
+        cli_swarm_args_free(&sw);
         return DL_EXIT_FAILURE;
     }
     signal(SIGINT, on_signal);
@@ -318,5 +348,7 @@ int cmd_peer(int argc, char **argv) {
         nanosleep(&ts, NULL);
     }
     dl_net_stop(net);
+    dl_run_files_stop(files);
+    cli_swarm_args_free(&sw);
     return DL_EXIT_OK;
 }

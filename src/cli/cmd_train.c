@@ -36,7 +36,14 @@ static void help(FILE *out) {
             "  --ca-file FILE       https data: trust the PEM CA certificates in FILE, not the system's\n"
             "  --insecure-tls       https data without certificate checks (anyone on the path can\n"
             "                       alter the data; warned)\n"
-            "  --batch B            sequences per micro-batch (8)\n"
+            "  --batch B|auto       sequences per micro-batch (8); auto: the largest that fits the\n"
+            "                       device's memory (estimated per micro-batch: weights, gradients,\n"
+            "                       activations of every layer; less a safety margin of a tenth)\n"
+            "  --max-device-memory MB  device memory the model may use (implies --batch auto unless\n"
+            "                       --batch is given)\n"
+            "  --recompute          keep only each layer's input in the forward pass and recompute its\n"
+            "                       activations in the backward pass: a fraction of the activation\n"
+            "                       memory (sahajbert at --seq 512 on a 4 GB card) for ~1/3 more compute\n"
             "  --seq T              tokens per sequence (tiny 128, otherwise 512)\n"
             "  --shuffle-buffer N   examples in the shuffle buffer (10000)\n"
             "  --seed K             seed of the initial weights and of the data stream (0)\n"
@@ -61,6 +68,9 @@ static void help(FILE *out) {
             "  --save-every S       steps between checkpoints (100; 0: only at the end)\n"
             "  --keep N             newest checkpoints kept, older ones deleted (3; 0 keeps them all)\n"
             "  --resume FILE        continue from this checkpoint file instead of the newest\n"
+            "  --replay-data        on resuming, re-read the data stream up to the checkpoint instead\n"
+            "                       of opening it at the position the checkpoint recorded (for a\n"
+            "                       source that changed since; the batches then differ)\n"
             "  --log FILE           JSON lines, one per optimizer step: step, loss, mlm_loss, sop_loss,\n"
             "                       lr, samples, samples_per_second, grad_norm, loss_scale, param_hash\n"
             "  --quiet              no progress line\n"
@@ -85,7 +95,7 @@ enum {
     OPT_MODEL = 256, OPT_TOKENIZER, OPT_DATA, OPT_BATCH, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_PRECISION,
     OPT_CKDIR, OPT_KEEP, OPT_LOG, OPT_SEED, OPT_PEER_SEED, OPT_DEVICE, OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD,
     OPT_CLIP, OPT_OPTIMIZER, OPT_SAVE_EVERY, OPT_RESUME, OPT_SHUFFLE, OPT_QUIET, OPT_MAX_MINUTES, OPT_CA_FILE, OPT_INSECURE_TLS,
-    OPT_SYNTHETIC, OPT_HELP, OPT_COUNT
+    OPT_SYNTHETIC, OPT_RECOMPUTE, OPT_MAX_DEVICE_MEMORY, OPT_REPLAY_DATA, OPT_HELP, OPT_COUNT
 };
 
 typedef struct {
@@ -94,7 +104,8 @@ typedef struct {
     bool insecure_tls;
     long long batch, seq, target, max_steps, keep, seed, peer_seed, warmup, total, save_every, shuffle;
     double lr, wd, clip, max_minutes, synthetic;
-    bool quiet;
+    long long max_device_mb;
+    bool quiet, recompute, replay_data;
     struct cli_swarm_args swarm;
     bool given[OPT_COUNT];
 } train_args;
@@ -153,6 +164,9 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
         {"ca-file", required_argument, NULL, OPT_CA_FILE}, {"insecure-tls", no_argument, NULL, OPT_INSECURE_TLS},
         {"synthetic-compute", required_argument, NULL, OPT_SYNTHETIC},
+        {"recompute", no_argument, NULL, OPT_RECOMPUTE},
+        {"replay-data", no_argument, NULL, OPT_REPLAY_DATA},
+        {"max-device-memory", required_argument, NULL, OPT_MAX_DEVICE_MEMORY},
         {"help", no_argument, NULL, OPT_HELP}};
     enum { N_OWN = sizeof opts / sizeof opts[0] };
     struct option all[N_OWN + 32];
@@ -188,7 +202,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_MODEL: a->model = optarg; break;
         case OPT_TOKENIZER: a->tokenizer = optarg; break;
         case OPT_DATA: a->data = optarg; break;
-        case OPT_BATCH: bad = parse_ll(optarg, 1, 1 << 16, &a->batch, "--batch"); break;
+        case OPT_BATCH:
+            if (!strcmp(optarg, "auto")) a->batch = 0; /* chosen from the device's memory */
+            else bad = parse_ll(optarg, 1, 1 << 16, &a->batch, "--batch");
+            break;
         case OPT_SEQ: bad = parse_ll(optarg, 8, 1 << 16, &a->seq, "--seq"); break;
         case OPT_TARGET: bad = parse_ll(optarg, 1, 1LL << 40, &a->target, "--target-batch"); break;
         case OPT_MAX_STEPS: bad = parse_ll(optarg, 0, 1LL << 40, &a->max_steps, "--max-steps"); break;
@@ -213,6 +230,11 @@ static int parse_args(int argc, char **argv, train_args *a) {
         case OPT_INSECURE_TLS: a->insecure_tls = true; break;
         case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
         case OPT_SYNTHETIC: bad = parse_d(optarg, 0, 3600, &a->synthetic, "--synthetic-compute"); break;
+        case OPT_RECOMPUTE: a->recompute = true; break;
+        case OPT_REPLAY_DATA: a->replay_data = true; break;
+        case OPT_MAX_DEVICE_MEMORY:
+            bad = parse_ll(optarg, 1, 1LL << 30, &a->max_device_mb, "--max-device-memory (MiB)");
+            break;
         case 'h':
         case OPT_HELP: help(stdout); return 1;
         default: bad = 1;
@@ -266,6 +288,54 @@ static int adopt_run_settings(train_args *a, const char *run_json, char **owned,
     return 0;
 }
 
+/* --manifest: the run settings come from it; only this machine's choices
+ * (device, precision among those allowed, micro-batch, outputs) stay options.
+ * The data source: peer k of a manifest with n sources reads source
+ * (peer seed mod n), set once the peer seed is known. */
+static int apply_manifest(train_args *a) {
+    static const int run_opts[] = {OPT_MODEL, OPT_DATA, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_OPTIMIZER, OPT_LR,
+                                   OPT_WARMUP, OPT_TOTAL, OPT_WD, OPT_CLIP, OPT_SEED, OPT_SHUFFLE};
+    static const char *const names[] = {"model", "data", "seq", "target-batch", "max-steps", "optimizer", "lr",
+                                        "warmup-steps", "total-steps", "weight-decay", "max-grad-norm", "seed",
+                                        "shuffle-buffer"};
+    for (size_t i = 0; i < sizeof run_opts / sizeof run_opts[0]; i++)
+        if (a->given[run_opts[i]]) {
+            fprintf(stderr, "dedloc train: --%s is a run setting: with --manifest it comes from the manifest\n",
+                    names[i]);
+            return -1;
+        }
+    if (cli_swarm_load_manifest(&a->swarm, a->tokenizer, "train")) return -1;
+    const struct dl_manifest *m = &a->swarm.manifest;
+    a->model = m->model_preset[0] ? m->model_preset : "manifest";
+    a->tokenizer = a->swarm.tokenizer_path;
+    a->data = m->data[0];
+    a->seq = m->seq;
+    a->target = m->target_batch;
+    a->max_steps = m->max_steps;
+    a->optimizer = m->optimizer;
+    a->lr = m->lr;
+    a->warmup = m->warmup_steps;
+    a->total = m->total_steps;
+    a->wd = m->weight_decay;
+    a->clip = m->max_grad_norm;
+    a->seed = m->seed;
+    a->shuffle = m->shuffle_buffer;
+    static const int set[] = {OPT_MODEL, OPT_TOKENIZER, OPT_DATA, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_OPTIMIZER,
+                              OPT_LR, OPT_WARMUP, OPT_TOTAL, OPT_WD, OPT_CLIP, OPT_SEED, OPT_SHUFFLE};
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++) a->given[set[i]] = true;
+    if (!a->given[OPT_BATCH]) a->batch = m->micro_batch;
+    if (!a->given[OPT_PRECISION]) {
+        a->precision = m->precision_default;
+        a->given[OPT_PRECISION] = true;
+    }
+    dl_precision p;
+    if (dl_precision_parse(a->precision, &p) || !(m->precisions & (1u << p))) {
+        fprintf(stderr, "dedloc train: --precision %s is not allowed by the manifest\n", a->precision);
+        return -1;
+    }
+    return 0;
+}
+
 static char *run_settings_json(const train_args *a) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", a->model);
@@ -284,6 +354,8 @@ static char *run_settings_json(const train_args *a) {
     return s;
 }
 
+static bool synthetic_flag_given(const train_args *a) { return a->given[OPT_SYNTHETIC]; }
+
 static bool is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -293,11 +365,16 @@ int cmd_train(int argc, char **argv) {
     train_args a;
     int parsed = parse_args(argc, argv, &a);
     if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
+    if (a.swarm.manifest_path && apply_manifest(&a)) {
+        cli_swarm_args_free(&a.swarm);
+        return DL_EXIT_USAGE;
+    }
 
     /* Outputs first: a folder that cannot take a checkpoint is found now,
      * not at the first save hours into the run. */
     if (dl_trainer_check_outputs(a.ckdir, a.log)) {
         fprintf(stderr, "dedloc train: %s\n", dl_error());
+        cli_swarm_args_free(&a.swarm);
         return DL_EXIT_FAILURE;
     }
     int exit_code = DL_EXIT_FAILURE;
@@ -325,7 +402,7 @@ int cmd_train(int argc, char **argv) {
         resuming = rc == 0;
     }
     if (resuming) {
-        if (a.given[OPT_MODEL])
+        if (a.given[OPT_MODEL] && !a.swarm.has_manifest)
             DL_WARN("train", "--model %s ignored: a resumed run keeps the checkpoint's model", a.model);
         a.given[OPT_MODEL] = false;
         if (adopt_run_settings(&a, ck.run_json, owned, &n_owned)) goto fail;
@@ -354,7 +431,10 @@ int cmd_train(int argc, char **argv) {
     /* 2. The model configuration and the initial weights. */
     bool tiny = !strcmp(a.model, "tiny");
     if (!resuming) {
-        if (is_dir(a.model)) {
+        if (a.swarm.manifest.model_config_json) {
+            const char *j = a.swarm.manifest.model_config_json;
+            if (dl_albert_config_parse(j, strlen(j), "the manifest's model", &cfg)) goto fail;
+        } else if (is_dir(a.model)) {
             if (dl_albert_load_hf(a.model, &cfg, &params)) goto fail;
         } else if (dl_albert_config_preset(a.model, &cfg) != 0) {
             dl_clear_error();
@@ -371,7 +451,13 @@ int cmd_train(int argc, char **argv) {
     }
     if (!a.given[OPT_TARGET]) a.target = tiny ? 32 : 4096;
     if (!a.given[OPT_MAX_STEPS]) a.max_steps = tiny ? 300 : 125000;
-    if (a.target < a.batch)
+    if (a.given[OPT_MAX_DEVICE_MEMORY] && !a.given[OPT_BATCH]) a.batch = 0;
+    if (a.batch == 0 && synthetic_flag_given(&a)) {
+        fprintf(stderr, "dedloc train: --batch auto needs a device; give --batch with --synthetic-compute\n");
+        exit_code = DL_EXIT_USAGE;
+        goto done;
+    }
+    if (a.batch > 0 && a.target < a.batch)
         DL_WARN("train", "--target-batch %lld is smaller than --batch %lld: micro-batches are whole, so each step "
                 "takes %lld samples; pass --batch %lld for steps of %lld", a.target, a.batch, a.batch, a.target,
                 a.target);
@@ -387,24 +473,19 @@ int cmd_train(int argc, char **argv) {
             a.peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 11);
             DL_INFO("train", "peer seed %lld (the data order of this peer)", a.peer_seed);
         }
+        if (a.swarm.has_manifest && a.swarm.manifest.num_data > 1) {
+            a.data = a.swarm.manifest.data[(unsigned long long)a.peer_seed % a.swarm.manifest.num_data];
+            DL_INFO("train", "data source %s (one of the manifest's %zu, by the peer seed)", a.data,
+                    a.swarm.manifest.num_data);
+        }
     }
 
-    dl_opt_config opt = dl_opt_config_sahajbert();
-    opt.kind = kind;
-    /* tiny + LAMB: 0.1. LAMB scales each tensor's step to its norm, and
-     * tensors that start at zero (biases) move by about the rate per step,
-     * so a run of a few hundred steps needs a large rate to move at all:
-     * in 60 steps of 32 samples 0.005 moved the loss 9.73 -> 9.60, 0.1
-     * moves it to 8.92; over 300 steps (scripts/demo.sh) it ends where 0.05
-     * does, without climbing back (docs/training.md has the numbers).
-     * AdamW's rate is absolute: tiny keeps 0.005 there. */
-    if (tiny) opt.lr = kind == DL_OPT_LAMB ? 0.1 : 0.005;
+    dl_opt_config opt = cli_train_opt_defaults(tiny, kind, a.max_steps);
     if (a.given[OPT_LR]) opt.lr = a.lr;
     opt.weight_decay = a.wd;
     opt.max_grad_norm = a.clip;
-    opt.total_steps = a.given[OPT_TOTAL] ? a.total : (tiny ? a.max_steps : 125000);
-    opt.warmup_steps = a.given[OPT_WARMUP] ? a.warmup : (tiny ? a.max_steps / 10 : 5000);
-    if (kind == DL_OPT_ADAMW) opt.eps = 1e-8;
+    if (a.given[OPT_TOTAL]) opt.total_steps = a.total;
+    if (a.given[OPT_WARMUP]) opt.warmup_steps = a.warmup;
     if (resuming) {
         /* The trainer continues with the optimizer settings stored in the
          * checkpoint; the ones given now override them (as --help says). */
@@ -428,6 +509,7 @@ int cmd_train(int argc, char **argv) {
 
     /* 3. Tokenizer, data, device, model (or the synthetic backend). */
     dl_synthetic_backend syn;
+    bool data_resumed = false;
     if (synthetic) {
         dl_param_layout pl;
         if (dl_param_layout_build(&cfg, &pl)) goto fail;
@@ -453,8 +535,28 @@ int cmd_train(int argc, char **argv) {
         dc.loop = true;
         dc.tls_ca_file = a.ca_file;
         dc.tls_insecure = a.insecure_tls;
-        if (dl_device_backend_open(&be, &dc, tok, a.device, &cfg, precision)) goto fail;
+        /* Resume at the recorded position: no re-reading, whatever the step.
+         * A swarm peer re-reads (its loop fast-forwards on its own). */
+        bool seek_data = resuming && ck.data_state && !a.replay_data && !a.swarm.any;
+        if (seek_data) {
+            dc.resume_state = ck.data_state;
+            dc.resume_state_size = ck.data_state_size;
+        }
+        dl_model_options mo = {.max_batch = (int)a.batch, .max_seq = (int)a.seq,
+                               .precision = precision, .recompute = a.recompute};
+        /* An automatic micro-batch need not exceed the target batch. */
+        int limit = a.target < 4096 ? (int)a.target : 4096, used = 0;
+        if (dl_device_backend_open_with(&be, &dc, tok, a.device, &cfg, &mo, a.max_device_mb, limit, &used)) {
+            if (seek_data)
+                dl_fail_context("the data stream cannot continue where %s left it; --replay-data re-reads "
+                                "it from the start instead", ck_path);
+            goto fail;
+        }
+        data_resumed = seek_data;
+        a.batch = used;
         const dl_param_layout *ml = dl_model_layout(be.model);
+        if (precision == DL_PRECISION_FP16)
+            DL_INFO("train", "fp16: GEMMs compute in %s", dl_model_compute_name(be.model));
         if (dl_train_layout_from_model(ml, &layout)) goto fail;
     }
     if (!params) {
@@ -482,6 +584,7 @@ int cmd_train(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     dl_trainer_backend backend = synthetic ? dl_synthetic_backend_callbacks(&syn) : dl_device_backend_callbacks(&be);
+    backend.data_resumed = data_resumed;
     dl_trainer_result res;
     int rc;
     if (a.swarm.any) {
@@ -545,5 +648,6 @@ done:
     free(params);
     dl_checkpoint_free(&ck);
     for (int i = 0; i < n_owned; i++) free(owned[i]);
+    cli_swarm_args_free(&a.swarm);
     return exit_code;
 }

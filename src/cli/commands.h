@@ -31,5 +31,7 @@ int cmd_export(int argc, char **argv);
 int cmd_grad(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_join(int argc, char **argv);
 
 #endif

@@ -14,6 +14,8 @@ const struct dl_command dl_commands[] = {
     {"serve-data", cmd_serve_data, "serve a directory of text shards over HTTP to the peers"},
     {"data", cmd_data, "run the training-data stream alone: show batches and counters"},
     {"train", cmd_train, "train ALBERT on one device (LAMB on the host, checkpoints, resume)"},
+    {"run", cmd_run, "the run manifest: init writes one (signed), show verifies and prints one"},
+    {"join", cmd_join, "join a run with one address: fetch its manifest and tokenizer, then train"},
     {"aux", cmd_aux, "auxiliary peer of a collaboration: aggregates and serves the state, no gradients"},
     {"tune", cmd_tune, "tune CLBlast GEMM for this device and a model's shapes (stored, applied at start)"},
     {"bench", cmd_bench, "benchmarks: bench gemm (GEMM GFLOP/s), bench step (one ALBERT training step)"},

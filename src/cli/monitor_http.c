@@ -76,6 +76,39 @@ static int by_samples_total(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* The monitor's checkpoints and exports: null when not asked for. */
+static void add_snapshots(cJSON *o, const struct monitor_snapshots *m) {
+    if (!m->checkpoint_dir && !m->export_dir) {
+        cJSON_AddNullToObject(o, "snapshots");
+        return;
+    }
+    cJSON *j = cJSON_AddObjectToObject(o, "snapshots");
+    cJSON_AddBoolToObject(j, "downloading", m->started && !m->finished);
+    cJSON_AddNumberToObject(j, "fetches", (double)m->fetches);
+    cJSON_AddNumberToObject(j, "failures", (double)m->failures);
+    cJSON_AddStringToObject(j, "last_error", m->last_error);
+    cJSON_AddStringToObject(j, "param_hash", m->param_hash);
+    if (m->checkpoint_dir) {
+        cJSON *c = cJSON_AddObjectToObject(j, "checkpoint");
+        cJSON_AddStringToObject(c, "dir", m->checkpoint_dir);
+        cJSON_AddNumberToObject(c, "every", (double)m->checkpoint_every);
+        cJSON_AddNumberToObject(c, "epoch", (double)m->checkpoint_epoch);
+        cJSON_AddStringToObject(c, "path", m->checkpoint_path);
+        cJSON_AddNumberToObject(c, "time", m->checkpoint_time);
+    } else {
+        cJSON_AddNullToObject(j, "checkpoint");
+    }
+    if (m->export_dir) {
+        cJSON *e = cJSON_AddObjectToObject(j, "export");
+        cJSON_AddStringToObject(e, "dir", m->export_dir);
+        cJSON_AddNumberToObject(e, "every", (double)m->export_every);
+        cJSON_AddNumberToObject(e, "epoch", (double)m->export_epoch);
+        cJSON_AddNumberToObject(e, "time", m->export_time);
+    } else {
+        cJSON_AddNullToObject(j, "export");
+    }
+}
+
 static cJSON *status_json(struct monitor_state *s) {
     cJSON *o = cJSON_CreateObject();
     const struct dl_swarm_view *v = &s->view;
@@ -101,6 +134,13 @@ static cJSON *status_json(struct monitor_state *s) {
         cJSON_AddNumberToObject(e, "samples_accumulated", p->samples_accumulated);
         cJSON_AddNumberToObject(e, "samples_per_second", p->samples_per_second);
         cJSON_AddBoolToObject(e, "client_mode", p->client_mode);
+        if (p->has_param_hash) {
+            char hex[65];
+            dl_collab_hash_hex(p->param_hash, hex);
+            cJSON_AddStringToObject(e, "param_hash", hex);
+        } else {
+            cJSON_AddNullToObject(e, "param_hash");
+        }
         double seen = now - p->time;
         cJSON_AddNumberToObject(e, "last_seen_s", seen > 0 ? seen : 0);
         const struct dl_metrics *m = monitor_find_metrics(s, p->peer_id);
@@ -122,6 +162,12 @@ static cJSON *status_json(struct monitor_state *s) {
         cJSON_AddItemToArray(board, e);
     }
     free(order);
+    cJSON *h = cJSON_AddObjectToObject(o, "history");
+    cJSON_AddNumberToObject(h, "points", (double)s->history.count);
+    cJSON_AddNumberToObject(h, "max_points", (double)s->history.max);
+    cJSON_AddNumberToObject(h, "file_lines", (double)s->history.file_lines);
+    cJSON_AddNumberToObject(h, "rewrites", (double)s->history.compactions);
+    add_snapshots(o, &s->snap);
     return o;
 }
 

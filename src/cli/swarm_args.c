@@ -11,7 +11,7 @@
 enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
-    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_CORRUPT, S_ATTACK,
+    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_CORRUPT, S_ATTACK,
 };
 
 static const struct option swarm_opts[] = {
@@ -27,6 +27,7 @@ static const struct option swarm_opts[] = {
     {"linger", required_argument, NULL, S_LINGER}, {"aggregation", required_argument, NULL, S_AGG},
     {"clip-tau", required_argument, NULL, S_TAU}, {"clip-iterations", required_argument, NULL, S_CLIPIT},
     {"clip-ban-rounds", required_argument, NULL, S_CLIPBAN}, {"name", required_argument, NULL, S_NAME},
+    {"manifest", required_argument, NULL, S_MANIFEST}, {"token", required_argument, NULL, S_TOKEN},
 #ifdef DEDLOC_TEST_HOOKS
     {"test-corrupt-at-step", required_argument, NULL, S_CORRUPT},
     {"test-attack", required_argument, NULL, S_ATTACK},
@@ -60,6 +61,9 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
     a->any = true;
     double v = 0;
     int bad = 0;
+    /* What a manifest decides may not be given beside it. */
+    if (c == S_RUN || c == S_COMP || c == S_AGG || c == S_TAU || c == S_CLIPIT || c == S_CLIPBAN)
+        a->run_option_given = swarm_opts[c - CLI_SWARM_OPT_BASE].name;
     switch (c) {
     case S_RUN: a->net.run_id = arg; break;
     case S_LISTEN: a->net.listen = arg; break;
@@ -92,6 +96,8 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
     case S_CLIPIT: bad = num(arg, 1, 1000, &v); a->train.clip_iterations = (int)v; break;
     case S_CLIPBAN: bad = num(arg, 0, 1e6, &v); a->collab.clip_ban_rounds = (int)v; break;
     case S_NAME: a->train.display_name = arg; bad = strlen(arg) >= 64; break;
+    case S_MANIFEST: a->manifest_path = arg; break;
+    case S_TOKEN: a->net.token_path = arg; break;
     case S_CORRUPT: bad = num(arg, 1, 1e12, &v); a->train.corrupt_at_step = (int64_t)v; break;
     case S_ATTACK:
         if (!strcmp(arg, "sign-flip")) a->train.test_attack = DL_TEST_ATTACK_SIGN_FLIP;
@@ -108,6 +114,10 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
 }
 
 int cli_swarm_finish(struct cli_swarm_args *a, const char *cmd, double target_batch) {
+    if (a->manifest_path && !a->has_manifest) {
+        fprintf(stderr, "dedloc %s: --manifest is not supported here\n", cmd);
+        return -1;
+    }
     if (!a->net.run_id) {
         fprintf(stderr, "dedloc %s: the swarm options need --run-id ID\n", cmd);
         return -1;
@@ -148,6 +158,9 @@ void cli_swarm_help(FILE *out) {
             "  --data-shard I/K     take micro-batches I, I+K, I+2K... of the stream (with --local-batch:\n"
             "                       K peers together see what one peer with K times the batch sees)\n"
             "  --name NAME          display name on monitors' contributor board (at most 63 characters)\n"
+            "  --manifest FILE      take every run setting from this signed run manifest (dedloc run\n"
+            "                       init; docs/manifest.md) and serve it and the tokenizer to newcomers\n"
+            "  --token FILE         our admission token, for a run with an authority (dedloc authority)\n"
             "  --linger S           after the last step keep serving the state S seconds (2)\n");
 }
 
@@ -157,9 +170,13 @@ int cli_swarm_run(struct cli_swarm_args *a, struct dl_collab_train_options *trai
     dl_net *net = NULL;
     dl_collab *collab = NULL;
     dl_state_donor *donor = NULL;
+    dl_run_files *files = NULL;
     int rc = -1;
     signal(SIGPIPE, SIG_IGN);
     if (dl_net_start(&a->net, &net)) return -1;
+    if (a->has_manifest &&
+        dl_run_files_serve(net, &a->manifest, a->tokenizer_bytes, a->tokenizer_size, &files))
+        goto done;
     DL_INFO("collab", "peer %s listening on %s, run %s", dl_net_peer_id(net), dl_net_listen_address(net),
             a->net.run_id);
     if (dl_collab_start(net, &a->collab, &collab) || dl_state_donor_start(net, NULL, &donor)) goto done;
@@ -168,5 +185,25 @@ done:
     dl_state_donor_stop(donor);
     if (collab) dl_collab_stop(collab);
     dl_net_stop(net);
+    dl_run_files_stop(files);
     return rc;
+}
+
+dl_opt_config cli_train_opt_defaults(bool tiny, dl_opt_kind kind, int64_t max_steps) {
+    dl_opt_config opt = dl_opt_config_sahajbert();
+    opt.kind = kind;
+    /* tiny + LAMB: 0.1. LAMB scales each tensor's step to its norm, and
+     * tensors that start at zero (biases) move by about the rate per step,
+     * so a run of a few hundred steps needs a large rate to move at all:
+     * in 60 steps of 32 samples 0.005 moved the loss 9.73 -> 9.60, 0.1
+     * moves it to 8.92; over 300 steps (scripts/demo.sh) it ends where 0.05
+     * does, without climbing back (docs/training.md has the numbers).
+     * AdamW's rate is absolute: tiny keeps 0.005 there. */
+    if (tiny) opt.lr = kind == DL_OPT_LAMB ? 0.1 : 0.005;
+    opt.weight_decay = 0.01;
+    opt.max_grad_norm = 1.0;
+    opt.total_steps = tiny ? max_steps : 125000;
+    opt.warmup_steps = tiny ? max_steps / 10 : 5000;
+    if (kind == DL_OPT_ADAMW) opt.eps = 1e-8;
+    return opt;
 }

@@ -18,6 +18,15 @@ struct cli_swarm_args {
     struct dl_collab_train_options train;  /* only the swarm fields are set here */
     const char *compression;
     bool any;                              /* a swarm option was given */
+    const char *run_option_given;          /* a run setting given as an option (refused with --manifest) */
+    /* --manifest: the run manifest and the tokenizer file it names. */
+    const char *manifest_path;
+    bool has_manifest;
+    struct dl_manifest manifest;
+    char tokenizer_path[4096];
+    char *tokenizer_bytes;
+    size_t tokenizer_size;
+    char run_key_hex[DL_AUTHORITY_PK_HEX];
 };
 
 void cli_swarm_args_default(struct cli_swarm_args *a);
@@ -29,6 +38,15 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
 /* Checks and completes the settings after parsing (run id required, refresh
  * bounds from the expiry). Returns 0 or -1 (message printed). */
 int cli_swarm_finish(struct cli_swarm_args *a, const char *cmd, double target_batch);
+/* --manifest FILE: loads and verifies the manifest, finds its tokenizer
+ * (tokenizer_path if given, else the path in the manifest, else that file's
+ * name beside the manifest) and checks it against the manifest's hash, then
+ * sets the run's settings of the swarm: run id, manifest hash, run key,
+ * compression, aggregation and clip parameters. Refuses those given as
+ * options. 0, or -1 with the message printed. */
+int cli_swarm_load_manifest(struct cli_swarm_args *a, const char *tokenizer_path, const char *cmd);
+/* Frees what cli_swarm_load_manifest loaded. */
+void cli_swarm_args_free(struct cli_swarm_args *a);
 /* The help text of the swarm options. */
 void cli_swarm_help(FILE *out);
 
@@ -38,5 +56,10 @@ void cli_swarm_help(FILE *out);
 int cli_swarm_run(struct cli_swarm_args *a, struct dl_collab_train_options *train, const dl_opt_config *opt,
                   const dl_train_layout *layout, float *params, const dl_checkpoint *resume,
                   const dl_trainer_backend *backend, struct dl_collab_train_result *res);
+
+/* The optimizer settings `dedloc train` uses when none are given: sahajBERT's
+ * recipe, scaled down for the tiny preset (its schedule spans max_steps). The
+ * monitor stores the same in the checkpoints it writes of a swarm. */
+dl_opt_config cli_train_opt_defaults(bool tiny, dl_opt_kind kind, int64_t max_steps);
 
 #endif

@@ -158,6 +158,20 @@ static void log_event(loop_state *st, const char *event, const char *detail) {
     emit(st, o);
 }
 
+/* The state we start from (a resumed checkpoint's or the initial weights). */
+static void log_start(loop_state *st, bool resumed) {
+    char hex[65];
+    dl_collab_hash_hex(st->hash, hex);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "event", "start");
+    cJSON_AddNumberToObject(o, "epoch", (double)st->opt.step);
+    cJSON_AddNumberToObject(o, "time", dl_wall_time());
+    cJSON_AddStringToObject(o, "peer_id", dl_net_peer_id(st->net));
+    cJSON_AddBoolToObject(o, "resumed", resumed);
+    cJSON_AddStringToObject(o, "param_hash", hex);
+    emit(st, o);
+}
+
 static void log_step(loop_state *st, const struct dl_avg_result *r, const dl_opt_step_info *info,
                      const float *losses, double group_samples, int64_t local_samples, double wall_s) {
     char hex[65] = "";
@@ -556,6 +570,7 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     }
     st.last_state_epoch = (uint64_t)st.opt.step;
     if (publish_state(&st)) goto done;
+    log_start(&st, resume != NULL);
     st.ls_at_step = st.ls;
     st.progress_at_step = st.progress;
     st.start_step = st.opt.step;

@@ -160,3 +160,22 @@ int dl_train_state_fetch(dl_net *net, const struct dl_swarm_look *look, dl_optim
     free(tmp);
     return rc;
 }
+
+int dl_collab_fetch_swarm_state(dl_net *net, uint64_t min_epoch, double timeout_s, dl_optimizer *opt, float *params,
+                                struct dl_collab_swarm_state *state) {
+    memset(state, 0, sizeof *state);
+    struct dl_swarm_look look;
+    /* At epoch 0 without a state of our own: the reference is the newest
+     * epoch any peer signed a hash for, as for a peer that just joined. */
+    if (dl_swarm_look(net, 0, NULL, 0, &look)) return -1;
+    if (!look.has_ref || look.num_donors == 0 || look.ref_epoch < min_epoch) return 1;
+    struct dl_train_state_meta meta;
+    double t0 = dl_now();
+    if (dl_train_state_fetch(net, &look, opt, params, &meta, timeout_s)) return -1;
+    state->epoch = meta.epoch;
+    state->samples = meta.samples;
+    memcpy(state->param_hash, look.ref_hash, 32);
+    state->holders = look.ref_holders;
+    state->seconds = dl_now() - t0;
+    return 0;
+}

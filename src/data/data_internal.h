@@ -65,6 +65,10 @@ int dl_bytesrc_open_file(const char *path, const dl_data_io *io, dl_bytesrc **ou
  * io->insecure_tls). */
 enum { DL_HTTP_MAX_REDIRECTS = 5 };
 int dl_bytesrc_open_http(const char *url, const dl_data_io *io, dl_bytesrc **out);
+/* The same, starting at byte offset of the file (the first request asks
+ * for Range: bytes=offset-). */
+int dl_bytesrc_open_http_at(const char *url, const dl_data_io *io, uint64_t offset,
+                            dl_bytesrc **out);
 /* 0 when the host of an http(s):// URL resolves, else -1 with the resolver's
  * reason. Checked once when a stream opens: a name that does not resolve is a
  * mistake in the URL, not an outage to wait out. */
@@ -83,6 +87,10 @@ void dl_http_read_head(int status, const char *content_range, const char *conten
                        uint64_t requested_from, dl_http_head *out);
 /* Either of the above, by the spec's scheme. */
 int dl_bytesrc_open(const char *spec, const dl_data_io *io, dl_bytesrc **out);
+/* The same, reading from byte `offset` of the file: a seek for a local
+ * file, a "Range: bytes=offset-" request over HTTP (a server that ignores
+ * Range has the first offset bytes of its answer dropped). */
+int dl_bytesrc_open_at(const char *spec, const dl_data_io *io, uint64_t offset, dl_bytesrc **out);
 bool dl_data_is_url(const char *spec);
 static inline void dl_bytesrc_close(dl_bytesrc *s) {
     if (s) s->close(s);
@@ -104,6 +112,11 @@ long dl_gzreader_read(dl_gzreader *gz, void *buf, size_t cap);
  * should drop its partial line. */
 bool dl_gzreader_take_discontinuity(dl_gzreader *gz);
 void dl_gzreader_free(dl_gzreader *gz); /* does not close src */
+/* True once the first bytes showed the gzip magic. */
+bool dl_gzreader_is_gzip(const dl_gzreader *gz);
+/* Decides "plain" without looking (a source opened in the middle of a file
+ * known to be plain). */
+void dl_gzreader_set_plain(dl_gzreader *gz);
 
 /* ---- line reader ------------------------------------------------------------------ */
 typedef struct dl_linereader dl_linereader;
@@ -113,6 +126,16 @@ int dl_linereader_new(dl_gzreader *gz, size_t max_line, uint64_t *skipped_lines,
  * 0: end, -1: failure. Over-long lines are skipped and counted. */
 int dl_linereader_next(dl_linereader *lr, const char **line, size_t *len);
 void dl_linereader_free(dl_linereader *lr);
+enum { DL_LINE_TAIL = 64 };
+/* Offset in the decoded stream of the first byte no line handed out has
+ * covered, and up to DL_LINE_TAIL bytes just before it (*tail_len of them). */
+uint64_t dl_linereader_position(const dl_linereader *lr, uint8_t *tail, size_t *tail_len);
+/* The reader's source starts at decoded offset `base` (a source opened in
+ * the middle of a file); call before the first read. */
+void dl_linereader_set_base(dl_linereader *lr, uint64_t base);
+/* Reads and drops bytes up to decoded offset `offset` (at or past the
+ * current position). -1 if the stream ends first or fails. */
+int dl_linereader_skip_to(dl_linereader *lr, uint64_t offset);
 
 /* ---- shard lists --------------------------------------------------------------------
  * Expands a source spec into the ordered list of shard specs (paths or URLs). */
@@ -142,6 +165,22 @@ int dl_docreader_new(char **shards, size_t count, size_t start_shard, enum dl_da
  * shard (the next call starts the next pass), -1: fatal failure (stop). */
 int dl_docreader_next(dl_docreader *dr, const char **text, size_t *len);
 void dl_docreader_free(dl_docreader *dr);
+/* Where the reader stands between two documents, to continue there later. */
+typedef struct dl_doc_position {
+    uint64_t pos;            /* shards begun in this pass */
+    bool first_pass;
+    bool open;               /* a shard is open: the fields below apply */
+    bool gzip;               /* its bytes are gzip (no seeking: decoded from the start) */
+    uint64_t offset;         /* decoded offset of the next line */
+    uint8_t tail[DL_LINE_TAIL]; /* the bytes just before offset, checked on return */
+    uint32_t tail_len;
+    dl_text_check check;
+} dl_doc_position;
+void dl_docreader_position(const dl_docreader *dr, dl_doc_position *out);
+/* Reopens the shard of a position (a fresh reader with the same shard list
+ * and start) at its offset; fails, naming the shard, when its bytes before
+ * the offset are not those recorded (the file changed). */
+int dl_docreader_seek(dl_docreader *dr, const dl_doc_position *p);
 
 /* ---- sentences ------------------------------------------------------------------------------ */
 typedef struct {
@@ -215,6 +254,33 @@ void dl_shuffle_free(dl_shuffle *sb);
 
 /* ---- the stream with an explicit text model (dl_data_open wraps it) ------------------------- */
 int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_data_stream **out);
+
+/* ---- stream state serialization (position.c) --------------------------------------------
+ * Little-endian byte strings grown on the heap; a reader that runs past the
+ * end or meets an impossible value sets failed and reads zeros after. */
+typedef struct dl_pos_out {
+    uint8_t *data;
+    size_t len, cap;
+    bool failed;
+} dl_pos_out;
+void dl_pos_put_u64(dl_pos_out *o, uint64_t v);
+void dl_pos_put_bytes(dl_pos_out *o, const void *p, size_t n);
+void dl_pos_put_i32s(dl_pos_out *o, const int32_t *v, size_t n);
+typedef struct dl_pos_in {
+    const uint8_t *data;
+    size_t len, pos;
+    bool failed;
+} dl_pos_in;
+uint64_t dl_pos_get_u64(dl_pos_in *in);
+/* A count of at most max (else failed). */
+uint64_t dl_pos_get_count(dl_pos_in *in, uint64_t max);
+void dl_pos_get_bytes(dl_pos_in *in, void *p, size_t n);
+void dl_pos_get_i32s(dl_pos_in *in, int32_t *v, size_t n);
+void dl_pos_put_example(dl_pos_out *o, const dl_example *ex);
+/* Allocates the example's arrays; ids checked against vocab_size. */
+int dl_pos_get_example(dl_pos_in *in, size_t max_len, size_t vocab_size, dl_example *ex);
+void dl_pos_put_position(dl_pos_out *o, const dl_doc_position *p);
+void dl_pos_get_position(dl_pos_in *in, dl_doc_position *p);
 
 /* Seed mixing: one generator per purpose from (seed, peer_seed). */
 uint64_t dl_data_mix_seed(uint64_t seed, uint64_t peer_seed, uint64_t purpose);

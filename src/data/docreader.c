@@ -220,3 +220,63 @@ void dl_docreader_free(dl_docreader *dr) {
     free(dr->doc);
     free(dr);
 }
+
+/* ---- positions ------------------------------------------------------------- */
+
+void dl_docreader_position(const dl_docreader *dr, dl_doc_position *out) {
+    memset(out, 0, sizeof *out);
+    out->pos = dr->pos;
+    out->first_pass = dr->first_pass;
+    out->check = dr->check;
+    if (!dr->lr) return;
+    out->open = true;
+    out->gzip = dl_gzreader_is_gzip(dr->gz);
+    size_t tail_len = 0;
+    out->offset = dl_linereader_position(dr->lr, out->tail, &tail_len);
+    out->tail_len = (uint32_t)tail_len;
+}
+
+int dl_docreader_seek(dl_docreader *dr, const dl_doc_position *p) {
+    close_shard(dr);
+    dr->para_len = 0;
+    dr->para_handed_out = false;
+    if (p->pos > dr->count || (p->open && p->pos == 0))
+        return dl_fail("the position names shard %llu of %zu", (unsigned long long)p->pos, dr->count);
+    if (p->tail_len > DL_LINE_TAIL || p->tail_len > p->offset)
+        return dl_fail("the position's check bytes are inconsistent");
+    dr->pos = (size_t)p->pos;
+    dr->first_pass = p->first_pass;
+    if (!p->open) {
+        dr->check = p->check;
+        return 0;
+    }
+    /* The shard that was open is the last one begun. */
+    const char *spec = dr->shards[(dr->start + dr->pos - 1) % dr->count];
+    /* A plain file or URL is read from just before the offset (the check
+     * bytes); gzip has no random access, so it is decoded from its start. */
+    uint64_t from = p->gzip ? 0 : p->offset - p->tail_len;
+    if (dl_bytesrc_open_at(spec, dr->io, from, &dr->src) ||
+        dl_gzreader_new(dr->src, &dr->counters->bad_gzip_members, &dr->gz) ||
+        dl_linereader_new(dr->gz, dr->max_line, &dr->counters->skipped_lines, &dr->lr)) {
+        close_shard(dr);
+        return dl_fail_context("reopening shard %s", spec);
+    }
+    if (!p->gzip) dl_gzreader_set_plain(dr->gz);
+    dl_linereader_set_base(dr->lr, from);
+    uint8_t tail[DL_LINE_TAIL];
+    size_t tail_len = 0;
+    if (dl_linereader_skip_to(dr->lr, p->offset)) {
+        close_shard(dr);
+        return dl_fail_context("shard %s changed since the position was taken (it is shorter)", spec);
+    }
+    dl_linereader_position(dr->lr, tail, &tail_len);
+    if (tail_len < p->tail_len || memcmp(tail + tail_len - p->tail_len, p->tail, p->tail_len)) {
+        close_shard(dr);
+        return dl_fail("shard %s changed since the position was taken: the %u bytes before byte "
+                       "%llu differ", spec, p->tail_len, (unsigned long long)p->offset);
+    }
+    dr->jsonl = dr->format == DL_DATA_JSONL || (dr->format == DL_DATA_AUTO && jsonl_name(spec));
+    dr->shard_name = spec;
+    dr->check = p->check;
+    return 0;
+}

@@ -166,3 +166,9 @@ void dl_gzreader_free(dl_gzreader *gz) {
     if (gz->zs_ready) inflateEnd(&gz->zs);
     free(gz);
 }
+
+bool dl_gzreader_is_gzip(const dl_gzreader *gz) { return gz->mode == GZ_GZIP; }
+
+void dl_gzreader_set_plain(dl_gzreader *gz) {
+    if (gz->mode == GZ_UNDECIDED) gz->mode = GZ_PLAIN;
+}

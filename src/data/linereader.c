@@ -15,7 +15,36 @@ struct dl_linereader {
     size_t cap, start, len; /* unread bytes are buf[start, len) */
     bool eof;
     bool overlong;    /* dropping the rest of an over-long line */
+    /* Positions, for resuming: buf[0] is at decoded offset base; tail holds
+     * the last bytes before buf[0] (those fill() moved out), tail_len many. */
+    uint64_t base;
+    uint8_t tail[DL_LINE_TAIL];
+    size_t tail_len;
+    /* The byte the last line's terminating NUL replaced, put back before the
+     * buffer is read again, so positions see the file's own bytes. */
+    size_t nul_at;
+    char nul_was;
+    bool nul_set;
 };
+
+static void restore_terminated_byte(dl_linereader *lr) {
+    if (!lr->nul_set) return;
+    lr->buf[lr->nul_at] = lr->nul_was;
+    lr->nul_set = false;
+}
+
+/* Appends bytes leaving the buffer to the tail, keeping its last DL_LINE_TAIL. */
+static void keep_tail(dl_linereader *lr, const char *p, size_t n) {
+    if (n >= DL_LINE_TAIL) {
+        memcpy(lr->tail, p + n - DL_LINE_TAIL, DL_LINE_TAIL);
+        lr->tail_len = DL_LINE_TAIL;
+        return;
+    }
+    size_t keep = lr->tail_len + n > DL_LINE_TAIL ? DL_LINE_TAIL - n : lr->tail_len;
+    memmove(lr->tail, lr->tail + lr->tail_len - keep, keep);
+    memcpy(lr->tail + keep, p, n);
+    lr->tail_len = keep + n;
+}
 
 int dl_linereader_new(dl_gzreader *gz, size_t max_line, uint64_t *skipped_lines,
                       dl_linereader **out) {
@@ -37,7 +66,10 @@ int dl_linereader_new(dl_gzreader *gz, size_t max_line, uint64_t *skipped_lines,
 /* Reads more bytes after the unread ones; *reset when the unread bytes were
  * dropped for a discontinuity. 0 ok, -1 failure. */
 static int fill(dl_linereader *lr, bool *reset) {
+    restore_terminated_byte(lr);
     if (lr->start > 0) {
+        keep_tail(lr, lr->buf, lr->start);
+        lr->base += lr->start;
         memmove(lr->buf, lr->buf + lr->start, lr->len - lr->start);
         lr->len -= lr->start;
         lr->start = 0;
@@ -56,6 +88,8 @@ static int fill(dl_linereader *lr, bool *reset) {
         /* The partial line before the damage is not trustworthy; what was
          * just read comes after it and starts afresh. */
         memmove(lr->buf, lr->buf + lr->len, (size_t)n);
+        lr->base += lr->len;
+        lr->tail_len = 0;
         lr->start = lr->len = 0;
         lr->overlong = false;
         *reset = true;
@@ -66,6 +100,7 @@ static int fill(dl_linereader *lr, bool *reset) {
 }
 
 int dl_linereader_next(dl_linereader *lr, const char **line, size_t *len) {
+    restore_terminated_byte(lr);
     size_t scanned = 0; /* bytes of the current line already searched for '\n' */
     for (;;) {
         char *begin = lr->buf + lr->start;
@@ -86,6 +121,9 @@ int dl_linereader_next(dl_linereader *lr, const char **line, size_t *len) {
                 scanned = 0;
                 continue;
             }
+            lr->nul_at = (size_t)(begin - lr->buf) + n;
+            lr->nul_was = begin[n];
+            lr->nul_set = true;
             begin[n] = 0;
             *line = begin;
             *len = n;
@@ -109,4 +147,38 @@ void dl_linereader_free(dl_linereader *lr) {
     if (!lr) return;
     free(lr->buf);
     free(lr);
+}
+
+uint64_t dl_linereader_position(const dl_linereader *lr, uint8_t *tail, size_t *tail_len) {
+    /* The last DL_LINE_TAIL bytes before buf + start: from the buffer, topped
+     * up from the saved tail. */
+    size_t from_buf = lr->start < DL_LINE_TAIL ? lr->start : DL_LINE_TAIL;
+    size_t from_tail = DL_LINE_TAIL - from_buf < lr->tail_len ? DL_LINE_TAIL - from_buf : lr->tail_len;
+    memcpy(tail, lr->tail + lr->tail_len - from_tail, from_tail);
+    memcpy(tail + from_tail, lr->buf + lr->start - from_buf, from_buf);
+    if (lr->nul_set && lr->nul_at < lr->start && lr->nul_at >= lr->start - from_buf)
+        tail[from_tail + lr->nul_at - (lr->start - from_buf)] = (uint8_t)lr->nul_was;
+    *tail_len = from_tail + from_buf;
+    return lr->base + lr->start;
+}
+
+void dl_linereader_set_base(dl_linereader *lr, uint64_t base) { lr->base = base; }
+
+int dl_linereader_skip_to(dl_linereader *lr, uint64_t offset) {
+    restore_terminated_byte(lr);
+    for (;;) {
+        uint64_t at = lr->base + lr->start;
+        if (at > offset) return dl_fail("cannot go back to byte %llu (at %llu)",
+                                        (unsigned long long)offset, (unsigned long long)at);
+        uint64_t want = offset - at;
+        size_t avail = lr->len - lr->start;
+        size_t take = want < avail ? (size_t)want : avail;
+        lr->start += take;
+        if (take == want) return 0;
+        if (lr->eof)
+            return dl_fail("the data ends at byte %llu, before byte %llu",
+                           (unsigned long long)(lr->base + lr->len), (unsigned long long)offset);
+        bool reset;
+        if (fill(lr, &reset)) return -1;
+    }
 }

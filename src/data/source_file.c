@@ -96,6 +96,25 @@ int dl_bytesrc_open_file(const char *path, const dl_data_io *io, dl_bytesrc **ou
     return 0;
 }
 
+static int file_seek(dl_bytesrc *s, uint64_t offset) {
+    file_src *f = (file_src *)s;
+    if (lseek(f->fd, (off_t)offset, SEEK_SET) == (off_t)-1)
+        return dl_fail("seeking %s to byte %llu: %s", f->path, (unsigned long long)offset,
+                       strerror(errno));
+    return 0;
+}
+
+int dl_bytesrc_open_at(const char *spec, const dl_data_io *io, uint64_t offset, dl_bytesrc **out) {
+    if (dl_data_is_url(spec)) return dl_bytesrc_open_http_at(spec, io, offset, out);
+    if (dl_bytesrc_open_file(spec, io, out)) return -1;
+    if (offset && file_seek(*out, offset)) {
+        dl_bytesrc_close(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 bool dl_data_is_url(const char *spec) {
     return !strncmp(spec, "http://", 7) || !strncmp(spec, "https://", 8);
 }

@@ -551,3 +551,13 @@ int dl_bytesrc_open_http(const char *url, const dl_data_io *io, dl_bytesrc **out
     *out = &h->base;
     return 0;
 }
+
+int dl_bytesrc_open_http_at(const char *url, const dl_data_io *io, uint64_t offset,
+                            dl_bytesrc **out) {
+    if (dl_bytesrc_open_http(url, io, out)) return -1;
+    /* The first request asks from here, as a retry after a failure does. */
+    http_src *h = (http_src *)*out;
+    h->offset = offset;
+    h->received_end = offset;
+    return 0;
+}

@@ -29,12 +29,21 @@ struct dl_data_stream {
     bool thread_started;
     /* shared with the consumer, under mu */
     pthread_mutex_t mu;
-    pthread_cond_t ready, space;
+    pthread_cond_t ready, space, parked_cond;
     dl_batch *slots;
     size_t queue_cap, queue_head, queue_count;
     enum stream_state state;
     char error[512];
     dl_data_stats stats;
+    /* Saving the state (dl_data_save_state): the producer parks between two
+     * batches while pause is set; parked_work is then its finished batch not
+     * yet queued. Batches handed out since the last mark are kept in
+     * retained, so the saved state starts at the mark. */
+    bool pause, parked, marked;
+    const dl_batch *parked_work;
+    dl_batch *retained;
+    size_t retained_count, retained_cap;
+    uint64_t batches_at_mark;
     /* producer-owned */
     dl_data_stats counters;
     dl_rng rng;
@@ -209,8 +218,16 @@ static void *producer_main(void *arg) {
             break;
         }
         pthread_mutex_lock(&s->mu);
-        while (s->queue_count == s->queue_cap && !atomic_load(&s->stop))
+        while ((s->queue_count == s->queue_cap || s->pause) && !atomic_load(&s->stop)) {
+            if (s->pause && !s->parked) {
+                s->parked = true;
+                s->parked_work = &work;
+                pthread_cond_broadcast(&s->parked_cond);
+            }
             pthread_cond_wait(&s->space, &s->mu);
+        }
+        s->parked = false;
+        s->parked_work = NULL;
         if (atomic_load(&s->stop)) {
             pthread_mutex_unlock(&s->mu);
             break;
@@ -234,8 +251,208 @@ out:
     s->state = final;
     publish_stats(s);
     pthread_cond_broadcast(&s->ready);
+    pthread_cond_broadcast(&s->parked_cond);
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* ---- saved state ------------------------------------------------------------------ */
+
+enum { STATE_MAGIC = 0x31307473646c6400ull /* "\0dldst01" */ };
+
+static void copy_batch(dl_batch *dst, const dl_batch *src) {
+    size_t n = (size_t)src->batch * (size_t)src->seq * sizeof(int32_t);
+    memcpy(dst->input_ids, src->input_ids, n);
+    memcpy(dst->token_type_ids, src->token_type_ids, n);
+    memcpy(dst->attention_mask, src->attention_mask, n);
+    memcpy(dst->labels, src->labels, n);
+    memcpy(dst->sentence_order_label, src->sentence_order_label, (size_t)src->batch * sizeof(int32_t));
+}
+
+/* Under mu: keeps a copy of a batch handed out after the mark. */
+static int retain(dl_data_stream *s, const dl_batch *b) {
+    if (s->retained_count == s->retained_cap) {
+        size_t cap = s->retained_cap ? s->retained_cap * 2 : 16;
+        dl_batch *grown = dl_realloc(s->retained, cap * sizeof *grown);
+        if (!grown) return -1;
+        memset(grown + s->retained_cap, 0, (cap - s->retained_cap) * sizeof *grown);
+        s->retained = grown;
+        s->retained_cap = cap;
+    }
+    dl_batch *dst = &s->retained[s->retained_count];
+    if (!dst->input_ids && dl_batch_alloc(dst, b->batch, b->seq)) return -1;
+    copy_batch(dst, b);
+    s->retained_count++;
+    return 0;
+}
+
+/* What a state must agree on with the stream that reads it. */
+static uint64_t config_hash(const dl_data_stream *s) {
+    dl_pos_out o = {0};
+    const dl_data_config *c = &s->cfg;
+    dl_pos_put_bytes(&o, s->source, strlen(s->source) + 1);
+    dl_pos_put_bytes(&o, s->json_field, strlen(s->json_field) + 1);
+    uint64_t nums[] = {(uint64_t)c->format, (uint64_t)c->batch_size, (uint64_t)c->max_seq_len,
+                       (uint64_t)c->shuffle_buffer, c->seed, c->peer_seed, (uint64_t)c->loop,
+                       (uint64_t)c->whole_word_mask, (uint64_t)c->max_line_bytes,
+                       s->text.vocab_size, (uint64_t)s->text.pad_id, (uint64_t)s->text.mask_id,
+                       dl_hash64(s->special, s->text.vocab_size, 0),
+                       dl_hash64(s->word_start, s->text.vocab_size, 0)};
+    for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) dl_pos_put_u64(&o, nums[i]);
+    float probs[] = {c->short_seq_prob, c->sop_swap_prob, c->mlm_probability, c->mask_replace_prob,
+                     c->random_replace_prob};
+    dl_pos_put_bytes(&o, probs, sizeof probs);
+    uint64_t h = o.failed ? 0 : dl_hash64(o.data, o.len, 0);
+    free(o.data);
+    return h;
+}
+
+static uint64_t shards_hash(const dl_data_stream *s) {
+    uint64_t h = s->shard_count;
+    for (size_t i = 0; i < s->shard_count; i++) h = dl_hash64(s->shards[i], strlen(s->shards[i]) + 1, h);
+    return h;
+}
+
+enum { STATS_WORDS = sizeof(dl_data_stats) / sizeof(uint64_t) };
+_Static_assert(sizeof(dl_data_stats) == STATS_WORDS * sizeof(uint64_t), "dl_data_stats is all uint64_t");
+
+static void put_batch(dl_pos_out *o, const dl_batch *b) {
+    size_t n = (size_t)b->batch * (size_t)b->seq;
+    dl_pos_put_i32s(o, b->input_ids, n);
+    dl_pos_put_i32s(o, b->token_type_ids, n);
+    dl_pos_put_i32s(o, b->attention_mask, n);
+    dl_pos_put_i32s(o, b->labels, n);
+    dl_pos_put_i32s(o, b->sentence_order_label, (size_t)b->batch);
+}
+
+/* Under mu, with the producer parked or gone: its state is still. */
+static void serialize(dl_data_stream *s, dl_pos_out *o) {
+    dl_pos_put_u64(o, STATE_MAGIC);
+    dl_pos_put_u64(o, config_hash(s));
+    dl_pos_put_u64(o, shards_hash(s));
+    dl_pos_put_u64(o, s->batches_at_mark);
+    const uint64_t *stats = (const uint64_t *)&s->counters;
+    for (int i = 0; i < STATS_WORDS; i++) dl_pos_put_u64(o, stats[i]);
+    for (int i = 0; i < 4; i++) dl_pos_put_u64(o, s->rng.s[i]);
+    dl_pos_put_u64(o, s->docs_this_pass);
+    dl_pos_put_u64(o, s->failed_before_pass);
+    dl_pos_put_u64(o, s->input_done);
+    dl_doc_position pos;
+    dl_docreader_position(s->docs, &pos);
+    dl_pos_put_position(o, &pos);
+    dl_pos_put_u64(o, s->ready_count - s->ready_head);
+    for (size_t i = s->ready_head; i < s->ready_count; i++) dl_pos_put_example(o, &s->ready_examples[i]);
+    dl_pos_put_u64(o, s->shuffle.count);
+    for (size_t i = 0; i < s->shuffle.count; i++) dl_pos_put_example(o, &s->shuffle.slots[i]);
+    /* Made but not taken as of the mark: the retained ones, the queue, and
+     * the finished batch the parked producer holds. */
+    bool work = s->parked && s->parked_work;
+    dl_pos_put_u64(o, s->retained_count + s->queue_count + (work ? 1 : 0));
+    for (size_t i = 0; i < s->retained_count; i++) put_batch(o, &s->retained[i]);
+    for (size_t i = 0; i < s->queue_count; i++) put_batch(o, &s->slots[(s->queue_head + i) % s->queue_cap]);
+    if (work) put_batch(o, s->parked_work);
+}
+
+int dl_data_mark(dl_data_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    s->marked = true;
+    s->retained_count = 0;
+    s->batches_at_mark = s->stats.batches;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int dl_data_save_state(dl_data_stream *s, uint8_t **state, size_t *size) {
+    *state = NULL;
+    *size = 0;
+    pthread_mutex_lock(&s->mu);
+    if (!s->marked) {
+        pthread_mutex_unlock(&s->mu);
+        return dl_fail("the data stream's state is taken at a mark, and none was set");
+    }
+    s->pause = true;
+    pthread_cond_broadcast(&s->space);
+    while (!s->parked && s->state == STREAM_RUNNING) pthread_cond_wait(&s->parked_cond, &s->mu);
+    int rc = 0;
+    if (s->state == STREAM_FAILED) {
+        rc = dl_fail("the data stream failed (%s): its position is lost", s->error);
+    } else {
+        dl_pos_out o = {0};
+        serialize(s, &o);
+        if (o.failed) {
+            free(o.data);
+            rc = dl_fail("out of memory saving the data stream's position");
+        } else {
+            *state = o.data;
+            *size = o.len;
+        }
+    }
+    s->pause = false;
+    pthread_cond_broadcast(&s->space);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Reads a saved state into the fresh (not yet started) stream s; the
+ * batches made but not taken go to *pending for the queue. */
+static int restore_state(dl_data_stream *s, dl_batch **pending, size_t *pending_count) {
+    dl_pos_in in = {s->cfg.resume_state, s->cfg.resume_state_size, 0, false};
+    if (dl_pos_get_u64(&in) != STATE_MAGIC) return dl_fail("not a saved data stream state");
+    if (dl_pos_get_u64(&in) != config_hash(s))
+        return dl_fail("the state was saved by a stream with another source, seed, batch shape, "
+                       "shuffle buffer, masking or tokenizer");
+    if (dl_pos_get_u64(&in) != shards_hash(s))
+        return dl_fail("the shard list of %s changed since the state was saved (%zu shards now)",
+                       s->source, s->shard_count);
+    uint64_t batches = dl_pos_get_u64(&in);
+    dl_data_stats counters;
+    uint64_t *words = (uint64_t *)&counters;
+    for (int i = 0; i < STATS_WORDS; i++) words[i] = dl_pos_get_u64(&in);
+    for (int i = 0; i < 4; i++) s->rng.s[i] = dl_pos_get_u64(&in);
+    s->docs_this_pass = dl_pos_get_u64(&in);
+    s->failed_before_pass = dl_pos_get_u64(&in);
+    s->input_done = dl_pos_get_count(&in, 1) != 0;
+    dl_doc_position pos;
+    dl_pos_get_position(&in, &pos);
+    if (in.failed) return dl_fail("the saved state is truncated");
+    if (dl_docreader_seek(s->docs, &pos)) return -1;
+    size_t T = (size_t)s->cfg.max_seq_len, V = s->text.vocab_size;
+    uint64_t ready = dl_pos_get_count(&in, MAX_SHUFFLE);
+    for (uint64_t i = 0; i < ready; i++) {
+        dl_example ex;
+        if (dl_pos_get_example(&in, T, V, &ex) || ready_push(s, ex)) return -1;
+    }
+    uint64_t held = dl_pos_get_count(&in, s->shuffle.cap);
+    for (uint64_t i = 0; i < held; i++) {
+        dl_example ex;
+        if (dl_pos_get_example(&in, T, V, &ex)) return -1;
+        s->shuffle.slots[s->shuffle.count++] = ex;
+    }
+    uint64_t n = dl_pos_get_count(&in, MAX_QUEUE + ((uint64_t)1 << 24));
+    if (in.failed) return dl_fail("the saved state is truncated");
+    *pending = dl_calloc(n ? n : 1, sizeof **pending);
+    if (!*pending) return -1;
+    for (uint64_t i = 0; i < n; i++) {
+        dl_batch *b = &(*pending)[i];
+        if (dl_batch_alloc(b, s->cfg.batch_size, s->cfg.max_seq_len)) break;
+        *pending_count = (size_t)i + 1;
+        size_t cells = (size_t)b->batch * (size_t)b->seq;
+        dl_pos_get_i32s(&in, b->input_ids, cells);
+        dl_pos_get_i32s(&in, b->token_type_ids, cells);
+        dl_pos_get_i32s(&in, b->attention_mask, cells);
+        dl_pos_get_i32s(&in, b->labels, cells);
+        dl_pos_get_i32s(&in, b->sentence_order_label, (size_t)b->batch);
+    }
+    if (*pending_count != n) return -1;
+    if (in.failed || in.pos != in.len) return dl_fail("the saved state is truncated or has trailing bytes");
+    /* Batches are checked against the model when used; counters go on. */
+    s->counters = counters;
+    s->stats = counters;
+    s->stats.batches = batches;
+    DL_INFO("data", "%s: resumed at batch %" PRIu64 " (pass %" PRIu64 ", shard %llu of the pass, byte %llu)",
+            s->source, batches, counters.passes, (unsigned long long)pos.pos,
+            (unsigned long long)pos.offset);
+    return 0;
 }
 
 /* ---- public API ------------------------------------------------------------------- */
@@ -266,6 +483,8 @@ static void stream_free(dl_data_stream *s) {
     if (s->slots)
         for (size_t i = 0; i < s->queue_cap; i++) dl_batch_free(&s->slots[i]);
     free(s->slots);
+    for (size_t i = 0; i < s->retained_cap; i++) dl_batch_free(&s->retained[i]);
+    free(s->retained);
     for (size_t i = s->ready_head; i < s->ready_count; i++) dl_example_free(&s->ready_examples[i]);
     free(s->ready_examples);
     dl_shuffle_free(&s->shuffle);
@@ -280,6 +499,7 @@ static void stream_free(dl_data_stream *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->ready);
     pthread_cond_destroy(&s->space);
+    pthread_cond_destroy(&s->parked_cond);
     free(s);
 }
 
@@ -312,6 +532,7 @@ int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_da
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->ready, &ca);
     pthread_cond_init(&s->space, &ca);
+    pthread_cond_init(&s->parked_cond, &ca);
     pthread_condattr_destroy(&ca);
     s->cfg = *cfg;
     static const struct {
@@ -370,10 +591,22 @@ int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_da
                          cfg->max_line_bytes, &s->io, &s->docs) ||
         dl_shuffle_init(&s->shuffle, (size_t)cfg->shuffle_buffer))
         goto fail;
+    dl_batch *pending = NULL;
+    size_t pending_count = 0;
+    if (cfg->resume_state && restore_state(s, &pending, &pending_count)) {
+        dl_fail_context("resuming the data stream of %s", s->source);
+        goto fail_pending;
+    }
     s->queue_cap = (size_t)cfg->queue_batches;
+    if (s->queue_cap < pending_count) s->queue_cap = pending_count;
     s->slots = dl_calloc(s->queue_cap, sizeof *s->slots);
-    if (!s->slots) goto fail;
-    for (size_t i = 0; i < s->queue_cap; i++)
+    if (!s->slots) goto fail_pending;
+    /* The batches made before the save but not taken come first. */
+    for (size_t i = 0; i < pending_count; i++) s->slots[i] = pending[i];
+    s->queue_count = pending_count;
+    free(pending);
+    pending = NULL;
+    for (size_t i = pending_count; i < s->queue_cap; i++)
         if (dl_batch_alloc(&s->slots[i], cfg->batch_size, cfg->max_seq_len)) goto fail;
     DL_INFO("data", "%s: %zu shard(s), starting at shard %zu; batch %d x %d, shuffle buffer %d",
             s->source, s->shard_count, start, cfg->batch_size, cfg->max_seq_len,
@@ -385,6 +618,9 @@ int dl_data_open_text(const dl_data_config *cfg, const dl_data_text *text, dl_da
     s->thread_started = true;
     *out = s;
     return 0;
+fail_pending:
+    for (size_t i = 0; i < pending_count; i++) dl_batch_free(&pending[i]);
+    free(pending);
 fail:
     stream_free(s);
     return -1;
@@ -434,6 +670,10 @@ int dl_data_next_batch(dl_data_stream *s, dl_batch *out, double timeout_s) {
     memcpy(out->labels, slot->labels, n * sizeof(int32_t));
     memcpy(out->sentence_order_label, slot->sentence_order_label,
            (size_t)slot->batch * sizeof(int32_t));
+    if (s->marked && retain(s, slot)) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
     s->queue_head = (s->queue_head + 1) % s->queue_cap;
     s->queue_count--;
     s->stats.batches++;

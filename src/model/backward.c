@@ -17,7 +17,12 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
     int N = m->N, T = m->T, H = c->hidden_size, I = c->intermediate_size,
         heads = c->num_attention_heads, hs = H / heads;
     size_t NH = (size_t)N * H, NI = (size_t)N * I, scores = (size_t)m->B * heads * T * T;
-    if (model_load(m, x, &m->hidden[l], NH) || model_load(m, &a->q, &kept->q, NH) ||
+    /* Recompute: this application's activations again, from its kept input;
+     * scratch takes the output, which nothing reads. */
+    if (m->recompute) {
+        if (model_load(m, x, &m->hidden[l], NH) || model_layer_forward(m, l, scratch))
+            return dl_fail_context("recomputing layer %d", l);
+    } else if (model_load(m, x, &m->hidden[l], NH) || model_load(m, &a->q, &kept->q, NH) ||
         model_load(m, &a->k, &kept->k, NH) || model_load(m, &a->v, &kept->v, NH) ||
         model_load(m, &a->att, &kept->att, scores) || model_load(m, &a->ctx, &kept->ctx, NH) ||
         model_load(m, &a->att_pre, &kept->att_pre, NH) ||
@@ -27,11 +32,11 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
         return -1;
     /* hidden[l+1] = LN(full_pre), full_pre = att_out + ffn_output(gelu(ffn(att_out))) */
     dl_buffer *d_full_pre = scratch;
-    if (op_layernorm_backward(m, d_full_pre, dh, &a->full_pre, &a->full_mean, &a->full_rstd,
-                              w->full_ln_g, w->full_ln_b, N, H) ||
+    if (op_layernorm_backward_bias(m, d_full_pre, dh, &a->full_pre, &a->full_mean, &a->full_rstd,
+                                   w->full_ln_g, w->full_ln_b, w->ffn_out_b, N, H) ||
         op_unary(m, m->k.gelu_forward, &m->ffn_act, &a->ffn_pre, N * I) ||
-        op_linear_backward(m, &m->d_ffn, false, d_full_pre, &m->ffn_act, w->ffn_out_w,
-                           w->ffn_out_b, N, I, H) ||
+        op_linear_backward_weights(m, &m->d_ffn, false, d_full_pre, &m->ffn_act, w->ffn_out_w,
+                                   N, I, H) ||
         op_unary_backward(m, m->k.gelu_backward, &m->d_ffn, &m->d_ffn, &a->ffn_pre, N * I))
         return -1;
     /* the residual already put d_full_pre in scratch: add the FFN input gradient */
@@ -41,10 +46,9 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
         return -1;
     /* att_out = LN(att_pre), att_pre = x + dense(ctx) */
     dl_buffer *d_att_pre = dh;
-    if (op_layernorm_backward(m, d_att_pre, d_att_out, &a->att_pre, &a->att_mean, &a->att_rstd,
-                              w->att_ln_g, w->att_ln_b, N, H) ||
-        op_linear_backward(m, &m->d_ctx, false, d_att_pre, &a->ctx, w->dense_w, w->dense_b, N, H,
-                           H))
+    if (op_layernorm_backward_bias(m, d_att_pre, d_att_out, &a->att_pre, &a->att_mean,
+                                   &a->att_rstd, w->att_ln_g, w->att_ln_b, w->dense_b, N, H) ||
+        op_linear_backward_weights(m, &m->d_ctx, false, d_att_pre, &a->ctx, w->dense_w, N, H, H))
         return -1;
     /* ctx = P V: dP = dctx V^T, dV = P^T dctx */
     if (model_attention_gemm(m, false, true, T, T, hs, &m->d_ctx, false, &a->v, false, &m->d_att,

@@ -99,14 +99,14 @@ int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int 
  * from the kept copy does; in fp32 one fused launch does both. */
 static int ffn_bias_gelu(dl_model *m, dl_buffer *pre, dl_buffer *kept, size_t bias_off, int rows, int C) {
     size_t n = (size_t)rows * C;
-    if (!m->staged) return op_bias_gelu(m, pre, &m->ffn_act, bias_off, rows, C);
+    if (!m->staged || !kept->mem) return op_bias_gelu(m, pre, &m->ffn_act, bias_off, rows, C);
     return op_bias_add(m, pre, bias_off, rows, C) || model_keep(m, pre, kept, n) ||
                    op_unary(m, m->k.gelu_forward, &m->ffn_act, pre, (int)n)
                ? -1
                : 0;
 }
 
-static int layer_forward(dl_model *m, int l) {
+int model_layer_forward(dl_model *m, int l, dl_buffer *recompute_out) {
     const dl_albert_config *c = &m->cfg;
     const layer_offsets *w = &m->off.layers[m->layer_weights[l]];
     layer_acts view, *a = &view, *kept = &m->layers[l];
@@ -138,25 +138,24 @@ static int layer_forward(dl_model *m, int l) {
         model_keep(m, &a->ctx, &kept->ctx, NH))
         return -1;
     if (op_linear_forward(m, &a->att_pre, &a->ctx, w->dense_w, N, H, H) ||
-        op_bias_residual_add(m, &a->att_pre, x, w->dense_b, N, H) ||
-        model_keep(m, &a->att_pre, &kept->att_pre, NH) ||
-        op_layernorm_forward(m, &a->att_out, &a->att_mean, &a->att_rstd, &a->att_pre, w->att_ln_g,
-                             w->att_ln_b, N, H) ||
+        op_bias_residual_layernorm(m, &a->att_pre, &kept->att_pre, x, w->dense_b, &a->att_out,
+                                   &a->att_mean, &a->att_rstd, w->att_ln_g, w->att_ln_b, N, H) ||
         model_keep(m, &a->att_out, &kept->att_out, NH))
         return -1;
     /* The output overwrites the input's working buffer: x is not read after
      * the attention residual. */
     bool last = l + 1 == m->layer_count;
-    dl_buffer *out = last || !m->staged ? &m->hidden[l + 1] : &m->x_work;
+    dl_buffer *out = recompute_out       ? recompute_out
+                     : last || !m->use_work ? &m->hidden[l + 1]
+                                            : &m->x_work;
     if (op_linear_forward(m, &a->ffn_pre, &a->att_out, w->ffn_w, N, H, I) ||
         ffn_bias_gelu(m, &a->ffn_pre, &kept->ffn_pre, w->ffn_b, N, I) ||
         op_linear_forward(m, &a->full_pre, &m->ffn_act, w->ffn_out_w, N, I, H) ||
-        op_bias_residual_add(m, &a->full_pre, &a->att_out, w->ffn_out_b, N, H) ||
-        model_keep(m, &a->full_pre, &kept->full_pre, NH) ||
-        op_layernorm_forward(m, out, &a->full_mean, &a->full_rstd, &a->full_pre, w->full_ln_g,
-                             w->full_ln_b, N, H))
+        op_bias_residual_layernorm(m, &a->full_pre, &kept->full_pre, &a->att_out, w->ffn_out_b,
+                                   out, &a->full_mean, &a->full_rstd, w->full_ln_g,
+                                   w->full_ln_b, N, H))
         return -1;
-    if (!last && model_keep(m, out, &m->hidden[l + 1], NH)) return -1;
+    if (!last && !recompute_out && model_keep(m, out, &m->hidden[l + 1], NH)) return -1;
     return 0;
 }
 
@@ -197,7 +196,7 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad) {
         DL_ARG(k, 4, word) || DL_ARG(k, 5, pos) || DL_ARG(k, 6, type) || DL_ARG(k, 7, N) ||
         DL_ARG(k, 8, T) || DL_ARG(k, 9, E) || model_launch(m, k, 2, global))
         return -1;
-    dl_buffer *first = m->staged ? &m->x_work : &m->hidden[0];
+    dl_buffer *first = m->use_work ? &m->x_work : &m->hidden[0];
     if (op_layernorm_forward(m, &m->emb_ln, &m->emb_mean, &m->emb_rstd, &m->emb_sum, o->emb_ln_g,
                              o->emb_ln_b, N, E) ||
         op_linear_forward(m, first, &m->emb_ln, o->map_w, N, E, H) ||
@@ -205,7 +204,7 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad) {
         model_keep(m, first, &m->hidden[0], (size_t)N * H))
         return -1;
     for (int l = 0; l < m->layer_count; l++)
-        if (layer_forward(m, l)) return dl_fail_context("layer %d forward", l);
+        if (model_layer_forward(m, l, NULL)) return dl_fail_context("layer %d forward", l);
     dl_buffer *last = &m->hidden[m->layer_count];
     /* MLM head on the labelled rows; the decoder is the word embedding matrix. */
     if (M > 0) {

@@ -100,6 +100,8 @@ static int create_kernels(dl_model *m) {
         {"layernorm.cl", "layernorm_forward", &m->k.layernorm_forward},
         {"layernorm.cl", "layernorm_backward_input", &m->k.layernorm_backward_input},
         {"layernorm.cl", "layernorm_backward_params", &m->k.layernorm_backward_params},
+        {"layernorm.cl", "bias_residual_layernorm_forward", &m->k.bias_residual_layernorm_forward},
+        {"layernorm.cl", "layernorm_backward_params_bias", &m->k.layernorm_backward_params_bias},
         {"activation.cl", "gelu_forward", &m->k.gelu_forward},
         {"activation.cl", "gelu_backward", &m->k.gelu_backward},
         {"activation.cl", "tanh_forward", &m->k.tanh_forward},
@@ -167,7 +169,7 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
     SPEC(&m->emb_rstd, N);
     for (int l = 0; l < m->layer_count; l++) STORED(&m->hidden[l], N * H);
     SPEC(&m->hidden[m->layer_count], N * H);
-    for (int l = 0; l < m->layer_count; l++) {
+    for (int l = 0; l < m->layer_count && !m->recompute; l++) {
         layer_acts *a = &m->layers[l];
         STORED(&a->q, N * H);
         STORED(&a->k, N * H);
@@ -211,7 +213,7 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
     SPEC(&m->d_mlm_in, N * H);
     SPEC(&m->d_pooled, B * H);
     SPEC(&m->d_pool_in, B * H);
-    if (m->staged) {
+    if (m->use_work) {
         layer_acts *w = &m->work;
         SPEC(&m->x_work, N * H);
         SPEC(&w->q, N * H);
@@ -223,6 +225,12 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
         SPEC(&w->full_pre, N * H);
         SPEC(&w->ffn_pre, N * I);
         SPEC(&w->att, B * heads * T * T);
+        if (m->recompute) {
+            SPEC(&w->att_mean, N);
+            SPEC(&w->att_rstd, N);
+            SPEC(&w->full_mean, N);
+            SPEC(&w->full_rstd, N);
+        }
     }
 #undef SPEC
 #undef STORED
@@ -242,6 +250,7 @@ void dl_model_free(dl_model *m) {
             free(specs);
         }
     }
+    model_half_close(m);
     release_kernels(&m->k);
     free(m->hidden);
     free(m->layers);
@@ -256,6 +265,14 @@ void dl_model_free(dl_model *m) {
 
 int dl_model_create(dl_device *dev, const dl_albert_config *cfg, int max_batch, int max_seq,
                     dl_precision precision, dl_model **out) {
+    dl_model_options opts = {.max_batch = max_batch, .max_seq = max_seq, .precision = precision};
+    return dl_model_create_with(dev, cfg, &opts, out);
+}
+
+int dl_model_create_with(dl_device *dev, const dl_albert_config *cfg, const dl_model_options *opts,
+                         dl_model **out) {
+    int max_batch = opts->max_batch, max_seq = opts->max_seq;
+    dl_precision precision = opts->precision;
     *out = NULL;
     if (dl_albert_config_validate(cfg)) return -1;
     if (max_batch <= 0 || max_seq <= 0 || max_seq > cfg->max_position_embeddings)
@@ -276,9 +293,13 @@ int dl_model_create(dl_device *dev, const dl_albert_config *cfg, int max_batch, 
     m->cfg = *cfg;
     m->precision = precision;
     m->staged = precision != DL_PRECISION_FP32;
+    m->recompute = opts->recompute;
+    m->use_work = m->staged || m->recompute;
     m->max_batch = max_batch;
     m->max_seq = max_seq;
-    if (dl_param_layout_build(cfg, &m->layout) || fill_offsets(m) || create_kernels(m)) goto fail;
+    if (dl_param_layout_build(cfg, &m->layout) || fill_offsets(m) || create_kernels(m) ||
+        model_half_open(m))
+        goto fail;
     m->hidden = dl_calloc((size_t)m->layer_count + 1, sizeof *m->hidden);
     m->layers = dl_calloc((size_t)m->layer_count, sizeof *m->layers);
     size_t N = (size_t)max_batch * (size_t)max_seq;
@@ -323,7 +344,7 @@ int dl_model_set_params(dl_model *m, const float *params) {
                                                        : dl_bf16_to_f32(dl_f32_to_bf16(params[i]));
     int rc = dl_buffer_upload(m->dev, &m->params, 0, rounded, m->layout.total * sizeof(float));
     free(rounded);
-    return rc;
+    return rc ? rc : model_half_params(m);
 }
 
 static int storage_kernel(dl_model *m, cl_kernel k, const dl_buffer *dst, const dl_buffer *src,
@@ -335,22 +356,24 @@ static int storage_kernel(dl_model *m, cl_kernel k, const dl_buffer *dst, const 
 }
 
 int model_keep(dl_model *m, dl_buffer *work, dl_buffer *stored, size_t n) {
-    if (!m->staged) return 0;
+    if (!m->use_work || !stored->mem) return 0;
     return storage_kernel(m, m->k.storage_keep, stored, work, n);
 }
 
 int model_load(dl_model *m, dl_buffer *work, const dl_buffer *stored, size_t n) {
-    if (!m->staged) return 0;
+    if (!m->use_work || !stored->mem) return 0;
     return storage_kernel(m, m->k.storage_load, work, stored, n);
 }
 
 void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x) {
-    if (!m->staged) {
+    if (!m->use_work) {
         *view = m->layers[l];
         *x = &m->hidden[l];
         return;
     }
     *view = m->work;
+    *x = &m->x_work;
+    if (m->recompute) return;
     view->att_mean = m->layers[l].att_mean;
     view->att_rstd = m->layers[l].att_rstd;
     view->full_mean = m->layers[l].full_mean;
@@ -387,7 +410,7 @@ size_t dl_model_memory_bytes(const dl_model *m) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += specs[i].buf->size;
     free(specs);
-    return total;
+    return total + model_half_bytes(m);
 }
 
 static int run(dl_model *m, const dl_batch *batch, float loss_scale, bool backward,

@@ -25,6 +25,7 @@ typedef struct model_kernels {
     cl_kernel embedding_forward, embedding_backward_word, embedding_backward_position,
         embedding_backward_type;
     cl_kernel layernorm_forward, layernorm_backward_input, layernorm_backward_params;
+    cl_kernel bias_residual_layernorm_forward, layernorm_backward_params_bias;
     cl_kernel gelu_forward, gelu_backward, tanh_forward, tanh_backward, bias_gelu_forward;
     cl_kernel softmax_forward, softmax_backward;
     cl_kernel bias_add, bias_residual_add, bias_backward, gather_rows, scatter_add_rows;
@@ -70,7 +71,12 @@ struct dl_model {
     dl_buffer *hidden;                              /* [layer_count + 1] of [N, H]; the last is fp32 */
     layer_acts *layers;                             /* [layer_count] */
     bool staged;                                    /* fp16/bf16: the working set is used */
-    layer_acts work;                                /* fp32 working set (statistics unused) */
+    /* Recomputation: layers[] is not allocated; the forward pass keeps only
+     * hidden[], and each layer's backward first reruns its forward in the
+     * working set (with its own statistics). */
+    bool recompute;
+    bool use_work;                                  /* staged || recompute */
+    layer_acts work;                                /* fp32 working set (statistics used only with recompute) */
     dl_buffer x_work;                               /* fp32 [N, H]: the current layer's input */
     dl_buffer mlm_in, mlm_pre, mlm_act, mlm_ln, mlm_mean, mlm_rstd;  /* [M, H|E], [M] */
     dl_buffer logits, mlm_losses;                   /* [M, V], [M] */
@@ -90,6 +96,9 @@ struct dl_model {
     int B, T, N, M;
     int word_segments;            /* distinct non-pad token ids in the batch */
     bool logits_valid;            /* the last pass was forward only */
+    /* fp16 compute (half_compute.c): NULL unless --precision fp16 runs half GEMMs */
+    dl_half_gemm *half;
+    dl_buffer params_half;        /* the weights rounded for half GEMMs */
     /* per-op profile (profile.c); off unless `bench step --profile` */
     bool profiling;
     dl_op_profile *profile;
@@ -109,13 +118,21 @@ int model_read_losses(dl_model *m, dl_losses *out);
 int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
                          const dl_buffer *a, bool a_is_scores, const dl_buffer *b,
                          bool b_is_scores, dl_buffer *c, bool c_is_scores);
-/* Storage staging (no-ops in fp32): keep writes work into the stored copy
- * and rounds work to it; load fills work from the stored copy. n in elements. */
+/* Storage staging (no-ops without the working set, and when the stored copy
+ * is not allocated, as the per-layer activations under recompute): keep
+ * writes work into the stored copy and rounds work to it; load fills work
+ * from the stored copy. n in elements. */
 int model_keep(dl_model *m, dl_buffer *work, dl_buffer *stored, size_t n);
 int model_load(dl_model *m, dl_buffer *work, const dl_buffer *stored, size_t n);
 /* The buffers layer l computes with: the stored ones in fp32, else the
  * working set with layer l's own statistics. */
 void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x);
+/* Forward of layer application l. recompute_out NULL: the forward pass
+ * (output to hidden[l+1], activations kept). Otherwise the backward pass's
+ * recomputation: the input is already in the working set, the output goes to
+ * recompute_out (a scratch buffer: the backward pass does not read it) and
+ * nothing is kept. */
+int model_layer_forward(dl_model *m, int l, dl_buffer *recompute_out);
 /* Backward from the loss gradients; accumulates into m->grads. */
 int model_backward_pass(dl_model *m);
 
@@ -126,6 +143,15 @@ double model_profile_begin(dl_model *m);
 int model_profile_end(dl_model *m, const char *name, double t0);
 /* dl_gemm, charged to `what` in the profile. */
 int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g);
+
+/* fp16 compute (half_compute.c): open chooses it from the precision, the
+ * device and DEDLOC_FP16_COMPUTE; params rounds the weights after each
+ * upload; gemm runs one product in half; bytes is the rounded weights' size. */
+int model_half_open(dl_model *m);
+void model_half_close(dl_model *m);
+int model_half_params(dl_model *m);
+size_t model_half_bytes(const dl_model *m);
+int model_half_gemm(dl_model *m, const dl_gemm_args *g);
 
 /* Enqueues a 1- or 2-D launch with the model's fixed work-group size. */
 int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global);
@@ -149,10 +175,27 @@ int op_bias_residual_add(dl_model *m, dl_buffer *out, const dl_buffer *residual,
                          int rows, int C);
 int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer *rstd,
                          const dl_buffer *in, size_t g_off, size_t b_off, int rows, int C);
+/* A residual layer's end: pre = residual + (pre + bias), kept (model_keep),
+ * out = LayerNorm(pre). One launch in fp32; with 16-bit storage the kept copy
+ * rounds pre before the LayerNorm reads it, so three. */
+int op_bias_residual_layernorm(dl_model *m, dl_buffer *pre, dl_buffer *kept,
+                               const dl_buffer *residual, size_t bias_off, dl_buffer *out,
+                               dl_buffer *mean, dl_buffer *rstd, size_t g_off, size_t b_off,
+                               int rows, int C);
 /* Writes dx; accumulates the gamma and beta gradients. */
 int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const dl_buffer *in,
                           const dl_buffer *mean, const dl_buffer *rstd, size_t g_off,
                           size_t b_off, int rows, int C);
+/* op_layernorm_backward where the LayerNorm's input came out of a Linear
+ * (plus a residual): that Linear's bias gradient (bias_off) is summed in the
+ * same pass as gamma's and beta's. Pair it with op_linear_backward_weights. */
+int op_layernorm_backward_bias(dl_model *m, dl_buffer *dx, const dl_buffer *dy,
+                               const dl_buffer *in, const dl_buffer *mean, const dl_buffer *rstd,
+                               size_t g_off, size_t b_off, size_t bias_off, int rows, int C);
+/* op_linear_backward without the bias gradient. */
+int op_linear_backward_weights(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
+                               const dl_buffer *x, size_t w_off, int rows, int in_features,
+                               int out_features);
 /* Elementwise kernels of the form k(out, in, n). */
 int op_unary(dl_model *m, cl_kernel k, dl_buffer *out, const dl_buffer *in, int n);
 /* Elementwise backward kernels of the form k(dx, dy, x, n). */

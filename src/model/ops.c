@@ -71,9 +71,9 @@ int op_bias_backward(dl_model *m, const dl_buffer *dy, size_t b_off, int rows, i
     return launch_1d(m, k, C);
 }
 
-int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
-                       const dl_buffer *x, size_t w_off, size_t b_off, int rows,
-                       int in_features, int out_features) {
+static int linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
+                           const dl_buffer *x, size_t w_off, const size_t *b_off, int rows,
+                           int in_features, int out_features) {
     /* dW[out, in] += dy^T[out, rows] x[rows, in] */
     dl_gemm_args gw = {.trans_a = true, .m = (size_t)out_features, .n = (size_t)in_features,
                        .k = (size_t)rows, .alpha = 1.0f, .beta = 1.0f,
@@ -82,7 +82,7 @@ int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buf
                        .c = &m->grads, .c_off = w_off, .ldc = (size_t)in_features,
                        .batch_count = 1};
     if (model_gemm(m, "gemm linear dW", &gw)) return -1;
-    if (op_bias_backward(m, dy, b_off, rows, out_features)) return -1;
+    if (b_off && op_bias_backward(m, dy, *b_off, rows, out_features)) return -1;
     if (!dx) return 0;
     /* dx[rows, in] (+)= dy[rows, out] W[out, in] */
     dl_gemm_args gx = {.m = (size_t)rows, .n = (size_t)in_features, .k = (size_t)out_features,
@@ -91,6 +91,20 @@ int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buf
                        .b = &m->params, .b_off = w_off, .ldb = (size_t)in_features,
                        .c = dx, .ldc = (size_t)in_features, .batch_count = 1};
     return model_gemm(m, "gemm linear dx", &gx);
+}
+
+int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
+                       const dl_buffer *x, size_t w_off, size_t b_off, int rows,
+                       int in_features, int out_features) {
+    return linear_backward(m, dx, accumulate, dy, x, w_off, &b_off, rows, in_features,
+                           out_features);
+}
+
+int op_linear_backward_weights(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
+                               const dl_buffer *x, size_t w_off, int rows, int in_features,
+                               int out_features) {
+    return linear_backward(m, dx, accumulate, dy, x, w_off, NULL, rows, in_features,
+                           out_features);
 }
 
 int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C) {
@@ -131,6 +145,53 @@ int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer
         DL_ARG(k, 6, bo) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C) || DL_ARG(k, 9, eps))
         return -1;
     return model_launch_rows(m, k, rows);
+}
+
+int op_bias_residual_layernorm(dl_model *m, dl_buffer *pre, dl_buffer *kept,
+                               const dl_buffer *residual, size_t bias_off, dl_buffer *out,
+                               dl_buffer *mean, dl_buffer *rstd, size_t g_off, size_t b_off,
+                               int rows, int C) {
+    if (m->staged)
+        return op_bias_residual_add(m, pre, residual, bias_off, rows, C) ||
+                       model_keep(m, pre, kept, (size_t)rows * C) ||
+                       op_layernorm_forward(m, out, mean, rstd, pre, g_off, b_off, rows, C)
+                   ? -1
+                   : 0;
+    cl_kernel k = m->k.bias_residual_layernorm_forward;
+    int bo = (int)bias_off, go = (int)g_off, beta = (int)b_off;
+    float eps = m->cfg.layer_norm_eps;
+    if (DL_ARG(k, 0, out->mem) || DL_ARG(k, 1, mean->mem) || DL_ARG(k, 2, rstd->mem) ||
+        DL_ARG(k, 3, pre->mem) || DL_ARG(k, 4, residual->mem) || DL_ARG(k, 5, m->params.mem) ||
+        DL_ARG(k, 6, bo) || DL_ARG(k, 7, go) || DL_ARG(k, 8, beta) || DL_ARG(k, 9, rows) ||
+        DL_ARG(k, 10, C) || DL_ARG(k, 11, eps))
+        return -1;
+    return model_launch_rows(m, k, rows);
+}
+
+static int layernorm_backward_input(dl_model *m, dl_buffer *dx, const dl_buffer *dy,
+                                    const dl_buffer *in, const dl_buffer *mean,
+                                    const dl_buffer *rstd, size_t g_off, int rows, int C) {
+    cl_kernel k = m->k.layernorm_backward_input;
+    int go = (int)g_off;
+    if (DL_ARG(k, 0, dx->mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, in->mem) ||
+        DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, m->params.mem) ||
+        DL_ARG(k, 6, go) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C))
+        return -1;
+    return model_launch_rows(m, k, rows);
+}
+
+int op_layernorm_backward_bias(dl_model *m, dl_buffer *dx, const dl_buffer *dy,
+                               const dl_buffer *in, const dl_buffer *mean, const dl_buffer *rstd,
+                               size_t g_off, size_t b_off, size_t bias_off, int rows, int C) {
+    if (layernorm_backward_input(m, dx, dy, in, mean, rstd, g_off, rows, C)) return -1;
+    cl_kernel k = m->k.layernorm_backward_params_bias;
+    int go = (int)g_off, bo = (int)b_off, lo = (int)bias_off;
+    if (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, in->mem) ||
+        DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, dx->mem) ||
+        DL_ARG(k, 6, go) || DL_ARG(k, 7, bo) || DL_ARG(k, 8, lo) || DL_ARG(k, 9, rows) ||
+        DL_ARG(k, 10, C))
+        return -1;
+    return launch_1d(m, k, C);
 }
 
 int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const dl_buffer *in,

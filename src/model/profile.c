@@ -57,6 +57,6 @@ int model_profile_end(dl_model *m, const char *name, double t0) {
 
 int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g) {
     double t0 = model_profile_begin(m);
-    if (dl_gemm(m->dev, g)) return -1;
+    if (m->half ? model_half_gemm(m, g) : dl_gemm(m->dev, g)) return -1;
     return model_profile_end(m, what, t0);
 }

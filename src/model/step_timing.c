@@ -50,9 +50,10 @@ static int profile_steps(dl_model *model, const dl_batch *batch, int steps, FILE
     return rc;
 }
 
-static int time_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch_size,
-                     int seq, dl_precision precision, int warmup, int steps, bool profile,
-                     FILE *progress, dl_step_timing *out) {
+int dl_model_time_step_with(dl_device *dev, const dl_albert_config *cfg, const float *params,
+                            const dl_model_options *shape, int warmup, int steps, bool profile,
+                            FILE *progress, dl_step_timing *out) {
+    int batch_size = shape->max_batch, seq = shape->max_seq;
     if (batch_size < 1 || seq < 1 || steps < 1 || warmup < 0)
         return dl_fail("step timing: batch, seq and steps must be at least 1");
     dl_model *model = NULL;
@@ -69,7 +70,7 @@ static int time_step(dl_device *dev, const dl_albert_config *cfg, const float *p
     }
     if (!rc) rc = dl_batch_alloc(&batch, batch_size, seq);
     if (!rc) fill_random_batch(&batch, cfg, batch_size, seq);
-    if (!rc) rc = dl_model_create(dev, cfg, batch_size, seq, precision, &model);
+    if (!rc) rc = dl_model_create_with(dev, cfg, shape, &model);
     if (!rc) rc = dl_model_set_params(model, params);
     dl_losses losses = {0};
     for (int i = 0; !rc && i < warmup + steps; i++) {
@@ -95,6 +96,7 @@ static int time_step(dl_device *dev, const dl_albert_config *cfg, const float *p
         out->flops = dl_albert_step_flops(cfg, batch_size, seq, losses.masked_tokens);
         out->parameters = layout.total;
         out->model_memory_bytes = dl_model_memory_bytes(model);
+        snprintf(out->compute, sizeof out->compute, "%s", dl_model_compute_name(model));
         if (profile) rc = profile_steps(model, &batch, steps, progress, out);
     }
     dl_model_free(model);
@@ -108,11 +110,13 @@ static int time_step(dl_device *dev, const dl_albert_config *cfg, const float *p
 int dl_model_time_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch_size,
                        int seq, dl_precision precision, int warmup, int steps, FILE *progress,
                        dl_step_timing *out) {
-    return time_step(dev, cfg, params, batch_size, seq, precision, warmup, steps, false, progress, out);
+    dl_model_options shape = {.max_batch = batch_size, .max_seq = seq, .precision = precision};
+    return dl_model_time_step_with(dev, cfg, params, &shape, warmup, steps, false, progress, out);
 }
 
 int dl_model_profile_step(dl_device *dev, const dl_albert_config *cfg, const float *params, int batch_size,
                           int seq, dl_precision precision, int warmup, int steps, FILE *progress,
                           dl_step_timing *out) {
-    return time_step(dev, cfg, params, batch_size, seq, precision, warmup, steps, true, progress, out);
+    dl_model_options shape = {.max_batch = batch_size, .max_seq = seq, .precision = precision};
+    return dl_model_time_step_with(dev, cfg, params, &shape, warmup, steps, true, progress, out);
 }

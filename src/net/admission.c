@@ -11,7 +11,9 @@ int dl_net_admission_start(struct dl_net *net) {
     /* Read once at start; the caller's strings need not outlive it. */
     net->cfg.run_key = net->cfg.token_path = net->cfg.allow_path = net->cfg.revoked_path = NULL;
     struct dl_trust *t = &net->trust;
-    if (!t->closed) {
+    if (net->cfg.fetch_only) {
+        /* Only asks for the run files: nothing to admit. */
+    } else if (!t->closed) {
         DL_WARN("net", "open run: any peer that knows the run id '%s' may join and send updates "
                        "(use --run-key with tokens, or --allow, to admit only known peers)",
                 net->run_id);

@@ -15,13 +15,16 @@
 uint8_t *dl_msg_hello_encode(const struct dl_msg_hello *m, size_t *size) {
     struct dl_enc e;
     dl_enc_init(&e);
-    msgpack_pack_array(&e.pk, 6);
+    msgpack_pack_array(&e.pk, 8);
     msgpack_pack_uint32(&e.pk, m->version);
     dl_pack_str(&e.pk, m->run_id);
     dl_pack_bin(&e.pk, m->sign_pk, DL_WIRE_PK);
     dl_pack_bin(&e.pk, m->kx_pk, DL_WIRE_PK);
     dl_pack_bin(&e.pk, m->nonce, DL_WIRE_NONCE);
     if (m->client_mode) msgpack_pack_true(&e.pk);
+    else msgpack_pack_false(&e.pk);
+    dl_pack_bin(&e.pk, m->manifest_hash, m->has_manifest ? sizeof m->manifest_hash : 0);
+    if (m->fetch_only) msgpack_pack_true(&e.pk);
     else msgpack_pack_false(&e.pk);
     return dl_enc_finish(&e, size);
 }
@@ -35,6 +38,19 @@ int dl_msg_hello_decode(const uint8_t *data, size_t size, struct dl_msg_hello *m
              dl_dec_bin_exact(&d, 2, m->sign_pk, DL_WIRE_PK, w) ||
              dl_dec_bin_exact(&d, 3, m->kx_pk, DL_WIRE_PK, w) ||
              dl_dec_bin_exact(&d, 4, m->nonce, DL_WIRE_NONCE, w) || dl_dec_bool(&d, 5, &m->client_mode, w);
+    /* Fields 6 and 7 (manifest hash, fetch only) are absent in peers
+     * without manifest support: they read as no manifest. */
+    if (!rc && d.count > 6) {
+        const uint8_t *mh;
+        size_t mn;
+        rc = dl_dec_bin(&d, 6, &mh, &mn, w);
+        if (!rc && mn != 0 && mn != sizeof m->manifest_hash) rc = dl_fail("HELLO: manifest hash of %zu bytes", mn);
+        if (!rc && mn) {
+            memcpy(m->manifest_hash, mh, mn);
+            m->has_manifest = true;
+        }
+    }
+    if (!rc && d.count > 7) rc = dl_dec_bool(&d, 7, &m->fetch_only, w);
     dl_dec_end(&d);
     return rc ? -1 : 0;
 }

@@ -123,6 +123,27 @@ int dl_conn_send(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t si
     return rc ? dl_fail("bufferevent_write failed") : 0;
 }
 
+/* Peers of one run must share its manifest: a different one (or none where
+ * we have one) would train another model, or the same one differently.
+ * Both sides say why (the reason goes into the ERROR message and our log). */
+static bool manifest_mismatch(struct dl_conn *c, const struct dl_msg_hello *h) {
+    struct dl_net *net = c->net;
+    if (!net->has_manifest && !h->has_manifest) return false;
+    if (net->has_manifest && h->has_manifest && !memcmp(net->manifest_hash, h->manifest_hash, 32)) return false;
+    char mine[24] = "none", theirs[24] = "none", hex[17], why[128];
+    if (net->has_manifest) {
+        sodium_bin2hex(hex, sizeof hex, net->manifest_hash, 8);
+        snprintf(mine, sizeof mine, "%s...", hex);
+    }
+    if (h->has_manifest) {
+        sodium_bin2hex(hex, sizeof hex, h->manifest_hash, 8);
+        snprintf(theirs, sizeof theirs, "%s...", hex);
+    }
+    snprintf(why, sizeof why, "different run manifest: %s (the refusing peer) vs %s (the refused one)", mine, theirs);
+    dl_conn_reject(c, DL_ERR_MANIFEST, why, false);
+    return true;
+}
+
 static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
     struct dl_net *net = c->net;
     if (dl_handshake_on_hello(&c->hs, body, size, &c->rx, &c->tx)) {
@@ -134,7 +155,10 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(c, DL_ERR_VERSION, "unsupported protocol version", false);
         return;
     }
-    if (strcmp(h->run_id, net->run_id)) {
+    /* A fetch-only newcomer does not know the run yet; a fetch-only net
+     * (ours) learns it from the manifest it asks for. */
+    bool fetching = h->fetch_only || net->cfg.fetch_only;
+    if (!fetching && strcmp(h->run_id, net->run_id)) {
         /* Both ids, cut to fit the ERROR message: a typo shows at a glance. */
         char why[128];
         snprintf(why, sizeof why, "different run id: '%.40s' (the refusing peer) vs '%.40s' (the refused one)",
@@ -142,6 +166,7 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(c, DL_ERR_RUN, why, false);
         return;
     }
+    if (!fetching && manifest_mismatch(c, h)) return;
     if (!memcmp(h->sign_pk, net->id.pk, DL_WIRE_PK)) {
         for (size_t i = 0; i < net->num_targets; i++)
             if (c->outbound && !strcmp(net->targets[i].address, c->dialled)) net->targets[i].is_self = true;
@@ -159,6 +184,8 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
     memcpy(c->peer_pk, h->sign_pk, DL_WIRE_PK);
     dl_peer_id_from_pk(c->peer_pk, c->peer_id);
     c->peer_client = h->client_mode;
+    c->peer_fetch_only = h->fetch_only;
+    if (h->fetch_only) DL_DEBUG("net", "%s connects to fetch the run files", c->peer_id);
     c->state = CONN_AUTH;
     uint8_t sig[DL_WIRE_SIG];
     dl_handshake_sign(&c->hs, &net->id, sig);
@@ -188,7 +215,8 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(c, DL_ERR_AUTH, "forged handshake signature", false);
         return;
     }
-    if (dl_net_admit(net, c, token, token_size)) return;
+    /* A fetch-only peer is admitted to the run files alone (rpc.c). */
+    if (!c->peer_fetch_only && !net->cfg.fetch_only && dl_net_admit(net, c, token, token_size)) return;
     dl_handshake_clear(&c->hs);
     /* Two connections to one peer (both dialled at once): keep the one
      * dialled by the smaller key, or the newer if both were dialled by the
@@ -429,7 +457,8 @@ struct dl_conn *dl_conn_new(struct dl_net *net, struct bufferevent *bev, bool ou
     c->created = c->last_rx = dl_now();
     snprintf(c->remote, sizeof c->remote, "%s", remote);
     if (dialled) snprintf(c->dialled, sizeof c->dialled, "%s", dialled);
-    if (dl_handshake_begin(&c->hs, outbound, &net->id, net->run_id, net->cfg.client_mode)) {
+    if (dl_handshake_begin_ex(&c->hs, outbound, &net->id, net->run_id, net->cfg.client_mode,
+                              net->has_manifest ? net->manifest_hash : NULL, net->cfg.fetch_only)) {
         free(c);
         return NULL;
     }

@@ -2,6 +2,7 @@
  * at once on an epoch change), peer exchange on connect, and flooding of
  * newer records to everyone else, so the swarm view converges without a
  * full mesh. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,6 +159,9 @@ static int on_one_record(void *user, const uint8_t *blob, size_t size) {
 }
 
 void dl_net_on_records(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size) {
+    /* A newcomer fetching the run files is no peer of the run yet, and a
+     * fetch-only net (ours) does not know the run its peers' records name. */
+    if (c->peer_fetch_only || net->cfg.fetch_only) return;
     struct records_ctx ctx = {net, c, 0};
     if (dl_msg_records_decode(body, size, on_one_record, &ctx)) {
         dl_conn_reject(c, DL_ERR_PROTOCOL, dl_error(), true);
@@ -165,6 +169,7 @@ void dl_net_on_records(struct dl_net *net, struct dl_conn *c, const uint8_t *bod
 }
 
 void dl_net_publish_record(struct dl_net *net, bool goodbye) {
+    if (net->cfg.fetch_only) return; /* a newcomer fetching the run files is no peer of the run yet */
     struct dl_record r;
     memset(&r, 0, sizeof r);
     double wall = dl_wall_time();
@@ -203,6 +208,7 @@ void dl_net_publish_record(struct dl_net *net, bool goodbye) {
 void dl_net_on_ready(struct dl_net *net, struct dl_conn *c) {
     pthread_mutex_lock(&net->lock);
     net->num_ready++;
+    snprintf(net->last_ready, sizeof net->last_ready, "%s", c->peer_id);
     pthread_mutex_unlock(&net->lock);
     bufferevent_set_timeouts(c->bev, NULL, NULL);
     if (c->outbound) {
@@ -222,6 +228,7 @@ void dl_net_on_ready(struct dl_net *net, struct dl_conn *c) {
 void dl_net_on_closed(struct dl_net *net, struct dl_conn *c) {
     pthread_mutex_lock(&net->lock);
     net->num_ready--;
+    if (!strcmp(net->last_ready, c->peer_id)) net->last_ready[0] = 0;
     pthread_mutex_unlock(&net->lock);
 }
 

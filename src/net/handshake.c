@@ -9,6 +9,11 @@ static const char AUTH_CONTEXT[] = "dedloc-auth-v1";
 
 int dl_handshake_begin(struct dl_handshake *hs, bool outbound, const struct dl_identity *id,
                        const char *run_id, bool client_mode) {
+    return dl_handshake_begin_ex(hs, outbound, id, run_id, client_mode, NULL, false);
+}
+
+int dl_handshake_begin_ex(struct dl_handshake *hs, bool outbound, const struct dl_identity *id,
+                          const char *run_id, bool client_mode, const uint8_t *manifest_hash, bool fetch_only) {
     memset(hs, 0, sizeof *hs);
     hs->outbound = outbound;
     crypto_kx_keypair(hs->kx_pk, hs->kx_sk);
@@ -21,6 +26,11 @@ int dl_handshake_begin(struct dl_handshake *hs, bool outbound, const struct dl_i
     memcpy(h.kx_pk, hs->kx_pk, DL_WIRE_PK);
     randombytes_buf(h.nonce, sizeof h.nonce);
     h.client_mode = client_mode;
+    h.fetch_only = fetch_only;
+    if (manifest_hash) {
+        h.has_manifest = true;
+        memcpy(h.manifest_hash, manifest_hash, sizeof h.manifest_hash);
+    }
     hs->my_hello = dl_msg_hello_encode(&h, &hs->my_hello_size);
     return hs->my_hello ? 0 : -1;
 }

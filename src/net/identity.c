@@ -65,3 +65,13 @@ int dl_identity_load(const char *path, struct dl_identity *id) {
     dl_peer_id_from_pk(id->pk, id->peer_id);
     return 0;
 }
+
+int dl_net_identity_keys(const char *path, uint8_t pk[DL_NET_PUBLIC_KEY], uint8_t sk[64]) {
+    struct dl_identity id;
+    if (!path || !*path) return dl_fail("an identity file is needed");
+    if (dl_identity_load(path, &id)) return -1;
+    memcpy(pk, id.pk, DL_NET_PUBLIC_KEY);
+    memcpy(sk, id.sk, 64);
+    sodium_memzero(&id, sizeof id);
+    return 0;
+}

@@ -253,6 +253,11 @@ int dl_net_start(const struct dl_net_config *config, dl_net **out) {
     net->cfg.initial_peers = net->initial_cfg;
     net->cfg.identity_path = net->identity_cfg;
     net->cfg.dht_bootstrap = net->dht_bootstrap_cfg;
+    if (config->manifest_hash) {
+        net->has_manifest = true;
+        memcpy(net->manifest_hash, config->manifest_hash, sizeof net->manifest_hash);
+    }
+    net->cfg.manifest_hash = NULL;
     net->refresh_s = config->min_refresh_s;
     if (dl_identity_load(net->cfg.identity_path, &net->id)) goto fail;
     if (dl_net_admission_start(net)) goto fail;
@@ -312,8 +317,11 @@ int dl_net_start(const struct dl_net_config *config, dl_net **out) {
         goto fail;
     }
     net->thread_started = true;
-    DL_INFO("net", "peer %s listening on %s (run '%s')", net->id.peer_id,
-            net->listen_addr[0] ? net->listen_addr : "nothing (client mode)", net->run_id);
+    if (net->cfg.fetch_only)
+        DL_DEBUG("net", "fetch-only peer %s started", net->id.peer_id);
+    else
+        DL_INFO("net", "peer %s listening on %s (run '%s')", net->id.peer_id,
+                net->listen_addr[0] ? net->listen_addr : "nothing (client mode)", net->run_id);
     *out = net;
     return 0;
 fail:
@@ -383,4 +391,11 @@ int dl_net_swarm_view(dl_net *net, struct dl_swarm_view *view) {
     view->refresh_s = net->refresh_s;
     pthread_mutex_unlock(&net->lock);
     return rc;
+}
+
+bool dl_net_connected_peer(dl_net *net, char out[DL_PEER_ID_HEX]) {
+    pthread_mutex_lock(&net->lock);
+    snprintf(out, DL_PEER_ID_HEX, "%s", net->last_ready);
+    pthread_mutex_unlock(&net->lock);
+    return out[0] != 0;
 }

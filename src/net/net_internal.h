@@ -58,6 +58,7 @@ struct dl_conn {
     uint8_t peer_pk[DL_WIRE_PK];
     char peer_id[DL_PEER_ID_HEX];
     bool peer_client;
+    bool peer_fetch_only;             /* a newcomer that may only fetch the run files */
     char remote[DL_NET_ADDR_MAX];     /* address of the socket's other end */
     char dialled[DL_NET_ADDR_MAX];    /* what we dialled (outbound only) */
     double created, last_rx, last_ping, closing_since;
@@ -197,6 +198,9 @@ struct dl_net {
     /* lock: extra fields of our progress record */
     uint8_t param_hash[32];
     bool has_param_hash;
+    bool has_manifest;                /* manifest_hash: our run manifest's (docs/manifest.md) */
+    uint8_t manifest_hash[32];
+    char last_ready[DL_PEER_ID_HEX];  /* lock: the peer of the newest ready connection still open ("" = none) */
     double measured_mbit;
 
     struct dl_dht *dht;

@@ -189,6 +189,11 @@ void dl_rpc_on_request(struct dl_net *net, struct dl_conn *c, const uint8_t *bod
         dl_conn_reject(c, DL_ERR_PROTOCOL, "request timeout out of range", true);
         return;
     }
+    if (c->peer_fetch_only && strncmp(m.method, DL_NET_PUBLIC_PREFIX, strlen(DL_NET_PUBLIC_PREFIX))) {
+        static const char msg[] = "refused: a fetch-only connection may only ask for the run files";
+        send_response(c, m.id, DL_NET_REMOTE_ERROR, (const uint8_t *)msg, sizeof msg - 1, false, sizeof msg - 1);
+        return;
+    }
     dl_net_handler_fn fn = NULL;
     void *user = NULL;
     pthread_mutex_lock(&net->lock);

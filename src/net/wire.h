@@ -47,7 +47,8 @@ enum dl_wire_error {
     DL_ERR_SELF = 6,         /* connected to ourselves */
     DL_ERR_DUPLICATE = 7,    /* a connection to this peer exists already */
     DL_ERR_BUSY = 8,         /* too many connections */
-    DL_ERR_ADMISSION = 9,    /* not admitted: no valid token, revoked, not on the allowlist */
+    DL_ERR_ADMISSION = 9,
+    DL_ERR_MANIFEST = 10,    /* a different run manifest (or none where the other has one) */    /* not admitted: no valid token, revoked, not on the allowlist */
 };
 
 struct dl_frame_header {
@@ -89,6 +90,9 @@ struct dl_msg_hello {
     uint8_t kx_pk[DL_WIRE_PK];
     uint8_t nonce[DL_WIRE_NONCE];
     bool client_mode;
+    bool has_manifest;        /* manifest_hash is set (docs/manifest.md) */
+    uint8_t manifest_hash[32];
+    bool fetch_only;          /* a newcomer asking only for the run files */
 };
 struct dl_msg_error {
     uint32_t code;
@@ -179,6 +183,10 @@ struct dl_handshake {
 /* Prepares our HELLO (generates the ephemeral key and nonce). */
 int dl_handshake_begin(struct dl_handshake *hs, bool outbound, const struct dl_identity *id,
                        const char *run_id, bool client_mode);
+/* The same with the run manifest's hash (NULL: none) and the fetch-only flag
+ * of dl_net_config. */
+int dl_handshake_begin_ex(struct dl_handshake *hs, bool outbound, const struct dl_identity *id,
+                          const char *run_id, bool client_mode, const uint8_t *manifest_hash, bool fetch_only);
 /* Takes the peer's HELLO body: derives rx/tx and the transcript. */
 int dl_handshake_on_hello(struct dl_handshake *hs, const uint8_t *body, size_t size,
                           struct dl_seal *rx, struct dl_seal *tx);

@@ -19,6 +19,7 @@
 #define CKPT_VERSION "1"
 #define CKPT_PREFIX "checkpoint-"
 #define CKPT_SUFFIX ".safetensors"
+#define DATA_STATE_TENSOR "data_stream"
 
 /* Metadata entries covered by "metadata_checksum", in this order. */
 static const char *const checked_keys[] = {"format", "version", "model_config", "run", "layout",
@@ -122,6 +123,12 @@ static dl_st_writer *build_writer(const dl_checkpoint *ck) {
             add_hex(sums, key, dl_hash64(data, t->numel * sizeof(float), 0));
         }
     }
+    /* The data stream's position: raw bytes, checksummed like the tensors. */
+    if (rc == 0 && ck->data_state) {
+        int64_t shape[1] = {(int64_t)ck->data_state_size};
+        rc = dl_st_writer_add(w, DATA_STATE_TENSOR, DL_ST_U8, 1, shape, ck->data_state);
+        add_hex(sums, DATA_STATE_TENSOR, dl_hash64(ck->data_state, ck->data_state_size, 0));
+    }
     char *values[CHECKED_KEYS] = {0};
     if (rc == 0) {
         values[0] = dl_strdup(CKPT_FORMAT);
@@ -174,6 +181,7 @@ void dl_checkpoint_free(dl_checkpoint *ck) {
     free(ck->params);
     free(ck->exp_avg);
     free(ck->exp_avg_sq);
+    free(ck->data_state);
     memset(ck, 0, sizeof *ck);
 }
 
@@ -361,6 +369,26 @@ static int load_tensors(const dl_safetensors *st, const cJSON *sums, dl_checkpoi
     return 0;
 }
 
+/* Optional: checkpoints before it (or of runs without a stream) lack it.
+ * Listed in the checksums, it must be there and intact. */
+static int load_data_state(const dl_safetensors *st, const cJSON *sums, dl_checkpoint *ck) {
+    const dl_st_tensor *t = dl_st_find(st, DATA_STATE_TENSOR);
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(sums, DATA_STATE_TENSOR);
+    if (!t && !sum) return 0;
+    if (!t) return dl_fail("tensor %s is missing", DATA_STATE_TENSOR);
+    if (t->dtype != DL_ST_U8) return dl_fail("tensor %s is not U8", DATA_STATE_TENSOR);
+    uint64_t want;
+    if (get_hex(sums, DATA_STATE_TENSOR, &want)) return dl_fail_context("checksum of %s", DATA_STATE_TENSOR);
+    const void *data = dl_st_tensor_data(st, t);
+    if (dl_hash64(data, t->nbytes, 0) != want)
+        return dl_fail("tensor %s is corrupted (checksum mismatch)", DATA_STATE_TENSOR);
+    ck->data_state = dl_malloc(t->nbytes ? t->nbytes : 1);
+    if (!ck->data_state) return -1;
+    memcpy(ck->data_state, data, t->nbytes);
+    ck->data_state_size = t->nbytes;
+    return 0;
+}
+
 static int load_checked(const dl_safetensors *st, dl_checkpoint *ck) {
     const char *format = dl_st_metadata(st, "format");
     if (!format || strcmp(format, CKPT_FORMAT) != 0)
@@ -388,6 +416,7 @@ static int load_checked(const dl_safetensors *st, dl_checkpoint *ck) {
         return dl_fail("the checksums are not a JSON object");
     }
     int rc = load_tensors(st, sums, ck);
+    if (rc == 0) rc = load_data_state(st, sums, ck);
     cJSON_Delete(sums);
     if (rc) return -1;
     ck->model_config_json = dl_strdup(values[2]);

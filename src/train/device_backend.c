@@ -54,13 +54,48 @@ static int be_skip(void *ctx, int64_t n) {
     return 0;
 }
 
+static int be_mark_data(void *ctx) { return dl_data_mark(((dl_device_backend *)ctx)->data); }
+
+static int be_save_data(void *ctx, uint8_t **state, size_t *size) {
+    return dl_data_save_state(((dl_device_backend *)ctx)->data, state, size);
+}
+
 int dl_device_backend_open(dl_device_backend *be, const dl_data_config *data, const dl_tokenizer *tok,
                            const char *device_selector, const dl_albert_config *cfg,
                            dl_precision precision) {
+    dl_model_options opts = {.max_batch = data->batch_size, .max_seq = data->max_seq_len,
+                             .precision = precision};
+    return dl_device_backend_open_with(be, data, tok, device_selector, cfg, &opts, 0, 0, NULL);
+}
+
+int dl_device_backend_open_with(dl_device_backend *be, const dl_data_config *data,
+                                const dl_tokenizer *tok, const char *device_selector,
+                                const dl_albert_config *cfg, const dl_model_options *opts,
+                                long long max_device_mb, int max_batch_limit, int *batch_used) {
     memset(be, 0, sizeof *be);
-    if (dl_data_open(data, tok, &be->data) || dl_device_open(device_selector, &be->device)) goto fail;
-    DL_INFO("train", "device: %s", dl_device_get_info(be->device)->name);
-    if (dl_model_create(be->device, cfg, data->batch_size, data->max_seq_len, precision, &be->model)) goto fail;
+    dl_data_config dc = *data;
+    dl_model_options mo = *opts;
+    mo.max_seq = dc.max_seq_len;
+    /* The device first: the micro-batch it fits decides the stream's batches. */
+    if (dl_device_open(device_selector, &be->device)) goto fail;
+    const dl_device_info *info = dl_device_get_info(be->device);
+    DL_INFO("train", "device: %s", info->name);
+    if (mo.max_batch <= 0) {
+        size_t budget = dl_model_memory_budget(info, max_device_mb);
+        dl_model_memory est;
+        if (dl_model_fit_batch(cfg, &mo, budget, (size_t)info->max_alloc,
+                               max_batch_limit > 0 ? max_batch_limit : 4096, &mo.max_batch, &est)) {
+            dl_fail_context("choosing the micro-batch for %s", info->name);
+            goto fail;
+        }
+        DL_INFO("train", "micro-batch %d x %d fits %.0f MiB of device memory (estimate %.0f MiB%s)",
+                mo.max_batch, mo.max_seq, (double)budget / 1048576.0, (double)est.total / 1048576.0,
+                mo.recompute ? ", activations recomputed" : "");
+    }
+    dc.batch_size = mo.max_batch;
+    if (batch_used) *batch_used = mo.max_batch;
+    if (dl_data_open(&dc, tok, &be->data)) goto fail;
+    if (dl_model_create_with(be->device, cfg, &mo, &be->model)) goto fail;
     return 0;
 fail:
     dl_device_backend_close(be);
@@ -76,5 +111,6 @@ void dl_device_backend_close(dl_device_backend *be) {
 }
 
 dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be) {
-    return (dl_trainer_backend){be, be_set_params, be_micro_batch, be_skip, be_accumulate, be_collect};
+    return (dl_trainer_backend){be, be_set_params, be_micro_batch, be_skip, be_accumulate, be_collect,
+                                be_mark_data, be_save_data, false};
 }

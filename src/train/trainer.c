@@ -45,6 +45,7 @@ int dl_train_layout_from_model(const dl_param_layout *ml, dl_train_layout *out) 
 
 typedef struct {
     const dl_trainer_options *o;
+    const dl_trainer_backend *be;
     dl_optimizer opt;
     dl_grad_accum acc;
     dl_loss_scale ls;
@@ -101,8 +102,18 @@ static int save_checkpoint(loop_state *st, float *params, dl_trainer_result *res
     ck.loss_scale = st->ls_at_step;
     ck.progress = st->progress_at_step;
     ck.progress.elapsed_s += dl_now() - st->run_start;
+    /* The stream's state at the same boundary; without it the checkpoint
+     * is still good and a resumed run fast-forwards. */
+    if (st->be->save_data && st->be->save_data(st->be->ctx, &ck.data_state, &ck.data_state_size)) {
+        DL_WARN("train", "the checkpoint of step %" PRId64 " goes without the data stream's position (%s): "
+                "resuming from it re-reads the stream up to there", ck.step, dl_error());
+        ck.data_state = NULL;
+        ck.data_state_size = 0;
+    }
     char path[sizeof res->checkpoint];
-    if (dl_checkpoint_save_in_dir(st->o->checkpoint_dir, &ck, st->o->keep, path, sizeof path)) {
+    int saved = dl_checkpoint_save_in_dir(st->o->checkpoint_dir, &ck, st->o->keep, path, sizeof path);
+    free(ck.data_state);
+    if (saved) {
         res->save_failures++;
         if (st->tty && st->o->progress) fputc('\n', st->o->progress);
         if (res->checkpoint[0])
@@ -292,6 +303,7 @@ static int apply_resume(loop_state *st, const dl_checkpoint *ck, float *params, 
         return dl_fail("resume: the checkpoint was trained with data seeds %" PRIu64 "/%" PRIu64
                        ", this run has %" PRIu64 "/%" PRIu64,
                        ck->progress.data_seed, ck->progress.peer_seed, st->o->data_seed, st->o->peer_seed);
+    if (be->data_resumed) return 0; /* the stream was opened at the checkpoint's position */
     if (ck->progress.micro_batches > 0 && be->skip(be->ctx, ck->progress.micro_batches))
         return dl_fail_context("resume: cannot fast-forward the data stream by %" PRId64 " micro-batches",
                                ck->progress.micro_batches);
@@ -319,7 +331,7 @@ int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config,
                    dl_trainer_result *res) {
     memset(res, 0, sizeof *res);
     if (o->target_batch <= 0) return dl_fail("the target batch must be positive");
-    loop_state st = {.o = o};
+    loop_state st = {.o = o, .be = be};
     st.tty = o->progress && isatty(fileno(o->progress));
     const dl_opt_config *cfg = resume ? &resume->opt_config : opt_config;
     if (dl_optimizer_init(&st.opt, cfg, layout)) return -1;
@@ -330,6 +342,7 @@ int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config,
     st.progress.data_seed = o->data_seed;
     st.progress.peer_seed = o->peer_seed;
     if (resume && apply_resume(&st, resume, params, be)) goto done;
+    if (be->mark_data && be->mark_data(be->ctx)) goto done;
     if (o->log_path && !(st.log = fopen(o->log_path, "a"))) {
         dl_fail("cannot open the log %s for appending", o->log_path);
         goto done;
@@ -371,6 +384,7 @@ int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config,
         st.run_samples += r.samples;
         st.ls_at_step = st.ls;
         st.progress_at_step = st.progress;
+        if (be->mark_data && be->mark_data(be->ctx)) goto done;
         double now = dl_now();
         r.lr = info.lr;
         r.grad_norm = info.grad_norm;

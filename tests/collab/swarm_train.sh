@@ -90,6 +90,34 @@ has() { jq -s -e "any(.[]; $2)" "$1" >/dev/null; }
 
 last_step() { jq -s '[.[] | select(.step) | .step] | max // 0' "$W/$1.jsonl"; }
 
+# manifest_init FILE ARGS...: a manifest of the test run (the settings of COMMON).
+TOK=$SRC/assets/tokenizer_bn_demo.json
+manifest_init() {
+  local out=$1; shift
+  "$BIN" run init --model tiny --tokenizer "$TOK" --data "$CORPUS" --run-id "$RUN" --seq 32 --batch 4 \
+    --target-batch 16 --max-steps 10 --lr 0.01 --warmup-steps 1 --shuffle-buffer 100 --seed 1 --out "$out" "$@" \
+    >/dev/null 2>"$out.err" || fail "run init $out failed: $(cat "$out.err")"
+}
+
+# start_m NAME MANIFEST ARGS...: a trainer of the run a manifest describes.
+start_m() {
+  local name=$1 manifest=$2; shift 2
+  local peers=()
+  [ -n "$FIRST_ADDR" ] && peers=(--initial-peers "$FIRST_ADDR")
+  : >>"$W/$name.err"
+  "$BIN" train --manifest "$manifest" --no-dht --expiry 6 --quiet --linger 3 --listen 127.0.0.1:0 "${peers[@]}" \
+    --log "$W/$name.jsonl" "$@" >"$W/$name.out" 2>>"$W/$name.err" &
+  PID[$name]=$!
+  if [ -z "$FIRST_ADDR" ]; then
+    for _ in $(seq 1800); do
+      FIRST_ADDR=$(sed -nE 's/.*listening on (127\.0\.0\.1:[0-9]+).*/\1/p' "$W/$name.err" | head -n 1)
+      [ -n "$FIRST_ADDR" ] && break
+      sleep 0.05
+    done
+    [ -n "$FIRST_ADDR" ] || fail "$name did not report its address"
+  fi
+}
+
 case "$CASE" in
 equivalence)
   # Three peers, each feeding a third of every global batch of 12 (the
@@ -245,6 +273,85 @@ monitor)
   for i in 0 1; do [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"; done
   kill "${PID[mon]}" 2>/dev/null || true
   ;;
+monitor_keeps)
+  # The monitor keeps the run. Every 3 global steps it downloads the swarm's
+  # state as a newcomer does (checked against the signed param_hash) and
+  # writes a checkpoint and a Hugging Face export; then every trainer is
+  # killed. A fresh trainer resumes from the monitor's checkpoint: it starts
+  # from the swarm's last param_hash and trains on. The monitor's export and
+  # checkpoint hold the very bytes `dedloc export` makes of a trainer's own
+  # checkpoint of that step. In test-hook builds each download is held 2 s
+  # before its files are written, and /api/status must answer meanwhile
+  # (saying a download is under way): downloads do not stall HTTP.
+  STEPS=6
+  for i in 0 1; do
+    start "p$i" --target-batch 16 --max-steps $STEPS --min-peers 2 --peer-seed $i --linger 60 \
+      --checkpoint-dir "$W/ck$i" --save-every 3
+  done
+  hold=(); [ "${DEDLOC_TEST_HOOKS:-0}" = 1 ] && hold=(--test-hold-download 2)
+  "$BIN" monitor --run-id "$RUN" --initial-peers "$FIRST_ADDR" --listen-http 127.0.0.1:0 --no-dht \
+    --history "$W/history.jsonl" --sample-every 0.5 --expiry 6 --duration 100 --model tiny \
+    --checkpoint-dir "$W/mck" --checkpoint-every 3 --keep 1 --export-dir "$W/mhf" --export-every 3 "${hold[@]}" \
+    >"$W/mon.out" 2>"$W/mon.err" &
+  PID[mon]=$!
+  port=""
+  for _ in $(seq 200); do
+    port=$(head -n 1 "$W/mon.out" 2>/dev/null | jq -r '.http_port // empty' 2>/dev/null || true)
+    [ -n "$port" ] && break
+    sleep 0.05
+  done
+  [ -n "$port" ] || fail "the monitor did not report its HTTP port"
+  status() {
+    exec 3<>"/dev/tcp/127.0.0.1/$port"
+    printf 'GET /api/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+    sed '1,/^\r*$/d' <&3 >"$W/status.json"
+    exec 3>&- 3<&-
+  }
+  if [ ${#hold[@]} -gt 0 ]; then
+    seen=0
+    for _ in $(seq 1200); do
+      status
+      jq -e '.snapshots.downloading == true' "$W/status.json" >/dev/null 2>&1 && { seen=1; break; }
+      sleep 0.05
+    done
+    [ "$seen" = 1 ] || fail "/api/status never answered during a state download"
+  fi
+  for _ in $(seq 1200); do grep -q "export of epoch $STEPS" "$W/mon.err" && break; sleep 0.05; done
+  grep -q "export of epoch $STEPS" "$W/mon.err" || fail "the monitor wrote no export of step $STEPS"
+  status
+  jq -e ".snapshots.checkpoint.epoch == $STEPS and .snapshots.export.epoch == $STEPS and .snapshots.failures == 0" \
+    "$W/status.json" >/dev/null || fail "/api/status does not show the checkpoint and export of step $STEPS: $(head -c 600 "$W/status.json")"
+  # Both trainers have logged the last step (one may log it a moment after
+  # the other, which the monitor may already have downloaded from).
+  wait_step p0 $STEPS; wait_step p1 $STEPS
+  kill -9 "${PID[p0]}" "${PID[p1]}"
+  for i in 0 1; do wait "${PID[p$i]}" 2>/dev/null || true; unset "PID[p$i]"; done
+  agree p0 p1
+  for i in 0 1; do [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"; done
+  last_hash=$(jq -r "select(.step == $STEPS) | .param_hash" "$W/p0.jsonl")
+  # --keep 1: only the newest checkpoint is left.
+  [ "$(ls "$W/mck")" = "checkpoint-0000000006.safetensors" ] || fail "the monitor's checkpoint folder holds: $(ls "$W/mck")"
+  "$BIN" train "${COMMON[@]}" --listen 127.0.0.1:0 --join-wait 1 --target-batch 16 --max-steps 8 \
+    --total-steps 20 --resume "$W/mck/checkpoint-0000000006.safetensors" --log "$W/r.jsonl" 2>"$W/r.err" ||
+    fail "the trainer resuming from the monitor's checkpoint failed"
+  first=$(jq -r 'select(.event == "start") | "\(.resumed) \(.epoch) \(.param_hash)"' "$W/r.jsonl")
+  [ "$first" = "true $STEPS $last_hash" ] || fail "the resumed trainer started from '$first', not the swarm's 'true $STEPS $last_hash'"
+  [ "$(last_step r)" = 8 ] || fail "the resumed trainer stopped at step $(last_step r)"
+  # The export against `dedloc export` of p0's own checkpoint of step 6, and
+  # of the monitor's checkpoint: the same files, byte for byte.
+  "$BIN" export --checkpoint "$W/ck0/checkpoint-0000000006.safetensors" --out "$W/ref" >/dev/null ||
+    fail "dedloc export of p0's checkpoint failed"
+  "$BIN" export --checkpoint "$W/mck/checkpoint-0000000006.safetensors" --out "$W/mref" >/dev/null ||
+    fail "dedloc export of the monitor's checkpoint failed"
+  for f in config.json model.safetensors tokenizer.json tokenizer_config.json special_tokens_map.json; do
+    cmp -s "$W/ref/$f" "$W/mhf/$f" || fail "the monitor's export differs from dedloc export's in $f"
+    cmp -s "$W/ref/$f" "$W/mref/$f" || fail "the monitor's checkpoint exports another $f"
+  done
+  jq -e '.model_type == "albert" and .hidden_size > 0' "$W/mhf/config.json" >/dev/null || fail "config.json: $(cat "$W/mhf/config.json")"
+  kill "${PID[mon]}"
+  wait "${PID[mon]}" || fail "the monitor did not leave cleanly on SIGTERM"
+  unset "PID[mon]"
+  ;;
 client)
   # A trainer behind NAT (--client-mode) averages through the other, which aggregates everything.
   STEPS=5
@@ -291,6 +398,25 @@ sigint)
     s=$(basename "$(ls "$W/ck$i"/checkpoint-*.safetensors | tail -n 1)" .safetensors); s=$((10#${s#checkpoint-}))
     "$BIN" train --checkpoint-dir "$W/ck$i" --max-steps "$s" --quiet 2>"$W/resume$i.err" || fail "p$i's checkpoint does not load"
   done
+  ;;
+fp16_compute)
+  # A peer whose GEMMs run in half (emulated: DEDLOC_FP16_COMPUTE=emulate,
+  # a test-hook build) trains beside an fp32 peer. The optimizer step is the
+  # host's fp32 step on the averaged gradient, so both hold the same master
+  # weights (param_hash) at every step, also across the fp16 peer's dropped
+  # micro-batches: at the loss scaler's initial 2^16 its first gradients
+  # overflow half's range (65504) and are dropped while the scale settles.
+  STEPS=5
+  start f0 --target-batch 8 --local-batch 4 --data-shard 0/2 --min-peers 2 --max-steps $STEPS
+  DEDLOC_FP16_COMPUTE=emulate start f1 --precision fp16 --target-batch 8 --local-batch 4 --data-shard 1/2 \
+    --min-peers 2 --max-steps $STEPS
+  finish f0; finish f1
+  grep -q "GEMMs compute in fp16-emulated" "$W/f1.err" || fail "f1 did not run its GEMMs in (emulated) half"
+  agree f0 f1
+  for i in 0 1; do [ "$(last_step "f$i")" = $STEPS ] || fail "f$i stopped at step $(last_step "f$i")"; done
+  n=$(jq -s '[.[] | select(.step) | select((.members | length) == 2)] | length' "$W/f0.jsonl")
+  [ "$n" = $STEPS ] || fail "only $n of $STEPS steps were rounds of both peers"
+  has "$W/f1.jsonl" '.step and .loss_scale < 65536' || fail "f1's loss scale never backed off from an overflow"
   ;;
 mixed)
   # Cross-vendor convergence: three peers that round differently (fp16
@@ -407,6 +533,136 @@ attack)
     done
   done
   echo "centered-clip: each of the 5 honest peers banned each of the 3 attackers; no honest peer was clipped"
+  ;;
+manifest_join)
+  # A swarm of two peers started from a signed manifest trains; a newcomer's
+  # whole command is `dedloc join ADDRESS` (plus --listen on loopback and
+  # --log for the comparison, and the cache folder in the environment): it
+  # fetches the manifest and the tokenizer, downloads the state and trains
+  # to the end with the same param_hash as the others.
+  STEPS=10
+  manifest_init "$W/run.json" --identity "$W/owner.id" --max-steps $STEPS
+  # The manifest hash against an independent reading of docs/manifest.md:
+  # keys sorted, no white space (jq -S -c), without the signature; BLAKE2b-256.
+  want=$(jq -S -c 'del(.signature)' "$W/run.json" | tr -d '\n' | b2sum -l 256 | cut -d' ' -f1)
+  "$BIN" run show "$W/run.json" >"$W/show.out" || fail "run show refused a fresh manifest"
+  grep -q "manifest hash  $want" "$W/show.out" || fail "manifest hash differs from jq + b2sum ($want)"
+  # ...and the signature with OpenSSL's ed25519 over "dedloc-manifest-v1\n" + those bytes.
+  { printf 'dedloc-manifest-v1\n'; jq -S -c 'del(.signature)' "$W/run.json" | tr -d '\n'; } >"$W/msg"
+  { printf '302a300506032b6570032100'; jq -r .signer "$W/run.json"; } | perl -ne 'print pack("H*", $_ =~ s/\s//gr)' >"$W/pub.der"
+  jq -r .signature "$W/run.json" | perl -ne 'print pack("H*", $_ =~ s/\s//gr)' >"$W/sig"
+  openssl pkeyutl -verify -pubin -inkey "$W/pub.der" -keyform DER -rawin -in "$W/msg" -sigfile "$W/sig" >/dev/null ||
+    fail "OpenSSL does not verify the manifest's signature"
+  start_m p0 "$W/run.json" --min-peers 2
+  start_m p1 "$W/run.json" --min-peers 2
+  wait_step p0 3
+  mkdir -p "$W/newcomer"
+  (cd "$W/newcomer" && DEDLOC_CACHE_DIR="$W/cache" exec "$BIN" join "$FIRST_ADDR" --listen 127.0.0.1:0 --quiet \
+    --log "$W/j.jsonl") 2>"$W/j.err" &
+  PID[j]=$!
+  for i in p0 p1 j; do finish "$i"; done
+  agree p0 p1 j
+  for i in p0 p1 j; do [ "$(last_step "$i")" = $STEPS ] || fail "$i stopped at step $(last_step "$i")"; done
+  has "$W/j.jsonl" '.event == "download"' || fail "the newcomer did not download the state"
+  grep -q "signature ok" "$W/j.err" || fail "the newcomer did not say the signature was checked"
+  grep -q "trusting the manifest's signer on first use" "$W/j.err" || fail "trust on first use was not stated"
+  cmp -s "$W/cache/runs/$RUN/tokenizer.json" "$TOK" || fail "the fetched tokenizer differs from the run's"
+  cmp -s "$W/cache/runs/$RUN/manifest.json" "$W/run.json" || fail "the fetched manifest differs from the run's"
+  ;;
+manifest_mismatch)
+  # Peers of one run id with different manifests (here: another learning
+  # rate), or one with a manifest and one without, refuse each other; both
+  # logs say why. Auxiliary peers: no device needed.
+  manifest_init "$W/a.json" --identity "$W/owner.id" --lr 0.01
+  manifest_init "$W/b.json" --identity "$W/owner.id" --lr 0.02
+  AUX=(--listen 127.0.0.1:0 --no-dht --quiet --expiry 6)
+  : >>"$W/a.err" # exists before the child opens it: the poll below reads it at once
+  "$BIN" aux --manifest "$W/a.json" "${AUX[@]}" 2>"$W/a.err" & PID[a]=$!
+  for _ in $(seq 600); do
+    FIRST_ADDR=$(sed -nE 's/.*listening on (127\.0\.0\.1:[0-9]+).*/\1/p' "$W/a.err" | head -n 1)
+    [ -n "$FIRST_ADDR" ] && break; sleep 0.05
+  done
+  [ -n "$FIRST_ADDR" ] || fail "a did not report its address"
+  : >>"$W/b.err"; : >>"$W/c.err"
+  "$BIN" aux --manifest "$W/b.json" "${AUX[@]}" --initial-peers "$FIRST_ADDR" 2>"$W/b.err" & PID[b]=$!
+  "$BIN" aux --run-id "$RUN" "${AUX[@]}" --initial-peers "$FIRST_ADDR" 2>"$W/c.err" & PID[c]=$!
+  for _ in $(seq 1200); do
+    [ "$(grep -c 'different run manifest' "$W/a.err")" -ge 2 ] && grep -q 'different run manifest' "$W/b.err" &&
+      grep -q 'different run manifest' "$W/c.err" && break
+    sleep 0.05
+  done
+  grep -q 'different run manifest: [0-9a-f]*\.\.\. (the refusing peer) vs [0-9a-f]*\.\.\.' "$W/b.err" ||
+    fail "the peer with the other manifest does not say why it was refused"
+  grep -q 'different run manifest: none' "$W/c.err" || grep -q 'vs none' "$W/c.err" ||
+    fail "the peer without a manifest does not say why it was refused"
+  [ "$(grep -c 'different run manifest' "$W/a.err")" -ge 2 ] || fail "the refusing peer's log does not say why"
+  grep -q 'authenticated' "$W/b.err" && fail "peers of different manifests connected"
+  true
+  ;;
+manifest_dht)
+  # join --run-id ID --dht-bootstrap NODE: the newcomer finds a peer of the
+  # run through the DHT alone (an aux peer started from the manifest), fetches
+  # the run files from it and trains with it (one step).
+  manifest_init "$W/run.json" --identity "$W/owner.id"
+  : >>"$W/s.err"
+  "$BIN" aux --manifest "$W/run.json" --listen 127.0.0.1:0 --quiet --expiry 6 2>"$W/s.err" & PID[s]=$!
+  port=""
+  for _ in $(seq 600); do
+    grep -q "no OpenDHT" "$W/s.err" && { echo "built without OpenDHT"; exit 77; }
+    port=$(sed -nE 's/.*DHT node on UDP port ([0-9]+).*/\1/p' "$W/s.err" | head -n 1)
+    [ -n "$port" ] && break; sleep 0.05
+  done
+  [ -n "$port" ] || fail "the serving peer did not report its DHT port"
+  rc=0; DEDLOC_CACHE_DIR="$W/cache" "$BIN" join --run-id "$RUN" --dht-bootstrap "127.0.0.1:$port" \
+    --listen 127.0.0.1:0 --max-minutes 0.001 --quiet --log "$W/j.jsonl" 2>"$W/j.err" || rc=$?
+  [ "$rc" = 0 ] || fail "join through the DHT exited with $rc"
+  grep -q "signature ok" "$W/j.err" || fail "join through the DHT did not get the manifest"
+  cmp -s "$W/cache/runs/$RUN/tokenizer.json" "$TOK" || fail "join through the DHT did not get the tokenizer"
+  [ "$(last_step j)" -ge 1 ] || fail "join through the DHT did not train"
+  ;;
+manifest_tamper)
+  # A manifest altered after signing, a tokenizer that is not the one it
+  # names, another authority than --run-key, and another signer than the one
+  # trusted on first use are all refused.
+  manifest_init "$W/run.json" --identity "$W/owner.id"
+  sed 's/"max_steps":\t\([0-9]*\)/"max_steps":\t9\1/' "$W/run.json" >"$W/tampered.json"
+  cmp -s "$W/run.json" "$W/tampered.json" && fail "the test did not alter the manifest"
+  rc=0; "$BIN" run show "$W/tampered.json" >/dev/null 2>"$W/show.err" || rc=$?
+  [ "$rc" = 1 ] && grep -q "signature does not match" "$W/show.err" || fail "run show accepted an altered manifest"
+  rc=0; "$BIN" train --manifest "$W/tampered.json" --quiet 2>"$W/t.err" || rc=$?
+  [ "$rc" = 2 ] && grep -q "signature does not match" "$W/t.err" || fail "train accepted an altered manifest ($rc)"
+  rc=0; "$BIN" train --manifest "$W/run.json" --tokenizer "$SRC/tests/fixtures/text/tok_bert_style.json" --quiet \
+    2>"$W/k.err" || rc=$?
+  [ "$rc" = 2 ] && grep -q "is not the manifest's tokenizer" "$W/k.err" || fail "train accepted another tokenizer"
+  rc=0; "$BIN" train --manifest "$W/run.json" --lr 0.5 --quiet 2>"$W/l.err" || rc=$?
+  [ "$rc" = 2 ] && grep -q "comes from the manifest" "$W/l.err" || fail "train took --lr beside --manifest"
+  # Authority: run show --run-key accepts its own authority, refuses another.
+  "$BIN" authority init --run-id "$RUN" --out "$W/auth.key" >"$W/auth.out"
+  "$BIN" authority init --run-id "$RUN" --out "$W/other.key" >"$W/other.out"
+  manifest_init "$W/auth.json" --key "$W/auth.key"
+  "$BIN" run show --run-key "$(grep -oE '[0-9a-f]{64}' "$W/auth.out" | head -n 1)" "$W/auth.json" >/dev/null ||
+    fail "run show refused the manifest of its own authority"
+  rc=0; "$BIN" run show --run-key "$(grep -oE '[0-9a-f]{64}' "$W/other.out" | head -n 1)" "$W/auth.json" \
+    >/dev/null 2>&1 || rc=$?
+  [ "$rc" = 1 ] || fail "run show accepted another authority's manifest"
+  # Trust on first use: this machine joined the run signed by owner.id; a
+  # peer now serves a manifest of that run id signed by another identity.
+  manifest_init "$W/other.json" --identity "$W/intruder.id"
+  mkdir -p "$W/cache/runs/$RUN" && cp "$W/run.json" "$W/cache/runs/$RUN/manifest.json"
+  : >>"$W/o.err"
+  "$BIN" aux --manifest "$W/other.json" --listen 127.0.0.1:0 --no-dht --quiet 2>"$W/o.err" & PID[o]=$!
+  for _ in $(seq 600); do
+    FIRST_ADDR=$(sed -nE 's/.*listening on (127\.0\.0\.1:[0-9]+).*/\1/p' "$W/o.err" | head -n 1)
+    [ -n "$FIRST_ADDR" ] && break; sleep 0.05
+  done
+  [ -n "$FIRST_ADDR" ] || fail "the serving peer did not report its address"
+  rc=0; DEDLOC_CACHE_DIR="$W/cache" "$BIN" join "$FIRST_ADDR" --listen 127.0.0.1:0 2>"$W/j.err" || rc=$?
+  [ "$rc" = 1 ] && grep -q "signed by another key than when this machine first joined" "$W/j.err" ||
+    fail "join accepted another signer than the one trusted on first use ($rc)"
+  rc=0; DEDLOC_CACHE_DIR="$W/cache2" "$BIN" join "$FIRST_ADDR" --run-key "$(grep -oE '[0-9a-f]{64}' "$W/auth.out" | head -n 1)" \
+    --listen 127.0.0.1:0 2>"$W/j2.err" || rc=$?
+  [ "$rc" = 1 ] && grep -q "not signed by the run authority given with --run-key" "$W/j2.err" ||
+    fail "join accepted a manifest without the authority of --run-key ($rc)"
   ;;
 *)
   echo "unknown scenario $CASE"; exit 2 ;;

@@ -15,7 +15,12 @@
 #include "dl_test.h"
 
 /* ---- a scripted faulty HTTP server ------------------------------------------- */
-enum fault_mode { FAULT_CUT_THEN_500, FAULT_STALL, FAULT_IGNORE_RANGE, FAULT_RESET, FAULT_ALWAYS_500 };
+/* 404 and 403 are outages too: dataset hosts answer them while a file is
+ * being replaced or a signed storage URL is renewed. */
+enum fault_mode {
+    FAULT_CUT_THEN_500, FAULT_STALL, FAULT_IGNORE_RANGE, FAULT_RESET, FAULT_ALWAYS_500, FAULT_404_THEN_403,
+    FAULT_ALWAYS_404
+};
 
 typedef struct {
     enum fault_mode mode;
@@ -83,7 +88,12 @@ static void *fault_main(void *arg) {
             close(fd);
             continue;
         }
-        if (fs->mode == FAULT_ALWAYS_500 || (fs->mode == FAULT_CUT_THEN_500 && k == 1)) {
+        if (fs->mode == FAULT_ALWAYS_404 || (fs->mode == FAULT_404_THEN_403 && k < 2)) {
+            const char *r4 = k == 1 && fs->mode == FAULT_404_THEN_403
+                                 ? "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                                 : "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+            send_all(fd, r4, strlen(r4));
+        } else if (fs->mode == FAULT_ALWAYS_500 || (fs->mode == FAULT_CUT_THEN_500 && k == 1)) {
             const char *r500 = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n"
                                "Connection: close\r\n\r\nerror\n";
             send_all(fd, r500, strlen(r500));
@@ -142,9 +152,9 @@ static void test_faults(void) {
     size_t len;
     char *text = make_text(&len, 6000);
     const enum fault_mode modes[] = {FAULT_CUT_THEN_500, FAULT_STALL, FAULT_IGNORE_RANGE,
-                                     FAULT_RESET};
-    const char *names[] = {"cut then 500", "stall", "ignore range", "reset"};
-    for (int m = 0; m < 4; m++) {
+                                     FAULT_RESET, FAULT_404_THEN_403};
+    const char *names[] = {"cut then 500", "stall", "ignore range", "reset", "404 then 403"};
+    for (int m = 0; m < 5; m++) {
         fault_server fs = {.mode = modes[m], .data = text, .len = len, .cut = len / 3};
         fault_start(&fs);
         char url[128];
@@ -171,6 +181,9 @@ static void test_faults(void) {
             CHECK(fs.requests == 2 && st.retries == 1 && fs.range_starts[1] == (long)fs.cut);
         } else if (modes[m] == FAULT_IGNORE_RANGE) {
             CHECK(fs.requests == 2 && st.retries == 1);
+        } else if (modes[m] == FAULT_404_THEN_403) {
+            /* retried like an outage: 404, 403, then the file */
+            CHECK(fs.requests == 3 && st.retries == 2);
         } else {
             CHECK(fs.requests == 4 && st.retries == 3);
         }
@@ -189,6 +202,16 @@ static void test_faults(void) {
     CHECK(strstr(dl_error(), "HTTP 500") != NULL);
     CHECK(st.retries == 4 && fs.requests == 4);
     fault_stop(&fs);
+    /* A file that stays missing: retried with backoff, given up after
+     * max_retries like any outage, with the status in the reason. */
+    fault_server gone = {.mode = FAULT_ALWAYS_404, .data = text, .len = len};
+    fault_start(&gone);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/shard.txt", gone.port);
+    memset(&st, 0, sizeof st);
+    CHECK(dl_bytesrc_slurp(url, &io, 1 << 26, &got, &got_len) == -1);
+    CHECK_MSG(strstr(dl_error(), "HTTP 404") != NULL, "%s", dl_error());
+    CHECK(st.retries == 4 && gone.requests == 4);
+    fault_stop(&gone);
     /* Nobody listening: connection refused, retried, given up. */
     snprintf(url, sizeof url, "http://127.0.0.1:%d/shard.txt", fs.port);
     memset(&st, 0, sizeof st);

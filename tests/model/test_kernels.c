@@ -168,6 +168,63 @@ static void test_layernorm(void) {
     clReleaseKernel(k); clReleaseKernel(kb); clReleaseKernel(kp);
 }
 
+/* Residual + LayerNorm fused (forward), and the LayerNorm parameter
+ * gradients with the preceding Linear's bias gradient (backward), against
+ * double-precision references: pre = res + (pre + bias) written back, out =
+ * LN(pre); dgamma += sum dy*xhat, dbeta += sum dy, dbias += sum dx. */
+static void test_residual_layernorm(void) {
+    int rows = 9, C = 41, boff = 2, goff = 2 + C, betaoff = 2 + 2 * C, np = 2 + 3 * C;
+    size_t n = (size_t)rows * C;
+    float *pre = randn(n, 1.5f), *res = randn(n, 1.0f), *params = randn((size_t)np, 1.0f),
+          *dyv = randn(n, 1.0f), *dxv = randn(n, 1.0f);
+    double *xd = malloc(n * sizeof *xd), *yd = malloc(n * sizeof *yd), *gd = malloc(2 * (size_t)C * sizeof *gd);
+    for (size_t i = 0; i < n; i++) xd[i] = (double)res[i] + ((double)pre[i] + params[boff + i % C]);
+    for (int c = 0; c < C; c++) gd[c] = params[goff + c], gd[C + c] = params[betaoff + c];
+    ln_ref(xd, gd, gd + C, yd, rows, C, 1e-12);
+    dl_buffer dpre = upload(pre, n * 4), dres = upload(res, n * 4), pb = upload(params, (size_t)np * 4),
+              out = poisoned(n), mean = poisoned((size_t)rows), rstd = poisoned((size_t)rows);
+    cl_kernel k = kernel("layernorm.cl", "bias_residual_layernorm_forward");
+    float eps = 1e-12f;
+    DL_ARG(k, 0, out.mem); DL_ARG(k, 1, mean.mem); DL_ARG(k, 2, rstd.mem); DL_ARG(k, 3, dpre.mem);
+    DL_ARG(k, 4, dres.mem); DL_ARG(k, 5, pb.mem); DL_ARG(k, 6, boff); DL_ARG(k, 7, goff);
+    DL_ARG(k, 8, betaoff); DL_ARG(k, 9, rows); DL_ARG(k, 10, C); DL_ARG(k, 11, eps);
+    launch_rows(k, rows);
+    float *got_pre = download(&dpre, n), *y = download(&out, n), *m = download(&mean, (size_t)rows),
+          *rs = download(&rstd, (size_t)rows);
+    CHECK_MSG(max_err(got_pre, xd, n) < 1e-6, "residual sum err %g", max_err(got_pre, xd, n));
+    CHECK_MSG(max_err(y, yd, n) < 1e-5, "residual layernorm err %g", max_err(y, yd, n));
+
+    float *g0 = malloc((size_t)np * sizeof *g0);
+    for (int i = 0; i < np; i++) g0[i] = 1.0f;
+    dl_buffer grads = upload(g0, (size_t)np * 4), dy = upload(dyv, n * 4), dx = upload(dxv, n * 4);
+    cl_kernel kp = kernel("layernorm.cl", "layernorm_backward_params_bias");
+    DL_ARG(kp, 0, grads.mem); DL_ARG(kp, 1, dy.mem); DL_ARG(kp, 2, dpre.mem); DL_ARG(kp, 3, mean.mem);
+    DL_ARG(kp, 4, rstd.mem); DL_ARG(kp, 5, dx.mem); DL_ARG(kp, 6, goff); DL_ARG(kp, 7, betaoff);
+    DL_ARG(kp, 8, boff); DL_ARG(kp, 9, rows); DL_ARG(kp, 10, C);
+    launch(kp, 1, (size_t)C, 1);
+    float *gp = download(&grads, (size_t)np);
+    double worst = 0;
+    for (int c = 0; c < C; c++) {
+        double dg = 1, db = 1, dbias = 1;
+        for (int r = 0; r < rows; r++) {
+            size_t i = (size_t)r * C + c;
+            dg += (double)dyv[i] * ((double)got_pre[i] - m[r]) * rs[r];
+            db += dyv[i];
+            dbias += dxv[i];
+        }
+        worst = dl_test_worse(worst, rel_diff(gp[goff + c], dg));
+        worst = dl_test_worse(worst, rel_diff(gp[betaoff + c], db));
+        worst = dl_test_worse(worst, rel_diff(gp[boff + c], dbias));
+    }
+    CHECK_MSG(worst < 1e-5, "layernorm_backward_params_bias err %g", worst);
+    CHECK(gp[0] == 1.0f && gp[1] == 1.0f); /* untouched outside the slices */
+    free(pre); free(res); free(params); free(dyv); free(dxv); free(xd); free(yd); free(gd);
+    free(got_pre); free(y); free(m); free(rs); free(g0); free(gp);
+    dl_buffer *all[] = {&dpre, &dres, &pb, &out, &mean, &rstd, &grads, &dy, &dx};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dl_buffer_free(dev, all[i]);
+    clReleaseKernel(k); clReleaseKernel(kp);
+}
+
 /* ---- elementwise activations ---- */
 static double gelu_ref(double x) {
     return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -475,6 +532,7 @@ int main(void) {
     if (!dev) return dl_test_finish("test_kernels");
     dl_rng_seed(&rng, 2024);
     test_layernorm();
+    test_residual_layernorm();
     test_unary("gelu_forward", "gelu_backward", gelu_ref, false);
     test_unary("tanh_forward", "tanh_backward", tanh, true);
     test_bias_gelu();

@@ -189,6 +189,25 @@ int main(void) {
     dl_checkpoint_free(&ck);
     free(exported);
 
+    /* Resuming by re-reading the stream (--replay-data) lands on the same weights. */
+    char hash_r[17];
+    CHECK(sh("%s train " TRAIN_ARGS " --max-steps %d --checkpoint-dir %s/r --log %s/r.jsonl", DEDLOC_BINARY,
+             corpus, STEPS / 2, dir, dir) == 0);
+    CHECK(sh("%s train --quiet --replay-data --max-steps %d --checkpoint-dir %s/r --log %s/r.jsonl", DEDLOC_BINARY,
+             STEPS, dir, dir) == 0);
+    snprintf(path, sizeof path, "%s/r.jsonl", dir);
+    CHECK_OK(last_record(path, hash_r, &step));
+    CHECK_MSG(step == STEPS && !strcmp(hash_a, hash_r), "replayed %s vs uninterrupted %s", hash_r, hash_a);
+
+    /* The micro-batch from a memory budget: it fits and is logged; a budget
+     * below one sequence is a clear error. */
+    CHECK(sh("%s train --model tiny --data %s --seq 32 --target-batch 64 --max-device-memory 24 --recompute "
+             "--max-steps 1 --quiet 2> %s/auto.err", DEDLOC_BINARY, corpus, dir) == 0);
+    CHECK(sh("grep -q 'micro-batch [0-9]* x 32 fits 24 MiB' %s/auto.err", dir) == 0);
+    CHECK(sh("%s train --model tiny --data %s --seq 32 --max-device-memory 1 --max-steps 1 --quiet 2> %s/small.err",
+             DEDLOC_BINARY, corpus, dir) == 1);
+    CHECK(sh("grep -q 'even a micro-batch of one sequence' %s/small.err", dir) == 0);
+
     /* Usage errors exit 2. */
     CHECK(sh("%s train --batch 0 --data x 2>/dev/null", DEDLOC_BINARY) == 2);
     CHECK(sh("%s train --quiet 2>/dev/null", DEDLOC_BINARY) == 2);

@@ -97,7 +97,7 @@ static int run(const char *ckdir, const char *log, int64_t max_steps, int64_t st
     static volatile sig_atomic_t stop;
     stop = 0;
     synth s = {.stop_at = stop_at, .stop = &stop};
-    dl_trainer_backend be = {&s, synth_set, synth_micro, synth_skip, NULL, NULL};
+    dl_trainer_backend be = {.ctx = &s, .set_params = synth_set, .micro_batch = synth_micro, .skip = synth_skip};
     dl_trainer_options o = {
         .target_batch = 9, .max_steps = max_steps, .loss_scaling = true, .checkpoint_dir = ckdir,
         .keep = 2, .save_every = 3, .log_path = log, .stop = &stop,
@@ -254,7 +254,7 @@ int main(void) {
     CHECK_OK(dl_checkpoint_load_latest(a_dir, &ck, NULL, 0));
     ck.progress.data_seed = 8;
     synth s = {.stop_at = -1};
-    dl_trainer_backend be = {&s, synth_set, synth_micro, synth_skip, NULL, NULL};
+    dl_trainer_backend be = {.ctx = &s, .set_params = synth_set, .micro_batch = synth_micro, .skip = synth_skip};
     dl_trainer_options o = {.target_batch = 9, .max_steps = 12, .data_seed = 7};
     dl_opt_config cfg = dl_opt_config_sahajbert();
     float w[N];
