@@ -321,9 +321,20 @@ struct dl_collab_train_options {
     const char *device_name, *device_vendor, *precision_name, *display_name;
     double linger_s;             /* after the last step, keep serving the state this long (2) */
     int64_t corrupt_at_step;     /* tests: after this step perturb our weights (0: never) */
+    int test_attack;             /* tests: enum dl_test_attack, a trainer that sends bad gradients */
     FILE *status;                /* NULL: none; else one JSON object per step (the log line) */
 };
 void dl_collab_train_options_default(struct dl_collab_train_options *options);
+
+/* Test-hook builds only (the CLI sets it nowhere else): a trainer that takes
+ * part in every round with a well-formed but bad gradient, to test robust
+ * aggregation in a training swarm. The loss elements stay honest, so the
+ * logged collective loss still measures the model. */
+enum dl_test_attack {
+    DL_TEST_ATTACK_NONE,
+    DL_TEST_ATTACK_SIGN_FLIP, /* its mean gradient times -1000 */
+    DL_TEST_ATTACK_NOISE,     /* uniform noise in [-100, 100) instead of the gradient */
+};
 
 struct dl_collab_train_result {
     dl_trainer_result base;

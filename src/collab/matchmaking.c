@@ -12,6 +12,7 @@
  * and a peer that is itself joining redirects the joins it receives: ids only
  * ever decrease along redirects, so the groups merge into the lowest one. */
 #include <math.h>
+#include <stdint.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,18 @@ static int find_leader(struct dl_round *r, uint64_t epoch, char leader[DL_PEER_I
     }
     dl_swarm_view_free(&view);
     return leader[0] ? 0 : dl_fail("no non-client peer has published epoch %llu", (unsigned long long)epoch);
+}
+
+/* Peers of the view (us included) that this peer has not banned: the most
+ * that can join our group, whatever the caller expects. */
+static size_t eligible_peers(struct dl_round *r) {
+    struct dl_swarm_view view;
+    if (dl_net_swarm_view(r->c->net, &view)) return SIZE_MAX;
+    size_t n = 0;
+    for (size_t i = 0; i < view.num_peers; i++)
+        n += view.peers[i].is_self || !dl_collab_is_banned(r->c, view.peers[i].peer_id);
+    dl_swarm_view_free(&view);
+    return n;
 }
 
 /* The answer that sends a joiner on to `leader`. */
@@ -222,7 +235,13 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
     memcpy(self->pk, dl_net_public_key(c->net), DL_NET_PUBLIC_KEY);
     double t0 = dl_now();
     self->arrived = t0;
-    if (opt->expected_peers) expected = opt->expected_peers;
+    /* A count the caller gives (--min-peers) may include peers we banned:
+     * they are refused, so waiting out the window for them would only cost
+     * every later round its full length. */
+    if (opt->expected_peers) {
+        size_t eligible = eligible_peers(r);
+        expected = opt->expected_peers < eligible ? opt->expected_peers : eligible;
+    }
     double window = fmin(fmax(2 * c->spread_ema + 0.3, c->cfg.matchmaking_floor_s), c->cfg.matchmaking_ceiling_s);
     double close_at = t0 + fmin(window, (r->deadline - t0) / 3);
     double last_arrival = t0;

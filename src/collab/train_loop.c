@@ -319,6 +319,25 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
     return publish_state(st);
 }
 
+/* Test hook (only the test builds' CLI sets it): replaces the gradient
+ * elements of our contribution with an attack; the loss elements after them
+ * stay honest. The noise is drawn from the epoch and our peer id, so a rerun
+ * repeats it. */
+static void attack_gradient(const loop_state *st, float *vec) {
+    if (st->o->test_attack == DL_TEST_ATTACK_SIGN_FLIP) {
+        for (size_t i = 0; i < st->n; i++) vec[i] *= -1000.0f;
+        return;
+    }
+    uint64_t x = dl_hash64(dl_net_peer_id(st->net), strlen(dl_net_peer_id(st->net)), (uint64_t)st->opt.step);
+    for (size_t i = 0; i < st->n; i++) {
+        uint64_t z = (x += 0x9E3779B97F4A7C15ull); /* splitmix64 */
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        vec[i] = (float)((double)(z >> 11) * 0x1p-53 * 200.0 - 100.0);
+    }
+}
+
 /* Our mean gradient at this epoch and our mean losses into vec (n +
  * LOSS_ELEMS); returns the samples behind them (0 for an aux peer), -1 on
  * an error. The accumulation itself is left as it is. */
@@ -345,6 +364,7 @@ static int64_t round_vector(loop_state *st, float *vec) {
         for (size_t i = 0; i < n; i++) vec[i] = ((cur > 0 ? vec[i] * wc : 0.0f) + st->carry.sum[i]) / all;
     }
     for (int k = 0; k < LOSS_ELEMS; k++) vec[n + k] = (float)((st->loss_sum[k] + st->carry_loss[k]) / (double)total);
+    if (st->o->test_attack != DL_TEST_ATTACK_NONE) attack_gradient(st, vec);
     return total;
 }
 

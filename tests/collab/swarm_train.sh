@@ -495,6 +495,81 @@ mixed)
   jq -s '[.[] | select(.step) | .loss] | (first - last) > 0.005 * first' "$W/h0.jsonl" | grep -q true ||
     fail "the loss moved too little in $STEPS steps for the comparison to mean anything"
   ;;
+attack)
+  # Robust aggregation in a training swarm: 8 trainers on deterministic
+  # shares of every global batch (4 samples each, 32 in all), of which 3
+  # attack in every round with well-formed data (test hook --test-attack:
+  # two send their gradient times -1000, one uniform noise in [-100, 100);
+  # their loss elements stay honest, so the logged collective loss still
+  # measures the model). The clean run is one peer fed the whole batch of 32:
+  # by the equivalence case it is this swarm with the 3 attackers behaving
+  # honestly. The loss is the mean over the last W_LAST steps (one step of
+  # 32 sequences is noisy).
+  # - mean: the loss after STEPS is not within 5% of the clean run's.
+  # - centered-clip: it is, and the swarm still learns (it keeps at least
+  #   half of the clean run's drop from the first W_LAST steps: 5% alone is
+  #   more than tiny's whole drop in 40 steps, so it would not show that).
+  # - every honest peer reports each attacker and bans it after
+  #   --clip-ban-rounds 3 clipped rounds; no honest peer is ever clipped.
+  # tau: an honest contribution lay at most 6.0 from the result in any
+  # chunk (8 honest peers, 6 steps, measured per aggregated part: 0.02 to
+  # 6.0 depending on the part); 10 leaves room. The attackers lie 1000x
+  # their gradient or ~100 * sqrt(elements / 3) away, far beyond. Clipping
+  # alone leaves a bias of up to ~0.6 tau per part (3 of 8 members pulling
+  # tau each), several times the honest mean gradient at 4 samples per peer;
+  # the ban after 3 rounds is what keeps the loss with the clean run's.
+  STEPS=${ATTACK_STEPS:-40}; W_LAST=5; CLIP_TAU=10; BAN=${ATTACK_BAN:-3}
+  SCHED=(--lr 0.1 --warmup-steps $((STEPS / 10)) --total-steps $STEPS)
+  "$BIN" train --model tiny --data "$CORPUS" --seq 32 --batch 4 --shuffle-buffer 100 "${SCHED[@]}" \
+    --seed 1 --quiet --target-batch 32 --max-steps $STEPS --log "$W/clean.jsonl" 2>"$W/clean.err" ||
+    fail "the clean run failed"
+  attack_swarm() { # attack_swarm TAG AGGREGATION-OPTIONS...
+    local tag=$1; shift
+    FIRST_ADDR=""
+    for i in 0 1 2 3 4 5 6 7; do
+      local bad=()
+      case $i in 5|7) bad=(--test-attack sign-flip) ;; 6) bad=(--test-attack noise) ;; esac
+      start "$tag$i" --target-batch 32 --local-batch 4 --data-shard "$i/8" --min-peers 8 --max-steps $STEPS \
+        "${SCHED[@]}" --run-id "$RUN-$tag" --identity "$W/id$i" "$@" "${bad[@]}"
+    done
+    for i in 0 1 2 3 4 5 6 7; do finish "$tag$i"; done
+    # The honest peers end on the same weights. (Not checked at every step:
+    # 8 trainers on two busy cores may miss a round, split and heal, which
+    # the other cases cover.)
+    [ "$(for i in 0 1 2 3 4; do grep -o 'param_hash [0-9a-f]*' "$W/$tag$i.err" | tail -n 1; done | sort -u | wc -l)" = 1 ] ||
+      fail "$tag: the honest peers ended on different weights"
+  }
+  attack_swarm m --aggregation mean
+  attack_swarm c --aggregation centered-clip --clip-tau $CLIP_TAU --clip-ban-rounds $BAN
+  # Mean loss of the first/last W_LAST steps (null, a non-finite loss, counts as 1e30).
+  tail_loss() { jq -s "[.[] | select(.step) | (.loss // 1e30)] | .[-$W_LAST:] | add / length" "$1"; }
+  head_loss() { jq -s "[.[] | select(.step) | (.loss // 1e30)] | .[:$W_LAST] | add / length" "$1"; }
+  clean=$(tail_loss "$W/clean.jsonl"); first=$(head_loss "$W/clean.jsonl")
+  mean=$(tail_loss "$W/m0.jsonl"); clip=$(tail_loss "$W/c0.jsonl")
+  echo "loss, mean of steps $((STEPS - W_LAST + 1))..$STEPS: clean $clean (steps 1..$W_LAST: $first);" \
+       "3 of 8 attacking: mean $mean, centered-clip $clip (tau $CLIP_TAU, ban after $BAN)"
+  [ "$(last_step c0)" = $STEPS ] && [ "$(last_step m0)" = $STEPS ] || fail "a swarm stopped early"
+  awk -v c="$clean" -v x="$mean" 'BEGIN { d = x - c; if (d < 0) d = -d; exit !(d > 0.05 * c) }' ||
+    fail "mean: loss $mean is within 5% of the clean $clean: the attack had no effect"
+  awk -v c="$clean" -v x="$clip" 'BEGIN { d = x - c; if (d < 0) d = -d; exit !(d <= 0.05 * c) }' ||
+    fail "centered-clip: loss $clip is not within 5% of the clean $clean"
+  awk -v c="$clean" -v f="$first" -v x="$clip" 'BEGIN { exit !(f - c > 0 && f - x >= 0.5 * (f - c)) }' ||
+    fail "centered-clip: the loss fell from $first to $clip, less than half the clean run's drop to $clean"
+  # The identities are the same in both swarms: c5..c7 attack.
+  id_of() { jq -r 'select(.step) | .peer_id' "$W/c$1.jsonl" | head -n 1; }
+  for i in 0 1 2 3 4; do
+    for a in 5 6 7; do
+      grep -q "peer $(id_of $a): its contribution was clipped" "$W/c$i.err" ||
+        grep -q "refusing peer $(id_of $a) for the rest of the run" "$W/c$i.err" || fail "c$i never reported attacker c$a"
+      grep -q "refusing peer $(id_of $a) for the rest of the run" "$W/c$i.err" || fail "c$i did not ban attacker c$a"
+    done
+    for h in 0 1 2 3 4; do
+      ! grep -q "peer $(id_of $h)[: ].*clipped\|refusing peer $(id_of $h)" "$W"/c*.err ||
+        fail "honest peer c$h was clipped (tau $CLIP_TAU too small)"
+    done
+  done
+  echo "centered-clip: each of the 5 honest peers banned each of the 3 attackers; no honest peer was clipped"
+  ;;
 manifest_join)
   # A swarm of two peers started from a signed manifest trains; a newcomer's
   # whole command is `dedloc join ADDRESS` (plus --listen on loopback and
