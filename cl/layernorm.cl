@@ -1,16 +1,15 @@
 /* LayerNorm over the last dimension (biased variance, as torch), one
  * work-group per row (dl_group_sum). Forward keeps mean and 1/std per row for the backward. */
 
-__kernel void layernorm_forward(__global float *out, __global float *mean_out,
-                                __global float *rstd_out, __global const float *in,
-                                __global const float *params, int gamma_off, int beta_off,
-                                int rows, int C, float eps) {
-    __local float scratch[DL_ROW_GROUP];
-    int r = get_group_id(0), lid = get_local_id(0), n = get_local_size(0);
-    if (r >= rows) return;
-    __global const float *x = in + (size_t)r * C;
-    float part = 0.0f;
-    DL_FOR_ROW(c, lid, n, C) part += x[c];
+/* The rest of row r's LayerNorm once this item's share of the row sum is
+ * in part: mean, biased variance, the normalized row, and the row's mean and
+ * 1/std for the backward pass. Every item of the group calls it (it holds
+ * the group's barriers). */
+inline void layernorm_row_finish(__global float *out, __global float *mean_out,
+                                 __global float *rstd_out, __global const float *x,
+                                 __global const float *params, int gamma_off, int beta_off,
+                                 int r, int C, float eps, float part, __local float *scratch) {
+    int lid = get_local_id(0), n = get_local_size(0);
     float mean = dl_group_sum(part, scratch) / C;
     part = 0.0f;
     DL_FOR_ROW(c, lid, n, C) {
@@ -25,6 +24,20 @@ __kernel void layernorm_forward(__global float *out, __global float *mean_out,
         mean_out[r] = mean;
         rstd_out[r] = rstd;
     }
+}
+
+__kernel void layernorm_forward(__global float *out, __global float *mean_out,
+                                __global float *rstd_out, __global const float *in,
+                                __global const float *params, int gamma_off, int beta_off,
+                                int rows, int C, float eps) {
+    __local float scratch[DL_ROW_GROUP];
+    int r = get_group_id(0), lid = get_local_id(0), n = get_local_size(0);
+    if (r >= rows) return;
+    __global const float *x = in + (size_t)r * C;
+    float part = 0.0f;
+    DL_FOR_ROW(c, lid, n, C) part += x[c];
+    layernorm_row_finish(out, mean_out, rstd_out, x, params, gamma_off, beta_off, r, C, eps, part,
+                         scratch);
 }
 
 /* Residual + LayerNorm in one pass (a transformer layer's x + dense(h)
@@ -51,20 +64,8 @@ __kernel void bias_residual_layernorm_forward(__global float *out, __global floa
         x[c] = v;
         part += v;
     }
-    float mean = dl_group_sum(part, scratch) / C;
-    part = 0.0f;
-    DL_FOR_ROW(c, lid, n, C) {
-        float d = x[c] - mean;
-        part += d * d;
-    }
-    float rstd = 1.0f / sqrt(dl_group_sum(part, scratch) / C + eps);
-    __global float *y = out + (size_t)r * C;
-    DL_FOR_ROW(c, lid, n, C)
-        y[c] = (x[c] - mean) * rstd * params[gamma_off + c] + params[beta_off + c];
-    if (lid == 0) {
-        mean_out[r] = mean;
-        rstd_out[r] = rstd;
-    }
+    layernorm_row_finish(out, mean_out, rstd_out, x, params, gamma_off, beta_off, r, C, eps, part,
+                         scratch);
 }
 
 /* dx = rstd * (g*dy - mean(g*dy) - xhat * mean(g*dy*xhat)); writes dx. */
