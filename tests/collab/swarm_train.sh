@@ -187,17 +187,20 @@ delayed)
   # --delay-update: each round runs beside the next step's micro-batches.
   # The weights stay the same bits on every peer at every step (the host
   # step applies the same average to the same weights), every peer reaches
-  # the end, and the swarm still trains: its loss falls.
-  STEPS=8
+  # the end, and the swarm still trains: its loss falls (the mean of the
+  # last four steps below that of the first four, at the preset's rate:
+  # which micro-batches land in which round depends on timing, so single
+  # steps are too noisy to compare).
+  STEPS=16
   for i in 0 1 2; do
-    start "p$i" --target-batch 24 --max-steps $STEPS --min-peers 3 --peer-seed $i --delay-update --lr 0.02
+    start "p$i" --target-batch 24 --max-steps $STEPS --min-peers 3 --peer-seed $i --delay-update --warmup-steps 2
   done
   for i in 0 1 2; do finish "p$i"; done
   agree p0 p1 p2
   for i in 0 1 2; do [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"; done
   n=$(jq -s '[.[] | select(.step) | select((.members | length) == 3)] | length' "$W/p0.jsonl")
   [ "$n" -ge $((STEPS - 2)) ] || fail "only $n of $STEPS steps were rounds of all three peers"
-  jq -s '[.[] | select(.step) | .loss] | first > last' "$W/p0.jsonl" | grep -q true ||
+  jq -s '[.[] | select(.step) | .loss] | (.[0:4] | add) > (.[-4:] | add)' "$W/p0.jsonl" | grep -q true ||
     fail "the delayed swarm's loss did not fall"
   ;;
 newcomer)
