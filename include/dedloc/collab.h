@@ -17,6 +17,9 @@
 #define DL_AVG_MAX_MEMBERS 256
 /* Elements per chunk: parts travel in chunks of 1 MiB of fp32. */
 #define DL_AVG_CHUNK_ELEMS 262144
+/* Largest weight (samples) a chunk header may carry: far beyond any batch,
+ * and small enough that weight x value sums stay exact in double. */
+#define DL_AVG_MAX_WEIGHT 1099511627776.0 /* 2^40 */
 
 typedef struct dl_collab dl_collab;
 
@@ -53,9 +56,12 @@ const char *dl_aggregation_name(int aggregation);
 #define DL_CLIP_DEFAULT_ITERATIONS 20
 #define DL_CLIP_MAX_ITERATIONS 1000
 
+struct dl_avg_handoff;
+
 struct dl_avg_options {
     uint64_t epoch;              /* round key: members of one round use the same epoch */
-    double weight;               /* samples behind this vector (0 for aux) */
+    double weight;               /* samples behind this vector (0 for aux), at most DL_AVG_MAX_WEIGHT;
+                                  * with a handoff only the estimate written in the join */
     int compression;             /* wire codec: 0 none, 1 fp16, 2 uint8 (dl_codec_parse names them) */
     double deadline_s;           /* whole round, matchmaking included (default 60) */
     double stall_s;              /* silence after which a sender is left out (0 = deadline / 6, >= 1) */
@@ -65,6 +71,9 @@ struct dl_avg_options {
     int aggregation;             /* enum dl_aggregation (default mean) */
     double clip_tau;             /* centered clip: radius, per chunk (default 1) */
     int clip_iterations;         /* centered clip: iterations (default 20, at most 1000) */
+    /* Matchmaking ahead of the vector (see dl_collab_hand_over); NULL: the
+     * vector and weight are there when the round starts. */
+    struct dl_avg_handoff *handoff;
 };
 void dl_avg_options_default(struct dl_avg_options *options);
 
@@ -84,12 +93,15 @@ struct dl_avg_chunk_info {
     uint64_t offset, length;     /* elements */
     uint16_t part, reducer;      /* member indices: whose part, who reduced it */
     uint8_t generation;          /* 0: reduced by the part's aggregator; 1: re-reduced by a survivor */
+    double weight;               /* the contributors' weights as their chunk headers said, summed */
     uint8_t contributors[DL_AVG_MAX_MEMBERS / 8]; /* bit i = member i's vector is in it */
 };
 
 struct dl_avg_member {
     char peer_id[DL_PEER_ID_HEX];
-    double weight, bandwidth_mbit;
+    double weight;               /* what its join said: an estimate when it matchmade ahead of its
+                                  * vector; the weight that counts travels in its chunks */
+    double bandwidth_mbit;
     int role;                    /* 0 trainer, 1 client, 2 aux */
     uint64_t part_offset, part_elems;
 };
@@ -104,6 +116,10 @@ struct dl_avg_result {
     int compression;
     uint64_t bytes_sent, bytes_received;  /* payload bytes of this round's requests */
     double matchmaking_s, allreduce_s, total_s;
+    double handoff_wait_s;       /* with a handoff: from the group forming to the vector (in allreduce_s) */
+    double total_weight;         /* samples behind the average: the most any result chunk's header
+                                  * carries (every member reads the same); a member that receives no
+                                  * result (aux) or a failed round: the join weights summed */
     double lp_bound_s;           /* the load-balancing optimum for these bandwidths */
     double reduce_s;             /* time spent decoding, reducing and encoding */
     uint64_t reduced_elems;      /* elements of contributions decoded and reduced */
@@ -119,6 +135,28 @@ void dl_avg_result_free(struct dl_avg_result *result);
  * caller keeps its contribution for the next round. Returns the status. */
 int dl_collab_average(dl_collab *collab, float *vec, size_t n, const struct dl_avg_options *options,
                       struct dl_avg_result *result);
+
+/* Matchmaking ahead of the vector. A round started (on a thread of the
+ * caller's) with options->handoff matchmakes at once, writing
+ * options->weight in its join as an estimate, then serves the round without
+ * sending, reducing or answering for its own vector until another thread
+ * calls dl_collab_hand_over: vec is read only from then on, and the weight
+ * given there is the one that counts (it travels in every chunk header).
+ * A round whose vector has not come stall_s after the group formed (the
+ * others leave a silent sender out then) ends as DL_AVG_NO_GROUP, as does
+ * one withdrawn; a round that fails before the handoff never read vec.
+ * The struct is the caller's; its fields are guarded by the collab's lock. */
+struct dl_avg_handoff {
+    int state;                   /* 0 waiting for the vector, 1 handed over, 2 withdrawn, 3 round over */
+    double weight;
+};
+void dl_avg_handoff_init(struct dl_avg_handoff *handoff);
+/* vec is complete and `weight` samples are behind it (finite, 0 ..
+ * DL_AVG_MAX_WEIGHT). Returns 0, or -1 when the round no longer waits for it
+ * (it ended or failed: the caller's vector was never read). */
+int dl_collab_hand_over(dl_collab *collab, struct dl_avg_handoff *handoff, double weight);
+/* Leaves a round that waits for its vector: it ends as DL_AVG_NO_GROUP. */
+void dl_collab_withdraw(dl_collab *collab, struct dl_avg_handoff *handoff);
 
 /* Liveness beyond record expiry. A peer killed without a goodbye keeps its
  * last record in every view until the record expires (--expiry, 60 s), and

@@ -27,6 +27,7 @@
 #include "cli/bench.h"
 #include "cli/commands.h"
 #include "collab/collab_internal.h"
+#include "collab/round_async.h"
 #include "collab/wirecodec.h"
 #include "dedloc/collab.h"
 #include "dedloc/net.h"
@@ -172,6 +173,7 @@ static void report_round(int round, const struct dl_avg_result *res, const float
         cJSON_AddItemToArray(c, cJSON_CreateNumber(ci->generation));
         cJSON_AddItemToArray(c, cJSON_CreateNumber(ci->reducer));
         cJSON_AddItemToArray(c, cJSON_CreateString(hex));
+        cJSON_AddItemToArray(c, cJSON_CreateNumber(ci->weight));
         cJSON_AddItemToArray(chunks, c);
     }
     char hash[17] = "";
@@ -188,6 +190,8 @@ static void report_round(int round, const struct dl_avg_result *res, const float
     cJSON_AddNumberToObject(o, "matchmaking_s", res->matchmaking_s);
     cJSON_AddNumberToObject(o, "allreduce_s", res->allreduce_s);
     cJSON_AddNumberToObject(o, "lp_bound_s", res->lp_bound_s);
+    cJSON_AddNumberToObject(o, "handoff_wait_s", res->handoff_wait_s);
+    cJSON_AddNumberToObject(o, "total_weight", res->total_weight);
     cJSON_AddNumberToObject(o, "bytes_sent", (double)res->bytes_sent);
     cJSON_AddNumberToObject(o, "bytes_received", (double)res->bytes_received);
     cJSON_AddNumberToObject(o, "reduce_s", res->reduce_s);
@@ -202,6 +206,30 @@ static int parse_num(const char *s, double lo, double hi, double *out) {
     if (end == s || *end || !(v >= lo && v <= hi)) return -1;
     *out = v;
     return 0;
+}
+
+/* What draws a member's vector of a round. */
+struct vector_input {
+    struct vector_model vm;
+    uint64_t seed;
+#ifdef DEDLOC_TEST_HOOKS
+    int attack;
+    uint64_t replay_seed;
+#endif
+};
+
+/* Draws the round's vector; the first round's is also written to PREFIX.in.bin. */
+static int make_vector(float *vec, float *scratch, size_t n, int round, const char *out_prefix,
+                       const struct vector_input *vi) {
+#ifdef DEDLOC_TEST_HOOKS
+    attack_vector(vi->attack, vec, scratch, n, vi->seed, vi->replay_seed, (uint64_t)round, &vi->vm);
+#else
+    honest_vector(vec, scratch, n, vi->seed, (uint64_t)round, &vi->vm);
+#endif
+    if (!out_prefix || round != 0) return 0;
+    char path[1024];
+    snprintf(path, sizeof path, "%s.in.bin", out_prefix);
+    return write_floats(path, vec, n);
 }
 
 int bench_allreduce_member(int argc, char **argv) {
@@ -221,11 +249,12 @@ int bench_allreduce_member(int argc, char **argv) {
     opt.deadline_s = 30;
     double size = 1 << 20, seed = 1, rounds = 1, peers = 1, v = 0, delay = 0, linger = 30;
     double tau = DL_CLIP_DEFAULT_TAU, iterations = DL_CLIP_DEFAULT_ITERATIONS;
+    double join_weight = -1, hand_over = 0;
     const char *out_prefix = NULL, *misbehave = NULL;
     struct vector_model vm = {false, 0, 0};
     enum { O_LISTEN = 256, O_INITIAL, O_SIZE, O_SEED, O_WEIGHT, O_COMP, O_DEADLINE, O_STALL, O_ROUNDS,
            O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT, O_DELAY, O_LINGER, O_AGG, O_TAU, O_ITERS,
-           O_CWARN, O_CBAN, O_ATTACK, O_COMMON, O_SPREAD, O_REPLAY };
+           O_CWARN, O_CBAN, O_ATTACK, O_COMMON, O_SPREAD, O_REPLAY, O_JOINW, O_HANDOVER };
 #ifdef DEDLOC_TEST_HOOKS
     int attack = ATTACK_NONE;
     double common_seed = 0, replay_seed = 0;
@@ -243,6 +272,7 @@ int bench_allreduce_member(int argc, char **argv) {
         {"aggregation", required_argument, NULL, O_AGG}, {"tau", required_argument, NULL, O_TAU},
         {"clip-iterations", required_argument, NULL, O_ITERS}, {"clip-warn", required_argument, NULL, O_CWARN},
         {"clip-ban", required_argument, NULL, O_CBAN},
+        {"join-weight", required_argument, NULL, O_JOINW}, {"hand-over", required_argument, NULL, O_HANDOVER},
 #ifdef DEDLOC_TEST_HOOKS
         {"attack", required_argument, NULL, O_ATTACK}, {"common-seed", required_argument, NULL, O_COMMON},
         {"spread", required_argument, NULL, O_SPREAD}, {"replay-seed", required_argument, NULL, O_REPLAY},
@@ -275,6 +305,8 @@ int bench_allreduce_member(int argc, char **argv) {
         case O_ITERS: bad = parse_num(optarg, 0, DL_CLIP_MAX_ITERATIONS, &iterations); break;
         case O_CWARN: bad = parse_num(optarg, 0, 1e6, &v); ccfg.clip_warn_rounds = (int)v; break;
         case O_CBAN: bad = parse_num(optarg, 0, 1e6, &v); ccfg.clip_ban_rounds = (int)v; break;
+        case O_JOINW: bad = parse_num(optarg, 0, 1e15, &join_weight); break;
+        case O_HANDOVER: bad = parse_num(optarg, 0, 3600, &hand_over); break;
 #ifdef DEDLOC_TEST_HOOKS
         case O_ATTACK: bad = parse_attack(optarg, &attack); break;
         case O_COMMON: bad = parse_num(optarg, 0, 1e15, &common_seed); vm.common = true; break;
@@ -294,6 +326,9 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "wrong-size")) mode = DL_MISBEHAVE_WRONG_SIZE;
         else if (!strcmp(misbehave, "wrong-part")) mode = DL_MISBEHAVE_WRONG_PART;
         else if (!strcmp(misbehave, "garbage")) mode = DL_MISBEHAVE_GARBAGE;
+        else if (!strcmp(misbehave, "weight-nan")) mode = DL_MISBEHAVE_WEIGHT_NAN;
+        else if (!strcmp(misbehave, "weight-negative")) mode = DL_MISBEHAVE_WEIGHT_NEGATIVE;
+        else if (!strcmp(misbehave, "weight-huge")) mode = DL_MISBEHAVE_WEIGHT_HUGE;
         else {
             fprintf(stderr, "allreduce-member: unknown --misbehave %s\n", misbehave);
             return DL_EXIT_USAGE;
@@ -336,19 +371,21 @@ int bench_allreduce_member(int argc, char **argv) {
     cJSON_AddNumberToObject(ready, "pid", (double)getpid());
     emit(ready);
     int rc = DL_EXIT_OK;
+    struct vector_input vi = {.vm = vm, .seed = (uint64_t)seed};
+#ifdef DEDLOC_TEST_HOOKS
+    vi.attack = attack;
+    vi.replay_seed = (uint64_t)replay_seed;
+#endif
+    const double weight = opt.weight;
     for (int round = 0; round < (int)rounds; round++) {
         uint64_t epoch = (uint64_t)round + 1;
-#ifdef DEDLOC_TEST_HOOKS
-        attack_vector(attack, vec, scratch, n, (uint64_t)seed, (uint64_t)replay_seed, (uint64_t)round, &vm);
-#else
-        honest_vector(vec, scratch, n, (uint64_t)seed, (uint64_t)round, &vm);
-#endif
-        if (out_prefix && round == 0) {
-            char path[1024];
-            snprintf(path, sizeof path, "%s.in.bin", out_prefix);
-            if (write_floats(path, vec, n)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
-        }
-        dl_net_publish_progress(net, epoch, opt.weight, 0);
+        /* --hand-over: the vector is drawn only after matchmaking has begun
+         * (NaN until then, so that a round reading it early would fail). */
+        if (hand_over > 0)
+            for (size_t i = 0; i < n; i++) vec[i] = NAN;
+        else if (make_vector(vec, scratch, n, round, out_prefix, &vi))
+            fprintf(stderr, "allreduce-member: %s\n", dl_error());
+        dl_net_publish_progress(net, epoch, weight, 0);
         if (wait_for_peers(net, epoch, (size_t)peers, 30))
             DL_WARN("bench", "fewer than %zu peers at epoch %llu after 30 s; averaging with those seen",
                     (size_t)peers, (unsigned long long)epoch);
@@ -363,7 +400,31 @@ int bench_allreduce_member(int argc, char **argv) {
         cJSON_AddNumberToObject(start, "round", round);
         emit(start);
         struct dl_avg_result res;
-        dl_collab_average(collab, vec, n, &opt, &res);
+        if (hand_over > 0) {
+            /* Matchmaking ahead of the vector, as a trainer ending its
+             * accumulation does: the join carries --join-weight, the
+             * chunks --weight. */
+            struct dl_avg_handoff handoff;
+            dl_avg_handoff_init(&handoff);
+            opt.handoff = &handoff;
+            opt.weight = join_weight >= 0 ? join_weight : weight;
+            dl_async_round a = {0};
+            if (dl_async_round_start(&a, collab, vec, n, &opt, NULL, NULL)) {
+                fprintf(stderr, "allreduce-member: %s\n", dl_error());
+                rc = DL_EXIT_FAILURE;
+                break;
+            }
+            struct timespec ts = {(time_t)hand_over, (long)((hand_over - (double)(time_t)hand_over) * 1e9)};
+            nanosleep(&ts, NULL);
+            if (make_vector(vec, scratch, n, round, out_prefix, &vi)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
+            if (dl_collab_hand_over(collab, &handoff, weight))
+                DL_WARN("bench", "round %d: %s", round, dl_error());
+            dl_async_round_join(&a, &res);
+            opt.handoff = NULL;
+        } else {
+            opt.weight = join_weight >= 0 ? join_weight : weight;
+            dl_collab_average(collab, vec, n, &opt, &res);
+        }
         if (out_prefix && res.status == DL_AVG_OK && !ccfg.aux) {
             char path[1024];
             snprintf(path, sizeof path, "%s.out%d.bin", out_prefix, round);

@@ -64,20 +64,28 @@ void dl_round_mark_failed(struct dl_round *r, size_t member, const char *why) {
     DL_INFO("collab", "member %zu (%s) counts as failed: %s", member, r->g.members[member].peer_id, why);
 }
 
+bool dl_round_weight_ok(double weight) { return isfinite(weight) && weight >= 0 && weight <= DL_AVG_MAX_WEIGHT; }
+
 uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size) {
+    if (!r->input_ready || !r->input) return NULL;
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
     size_t enc = dl_codec_size(r->g.codec, (size_t)len);
     int mode = misbehave ? r->c->misbehaviour : DL_MISBEHAVE_NONE;
     size_t extra = mode == DL_MISBEHAVE_WRONG_SIZE ? 4 : 0;
-    uint8_t *msg = dl_malloc(DL_AVG_REF_HEADER + enc + extra);
+    uint8_t *msg = dl_malloc(DL_AVG_CHUNK_HEADER + enc + extra);
     if (!msg) return NULL;
     dl_round_write_ref(msg, r, part, k);
-    if (dl_codec_encode(r->g.codec, r->input + off, (size_t)len, msg + DL_AVG_REF_HEADER)) {
+    double weight = mode == DL_MISBEHAVE_WEIGHT_NAN        ? NAN
+                    : mode == DL_MISBEHAVE_WEIGHT_NEGATIVE ? -r->weight - 1
+                    : mode == DL_MISBEHAVE_WEIGHT_HUGE     ? 1e30
+                                                           : r->weight;
+    dl_put_f64(msg + DL_AVG_REF_HEADER, weight);
+    if (dl_codec_encode(r->g.codec, r->input + off, (size_t)len, msg + DL_AVG_CHUNK_HEADER)) {
         free(msg);
         return NULL;
     }
-    uint8_t *data = msg + DL_AVG_REF_HEADER;
+    uint8_t *data = msg + DL_AVG_CHUNK_HEADER;
     if (mode == DL_MISBEHAVE_NAN) {
         if (r->g.codec == DL_CODEC_NONE) {
             float nan = NAN;
@@ -96,7 +104,7 @@ uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool mis
     } else if (extra) {
         memset(data + enc, 0, extra);
     }
-    *size = DL_AVG_REF_HEADER + enc + extra;
+    *size = DL_AVG_CHUNK_HEADER + enc + extra;
     return msg;
 }
 
@@ -136,31 +144,44 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     dl_round_chunk_range(r, part, k, &off, &len);
     size_t enc = dl_codec_size(r->g.codec, (size_t)len);
     memset(r->acc, 0, sizeof(double) * len);
+    /* Each contribution counts with the weight its own chunk header carries
+     * (the group record's is only the join's estimate); one that is not a
+     * weight is refused like data that does not decode. */
+    double header_weight[DL_AVG_MAX_MEMBERS];
+    bool usable[DL_AVG_MAX_MEMBERS] = {false};
     double present_weight = 0;
-    for (size_t j = 0; j < r->g.n; j++)
-        if (contrib[j]) present_weight += r->g.members[j].weight;
+    size_t present = 0;
+    for (size_t j = 0; j < r->g.n; j++) {
+        if (!contrib[j]) continue;
+        header_weight[j] = dl_get_f64(contrib[j] + DL_AVG_REF_HEADER);
+        if (!dl_round_weight_ok(header_weight[j]) || r->g.members[j].role == DL_MEMBER_AUX) {
+            bad[j] = true;
+            continue;
+        }
+        usable[j] = true;
+        present_weight += header_weight[j];
+        present++;
+    }
     bool equal = !(present_weight > 0);
     bool clip = r->g.aggregation == DL_AGG_CENTERED_CLIP;
     float *decoded = NULL;
     size_t who[DL_AVG_MAX_MEMBERS];
     double weights[DL_AVG_MAX_MEMBERS];
     if (clip) {
-        size_t present = 0;
-        for (size_t j = 0; j < r->g.n; j++) present += contrib[j] != NULL;
         decoded = dl_malloc(sizeof(float) * (size_t)len * (present ? present : 1));
         if (!decoded) return -1;
     }
-    double total = 0;
+    double total = 0, samples = 0;
     size_t count = 0;
     uint8_t mask[32] = {0};
     for (size_t j = 0; j < r->g.n; j++) {
-        if (!contrib[j]) continue;
+        if (!usable[j]) continue;
         float *into = clip ? decoded + count * (size_t)len : r->tmp;
-        if (dl_codec_decode(r->g.codec, contrib[j] + DL_AVG_REF_HEADER, enc, (size_t)len, into)) {
+        if (dl_codec_decode(r->g.codec, contrib[j] + DL_AVG_CHUNK_HEADER, enc, (size_t)len, into)) {
             bad[j] = true;
             continue;
         }
-        double w = equal ? 1.0 : r->g.members[j].weight;
+        double w = equal ? 1.0 : header_weight[j];
         if (clip) {
             who[count] = j;
             weights[count] = w;
@@ -168,6 +189,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
             for (size_t e = 0; e < len; e++) r->acc[e] += w * (double)into[e];
         }
         total += w;
+        samples += header_weight[j];
         count++;
         mask[j / 8] |= (uint8_t)(1u << (j % 8));
     }
@@ -191,6 +213,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     dl_put_u32(msg + 20, (uint32_t)k);
     dl_put_u16(msg + 24, (uint16_t)r->me);
     memcpy(msg + 28, mask, 32);
+    dl_put_f64(msg + 60, samples);
     if (dl_codec_encode(r->g.codec, r->tmp, (size_t)len, msg + DL_AVG_RESULT_HEADER)) {
         free(msg);
         return -1;
@@ -225,11 +248,13 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
     const struct dl_group_member *m = &r->g.members[reducer];
     if (dl_net_verify(m->peer_id, m->pk, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED))
         return dl_fail_context("result of part %zu chunk %zu", part, k);
-    if (dl_codec_decode(r->g.codec, msg + DL_AVG_RESULT_HEADER, enc, (size_t)len, r->tmp)) {
+    double samples = dl_get_f64(msg + 60);
+    if (!(dl_round_weight_ok(samples / (double)r->g.n)) ||
+        dl_codec_decode(r->g.codec, msg + DL_AVG_RESULT_HEADER, enc, (size_t)len, r->tmp)) {
         /* Signed by its reducer, so every member got these same bytes:
          * every member fails alike. */
-        dl_round_fail(r, DL_AVG_FAILED, "the result of part %zu chunk %zu from %s does not decode", part, k,
-                      m->peer_id);
+        dl_round_fail(r, DL_AVG_FAILED, "the result of part %zu chunk %zu from %s does not decode or carries "
+                      "an impossible weight (%g)", part, k, m->peer_id, samples);
         return -1;
     }
     uint8_t *copy = dl_malloc(size);
@@ -412,7 +437,7 @@ static void on_chunk(struct dl_round *r, struct dl_avg_event *ev) {
     }
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
-    size_t want = DL_AVG_REF_HEADER + dl_codec_size(r->g.codec, (size_t)len);
+    size_t want = DL_AVG_CHUNK_HEADER + dl_codec_size(r->g.codec, (size_t)len);
     if (ev->size != want) {
         snprintf(why, sizeof why, "sent a chunk of %zu bytes where %zu were due", ev->size, want);
         misbehaved(r, j, ev->token, ev->peer_id, why);
@@ -445,7 +470,8 @@ static size_t min_result_next(const struct dl_round *r) {
 }
 
 static void pump_aggregate(struct dl_round *r, double now) {
-    if (!r->i_aggregate) return;
+    /* Our own contribution goes into every chunk of our part. */
+    if (!r->i_aggregate || (r->i_send && !r->input_ready)) return;
     while (r->next_reduce < r->agg_chunks && r->next_reduce - min_result_next(r) < DL_AVG_REDUCE_AHEAD) {
         uint32_t k = r->next_reduce;
         struct dl_agg_chunk *a = &r->agg[k];
@@ -481,7 +507,7 @@ static void pump_aggregate(struct dl_round *r, double now) {
             a->contrib[j] = NULL;
             if (bad[j])
                 misbehaved(r, (long)j, a->ack_token[j], r->g.members[j].peer_id,
-                           "sent data that does not decode (NaN, Inf or garbage)");
+                           "sent data that does not decode (NaN, Inf or garbage) or an impossible weight");
             else
                 dl_round_respond(r, a->ack_token[j], DL_NET_OK, NULL, 0);
             /* It may send again from now on: its silence counts from here. */
@@ -529,7 +555,7 @@ static bool aggregation_done(const struct dl_round *r) {
 /* ---- sending our vector -------------------------------------------------------- */
 
 static void pump_send(struct dl_round *r, double now) {
-    if (!r->i_send) return;
+    if (!r->i_send || !r->input_ready) return;
     for (size_t p = 0; p < r->g.n; p++) {
         struct dl_send_part *s = &r->send[p];
         if (p == r->me || !s->total || r->failed[p] || s->done_or_failed) continue;
@@ -608,6 +634,36 @@ static void check_aggregators(struct dl_round *r, double now) {
 
 /* ---- the loop ------------------------------------------------------------------ */
 
+/* Matchmaking ahead of the vector: takes it once the caller hands it over.
+ * The others leave a sender silent for stall_s out of their parts, so a
+ * vector later than that after the group formed could only be half in the
+ * average: the round ends then, and the caller keeps its gradient. */
+static void check_handoff(struct dl_round *r, double now) {
+    if (r->input_ready || r->status != DL_AVG_OK) return;
+    pthread_mutex_lock(&r->c->lock);
+    int state = r->handoff->state;
+    double weight = r->handoff->weight;
+    pthread_mutex_unlock(&r->c->lock);
+    if (state == 1) {
+        if (!dl_all_finite(r->input, r->n)) {
+            dl_round_fail(r, DL_AVG_FAILED, "cannot average a vector holding NaN or Inf (it must not leave this peer)");
+            return;
+        }
+        r->weight = weight;
+        r->input_ready = true;
+        r->handed_at = now;
+        /* The exchange keeps the time it would have had right after matchmaking. */
+        double budget = r->deadline_s - (r->group_time - r->start);
+        if (now + budget > r->deadline) r->deadline = now + budget;
+    } else if (state == 2) {
+        dl_round_fail(r, DL_AVG_NO_GROUP, "withdrawn before our vector was ready: keep the gradient for the next round");
+    } else if (now - r->group_time > r->stall_s) {
+        dl_round_fail(r, DL_AVG_NO_GROUP, "our vector was not ready %.1f s after the group formed (the others "
+                      "leave us out after %.1f s): keep the gradient for the next round", now - r->group_time,
+                      r->stall_s);
+    }
+}
+
 static void on_event(struct dl_round *r, struct dl_avg_event *ev) {
     switch (ev->kind) {
     case EV_CHUNK: on_chunk(r, ev); break;
@@ -685,6 +741,7 @@ int dl_round_run(struct dl_round *r) {
     for (;;) {
         double now = dl_now();
         dl_round_progress(r);
+        check_handoff(r, now);
         if (r->status != DL_AVG_OK) break;
         pump_send(r, now);
         pump_aggregate(r, now);
@@ -692,7 +749,7 @@ int dl_round_run(struct dl_round *r) {
         check_aggregators(r, now);
         dl_recovery_pump(r, now);
         if (r->status != DL_AVG_OK) break;
-        if (r->have == r->need && aggregation_done(r)) break;
+        if (r->input_ready && r->have == r->need && aggregation_done(r)) break;
         if (now >= r->deadline) {
             dl_round_fail(r, DL_AVG_DEADLINE, "the round did not complete within its deadline (%zu of %zu chunks)",
                           r->have, r->need);

@@ -18,7 +18,8 @@
 
 /* Message headers (docs/protocol.md, "Averaging messages"). */
 #define DL_AVG_REF_HEADER 24      /* round_id[16] part u16 pad u16 chunk u32 */
-#define DL_AVG_RESULT_SIGNED 60   /* ref header with gen/reducer + mask[32] */
+#define DL_AVG_CHUNK_HEADER 32    /* ref header + the sender's weight f64 */
+#define DL_AVG_RESULT_SIGNED 68   /* ref header with gen/reducer + mask[32] + total weight f64 */
 #define DL_AVG_RESULT_HEADER (DL_AVG_RESULT_SIGNED + DL_NET_SIGNATURE)
 #define DL_AVG_JOIN_SIZE 72
 /* Chunk requests in flight per (sender, aggregator) and result requests per
@@ -49,7 +50,7 @@ struct dl_avg_event {
 
 enum dl_misbehaviour {
     DL_MISBEHAVE_NONE = 0, DL_MISBEHAVE_NAN, DL_MISBEHAVE_WRONG_SIZE, DL_MISBEHAVE_WRONG_PART,
-    DL_MISBEHAVE_GARBAGE,
+    DL_MISBEHAVE_GARBAGE, DL_MISBEHAVE_WEIGHT_NAN, DL_MISBEHAVE_WEIGHT_NEGATIVE, DL_MISBEHAVE_WEIGHT_HUGE,
 };
 
 struct dl_ban_entry {
@@ -75,6 +76,7 @@ struct dl_clip_streak {
 
 struct dl_collab {
     dl_net *net;
+    bool poke;                    /* lock: a handoff changed; wake the round thread */
     struct dl_collab_config cfg;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -142,6 +144,14 @@ struct dl_round {
     size_t me;
     const float *input;
     size_t n;
+    /* The vector and its weight (the samples behind it, in every chunk
+     * header). With a handoff (matchmaking ahead of the vector) neither is
+     * known until the caller hands them over: nothing of ours is sent,
+     * reduced or given away before input_ready. */
+    double weight;
+    bool input_ready;
+    struct dl_avg_handoff *handoff;
+    double deadline_s, handed_at;
     double start, group_time, deadline, stall_s, agg_timeout, last_loop;
     _Atomic double heartbeat;     /* last_loop, for the network thread's avg.alive */
     bool i_send, i_receive, i_aggregate;
@@ -213,10 +223,14 @@ void dl_round_chunk_range(const struct dl_round *r, size_t part, size_t k, uint6
 /* Reduces one chunk from the given per-member encoded contributions (NULL =
  * absent) in member order; stores the signed result. 0, or -1 (no contributor). */
 int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generation, uint8_t **contrib, bool *bad);
+/* Whether a chunk header's weight can be taken: finite, >= 0, at most
+ * DL_AVG_MAX_WEIGHT. */
+bool dl_round_weight_ok(double weight);
 /* Validates and stores a signed result message; 1 stored, 0 duplicate, -1 bad. */
 int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, bool from_reducer,
                            const char *sender);
-/* Our own chunk of part p, encoded (misbehaviour applied). malloc'd. */
+/* Our own chunk of part p, encoded with our weight in its header
+ * (misbehaviour applied). malloc'd; NULL before our vector is handed over. */
 uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size);
 size_t dl_round_chunks_of(const struct dl_round *r, size_t part);
 /* Global chunk index from a message's reference header; -1 when out of range. */

@@ -22,7 +22,7 @@
 #include "collab/collab_internal.h"
 #include "collab/wirecodec.h"
 
-#define JOIN_VERSION 1
+#define JOIN_VERSION 2 /* 2: weights travel in chunk and result headers */
 /* An undeclared, unmeasured bandwidth counts as this (Mbit/s). */
 #define DEFAULT_BANDWIDTH_MBIT 100.0
 /* How often a collecting leader looks at its view for a lower-id peer. */

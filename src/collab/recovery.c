@@ -47,7 +47,9 @@ static void finish_rereduce(struct dl_round *r, size_t part, size_t k) {
         if (dl_round_reduce(r, part, k, 1, rr->contrib, bad))
             DL_WARN("collab", "cannot re-reduce part %zu chunk %zu: no contribution", part, k);
         for (size_t j = 0; j < r->g.n; j++)
-            if (bad[j]) dl_collab_ban(r->c, r->g.members[j].peer_id, "sent a contribution that does not decode");
+            if (bad[j])
+                dl_collab_ban(r->c, r->g.members[j].peer_id,
+                              "sent a contribution that does not decode or an impossible weight");
     }
     for (size_t j = 0; j < r->g.n; j++) {
         free(rr->contrib[j]);
@@ -234,7 +236,7 @@ void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         if (rr->outstanding) rr->outstanding--;
         uint64_t off, len;
         dl_round_chunk_range(r, part, k, &off, &len);
-        if (ev->status == DL_NET_OK && ev->size == DL_AVG_REF_HEADER + dl_codec_size(r->g.codec, (size_t)len) &&
+        if (ev->status == DL_NET_OK && ev->size == DL_AVG_CHUNK_HEADER + dl_codec_size(r->g.codec, (size_t)len) &&
             !rr->contrib[ev->member]) {
             r->bytes_received += ev->size;
             rr->contrib[ev->member] = ev->data;

@@ -344,7 +344,7 @@ void dl_round_respond_text(struct dl_round *r, uint64_t token, const char *text)
 struct dl_avg_event *dl_round_wait_events(struct dl_round *r, double until) {
     struct dl_collab *c = r->c;
     pthread_mutex_lock(&c->lock);
-    while (!c->inbox) {
+    while (!c->inbox && !c->poke) {
         double now = dl_now();
         if (now >= until) break;
         struct timespec ts;
@@ -361,11 +361,48 @@ struct dl_avg_event *dl_round_wait_events(struct dl_round *r, double until) {
     }
     struct dl_avg_event *list = c->inbox;
     c->inbox = c->inbox_tail = NULL;
+    c->poke = false;
     pthread_mutex_unlock(&c->lock);
     return list;
 }
 
+void dl_avg_handoff_init(struct dl_avg_handoff *h) { memset(h, 0, sizeof *h); }
+
+int dl_collab_hand_over(dl_collab *c, struct dl_avg_handoff *h, double weight) {
+    if (!(isfinite(weight) && weight >= 0 && weight <= DL_AVG_MAX_WEIGHT))
+        return dl_fail("cannot hand over a weight of %g (0 .. 2^40 samples)", weight);
+    pthread_mutex_lock(&c->lock);
+    int rc = -1;
+    if (h->state == 0) {
+        h->state = 1;
+        h->weight = weight;
+        c->poke = true;
+        pthread_cond_signal(&c->wake);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc ? dl_fail("the round no longer waits for a vector") : 0;
+}
+
+void dl_collab_withdraw(dl_collab *c, struct dl_avg_handoff *h) {
+    pthread_mutex_lock(&c->lock);
+    if (h->state == 0) {
+        h->state = 2;
+        c->poke = true;
+        pthread_cond_signal(&c->wake);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* ---- the outer frame ------------------------------------------------------------ */
+
+/* The round no longer waits for a vector: a later handoff is refused. */
+static void end_handoff(struct dl_collab *c, struct dl_avg_handoff *h) {
+    if (!h) return;
+    pthread_mutex_lock(&c->lock);
+    h->state = 3;
+    pthread_mutex_unlock(&c->lock);
+}
 
 static bool all_finite(const float *v, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -383,6 +420,7 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
     res->allreduce_s = r->has_group ? t_end - t_group : 0;
     res->reduce_s = r->reduce_s;
     res->reduced_elems = r->reduced_elems;
+    if (r->handoff && r->handed_at > 0 && r->has_group) res->handoff_wait_s = r->handed_at - t_group;
     if (!r->has_group) return;
     res->compression = r->g.codec;
     res->aggregation = r->g.aggregation;
@@ -400,6 +438,7 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
             o->role = m->role;
             o->part_offset = m->part_offset;
             o->part_elems = m->part_elems;
+            res->total_weight += m->weight;
         }
     if (r->clipped)
         for (size_t i = 0; i < r->g.n; i++)
@@ -408,6 +447,7 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
     res->chunks = calloc(r->num_chunks ? r->num_chunks : 1, sizeof *res->chunks);
     if (!res->chunks) return;
     res->num_chunks = r->num_chunks;
+    res->total_weight = 0;
     for (size_t p = 0; p < r->g.n; p++)
         for (size_t k = 0; k < r->first_chunk[p + 1] - r->first_chunk[p]; k++) {
             size_t gi = r->first_chunk[p] + k;
@@ -418,6 +458,8 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
             ci->generation = msg[18];
             ci->reducer = dl_get_u16(msg + 24);
             memcpy(ci->contributors, msg + 28, sizeof ci->contributors);
+            ci->weight = dl_get_f64(msg + 60);
+            if (ci->weight > res->total_weight) res->total_weight = ci->weight;
         }
 }
 
@@ -431,32 +473,41 @@ int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_op
     if (!(opt.deadline_s > 0)) opt.deadline_s = 60;
     if (!(opt.stall_s > 0)) opt.stall_s = fmax(1.0, opt.deadline_s / 6);
     if (c->cfg.aux) opt.weight = 0;
+    bool later = opt.handoff && !c->cfg.aux; /* the vector comes after matchmaking */
     const char *bad = NULL;
     if (n == 0 || !vec) bad = "an empty vector";
     else if (n > ((uint64_t)1 << 40)) bad = "a vector too large";
-    else if (!isfinite(opt.weight) || opt.weight < 0) bad = "a weight that is negative or not finite";
+    else if (!isfinite(opt.weight) || opt.weight < 0 || opt.weight > DL_AVG_MAX_WEIGHT)
+        bad = "a weight that is negative, not finite or beyond 2^40";
     else if (opt.compression < 0 || opt.compression > DL_CODEC_UINT8) bad = "an unknown compression";
     else if (opt.aggregation != DL_AGG_MEAN && opt.aggregation != DL_AGG_CENTERED_CLIP) bad = "an unknown aggregation";
     else if (opt.aggregation == DL_AGG_CENTERED_CLIP && (!(opt.clip_tau > 0) || !isfinite(opt.clip_tau) ||
                                                          opt.clip_iterations < 0 ||
                                                          opt.clip_iterations > DL_CLIP_MAX_ITERATIONS))
         bad = "with centered clip: tau must be positive and finite, iterations 0..1000";
-    else if (!c->cfg.aux && !all_finite(vec, n)) bad = "a vector holding NaN or Inf (it must not leave this peer)";
+    else if (!c->cfg.aux && !later && !all_finite(vec, n))
+        bad = "a vector holding NaN or Inf (it must not leave this peer)";
     if (bad) {
         result->status = DL_AVG_FAILED;
         snprintf(result->reason, sizeof result->reason, "cannot average %s", bad);
+        end_handoff(c, opt.handoff);
         return result->status;
     }
     struct dl_round *r = dl_calloc(1, sizeof *r);
     if (!r) {
         result->status = DL_AVG_FAILED;
         snprintf(result->reason, sizeof result->reason, "out of memory");
+        end_handoff(c, opt.handoff);
         return result->status;
     }
     r->c = c;
     r->input = vec;
     r->n = n;
+    r->weight = opt.weight;
+    r->input_ready = !later;
+    r->handoff = later ? opt.handoff : NULL;
     r->start = t0;
+    r->deadline_s = opt.deadline_s;
     r->deadline = t0 + opt.deadline_s;
     r->stall_s = opt.stall_s;
     pthread_mutex_lock(&c->lock);
@@ -472,6 +523,7 @@ int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_op
         dl_round_run(r);
     }
     double t_end = dl_now();
+    end_handoff(c, opt.handoff);
     if (r->status == DL_AVG_OK && r->i_receive) {
         /* Every chunk was checked to decode when it arrived. */
         for (size_t p = 0; p < r->g.n; p++)

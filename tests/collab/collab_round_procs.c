@@ -40,7 +40,8 @@ struct member {
     char peer_id[40], listen[64];
     bool ready, started, done;
     cJSON *round;
-    double weight;
+    double weight;         /* what its chunks carry (what counts) */
+    double join_weight;    /* what its join says (the group record's estimate) */
     const char *role;      /* "trainer" "client" "aux" */
     const char *misbehave; /* NULL or the mode */
     const char *attack;    /* NULL or the attack mode (robust_* cases) */
@@ -63,6 +64,9 @@ struct scenario {
     const char *aggregation;   /* NULL (mean) or "centered-clip" */
     const char *attacks;       /* per member: '-' honest, 's' sign-flip, 'n' noise, 't' stale, 'r' replay */
     double tau;                /* centered clip radius (0 = the default, 1) */
+    double hand_over;          /* > 0: member i matchmakes first and hands its vector over
+                                * hand_over + 0.25 i s after the round starts */
+    bool join_differs;         /* the joins carry 1 + i % 3, the chunks 5 + 3 i */
 };
 
 static struct member members[MAX_MEMBERS];
@@ -143,6 +147,15 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
             argv[k++] = "--attack"; argv[k++] = m->attack;
             argv[k++] = "--replay-seed"; argv[k++] = "102"; /* member 1's, an honest one */
         }
+    }
+    char join_weight[32], hand_over[32];
+    if (m->join_weight != m->weight) {
+        snprintf(join_weight, sizeof join_weight, "%g", m->join_weight);
+        argv[k++] = "--join-weight"; argv[k++] = join_weight;
+    }
+    if (sc->hand_over > 0) {
+        snprintf(hand_over, sizeof hand_over, "%g", sc->hand_over + 0.25 * i);
+        argv[k++] = "--hand-over"; argv[k++] = hand_over;
     }
     char delay[32];
     if (sc->delay > 0 && i == sc->victim) {
@@ -290,7 +303,10 @@ static void verify(const struct scenario *sc) {
         weight[g] = cJSON_GetNumberValue(cJSON_GetObjectItem(gm, "weight"));
         CHECK(index_of[g] >= 0);
         if (index_of[g] >= 0) {
-            CHECK(weight[g] == (strcmp(members[index_of[g]].role, "aux") ? members[index_of[g]].weight : 0));
+            /* The group record holds the joins' estimates; the chunk
+             * headers' weights, which count, are the members' own. */
+            CHECK(weight[g] == members[index_of[g]].join_weight);
+            weight[g] = members[index_of[g]].weight;
             snprintf(path, sizeof path, "%s/m%d.in.bin", workdir, index_of[g]);
             inputs[g] = read_floats(path, sc->size);
         }
@@ -306,6 +322,7 @@ static void verify(const struct scenario *sc) {
         int gen = (int)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 2));
         int reducer = (int)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 3));
         const char *mask = cJSON_GetStringValue(cJSON_GetArrayItem(c, 4));
+        double chunk_weight = cJSON_GetNumberValue(cJSON_GetArrayItem(c, 5));
         rereduced += gen;
         CHECK(off + len <= sc->size);
         covered += len;
@@ -326,6 +343,8 @@ static void verify(const struct scenario *sc) {
             if (who >= 0 && !strcmp(members[who].role, "aux")) CHECK_MSG(false, "chunk %d holds an aux member", ci);
         }
         CHECK_MSG(count > 0, "chunk %d has no contributor", ci);
+        CHECK_MSG(chunk_weight == total, "chunk %d: its result header says weight %g, its contributors hold %g", ci,
+                  chunk_weight, total);
         if (!count || !ref_out) continue;
         bool equal = !(total > 0);
         if (equal) total = count;
@@ -467,7 +486,8 @@ static int run(const struct scenario *sc) {
         memset(m, 0, sizeof *m);
         char r = sc->roles ? sc->roles[i] : 't';
         m->role = r == 'c' ? "client" : r == 'a' ? "aux" : "trainer";
-        m->weight = r == 'a' ? 0 : 1 + i % 3;
+        m->join_weight = r == 'a' ? 0 : 1 + i % 3;
+        m->weight = r == 'a' ? 0 : sc->join_differs ? 5 + 3 * i : m->join_weight;
         if (sc->misbehave && i == sc->victim) m->misbehave = sc->misbehave;
         char a = sc->attacks ? sc->attacks[i] : '-';
         m->attack = a == 's' ? "sign-flip" : a == 'n' ? "noise" : a == 't' ? "stale" : a == 'r' ? "replay" : NULL;
@@ -581,29 +601,37 @@ static int run(const struct scenario *sc) {
 static const struct scenario scenarios[] = {
     /* name           n  size     codec    Mbit  fault   victim at   roles       misbehave  delay  victim must report
      * aggregation  attacks (weights are 1 + i % 3: the attackers at 0, 3, 6 hold 3 of 15) */
-    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
-    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
-    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
-    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0},
-    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL, 0, NULL, NULL, NULL, 0},
-    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL, 0, NULL, NULL, NULL, 0},
-    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL, 0, NULL, NULL, NULL, 0},
-    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL, 0, NULL, NULL, NULL, 0},
-    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0},
-    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0},
-    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size", 0, "dropped", NULL, NULL, 0},
-    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part", 0, "dropped", NULL, NULL, 0},
-    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage", 0, "dropped", NULL, NULL, 0},
-    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL, 0, NULL, NULL, NULL, 0},
+    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
+    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
+    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
+    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
+    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL, 0, NULL, NULL, NULL, 0, 0, false},
+    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL, 0, NULL, NULL, NULL, 0, 0, false},
+    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
+    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
+    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0, 0, false},
+    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0, 0, false},
+    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size", 0, "dropped", NULL, NULL, 0, 0, false},
+    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part", 0, "dropped", NULL, NULL, 0, 0, false},
+    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage", 0, "dropped", NULL, NULL, 0, 0, false},
+    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
     /* a client that calls the round 8 s late misses the group (the first
      * window is about 5 s) and keeps its vector */
-    {"late",          4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     NULL, 8, "no group", NULL, NULL, 0},
+    {"late",          4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     NULL, 8, "no group", NULL, NULL, 0, 0, false},
+    /* matchmaking ahead of the vector: each member's chunks carry another
+     * weight than its join, and the vectors come 0.3-1.05 s after the round starts */
+    {"weights_late",  4, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0.3, true},
+    {"weights_late_clients", 5, 1000003, "fp16", 0, NULL, 0, 0,  "ttcct",    NULL, 0, NULL, NULL, NULL, 0, 0.3, true},
+    /* a client whose chunk headers carry an impossible weight is left out */
+    {"weight_nan",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "weight-nan", 0, "dropped", NULL, NULL, 0, 0, false},
+    {"weight_negative", 4, 1000003, "none", 0,   NULL,   3, 0,   "tttc",     "weight-negative", 0, "dropped", NULL, NULL, 0, 0.3, true},
+    {"weight_huge",   4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "weight-huge", 0, "dropped", NULL, NULL, 0, 0, false},
     /* 8 members, 3 attackers, the same inputs aggregated both ways */
-    {"robust_mean",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, "s--n--t-", 0},
-    {"robust_clip",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 0},
-    {"robust_clip_replay", 8, 600011, "none", 0, NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--r--n-", 0},
+    {"robust_mean",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, "s--n--t-", 0, 0, false},
+    {"robust_clip",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 0, 0, false},
+    {"robust_clip_replay", 8, 600011, "none", 0, NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--r--n-", 0, 0, false},
     /* tau above the honest spread of a chunk (about 15 here): only the attackers are clipped */
-    {"robust_clip_tau", 8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 30},
+    {"robust_clip_tau", 8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 30, 0, false},
 };
 
 int main(int argc, char **argv) {
