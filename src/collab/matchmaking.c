@@ -92,11 +92,18 @@ static int find_leader(struct dl_round *r, uint64_t epoch, char leader[DL_PEER_I
     struct dl_swarm_view view;
     if (dl_net_swarm_view(r->c->net, &view)) return -1;
     dl_collab_drop_gone(r->c, &view);
+    /* We are at the epoch we matchmake for, whatever our own record in the
+     * view says yet (a round started right after a step may look before it
+     * arrives): a peer that left itself out could join a higher id that
+     * joins it back, and neither would lead. */
+    const char *self = dl_net_peer_id(r->c->net);
     leader[0] = 0;
-    *expected = 0;
+    *expected = 1;
+    if (!r->c->cfg.client_mode) snprintf(leader, DL_PEER_ID_HEX, "%s", self);
     for (size_t i = 0; i < view.num_peers; i++) {
         const struct dl_swarm_peer *p = &view.peers[i];
-        if (p->epoch != epoch || (!p->is_self && dl_collab_is_banned(r->c, p->peer_id))) continue;
+        if (p->is_self || !strcmp(p->peer_id, self)) continue;
+        if (p->epoch != epoch || dl_collab_is_banned(r->c, p->peer_id)) continue;
         (*expected)++;
         if (p->client_mode) continue;
         if (!leader[0] || strcmp(p->peer_id, leader) < 0) snprintf(leader, DL_PEER_ID_HEX, "%s", p->peer_id);
@@ -385,7 +392,7 @@ static int join(struct dl_round *r, const struct dl_avg_options *opt, const char
             } else if (ev->kind == EV_JOIN_REPLY && rc == 1) {
                 char to[DL_PEER_ID_HEX];
                 if (ev->status == DL_NET_REMOTE_ERROR && redirects < MAX_REDIRECTS &&
-                    parse_redirect(ev->data, ev->size, leader, to)) {
+                    parse_redirect(ev->data, ev->size, leader, to) && strcmp(to, dl_net_peer_id(c->net))) {
                     /* The peer we asked learned of a lower-id leader (or is
                      * joining one): ask that one instead. */
                     redirects++;

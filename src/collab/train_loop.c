@@ -42,6 +42,22 @@ typedef struct {
     char round_error[256];         /* why that step failed */
     dl_grad_accum carry;
     double carry_loss[LOSS_ELEMS];
+    /* Exact mode: matchmaking ahead of the ETA ("Matchmaking ahead of the ETA" below). The
+     * round of our epoch matchmakes on a thread (early) while micro-batches
+     * go on; when the accumulation ends our vector (in rvec) and weight are
+     * handed over and the loop waits for the average as before. */
+    bool early_on;
+    dl_async_round early;
+    struct dl_avg_handoff handoff;
+    int64_t early_refused_epoch;   /* an early round failed here: the plain round follows (-1: none) */
+    double early_compute_s;        /* compute_s and micro-batches when it started */
+    int64_t early_micro;
+    double overlap_s;              /* the step being logged: compute beside its matchmaking */
+    int64_t overlap_micro;
+    double mm_recent[8];           /* matchmaking seconds of the last successful rounds */
+    size_t mm_count;
+    double micro_s;                /* a micro-batch's seconds (moving average) */
+    int micro_samples;             /* the last micro-batch's samples */
     dl_loss_scale ls, ls_at_step;
     dl_train_progress progress, progress_at_step;
     float *grad;                   /* micro-batch gradient, then the round's vector (n + LOSS_ELEMS) */
@@ -161,6 +177,8 @@ static int micro_batch(loop_state *st) {
     if (st->o->shard_count > 1 && st->be->skip(st->be->ctx, st->o->shard_count - 1))
         return dl_fail_context("skipping the other peers' micro-batches");
     double dt = dl_now() - t0;
+    st->micro_s = st->micro_s > 0 ? 0.7 * st->micro_s + 0.3 * dt : dt;
+    st->micro_samples = samples;
     st->compute_s += dt;
     st->res->compute_s += dt;
     /* While a delayed round runs our record keeps saying what we brought to
@@ -250,6 +268,9 @@ static void log_step(loop_state *st, const struct dl_avg_result *r, const dl_opt
     cJSON_AddNumberToObject(o, "bytes_received", (double)r->bytes_received);
     cJSON_AddNumberToObject(o, "compute_s", st->compute_s);
     cJSON_AddNumberToObject(o, "wait_s", fmax(0, wall_s - st->compute_s));
+    /* Exact mode: compute that ran while this step's round matchmade. */
+    cJSON_AddNumberToObject(o, "matchmaking_overlap_s", st->overlap_s);
+    cJSON_AddNumberToObject(o, "matchmaking_overlap_micro_batches", (double)st->overlap_micro);
     emit(st, o);
 }
 
@@ -389,18 +410,20 @@ static void round_options(const loop_state *st, int64_t local, size_t expected, 
     ao->expected_peers = expected;
 }
 
+/* Remembers how long a successful round's matchmaking took (the lead of
+ * the next early start). */
+static void early_note_matchmaking(loop_state *st, double seconds) {
+    if (!(seconds >= 0) || !isfinite(seconds)) return;
+    st->mm_recent[st->mm_count % (sizeof st->mm_recent / sizeof st->mm_recent[0])] = seconds;
+    st->mm_count++;
+}
+
 /* Test hook (only the test builds' CLI sets it): self-healing on purpose. */
 static void corrupt_hook(loop_state *st) {
     if (st->o->corrupt_at_step > 0 && st->opt.step == st->o->corrupt_at_step && st->has_state) {
         st->params[0] += 1e-3f;
         DL_WARN("collab", "test hook: weights perturbed after step %" PRId64, st->opt.step);
     }
-}
-
-static double group_weight(const struct dl_avg_result *r) {
-    double group = 0;
-    for (size_t i = 0; i < r->num_members; i++) group += r->members[i].weight;
-    return group;
 }
 
 /* The outcome of a round over vec (local samples of ours, started at t0):
@@ -442,7 +465,9 @@ static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int
         dl_avg_result_free(r);
         return 0;
     }
-    double group = group_weight(r);
+    /* The samples the chunk headers carried (what counted), the same on every member. */
+    double group = r->total_weight;
+    early_note_matchmaking(st, r->matchmaking_s);
     float losses[LOSS_ELEMS];
     memcpy(losses, vec + n, sizeof losses);
     dl_opt_step_info info = {0};
@@ -517,6 +542,7 @@ static int round_and_step(loop_state *st, size_t expected, bool alone) {
         snprintf(r.members[0].peer_id, sizeof r.members[0].peer_id, "%s", dl_net_peer_id(st->net));
         r.members[0].weight = ao.weight;
         r.members[0].role = st->be ? 0 : 2;
+        r.total_weight = ao.weight;
         r.status = DL_AVG_OK;
     } else {
         dl_collab_average(st->collab, st->grad, st->n + LOSS_ELEMS, &ao, &r);
@@ -537,7 +563,7 @@ static int step_in_background(void *user, const struct dl_avg_result *r) {
     if (dl_optimizer_step(&st->opt, st->params, st->rvec, &st->round_info)) goto fail;
     corrupt_hook(st);
     dl_collab_param_hash(st->params, st->n, st->hash);
-    if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples + llround(group_weight(r)),
+    if (dl_train_state_publish(st->donor, &st->opt, st->params, st->progress.samples + llround(r->total_weight),
                                &st->round_ls))
         goto fail;
     return 0;
@@ -571,6 +597,122 @@ static int finish_delayed_round(loop_state *st) {
     }
     /* The round ran beside compute: only the time since it returned was waiting. */
     return finish_round(st, &r, st->rvec, st->round_local, dl_now(), false);
+}
+
+/* ---- Matchmaking ahead of the ETA (exact mode) --------------------------------
+ * Matchmaking takes seconds in which a peer that waits for it computes
+ * nothing. So in exact mode the round of our epoch starts on its own thread
+ * once the swarm's ETA to the target is within reach (early_due), its join
+ * carrying an estimate of our samples; the micro-batches go on, and when the
+ * accumulation ends (is_ready) our vector and its real weight are handed
+ * over and the loop waits for the average and steps exactly as a plain
+ * round would: the weight that counts travels in the chunk headers, so the
+ * step's bits are those of a round started at that moment with the same
+ * members. An early round that fails before the handoff never read our
+ * vector: the plain round follows at once (and no second early one at that
+ * epoch). One that fails after it keeps the gradient, as any failed round. */
+
+/* The lead: the median of the last successful rounds' matchmaking plus
+ * 0.5 s, at least 1 s (1.5 s before any round). */
+static double early_lead(const loop_state *st) {
+    size_t cap = sizeof st->mm_recent / sizeof st->mm_recent[0];
+    size_t k = st->mm_count < cap ? st->mm_count : cap;
+    if (!k) return 1.5;
+    double v[sizeof st->mm_recent / sizeof st->mm_recent[0]];
+    memcpy(v, st->mm_recent, k * sizeof *v);
+    for (size_t i = 1; i < k; i++)
+        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    double median = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+    return fmax(1.0, median + 0.5);
+}
+
+/* Whether to start matchmaking before this micro-batch: the accumulation
+ * may end within the lead plus one micro-batch (the next chance to start
+ * comes only after it). The whole reach stays under 0.8 x stall_s: the
+ * others leave out a member whose vector comes later than stall_s after the
+ * group formed. *estimate: our samples at the end, for the join. */
+static bool early_due(loop_state *st, const struct dl_swarm_look *look, double *estimate) {
+    if (!st->early_on || st->early.running || st->early_refused_epoch == st->opt.step || !(st->micro_s > 0) ||
+        st->micro_samples <= 0 || look->peers <= 1)
+        return false;
+    if (look->at_previous > 0 && dl_now() < st->prev_wait_until) return false;
+    double local = (double)local_samples(st), my_rate = st->micro_samples / st->micro_s, eta;
+    if (st->o->local_batch > 0) {
+        if (st->o->min_peers > 1 && look->at_epoch < st->o->min_peers) return false;
+        eta = ((double)st->o->local_batch - local) / my_rate;
+    } else {
+        if (!(look->samples_per_second > 0)) return false;
+        eta = ((double)st->o->base.target_batch - look->collective) / look->samples_per_second;
+    }
+    double stall = fmax(1.0, st->o->round_deadline_s / 6);
+    double reach = fmin(early_lead(st) + st->micro_s, 0.8 * stall);
+    if (!(eta < reach)) return false;
+    *estimate = fmax(local, local + fmax(eta, 0) * my_rate);
+    return true;
+}
+
+static int start_early_round(loop_state *st, double estimate) {
+    size_t expected = st->o->local_batch > 0 && st->o->min_peers > 1 ? st->o->min_peers : 0;
+    struct dl_avg_options ao;
+    round_options(st, llround(estimate), expected, &ao);
+    dl_avg_handoff_init(&st->handoff);
+    ao.handoff = &st->handoff;
+    st->early_compute_s = st->compute_s;
+    st->early_micro = st->progress.micro_batches;
+    return dl_async_round_start(&st->early, st->collab, st->rvec, st->n + LOSS_ELEMS, &ao, NULL, NULL);
+}
+
+/* The early round ended without our vector (it never read it). */
+static void early_round_gone(loop_state *st) {
+    struct dl_avg_result r;
+    int status = dl_async_round_join(&st->early, &r);
+    char detail[400];
+    snprintf(detail, sizeof detail, "matchmaking ahead of the ETA at epoch %" PRId64 " ended without our vector "
+             "(%s: %s): the plain round follows", st->opt.step, dl_avg_status_name(status), r.reason);
+    DL_INFO("collab", "%s", detail);
+    log_event(st, "early_round_failed", detail);
+    dl_avg_result_free(&r);
+    st->early_refused_epoch = st->opt.step;
+}
+
+/* Leaves a running early round (the swarm moved on, we heal, we stop). */
+static void abandon_early(loop_state *st) {
+    if (!st->early.running) return;
+    dl_collab_withdraw(st->collab, &st->handoff);
+    early_round_gone(st);
+}
+
+/* The accumulation ended with an early round on: hand our vector over and
+ * take its outcome, or run the plain round when it is gone already. */
+static int hand_over_early(loop_state *st, size_t expected, bool alone) {
+    if (!dl_async_round_done(&st->early)) {
+        int64_t local = round_vector(st, st->rvec);
+        if (local < 0) {
+            abandon_early(st);
+            return -1;
+        }
+        double t0 = dl_now();
+        double overlap = st->compute_s - st->early_compute_s;
+        int64_t micro = st->progress.micro_batches - st->early_micro;
+        if (!dl_collab_hand_over(st->collab, &st->handoff, (double)local)) {
+            struct dl_avg_result r;
+            dl_async_round_join(&st->early, &r);
+            st->micro_since_round = 0;
+            st->overlap_s = overlap;
+            st->overlap_micro = micro;
+            int rc = finish_round(st, &r, st->rvec, local, t0, true);
+            st->overlap_s = 0;
+            st->overlap_micro = 0;
+            if (rc == 0) st->early_refused_epoch = st->opt.step;
+            return rc < 0 ? -1 : 0;
+        }
+    }
+    early_round_gone(st);
+    return round_and_step(st, expected, alone) < 0 ? -1 : 0;
 }
 
 /* Whether a disagreement is settled enough to act on: peers still finishing
@@ -673,7 +815,12 @@ static int run_loop(loop_state *st) {
         if (dl_swarm_look(st->net, st->collab, (uint64_t)st->opt.step, st->has_state ? st->hash : NULL,
                           (double)local_samples(st), &look))
             return -1;
+        if (st->early.running && dl_async_round_done(&st->early)) {
+            early_round_gone(st);
+            continue;
+        }
         if (look.ahead_epoch > (uint64_t)st->opt.step) {
+            abandon_early(st);
             if (st->be || look.ahead_epoch >= st->last_state_epoch + (uint64_t)st->o->state_every) {
                 if (download(st, &look, "the swarm moved on")) nap(0.2);
             } else {
@@ -691,6 +838,7 @@ static int run_loop(loop_state *st) {
         }
         if (!look.i_disagree) st->disagree_since = 0;
         if (look.i_disagree && should_heal(st, &look)) {
+            abandon_early(st);
             heal(st, &look);
             continue;
         }
@@ -709,7 +857,9 @@ static int run_loop(loop_state *st) {
                 expected = st->o->min_peers;
             }
             bool alone = look.peers <= 1 && expected <= 1;
-            if (st->delayed && !alone) {
+            if (st->early.running) {
+                if (hand_over_early(st, expected, alone)) return -1;
+            } else if (st->delayed && !alone) {
                 if (start_delayed_round(st, expected)) return -1;
             } else if (round_and_step(st, expected, alone) < 0) {
                 return -1;
@@ -717,12 +867,15 @@ static int run_loop(loop_state *st) {
             continue;
         }
         if (st->be) {
+            double estimate;
+            if (early_due(st, &look, &estimate) && start_early_round(st, estimate)) return -1;
             if (micro_batch(st)) return -1;
         } else {
             if (st->micro_since_round == 0) st->micro_since_round = 1;
             nap(0.05);
         }
     }
+    abandon_early(st);
     /* Stopped with a delayed round on: its step is the others' too. */
     if (st->round.running && finish_delayed_round(st) < 0) return -1;
     return 0;
@@ -746,9 +899,11 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     st.on_device = be && be->accumulate && be->collect && !o->base.loss_scaling;
     st.device_fresh = true;
     st.delayed = o->delay_update && be;
-    if (st.delayed) {
+    st.early_on = be && !st.delayed;
+    st.early_refused_epoch = -1;
+    if (st.delayed || st.early_on) {
         st.rvec = dl_malloc(dl_mul_size(st.n + LOSS_ELEMS, sizeof(float)));
-        if (!st.rvec || dl_grad_accum_init(&st.carry, st.n)) goto done;
+        if (!st.rvec || (st.delayed && dl_grad_accum_init(&st.carry, st.n))) goto done;
     }
     dl_loss_scale_init(&st.ls, o->base.loss_scaling);
     st.progress.data_seed = o->base.data_seed;
@@ -808,6 +963,7 @@ done:
     uint8_t h[32];
     dl_collab_param_hash(params, st.n, h);
     dl_collab_hash_hex(h, res->param_hash);
+    abandon_early(&st);
     if (st.round.running) {
         /* Left on an error: the round still uses rvec until it returns. */
         struct dl_avg_result r;

@@ -208,6 +208,29 @@ delayed)
   jq -s '[.[] | select(.step) | .loss] | (.[0:4] | add) > (.[-4:] | add)' "$W/p0.jsonl" | grep -q true ||
     fail "the delayed swarm's loss did not fall"
   ;;
+early)
+  # Exact mode matchmakes ahead of the ETA: three peers with a collective
+  # batch of 48 (about four micro-batches each per step). Every peer holds
+  # the same param_hash at every step; some step's matchmaking ran beside
+  # compute (the log counts it); and each step's group samples, which the
+  # result headers carry, are what the members logged as their own.
+  STEPS=8
+  for i in 0 1 2; do
+    start "p$i" --target-batch 48 --max-steps $STEPS --min-peers 3 --peer-seed $i
+  done
+  for i in 0 1 2; do finish "p$i"; done
+  agree p0 p1 p2
+  for i in 0 1 2; do [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"; done
+  n=$(cat "$W"/p?.jsonl | jq -s '[.[] | select(.step and .matchmaking_overlap_s > 0 and .matchmaking_overlap_micro_batches > 0)] | length')
+  [ "$n" -ge 1 ] || fail "no step's matchmaking overlapped a micro-batch"
+  echo "$n peer-steps matchmade beside compute"
+  # steps all three logged as a group of three: the group's samples are the sum of the members' own
+  cat "$W"/p?.jsonl | jq -s -r '[.[] | select(.step and (.members | length) == 3)] | group_by(.step)[] | select(length == 3) |
+      "\(.[0].step) \(.[0].group_samples) \(.[1].group_samples) \(.[2].group_samples) \(map(.local_samples) | add)"' |
+    awk '{ n++; if ($2 != $5 || $3 != $5 || $4 != $5) { print "step " $1 ": group samples " $2 "/" $3 "/" $4 ", members logged " $5; bad = 1 } }
+         END { if (n < 1) { print "no step made by all three"; bad = 1 } exit bad }' ||
+    fail "group samples differ from the members' own"
+  ;;
 newcomer)
   # Two peers train; a third arrives at step 3 with fresh weights of another
   # seed, downloads the swarm's state and trains on with the same hash.
