@@ -226,6 +226,14 @@ static int form_group(struct dl_round *r, struct join_info *joins, size_t count,
 
 static int join(struct dl_round *r, const struct dl_avg_options *opt, const char *first_leader);
 
+/* Whether our caller has yet to hand its vector over. */
+static bool handoff_waiting(struct dl_round *r) {
+    pthread_mutex_lock(&r->c->lock);
+    bool waiting = r->handoff->state == 0;
+    pthread_mutex_unlock(&r->c->lock);
+    return waiting;
+}
+
 static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t expected) {
     struct dl_collab *c = r->c;
     struct join_info *joins = dl_calloc(DL_AVG_MAX_MEMBERS, sizeof *joins);
@@ -253,8 +261,12 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
     double close_at = t0 + fmin(window, (r->deadline - t0) / 3);
     double last_arrival = t0;
     const bool expected_given = opt->expected_peers > 0;
+    /* A leader matchmaking ahead of its vector has nothing to send before
+     * the handoff: it keeps waiting for missing joiners until then (within
+     * the ceiling), since they start ahead of their own ETAs, which differ. */
+    double hard_close = t0 + fmin(c->cfg.matchmaking_ceiling_s, (r->deadline - t0) / 3);
     while (expected <= 1 || count < expected) {
-        if (dl_now() >= close_at) break;
+        if (dl_now() >= close_at && !(r->handoff && handoff_waiting(r) && dl_now() < hard_close)) break;
         /* A lower-id peer at our epoch that our view did not show when we
          * chose ourselves leads instead: nobody has our record yet, so hand
          * the joiners over and join it. Peers that appear at our epoch are
