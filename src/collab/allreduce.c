@@ -652,8 +652,10 @@ static void check_handoff(struct dl_round *r, double now) {
         r->weight = weight;
         r->input_ready = true;
         r->handed_at = now;
-        /* The exchange keeps the time it would have had right after matchmaking. */
-        double budget = r->deadline_s - (r->group_time - r->start);
+        /* The exchange keeps the time it would have had right after
+         * matchmaking (at least two thirds of the deadline, as a leader's
+         * window is at most a third). */
+        double budget = r->deadline_s - fmin(r->group_time - r->start, r->deadline_s / 3);
         if (now + budget > r->deadline) r->deadline = now + budget;
     } else if (state == 2) {
         dl_round_fail(r, DL_AVG_NO_GROUP, "withdrawn before our vector was ready: keep the gradient for the next round");

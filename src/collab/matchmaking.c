@@ -385,6 +385,10 @@ static int join(struct dl_round *r, const struct dl_avg_options *opt, const char
      * it: a join that finds no connection is sent again until this time. */
     double give_up = fmin(dl_now() + c->cfg.matchmaking_ceiling_s, r->deadline);
     double timeout = fmin(c->cfg.matchmaking_ceiling_s + 5, r->deadline - dl_now());
+    /* Ahead of our vector, a leader that starts its own round later (its
+     * ETA came later than ours) answers as soon as it does: our join waits
+     * in its inbox meanwhile, up to the deadline. */
+    if (r->handoff) timeout = r->deadline - dl_now();
     if (dl_round_request(r, leader, "avg.join", msg, sizeof msg, timeout, EV_JOIN_REPLY, 0, 0, 0))
         return dl_round_fail(r, DL_AVG_NO_GROUP, "cannot ask the leader %s: %s", leader, dl_error());
     double resend_at = 0;
