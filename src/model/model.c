@@ -88,10 +88,21 @@ static int row_group_size(const dl_device_info *info) {
     return (int)g;
 }
 
+/* Columns per work item of the column reductions (cl/common.cl,
+ * DL_COL_VEC): one on a GPU, where adjacent items reading adjacent columns
+ * coalesce; a 64-byte vector on a CPU, where an item per column would read
+ * each row's cache line once per column. */
+static int column_vector(const dl_device_info *info) { return info->is_cpu ? 16 : 1; }
+
 static int create_kernels(dl_model *m) {
     m->row_group = row_group_size(dl_device_get_info(m->dev));
-    char opts[48];
-    snprintf(opts, sizeof opts, "-DDL_ROW_GROUP=%d", m->row_group);
+    m->col_vec = column_vector(dl_device_get_info(m->dev));
+    /* On a CPU a 16-item group becomes one item with 16 lanes: the same
+     * sums, without a work-group per row (cl/common.cl, DL_ROW_LANES). */
+    m->row_lanes = dl_device_get_info(m->dev)->is_cpu && m->row_group == 16;
+    char opts[80];
+    snprintf(opts, sizeof opts, "-DDL_ROW_GROUP=%d -DDL_COL_VEC=%d%s", m->row_group, m->col_vec,
+             m->row_lanes ? " -DDL_ROW_LANES" : "");
     struct { const char *file, *name; cl_kernel *dst; } list[] = {
         {"embedding.cl", "embedding_forward", &m->k.embedding_forward},
         {"embedding.cl", "embedding_backward_word", &m->k.embedding_backward_word},
