@@ -42,10 +42,10 @@ typedef struct {
     char round_error[256];         /* why that step failed */
     dl_grad_accum carry;
     double carry_loss[LOSS_ELEMS];
-    /* Exact mode: matchmaking ahead of the ETA ("Matchmaking ahead of the ETA" below). The
-     * round of our epoch matchmakes on a thread (early) while micro-batches
-     * go on; when the accumulation ends our vector (in rvec) and weight are
-     * handed over and the loop waits for the average as before. */
+    /* Exact mode, "Matchmaking ahead of the ETA" below: the round of our
+     * epoch matchmakes on a thread (early) while micro-batches go on; when
+     * the accumulation ends our vector (in rvec) and weight are handed
+     * over and the loop waits for the average as before. */
     bool early_on;
     dl_async_round early;
     struct dl_avg_handoff handoff;
@@ -410,8 +410,8 @@ static void round_options(const loop_state *st, int64_t local, size_t expected, 
     ao->expected_peers = expected;
 }
 
-/* Remembers how long a successful round's matchmaking took (the lead of
- * the next early start). */
+/* Remembers how long a successful plain round's matchmaking took (the lead
+ * of the next early start; an early round's includes waiting for vectors). */
 static void early_note_matchmaking(loop_state *st, double seconds) {
     if (!(seconds >= 0) || !isfinite(seconds)) return;
     st->mm_recent[st->mm_count % (sizeof st->mm_recent / sizeof st->mm_recent[0])] = seconds;
@@ -467,7 +467,6 @@ static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int
     }
     /* The samples the chunk headers carried (what counted), the same on every member. */
     double group = r->total_weight;
-    early_note_matchmaking(st, r->matchmaking_s);
     float losses[LOSS_ELEMS];
     memcpy(losses, vec + n, sizeof losses);
     dl_opt_step_info info = {0};
@@ -546,6 +545,7 @@ static int round_and_step(loop_state *st, size_t expected, bool alone) {
         r.status = DL_AVG_OK;
     } else {
         dl_collab_average(st->collab, st->grad, st->n + LOSS_ELEMS, &ao, &r);
+        if (r.status == DL_AVG_OK) early_note_matchmaking(st, r.matchmaking_s);
     }
     st->micro_since_round = 0;
     return finish_round(st, &r, st->grad, local, t0, true);
@@ -612,8 +612,8 @@ static int finish_delayed_round(loop_state *st) {
  * vector: the plain round follows at once (and no second early one at that
  * epoch). One that fails after it keeps the gradient, as any failed round. */
 
-/* The lead: the median of the last successful rounds' matchmaking plus
- * 0.5 s, at least 1 s (1.5 s before any round). */
+/* The lead: the median of the last successful plain rounds' matchmaking
+ * plus 0.5 s, at least 1 s (1.5 s before any). */
 static double early_lead(const loop_state *st) {
     size_t cap = sizeof st->mm_recent / sizeof st->mm_recent[0];
     size_t k = st->mm_count < cap ? st->mm_count : cap;
