@@ -5,7 +5,13 @@
  *   - every surviving member finished, with byte-identical results;
  *   - each chunk equals the weighted mean of the contributors its mask names
  *     (within fp32 rounding, or the codec's bound);
- *   - misbehaving members are in no chunk they did not reduce themselves.
+ *   - misbehaving members are in no chunk they did not reduce themselves;
+ *   - each chunk's result header carries the sum of its contributors' own
+ *     weights. In the weights_* cases members matchmake before their vectors
+ *     exist (NaN until handed over) and their chunks carry other weights than
+ *     their joins: the reference mean uses the chunks' (what counts); in the
+ *     weight_* cases a client's chunk headers carry NaN, a negative or a huge
+ *     weight, and it must be left out ("dropped").
  * The robust_* cases (test-hook builds) run 8 members of which 3 attack with
  * well-formed data (sign-flipped x1000, noise, stale, replayed vectors) and
  * check the result against the weighted mean of the honest members' inputs:
