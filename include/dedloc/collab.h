@@ -322,6 +322,7 @@ struct dl_collab_train_options {
     double linger_s;             /* after the last step, keep serving the state this long (2) */
     int64_t corrupt_at_step;     /* tests: after this step perturb our weights (0: never) */
     int test_attack;             /* tests: enum dl_test_attack, a trainer that sends bad gradients */
+    bool test_log_batches;       /* tests: log a "batch" event (index, fingerprint) per micro-batch */
     FILE *status;                /* NULL: none; else one JSON object per step (the log line) */
 };
 void dl_collab_train_options_default(struct dl_collab_train_options *options);

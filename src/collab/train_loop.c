@@ -43,7 +43,14 @@ typedef struct {
     dl_grad_accum carry;
     double carry_loss[LOSS_ELEMS];
     dl_loss_scale ls, ls_at_step;
-    dl_train_progress progress, progress_at_step;
+    dl_train_progress progress, progress_at_step; /* at_step.micro_batches: those applied (the data mark) */
+    /* The data stream's mark (what a checkpoint records) follows the
+     * micro-batches whose gradient was applied. A delayed round marks where
+     * its micro-batches end when it starts; until it succeeds the mark lies
+     * past micro-batches not yet applied, and a checkpoint then goes without
+     * the position (resuming re-reads the stream: exact, slower). */
+    int64_t round_micro;           /* delayed: our micro-batches drawn when the running round started */
+    bool data_mark_ahead;
     float *grad;                   /* micro-batch gradient, then the round's vector (n + LOSS_ELEMS) */
     double loss_sum[LOSS_ELEMS];   /* sample-weighted, over the accumulation */
     bool has_state;                /* aux: holds the weights of its epoch */
@@ -115,8 +122,29 @@ static int save_checkpoint(loop_state *st) {
     ck.loss_scale = st->ls_at_step;
     ck.progress = st->progress_at_step;
     ck.progress.elapsed_s += dl_now() - st->run_start;
-    return dl_checkpoint_save_in_dir(o->checkpoint_dir, &ck, o->keep, st->res->base.checkpoint,
-                                     sizeof st->res->base.checkpoint);
+    if (st->be && st->be->save_data) {
+        if (st->data_mark_ahead) {
+            DL_INFO("collab", "the checkpoint of step %" PRId64 " goes without the data stream's position: a failed "
+                    "round's micro-batches are not applied yet; resuming from it re-reads the stream up to "
+                    "micro-batch %" PRId64, ck.step, ck.progress.micro_batches);
+        } else if (st->be->save_data(st->be->ctx, &ck.data_state, &ck.data_state_size)) {
+            DL_WARN("collab", "the checkpoint of step %" PRId64 " goes without the data stream's position (%s): "
+                    "resuming from it re-reads the stream up to there", ck.step, dl_error());
+            ck.data_state = NULL;
+            ck.data_state_size = 0;
+        }
+    }
+    int rc = dl_checkpoint_save_in_dir(o->checkpoint_dir, &ck, o->keep, st->res->base.checkpoint,
+                                       sizeof st->res->base.checkpoint);
+    free(ck.data_state);
+    return rc;
+}
+
+/* The data stream's position now becomes what a checkpoint records. */
+static int mark_data(loop_state *st) {
+    if (!st->be || !st->be->mark_data) return 0;
+    if (st->be->mark_data(st->be->ctx)) return dl_fail_context("marking the data stream's position");
+    return 0;
 }
 
 /* One micro-batch into the device's sum (no loss scaling: a non-finite loss
@@ -130,6 +158,22 @@ static int micro_batch_on_device(loop_state *st, int *samples, dl_losses *losses
                        "(lower --lr?)", st->progress.micro_batches);
     dl_loss_scale_update(&st->ls, true); /* counts the clean micro-batch, as the host path does */
     return 0;
+}
+
+static void emit(loop_state *st, cJSON *o);
+
+/* Test hook: which micro-batch of our share of the stream we just drew (its
+ * index counts our micro-batches since the run began, across resumes). */
+static void log_batch(loop_state *st) {
+    if (!st->o->test_log_batches || !st->be->batch_fingerprint) return;
+    char hex[17];
+    dl_hash64_hex(st->be->batch_fingerprint(st->be->ctx), hex);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "event", "batch");
+    cJSON_AddNumberToObject(o, "epoch", (double)st->opt.step);
+    cJSON_AddNumberToObject(o, "index", (double)st->progress.micro_batches);
+    cJSON_AddStringToObject(o, "fingerprint", hex);
+    emit(st, o);
 }
 
 /* One micro-batch into the accumulator (dropped when not finite). */
@@ -147,6 +191,7 @@ static int micro_batch(loop_state *st) {
         bool finite = dl_all_finite(st->grad, st->n) && isfinite(losses.loss);
         use = dl_loss_scale_update(&st->ls, finite);
     }
+    log_batch(st);
     st->progress.micro_batches++;
     st->micro_since_round++;
     if (use) {
@@ -210,8 +255,11 @@ static void log_event(loop_state *st, const char *event, const char *detail) {
     emit(st, o);
 }
 
-/* The state we start from (a resumed checkpoint's or the initial weights). */
-static void log_start(loop_state *st, bool resumed) {
+/* The state we start from (a resumed checkpoint's or the initial weights),
+ * and how the data stream got to our position in it: "fresh", "seek" (opened
+ * at the checkpoint's recorded position) or "replay" (data_skipped batches
+ * re-read from the start). */
+static void log_start(loop_state *st, bool resumed, const char *data, int64_t data_skipped) {
     char hex[65];
     dl_collab_hash_hex(st->hash, hex);
     cJSON *o = cJSON_CreateObject();
@@ -221,6 +269,11 @@ static void log_start(loop_state *st, bool resumed) {
     cJSON_AddStringToObject(o, "peer_id", dl_net_peer_id(st->net));
     cJSON_AddBoolToObject(o, "resumed", resumed);
     cJSON_AddStringToObject(o, "param_hash", hex);
+    if (st->be) {
+        cJSON_AddStringToObject(o, "data", data);
+        cJSON_AddNumberToObject(o, "data_skipped", (double)data_skipped);
+        cJSON_AddNumberToObject(o, "micro_batches", (double)st->progress.micro_batches);
+    }
     emit(st, o);
 }
 
@@ -314,7 +367,11 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
     st->prev_wait_until = dl_now() + 3;
     st->res->state_downloads++;
     if (st->be && st->be->set_params(st->be->ctx, st->params)) return dl_fail_context("uploading downloaded weights");
+    /* Our accumulation is kept for the next round: its micro-batches are not
+     * applied yet, and the data mark stays before them. */
+    int64_t applied = st->progress_at_step.micro_batches;
     st->progress_at_step = st->progress;
+    st->progress_at_step.micro_batches = applied;
     st->ls_at_step = st->ls;
     return publish_state(st);
 }
@@ -472,6 +529,15 @@ static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int
     if (clear) clear_accumulation(st);
     st->ls_at_step = stepped ? st->round_ls : st->ls;
     st->progress_at_step = st->progress;
+    if (stepped) {
+        /* Applied: the micro-batches up to the round's start, where the
+         * stream was marked; those drawn since belong to the next step. */
+        st->progress_at_step.micro_batches = st->round_micro;
+    } else if (mark_data(st)) {
+        dl_avg_result_free(r);
+        return -1;
+    }
+    st->data_mark_ahead = false;
     st->res->rounds_ok++;
     double now = dl_now(), wall = now - st->step_start;
     st->res->wait_s += now - t0;
@@ -555,6 +621,9 @@ static int start_delayed_round(loop_state *st, size_t expected) {
     round_options(st, local, expected, &ao);
     st->round_ls = st->ls;
     st->round_epoch = st->opt.step;
+    st->round_micro = st->progress.micro_batches;
+    if (mark_data(st)) return -1;
+    st->data_mark_ahead = true; /* until the round succeeds */
     clear_accumulation(st);
     st->round_local = local;
     st->micro_since_round = 0;
@@ -728,6 +797,39 @@ static int run_loop(loop_state *st) {
     return 0;
 }
 
+/* Brings the data stream to our position: micro-batch k of the stream is
+ * ours when k mod shard_count is our shard index, so after m micro-batches
+ * of ours the stream stands at m * shard_count + shard_index. A stream
+ * opened at a checkpoint's recorded position is there already; otherwise
+ * (a checkpoint without one, or one the CLI could not use) it is re-read.
+ * Then marks it: the position a checkpoint records until the first step.
+ * Returns the batches re-read, -1 on an error. */
+static int64_t stream_start(const dl_trainer_backend *be, const struct dl_collab_train_options *o,
+                            const dl_checkpoint *resume, const char **how) {
+    int64_t ours = resume ? resume->progress.micro_batches : 0, skip = 0;
+    if (resume && be->data_resumed) {
+        *how = "seek";
+        DL_INFO("collab", "data stream reopened at the checkpoint's position (after our micro-batch %" PRId64
+                "): nothing re-read", ours);
+    } else {
+        int64_t count = o->shard_count > 1 ? o->shard_count : 1;
+        skip = ours * count + (o->shard_count > 1 ? o->shard_index : 0);
+        if (ours > 0)
+            DL_WARN("collab", "the checkpoint's data position is not used (none recorded, --replay-data, or the "
+                    "stream changed): re-reading %" PRId64 " micro-batches of the stream to get back to ours",
+                    skip);
+        if (skip > 0 && be->skip(be->ctx, skip)) {
+            dl_fail_context("bringing the data stream to this peer's position (%" PRId64 " micro-batches)", skip);
+            return -1;
+        }
+    }
+    if (be->mark_data && be->mark_data(be->ctx)) {
+        dl_fail_context("marking the data stream's position");
+        return -1;
+    }
+    return ours > 0 ? skip : 0;
+}
+
 int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
                         const struct dl_collab_train_options *o, const dl_opt_config *opt_config,
                         const dl_train_layout *layout, float *params, const dl_checkpoint *resume,
@@ -758,15 +860,10 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         memcpy(params, resume->params, st.n * sizeof(float));
         st.ls = resume->loss_scale;
         st.progress = resume->progress;
-        if (be && resume->progress.micro_batches > 0 && be->skip(be->ctx, resume->progress.micro_batches)) {
-            dl_fail_context("resume: cannot fast-forward the data stream");
-            goto done;
-        }
     }
-    if (be && o->shard_count > 1 && o->shard_index > 0 && be->skip(be->ctx, o->shard_index)) {
-        dl_fail_context("skipping to this peer's share of the stream");
-        goto done;
-    }
+    const char *data_how = resume ? "replay" : "fresh";
+    int64_t skipped = 0;
+    if (be && (skipped = stream_start(be, o, resume, &data_how)) < 0) goto done;
     if (o->base.log_path && !(st.log = fopen(o->base.log_path, "a"))) {
         dl_fail("cannot open the log %s for appending", o->base.log_path);
         goto done;
@@ -778,7 +875,7 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     st.last_state_epoch = (uint64_t)st.opt.step;
     st.ls_at_step = st.ls;
     if (publish_state(&st)) goto done;
-    log_start(&st, resume != NULL);
+    log_start(&st, resume != NULL, data_how, skipped);
     st.progress_at_step = st.progress;
     st.start_step = st.opt.step;
     st.run_start = dl_now();

@@ -110,7 +110,17 @@ void dl_device_backend_close(dl_device_backend *be) {
     memset(be, 0, sizeof *be);
 }
 
+static uint64_t be_batch_fingerprint(void *ctx) {
+    const dl_batch *b = &((dl_device_backend *)ctx)->batch;
+    size_t n = (size_t)b->batch * (size_t)b->seq * sizeof(int32_t);
+    uint64_t h = dl_hash64(b->input_ids, n, 1);
+    h = dl_hash64(b->token_type_ids, n, h);
+    h = dl_hash64(b->attention_mask, n, h);
+    h = dl_hash64(b->labels, n, h);
+    return dl_hash64(b->sentence_order_label, (size_t)b->batch * sizeof(int32_t), h);
+}
+
 dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be) {
     return (dl_trainer_backend){be, be_set_params, be_micro_batch, be_skip, be_accumulate, be_collect,
-                                be_mark_data, be_save_data, false};
+                                be_mark_data, be_save_data, false, be_batch_fingerprint};
 }
