@@ -320,7 +320,7 @@ int dl_model_create_with(dl_device *dev, const dl_albert_config *cfg, const dl_m
         }
     }
     free(specs);
-    if (dl_model_zero_grad(m)) goto fail;
+    if (model_half_reserve(m) || dl_model_zero_grad(m)) goto fail;
     *out = m;
     return 0;
 fail:

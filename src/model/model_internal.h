@@ -146,8 +146,13 @@ int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g);
 
 /* fp16 compute (half_compute.c): open chooses it from the precision, the
  * device and DEDLOC_FP16_COMPUTE; params rounds the weights after each
- * upload; gemm runs one product in half; bytes is the rounded weights' size. */
+ * upload; gemm runs one product in half; bytes is what the rounded weights and the scratch hold. */
 int model_half_open(dl_model *m);
+/* The largest A, B (not the weights) and C spans of the model's GEMMs at
+ * batch x seq (memory.c): what the fp16 compute scratch is reserved for. */
+void model_half_scratch_spans(const dl_albert_config *cfg, size_t batch, size_t seq, size_t span[3]);
+/* Allocates the rounded weights and the scratch for the model's shape. */
+int model_half_reserve(dl_model *m);
 void model_half_close(dl_model *m);
 int model_half_params(dl_model *m);
 size_t model_half_bytes(const dl_model *m);

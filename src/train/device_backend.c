@@ -81,6 +81,7 @@ int dl_device_backend_open_with(dl_device_backend *be, const dl_data_config *dat
     const dl_device_info *info = dl_device_get_info(be->device);
     DL_INFO("train", "device: %s", info->name);
     if (mo.max_batch <= 0) {
+        if (dl_model_fp16_compute(info, mo.precision, &mo.fp16_compute_elem)) goto fail;
         size_t budget = dl_model_memory_budget(info, max_device_mb);
         dl_model_memory est;
         if (dl_model_fit_batch(cfg, &mo, budget, (size_t)info->max_alloc,
