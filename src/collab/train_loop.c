@@ -16,6 +16,9 @@
 /* Extra elements averaged with the gradient: the peers' mean losses, so that
  * every member logs the same collective loss. */
 #define LOSS_ELEMS 3
+/* Stream batches drawn since the data mark beyond which the mark moves on
+ * (the stream keeps each: 4096 batches of 8 x 512 tokens are about 270 MB). */
+#define MARK_RETAIN_LIMIT 4096
 
 typedef struct {
     const struct dl_collab_train_options *o;
@@ -48,9 +51,10 @@ typedef struct {
      * micro-batches whose gradient was applied. A delayed round marks where
      * its micro-batches end when it starts; until it succeeds the mark lies
      * past micro-batches not yet applied, and a checkpoint then goes without
-     * the position (resuming re-reads the stream: exact, slower). */
+     * the position (resuming re-reads the stream: exact, slower). So does
+     * one after MARK_RETAIN_LIMIT batches without a step (see micro_batch). */
     int64_t round_micro;           /* delayed: our micro-batches drawn when the running round started */
-    bool data_mark_ahead;
+    int64_t mark_micro;            /* our micro-batches drawn when the stream was marked */
     float *grad;                   /* micro-batch gradient, then the round's vector (n + LOSS_ELEMS) */
     double loss_sum[LOSS_ELEMS];   /* sample-weighted, over the accumulation */
     bool has_state;                /* aux: holds the weights of its epoch */
@@ -123,10 +127,10 @@ static int save_checkpoint(loop_state *st) {
     ck.progress = st->progress_at_step;
     ck.progress.elapsed_s += dl_now() - st->run_start;
     if (st->be && st->be->save_data) {
-        if (st->data_mark_ahead) {
-            DL_INFO("collab", "the checkpoint of step %" PRId64 " goes without the data stream's position: a failed "
-                    "round's micro-batches are not applied yet; resuming from it re-reads the stream up to "
-                    "micro-batch %" PRId64, ck.step, ck.progress.micro_batches);
+        if (st->mark_micro != ck.progress.micro_batches) {
+            DL_INFO("collab", "the checkpoint of step %" PRId64 " goes without the data stream's position: its mark lies "
+                    "past micro-batches not applied yet (a failed delayed round, or many without a step); resuming "
+                    "from it re-reads the stream up to micro-batch %" PRId64, ck.step, ck.progress.micro_batches);
         } else if (st->be->save_data(st->be->ctx, &ck.data_state, &ck.data_state_size)) {
             DL_WARN("collab", "the checkpoint of step %" PRId64 " goes without the data stream's position (%s): "
                     "resuming from it re-reads the stream up to there", ck.step, dl_error());
@@ -144,6 +148,7 @@ static int save_checkpoint(loop_state *st) {
 static int mark_data(loop_state *st) {
     if (!st->be || !st->be->mark_data) return 0;
     if (st->be->mark_data(st->be->ctx)) return dl_fail_context("marking the data stream's position");
+    st->mark_micro = st->progress.micro_batches;
     return 0;
 }
 
@@ -205,6 +210,17 @@ static int micro_batch(loop_state *st) {
     /* Deterministic shares: micro-batch k of the stream belongs to peer k mod count. */
     if (st->o->shard_count > 1 && st->be->skip(st->be->ctx, st->o->shard_count - 1))
         return dl_fail_context("skipping the other peers' micro-batches");
+    /* The stream keeps a copy of every batch drawn since its mark (its
+     * state at the mark is saved from them). Rounds that keep failing would
+     * let that grow without end: past the limit the mark moves here, and
+     * checkpoints go without a position until the next step. */
+    int64_t drawn = (st->progress.micro_batches - st->mark_micro) * (st->o->shard_count > 1 ? st->o->shard_count : 1);
+    if (st->be->mark_data && drawn > MARK_RETAIN_LIMIT) {
+        DL_WARN("collab", "%" PRId64 " micro-batches without a step: the data stream's position is no longer "
+                "kept for checkpoints until the next one (a resume then re-reads the stream)",
+                st->progress.micro_batches - st->progress_at_step.micro_batches);
+        if (mark_data(st)) return -1;
+    }
     double dt = dl_now() - t0;
     st->compute_s += dt;
     st->res->compute_s += dt;
@@ -537,7 +553,6 @@ static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int
         dl_avg_result_free(r);
         return -1;
     }
-    st->data_mark_ahead = false;
     st->res->rounds_ok++;
     double now = dl_now(), wall = now - st->step_start;
     st->res->wait_s += now - t0;
@@ -622,8 +637,7 @@ static int start_delayed_round(loop_state *st, size_t expected) {
     st->round_ls = st->ls;
     st->round_epoch = st->opt.step;
     st->round_micro = st->progress.micro_batches;
-    if (mark_data(st)) return -1;
-    st->data_mark_ahead = true; /* until the round succeeds */
+    if (mark_data(st)) return -1; /* ahead of what is applied until the round succeeds */
     clear_accumulation(st);
     st->round_local = local;
     st->micro_since_round = 0;
@@ -864,6 +878,7 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     const char *data_how = resume ? "replay" : "fresh";
     int64_t skipped = 0;
     if (be && (skipped = stream_start(be, o, resume, &data_how)) < 0) goto done;
+    st.mark_micro = st.progress.micro_batches;
     if (o->base.log_path && !(st.log = fopen(o->base.log_path, "a"))) {
         dl_fail("cannot open the log %s for appending", o->base.log_path);
         goto done;
