@@ -35,6 +35,30 @@ typedef float store_t;
 #define DL_FOR_REDUCE(i, n) for (int i = 0; i < (n); i++)
 #define DL_FOR_ROW(c, lid, n, C) for (int c = (lid); c < (C); c += (n))
 #endif
+/* Column reductions (bias and LayerNorm parameter gradients): each work item
+ * sums DL_COL_VEC adjacent columns over every row, each column in
+ * DL_FOR_REDUCE's order, so the bits do not depend on the width. 1 on a GPU
+ * (adjacent items take adjacent columns: coalesced loads); wider on a CPU,
+ * whose work items run one after another, so that a row's cache line is read
+ * once for a vector of columns rather than once per column. */
+#ifndef DL_COL_VEC
+#define DL_COL_VEC 1
+#endif
+#if DL_COL_VEC == 16
+typedef float16 colvec_t;
+#define COL_LOAD(p, i) vload16(0, (p) + (i))
+#define COL_STORE(p, i, v) vstore16((v), 0, (p) + (i))
+#elif DL_COL_VEC == 8
+typedef float8 colvec_t;
+#define COL_LOAD(p, i) vload8(0, (p) + (i))
+#define COL_STORE(p, i, v) vstore8((v), 0, (p) + (i))
+#elif DL_COL_VEC == 4
+typedef float4 colvec_t;
+#define COL_LOAD(p, i) vload4(0, (p) + (i))
+#define COL_STORE(p, i, v) vstore4((v), 0, (p) + (i))
+#elif DL_COL_VEC != 1
+#error "DL_COL_VEC must be 1, 4, 8 or 16"
+#endif
 /* Row reductions: one work-group per row, its items striding over the row
  * (coalesced on a GPU), combined in local memory by a fixed tree, so the
  * result is the same bits on every run. The local size is a power of two no
@@ -67,3 +91,47 @@ inline float dl_group_max(float v, __local float *scratch) {
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
 }
+
+/* Row kernels on a CPU (the host defines DL_ROW_LANES when it would give
+ * the row kernels groups of 16): one work item takes a whole row as the 16
+ * lanes of a float16, lane l walking columns l, l + 16, ... as item l of a
+ * 16-item group does, and the lanes combine in dl_group_sum's tree: the same
+ * sums in the same order, without a work-group and its barriers per row,
+ * which cost a CPU more than the arithmetic of a 128-column row. The
+ * LayerNorm kernels give the 16-item group's bits this way; the softmax's
+ * may differ in the last bit, since the vector forms of exp and division
+ * need not round as the scalar ones do (OpenCL allows them 3 and 2.5 ulp).
+ * The last C % 16 columns go to their lanes one at a time (DL_LANES_TAIL). */
+#ifdef DL_ROW_LANES
+#define DL_LANES_FULL(C) ((C) & ~15)
+#ifdef DL_REDUCE_REVERSE
+#define DL_FOR_VECS(b, C) for (int b = DL_LANES_FULL(C) - 16; b >= 0; b -= 16)
+#else
+#define DL_FOR_VECS(b, C) for (int b = 0; b + 16 <= (C); b += 16)
+#endif
+/* Runs STEP for each column j of the tail with lane pointing at its lane of
+ * acc (a float16), then writes the lanes back. */
+#define DL_LANES_TAIL(acc, C, j, lane, STEP)                                 \
+    do {                                                                     \
+        float lanes_[16];                                                    \
+        vstore16((acc), 0, lanes_);                                          \
+        for (int j = DL_LANES_FULL(C); j < (C); j++) {                       \
+            float *lane = &lanes_[j - DL_LANES_FULL(C)];                     \
+            STEP;                                                            \
+        }                                                                    \
+        (acc) = vload16(0, lanes_);                                          \
+    } while (0)
+/* dl_group_sum's and dl_group_max's trees over 16 items. */
+inline float dl_lanes_sum(float16 v) {
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+    float2 c = b.lo + b.hi;
+    return c.lo + c.hi;
+}
+inline float dl_lanes_max(float16 v) {
+    float8 a = fmax(v.lo, v.hi);
+    float4 b = fmax(a.lo, a.hi);
+    float2 c = fmax(b.lo, b.hi);
+    return fmax(c.lo, c.hi);
+}
+#endif

@@ -19,13 +19,28 @@ __kernel void bias_residual_add(__global float *out, __global const float *resid
 }
 
 /* grads[bias_off + c] += sum_r dy[r, c] */
-__kernel void bias_backward(__global float *grads, __global const float *dy, int bias_off,
-                            int rows, int C) {
-    int c = get_global_id(0);
-    if (c >= C) return;
+inline void bias_backward_column(__global float *grads, __global const float *dy, int bias_off,
+                                 int rows, int C, int c) {
     float sum = 0.0f;
     DL_FOR_REDUCE(r, rows) sum += dy[(size_t)r * C + c];
     grads[bias_off + c] += sum;
+}
+
+__kernel void bias_backward(__global float *grads, __global const float *dy, int bias_off,
+                            int rows, int C) {
+#if DL_COL_VEC > 1
+    int c0 = get_global_id(0) * DL_COL_VEC;
+    if (c0 + DL_COL_VEC <= C) {
+        colvec_t sum = 0.0f;
+        DL_FOR_REDUCE(r, rows) sum += COL_LOAD(dy, (size_t)r * C + c0);
+        COL_STORE(grads, bias_off + c0, COL_LOAD(grads, bias_off + c0) + sum);
+        return;
+    }
+    for (int c = c0; c < C; c++) bias_backward_column(grads, dy, bias_off, rows, C, c);
+#else
+    int c = get_global_id(0);
+    if (c < C) bias_backward_column(grads, dy, bias_off, rows, C, c);
+#endif
 }
 
 /* out[i, c] = in[index[i], c] */

@@ -60,7 +60,7 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
     int rows = m->B * heads * T;
     float sqrt_d = sqrtf((float)hs);
     if (DL_ARG(k, 0, m->d_att.mem) || DL_ARG(k, 1, a->att.mem) || DL_ARG(k, 2, rows) ||
-        DL_ARG(k, 3, T) || DL_ARG(k, 4, sqrt_d) || model_launch_rows(m, k, rows))
+        DL_ARG(k, 3, T) || DL_ARG(k, 4, sqrt_d) || model_launch_row_items(m, k, rows))
         return -1;
     /* S = Q K^T (scaled inside the softmax): dQ = dS K, dK = dS^T Q */
     if (model_attention_gemm(m, false, false, T, hs, T, &m->d_att, true, &a->k, false, &m->d_q,

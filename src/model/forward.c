@@ -130,7 +130,7 @@ int model_layer_forward(dl_model *m, int l, dl_buffer *recompute_out) {
     float sqrt_d = sqrtf((float)hs);
     if (DL_ARG(k, 0, a->att.mem) || DL_ARG(k, 1, m->attention_mask.mem) || DL_ARG(k, 2, rows) ||
         DL_ARG(k, 3, heads) || DL_ARG(k, 4, T) || DL_ARG(k, 5, sqrt_d) ||
-        model_launch_rows(m, k, rows) || model_keep(m, &a->att, &kept->att, scores))
+        model_launch_row_items(m, k, rows) || model_keep(m, &a->att, &kept->att, scores))
         return -1;
     /* ctx = P V */
     if (model_attention_gemm(m, false, false, T, hs, T, &a->att, true, &a->v, false, &a->ctx,

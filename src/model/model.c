@@ -76,22 +76,47 @@ static int fill_offsets(dl_model *m) {
     return 0;
 }
 
+/* Whether the kernels take a CPU's shapes (below) or a GPU's: the
+ * device's type, unless DEDLOC_KERNEL_SHAPE=cpu|gpu says otherwise (the
+ * cross-vendor test and the CLBlast reference test run a GPU's shapes on
+ * PoCL). */
+static bool cpu_shapes(const dl_device_info *info) {
+    const char *env = getenv("DEDLOC_KERNEL_SHAPE");
+    if (env && !strcmp(env, "gpu")) return false;
+    if (env && !strcmp(env, "cpu")) return true;
+    if (env && *env) DL_WARN("model", "DEDLOC_KERNEL_SHAPE=%s ignored: cpu or gpu", env);
+    return info->is_cpu;
+}
+
 /* The work-group of the row kernels (one group per row): a power of two
  * within the device's work-group and local-memory limits; wide on a GPU so
  * a row's loads coalesce, narrow on a CPU, where a group's items run in a
  * loop and a wide tree only adds barriers. */
-static int row_group_size(const dl_device_info *info) {
-    size_t want = info->is_cpu ? 16 : 256, limit = info->max_work_group;
+static int row_group_size(const dl_device_info *info, bool cpu) {
+    size_t want = cpu ? 16 : 256, limit = info->max_work_group;
     if (info->local_mem / sizeof(float) < limit) limit = (size_t)(info->local_mem / sizeof(float));
     size_t g = 1;
     while (g * 2 <= want && g * 2 <= limit) g *= 2;
     return (int)g;
 }
 
+/* Columns per work item of the column reductions (cl/common.cl,
+ * DL_COL_VEC): one on a GPU, where adjacent items reading adjacent columns
+ * coalesce; a 64-byte vector on a CPU, where an item per column would read
+ * each row's cache line once per column. */
+static int column_vector(bool cpu) { return cpu ? 16 : 1; }
+
 static int create_kernels(dl_model *m) {
-    m->row_group = row_group_size(dl_device_get_info(m->dev));
-    char opts[48];
-    snprintf(opts, sizeof opts, "-DDL_ROW_GROUP=%d", m->row_group);
+    const dl_device_info *info = dl_device_get_info(m->dev);
+    bool cpu = cpu_shapes(info);
+    m->row_group = row_group_size(info, cpu);
+    m->col_vec = column_vector(cpu);
+    /* On a CPU a 16-item group becomes one item with 16 lanes: the same
+     * sums, without a work-group per row (cl/common.cl, DL_ROW_LANES). */
+    m->row_lanes = cpu && m->row_group == 16;
+    char opts[80];
+    snprintf(opts, sizeof opts, "-DDL_ROW_GROUP=%d -DDL_COL_VEC=%d%s", m->row_group, m->col_vec,
+             m->row_lanes ? " -DDL_ROW_LANES" : "");
     struct { const char *file, *name; cl_kernel *dst; } list[] = {
         {"embedding.cl", "embedding_forward", &m->k.embedding_forward},
         {"embedding.cl", "embedding_backward_word", &m->k.embedding_backward_word},

@@ -55,6 +55,8 @@ struct dl_model {
     model_offsets off;
     model_kernels k;
     int row_group;                /* work-group of the row kernels (model.c) */
+    int col_vec;                  /* columns per work item of the column reductions (model.c) */
+    bool row_lanes;               /* the LayerNorm and softmax kernels take a row per item (model.c) */
 
     dl_buffer params, grads;
     /* inputs and index lists (int32) */
@@ -163,6 +165,11 @@ int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global);
 /* Enqueues a row kernel: one work-group of m->row_group items per row
  * (fewer if the kernel itself allows fewer). */
 int model_launch_rows(dl_model *m, cl_kernel k, int rows);
+/* Enqueues a LayerNorm or softmax kernel over rows: a work-group per row,
+ * or an item per row when m->row_lanes. */
+int model_launch_row_items(dl_model *m, cl_kernel k, int rows);
+/* Enqueues a column reduction over C columns: m->col_vec columns per item. */
+int model_launch_columns(dl_model *m, cl_kernel k, int C);
 
 /* ---- launchers (ops.c). Parameter and gradient offsets are in elements. ---- */
 /* out[rows, out_f] = in[rows, in_f] W^T (no bias; see op_bias_add). */

@@ -41,14 +41,35 @@ int model_launch_rows(dl_model *m, cl_kernel k, int rows) {
     return launch_timed(m, k, 1, &global, &local);
 }
 
+int model_launch_row_items(dl_model *m, cl_kernel k, int rows) {
+    if (!m->row_lanes) return model_launch_rows(m, k, rows);
+    if (rows == 0) return 0;
+    size_t local = 4, global = ((size_t)rows + local - 1) / local * local;
+    return launch_timed(m, k, 1, &global, &local);
+}
+
+int model_launch_columns(dl_model *m, cl_kernel k, int C) {
+    if (m->col_vec <= 1) {
+        size_t global[1] = {(size_t)C};
+        return model_launch(m, k, 1, global);
+    }
+    /* A few vectors per group, so that even a 128-column reduction is
+     * shared among the CPU's cores. */
+    size_t items = ((size_t)C + (size_t)m->col_vec - 1) / (size_t)m->col_vec, local = 2;
+    size_t global = (items + local - 1) / local * local;
+    return launch_timed(m, k, 1, &global, &local);
+}
+
 /* 2-D launch over (columns, rows). */
 static int launch_2d(dl_model *m, cl_kernel k, int cols, int rows) {
     size_t global[2] = {(size_t)cols, (size_t)rows};
     return model_launch(m, k, 2, global);
 }
 
-static int launch_1d(dl_model *m, cl_kernel k, int n) {
-    size_t global[1] = {(size_t)n};
+/* An elementwise kernel of cl/activation.cl over n elements: m->col_vec
+ * elements per item. */
+static int launch_vectors(dl_model *m, cl_kernel k, int n) {
+    size_t global[1] = {((size_t)n + (size_t)m->col_vec - 1) / (size_t)m->col_vec};
     return model_launch(m, k, 1, global);
 }
 
@@ -68,7 +89,7 @@ int op_bias_backward(dl_model *m, const dl_buffer *dy, size_t b_off, int rows, i
     if (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, off) ||
         DL_ARG(k, 3, rows) || DL_ARG(k, 4, C))
         return -1;
-    return launch_1d(m, k, C);
+    return model_launch_columns(m, k, C);
 }
 
 static int linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
@@ -122,7 +143,7 @@ int op_bias_gelu(dl_model *m, dl_buffer *pre, dl_buffer *act, size_t bias_off, i
     if (DL_ARG(k, 0, pre->mem) || DL_ARG(k, 1, act->mem) || DL_ARG(k, 2, m->params.mem) ||
         DL_ARG(k, 3, off) || DL_ARG(k, 4, rows) || DL_ARG(k, 5, C))
         return -1;
-    return launch_2d(m, k, C, rows);
+    return launch_2d(m, k, (C + m->col_vec - 1) / m->col_vec, rows);
 }
 
 int op_bias_residual_add(dl_model *m, dl_buffer *out, const dl_buffer *residual, size_t bias_off,
@@ -144,7 +165,7 @@ int op_layernorm_forward(dl_model *m, dl_buffer *out, dl_buffer *mean, dl_buffer
         DL_ARG(k, 3, in->mem) || DL_ARG(k, 4, m->params.mem) || DL_ARG(k, 5, go) ||
         DL_ARG(k, 6, bo) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C) || DL_ARG(k, 9, eps))
         return -1;
-    return model_launch_rows(m, k, rows);
+    return model_launch_row_items(m, k, rows);
 }
 
 int op_bias_residual_layernorm(dl_model *m, dl_buffer *pre, dl_buffer *kept,
@@ -165,7 +186,7 @@ int op_bias_residual_layernorm(dl_model *m, dl_buffer *pre, dl_buffer *kept,
         DL_ARG(k, 6, bo) || DL_ARG(k, 7, go) || DL_ARG(k, 8, beta) || DL_ARG(k, 9, rows) ||
         DL_ARG(k, 10, C) || DL_ARG(k, 11, eps))
         return -1;
-    return model_launch_rows(m, k, rows);
+    return model_launch_row_items(m, k, rows);
 }
 
 static int layernorm_backward_input(dl_model *m, dl_buffer *dx, const dl_buffer *dy,
@@ -177,7 +198,7 @@ static int layernorm_backward_input(dl_model *m, dl_buffer *dx, const dl_buffer 
         DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, m->params.mem) ||
         DL_ARG(k, 6, go) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C))
         return -1;
-    return model_launch_rows(m, k, rows);
+    return model_launch_row_items(m, k, rows);
 }
 
 int op_layernorm_backward_bias(dl_model *m, dl_buffer *dx, const dl_buffer *dy,
@@ -191,7 +212,7 @@ int op_layernorm_backward_bias(dl_model *m, dl_buffer *dx, const dl_buffer *dy,
         DL_ARG(k, 6, go) || DL_ARG(k, 7, bo) || DL_ARG(k, 8, lo) || DL_ARG(k, 9, rows) ||
         DL_ARG(k, 10, C))
         return -1;
-    return launch_1d(m, k, C);
+    return model_launch_columns(m, k, C);
 }
 
 int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const dl_buffer *in,
@@ -203,18 +224,18 @@ int op_layernorm_backward(dl_model *m, dl_buffer *dx, const dl_buffer *dy, const
         DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, m->params.mem) ||
         DL_ARG(k, 6, go) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C))
         return -1;
-    if (model_launch_rows(m, k, rows)) return -1;
+    if (model_launch_row_items(m, k, rows)) return -1;
     k = m->k.layernorm_backward_params;
     if (DL_ARG(k, 0, m->grads.mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, in->mem) ||
         DL_ARG(k, 3, mean->mem) || DL_ARG(k, 4, rstd->mem) || DL_ARG(k, 5, go) ||
         DL_ARG(k, 6, bo) || DL_ARG(k, 7, rows) || DL_ARG(k, 8, C))
         return -1;
-    return launch_1d(m, k, C);
+    return model_launch_columns(m, k, C);
 }
 
 int op_unary(dl_model *m, cl_kernel k, dl_buffer *out, const dl_buffer *in, int n) {
     if (DL_ARG(k, 0, out->mem) || DL_ARG(k, 1, in->mem) || DL_ARG(k, 2, n)) return -1;
-    return launch_1d(m, k, n);
+    return launch_vectors(m, k, n);
 }
 
 int op_unary_backward(dl_model *m, cl_kernel k, dl_buffer *dx, const dl_buffer *dy,
@@ -222,7 +243,7 @@ int op_unary_backward(dl_model *m, cl_kernel k, dl_buffer *dx, const dl_buffer *
     if (DL_ARG(k, 0, dx->mem) || DL_ARG(k, 1, dy->mem) || DL_ARG(k, 2, x->mem) ||
         DL_ARG(k, 3, n))
         return -1;
-    return launch_1d(m, k, n);
+    return launch_vectors(m, k, n);
 }
 
 int op_rows(dl_model *m, cl_kernel k, dl_buffer *out, const dl_buffer *in,

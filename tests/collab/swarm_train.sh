@@ -532,7 +532,8 @@ fp16_compute)
 mixed)
   # Cross-vendor convergence: three peers that round differently (fp16
   # storage with 16-wide work-groups; bf16 storage built with -cl-mad-enable;
-  # fp32 whose reductions sum in the other order, with 32-wide work-groups)
+  # fp32 whose reductions sum in the other order, with 32-wide work-groups
+  # and a GPU's kernel shapes: a work-group of up to 256 per row)
   # train together beside a homogeneous fp32 swarm on the same data shares.
   # The mixed swarm holds one param_hash at every step (the host step on the
   # averaged gradient is the same bits everywhere). Its loss (the collective
@@ -557,7 +558,7 @@ mixed)
     --max-steps $STEPS --lr 0.02
   DEDLOC_CL_BUILD_OPTIONS=-cl-mad-enable start m1 --precision bf16 --target-batch 12 --local-batch 4 \
     --data-shard 1/3 --min-peers 3 --max-steps $STEPS --lr 0.02
-  DEDLOC_CL_BUILD_OPTIONS=-DDL_REDUCE_REVERSE DEDLOC_WORK_GROUP=32 start m2 --target-batch 12 --local-batch 4 \
+  DEDLOC_CL_BUILD_OPTIONS=-DDL_REDUCE_REVERSE DEDLOC_WORK_GROUP=32 DEDLOC_KERNEL_SHAPE=gpu start m2 --target-batch 12 --local-batch 4 \
     --data-shard 2/3 --min-peers 3 --max-steps $STEPS --lr 0.02
   for i in 0 1 2; do finish "m$i"; done
   agree h0 h1 h2

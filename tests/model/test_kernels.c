@@ -2,7 +2,11 @@
  * against a double-precision CPU reference, the backward against finite
  * differences of that reference (L = sum w * out for random w, so dL/dout =
  * w). Outputs are poisoned with NaN before every launch, so an element a
- * kernel forgets to write shows up. */
+ * kernel forgets to write shows up. Every test runs twice: with the kernels
+ * shaped for a GPU (a work-group per row, an item per column or element) and
+ * shaped for a CPU as the model builds them there (an item per row with 16
+ * lanes, 16 columns or elements per item; cl/common.cl), the sizes leaving a
+ * ragged end in both. */
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,9 +45,14 @@ static float *download(const dl_buffer *b, size_t floats) {
     return x;
 }
 
+/* The CPU shape: DL_COL_VEC columns or elements per item, DL_ROW_LANES. */
+static bool cpu_shape;
+enum { COL_VEC = 16 };
+
 static cl_kernel kernel(const char *file, const char *name) {
     cl_kernel k = NULL;
-    CHECK_OK(dl_kernel_create(dev, file, "", name, &k));
+    CHECK_OK(dl_kernel_create(dev, file, cpu_shape ? "-DDL_ROW_GROUP=16 -DDL_COL_VEC=16 -DDL_ROW_LANES" : "",
+                              name, &k));
     return k;
 }
 
@@ -56,11 +65,20 @@ static void launch(cl_kernel k, int dims, size_t g0, size_t g1) {
 /* A row kernel: one work-group per row. ROW_GROUP is not a divisor of the
  * row lengths, so every strided loop has a ragged end. */
 enum { ROW_GROUP = 32 };
-static void launch_rows(cl_kernel k, int rows) {
+static void launch_group_rows(cl_kernel k, int rows) {
     size_t global = (size_t)rows * ROW_GROUP, local = ROW_GROUP;
     CHECK_OK(dl_launch(dev, k, 1, &global, &local));
     CHECK_OK(dl_device_finish(dev));
 }
+
+/* The LayerNorm and softmax kernels: an item per row in the CPU shape. */
+static void launch_rows(cl_kernel k, int rows) {
+    if (!cpu_shape) return launch_group_rows(k, rows);
+    launch(k, 1, (size_t)rows, 1);
+}
+
+/* Column reductions and elementwise kernels over n columns or elements. */
+static size_t items(int n) { return cpu_shape ? ((size_t)n + COL_VEC - 1) / COL_VEC : (size_t)n; }
 
 /* |a-b| / (1 + |b|); NaN when a is (a poisoned element nobody wrote). */
 static double rel_diff(double a, double b) { return dl_test_diff(a, b) / (1.0 + fabs(b)); }
@@ -134,7 +152,7 @@ static void test_layernorm(void) {
     DL_ARG(kp, 0, grads.mem); DL_ARG(kp, 1, dy.mem); DL_ARG(kp, 2, in.mem); DL_ARG(kp, 3, mean.mem);
     DL_ARG(kp, 4, rstd.mem); DL_ARG(kp, 5, goff); DL_ARG(kp, 6, boff); DL_ARG(kp, 7, rows);
     DL_ARG(kp, 8, C);
-    launch(kp, 1, (size_t)C, 1);
+    launch(kp, 1, items(C), 1);
     float *gx = download(&dx, n), *gp = download(&grads, 2 * (size_t)C + 5);
     double worst = 0, h = 1e-4;
     for (size_t i = 0; i < n; i += 3) {
@@ -201,7 +219,7 @@ static void test_residual_layernorm(void) {
     DL_ARG(kp, 0, grads.mem); DL_ARG(kp, 1, dy.mem); DL_ARG(kp, 2, dpre.mem); DL_ARG(kp, 3, mean.mem);
     DL_ARG(kp, 4, rstd.mem); DL_ARG(kp, 5, dx.mem); DL_ARG(kp, 6, goff); DL_ARG(kp, 7, betaoff);
     DL_ARG(kp, 8, boff); DL_ARG(kp, 9, rows); DL_ARG(kp, 10, C);
-    launch(kp, 1, (size_t)C, 1);
+    launch(kp, 1, items(C), 1);
     float *gp = download(&grads, (size_t)np);
     double worst = 0;
     for (int c = 0; c < C; c++) {
@@ -237,11 +255,11 @@ static void test_unary(const char *fwd, const char *bwd, double (*f)(double), bo
               dx = poisoned((size_t)n);
     cl_kernel k = kernel("activation.cl", fwd), kb = kernel("activation.cl", bwd);
     DL_ARG(k, 0, out.mem); DL_ARG(k, 1, in.mem); DL_ARG(k, 2, n);
-    launch(k, 1, (size_t)n, 1);
+    launch(k, 1, items(n), 1);
     DL_ARG(kb, 0, dx.mem); DL_ARG(kb, 1, dy.mem);
     if (bwd_uses_output) DL_ARG(kb, 2, out.mem); else DL_ARG(kb, 2, in.mem);
     DL_ARG(kb, 3, n);
-    launch(kb, 1, (size_t)n, 1);
+    launch(kb, 1, items(n), 1);
     float *y = download(&out, (size_t)n), *g = download(&dx, (size_t)n);
     double fe = 0, be = 0, h = 1e-5;
     for (int i = 0; i < n; i++) {
@@ -268,7 +286,7 @@ static void test_bias_gelu(void) {
     cl_kernel k = kernel("activation.cl", "bias_gelu_forward");
     DL_ARG(k, 0, pre.mem); DL_ARG(k, 1, act.mem); DL_ARG(k, 2, pb.mem); DL_ARG(k, 3, off);
     DL_ARG(k, 4, rows); DL_ARG(k, 5, C);
-    launch(k, 2, (size_t)C, (size_t)rows);
+    launch(k, 2, items(C), (size_t)rows);
     float *got_pre = download(&pre, n), *got_act = download(&act, n);
     double pe = 0, ae = 0;
     for (int r = 0; r < rows; r++)
@@ -303,11 +321,13 @@ static void softmax_ref(const double *s, const int *mask, double *p, int B, int 
     }
 }
 
-static void test_softmax(void) {
-    int B = 3, heads = 2, T = 11, rows = B * heads * T;
+/* T = 11 leaves every row ragged; T = 37 has two whole vectors of 16 and a
+ * ragged end in the CPU shape. */
+static void test_softmax(int T) {
+    int B = 3, heads = 2, rows = B * heads * T;
     size_t n = (size_t)rows * T;
     float sqrt_d = sqrtf(5.0f);
-    int mask[3 * 11];
+    int mask[3 * 37];
     for (int i = 0; i < B * T; i++) mask[i] = !(i / T == 1 && i % T >= 6); /* sequence 1 padded */
     float *s = randn(n, 2.0f), *w = randn(n, 1.0f);
     double *sd = malloc(n * sizeof *sd), *p = malloc(n * sizeof *p);
@@ -359,7 +379,7 @@ static void test_cross_entropy(void) {
     int want = 1;
     DL_ARG(k, 0, logits.mem); DL_ARG(k, 1, t.mem); DL_ARG(k, 2, losses.mem); DL_ARG(k, 3, rows);
     DL_ARG(k, 4, V); DL_ARG(k, 5, scale); DL_ARG(k, 6, want);
-    launch_rows(k, rows);
+    launch_group_rows(k, rows);
     float *l = download(&losses, (size_t)rows), *g = download(&logits, n);
     double le = 0, ge = 0, h = 1e-4;
     for (int r = 0; r < rows; r++) {
@@ -466,7 +486,7 @@ static void test_embedding(void) {
 
 /* ---- bias, residual, gather/scatter ---- */
 static void test_elementwise(void) {
-    int rows = 9, C = 13;
+    int rows = 9, C = 29;
     size_t n = (size_t)rows * C;
     float *x = randn(n, 1.0f), *r = randn(n, 1.0f), *params = randn((size_t)C + 2, 1.0f);
     int boff = 2;
@@ -486,7 +506,7 @@ static void test_elementwise(void) {
     cl_kernel kb = kernel("elementwise.cl", "bias_backward");
     DL_ARG(kb, 0, grads.mem); DL_ARG(kb, 1, res.mem); DL_ARG(kb, 2, boff); DL_ARG(kb, 3, rows);
     DL_ARG(kb, 4, C);
-    launch(kb, 1, (size_t)C, 1);
+    launch(kb, 1, items(C), 1);
     float *g = download(&grads, (size_t)C + 2);
     double worst = 0;
     for (int c = 0; c < C; c++) {
@@ -531,15 +551,19 @@ int main(void) {
     CHECK_OK(dl_device_open(getenv("DEDLOC_TEST_DEVICE"), &dev));
     if (!dev) return dl_test_finish("test_kernels");
     dl_rng_seed(&rng, 2024);
-    test_layernorm();
-    test_residual_layernorm();
-    test_unary("gelu_forward", "gelu_backward", gelu_ref, false);
-    test_unary("tanh_forward", "tanh_backward", tanh, true);
-    test_bias_gelu();
-    test_softmax();
-    test_cross_entropy();
-    test_embedding();
-    test_elementwise();
+    for (int shape = 0; shape < 2; shape++) {
+        cpu_shape = shape == 1;
+        test_layernorm();
+        test_residual_layernorm();
+        test_unary("gelu_forward", "gelu_backward", gelu_ref, false);
+        test_unary("tanh_forward", "tanh_backward", tanh, true);
+        test_bias_gelu();
+        test_softmax(11);
+        test_softmax(37);
+        test_cross_entropy();
+        test_embedding();
+        test_elementwise();
+    }
     dl_device_close(dev);
     return dl_test_finish("test_kernels");
 }
