@@ -830,10 +830,10 @@ static int64_t stream_start(const dl_trainer_backend *be, const struct dl_collab
         skip = ours * count + (o->shard_count > 1 ? o->shard_index : 0);
         if (ours > 0)
             DL_WARN("collab", "the checkpoint's data position is not used (none recorded, --replay-data, or the "
-                    "stream changed): re-reading %" PRId64 " micro-batches of the stream to get back to ours",
-                    skip);
+                    "stream changed): re-reading %" PRId64 " batches of the stream to get back to ours (after our "
+                    "micro-batch %" PRId64 ")", skip, ours);
         if (skip > 0 && be->skip(be->ctx, skip)) {
-            dl_fail_context("bringing the data stream to this peer's position (%" PRId64 " micro-batches)", skip);
+            dl_fail_context("bringing the data stream to this peer's position (%" PRId64 " batches)", skip);
             return -1;
         }
     }
