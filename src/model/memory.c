@@ -21,12 +21,14 @@ static size_t buf(size_t n, size_t size, size_t *largest) {
  * linear layers (rows, in, out) forward A [rows, in], C [rows, out]; weight
  * gradient A [rows, out], B [rows, in], C [out, in]; input gradient A
  * [rows, out], C [rows, in]; attention products over token rows [N, H] and
- * scores [B, heads, T, T]. The MLM rows are at most every token. */
+ * scores [B, heads, T, T]. The MLM rows are at most every token, and the
+ * decoder takes them a chunk at a time (mlm_decoder.c). */
 void model_half_scratch_spans(const dl_albert_config *c, size_t B, size_t T, size_t span[3]) {
     size_t N = B * T, E = (size_t)c->embedding_size, H = (size_t)c->hidden_size,
            I = (size_t)c->intermediate_size, V = (size_t)c->vocab_size,
            S = B * (size_t)c->num_attention_heads * T * T;
-    const size_t linears[][3] = {{N, E, H}, {N, H, H}, {N, H, I}, {N, I, H}, {N, H, E}, {N, E, V},
+    const size_t linears[][3] = {{N, E, H}, {N, H, H}, {N, H, I}, {N, I, H}, {N, H, E},
+                                 {model_mlm_chunk_rows(N), E, V},
                                  {B, H, H}, {B, H, 2}};
     span[0] = S > N * H ? S : N * H;
     span[1] = N * H;
@@ -83,9 +85,10 @@ int dl_model_memory_estimate(const dl_albert_config *c, const dl_model_options *
     other += 2 * buf(N * E, 4, &L) + 2 * buf(N, 4, &L);
     /* the last layer's output, kept in fp32 for the heads */
     other += buf(N * H, 4, &L);
-    /* MLM head (sized for every row labelled), SOP head */
-    other += buf(N * H, 4, &L) + 3 * buf(N * E, 4, &L) + 2 * buf(N, 4, &L) + buf(N * V, 4, &L) +
-             buf(N, 4, &L);
+    /* MLM head (sized for every row labelled; the logits for one chunk of
+     * rows, mlm_decoder.c), SOP head */
+    other += buf(N * H, 4, &L) + 3 * buf(N * E, 4, &L) + 2 * buf(N, 4, &L) +
+             buf(model_mlm_chunk_rows(N) * V, 4, &L) + buf(N, 4, &L);
     other += 2 * buf(B * H, 4, &L) + buf(B * 2, 4, &L) + buf(B, 4, &L);
     /* backward scratch */
     other += 6 * buf(N * H, 4, &L) + 2 * buf(N * I, 4, &L) + buf(S, 4, &L) +
