@@ -1,15 +1,16 @@
 /* Cross-entropy over rows of logits with one target each (the rows are
  * already only the labelled ones), one work-group per row. Writes each row's
  * loss and replaces the logits by their gradient times grad_scale (softmax -
- * onehot). */
+ * onehot). The logits are rows row0.. of the targets and losses (the MLM
+ * decoder runs in chunks of rows). */
 __kernel void cross_entropy_forward_backward(__global float *logits, __global const int *targets,
                                              __global float *losses, int rows, int V,
-                                             float grad_scale, int want_grad) {
+                                             float grad_scale, int want_grad, int row0) {
     __local float scratch[DL_ROW_GROUP];
     int r = get_group_id(0), lid = get_local_id(0), n = get_local_size(0);
     if (r >= rows) return;
     __global float *x = logits + (size_t)r * V;
-    int target = targets[r];
+    int target = targets[row0 + r];
     /* read before any item overwrites the row with its gradient */
     float x_target = x[target];
     float mx = -INFINITY;
@@ -18,7 +19,7 @@ __kernel void cross_entropy_forward_backward(__global float *logits, __global co
     float part = 0.0f;
     DL_FOR_ROW(j, lid, n, V) part += exp(x[j] - mx);
     float log_sum = log(dl_group_sum(part, scratch));
-    if (lid == 0) losses[r] = log_sum - (x_target - mx);
+    if (lid == 0) losses[row0 + r] = log_sum - (x_target - mx);
     if (!want_grad) return;
     DL_FOR_ROW(j, lid, n, V) {
         float p = exp(x[j] - mx - log_sum);

@@ -360,6 +360,7 @@ struct dl_collab_train_options {
     double linger_s;             /* after the last step, keep serving the state this long (2) */
     int64_t corrupt_at_step;     /* tests: after this step perturb our weights (0: never) */
     int test_attack;             /* tests: enum dl_test_attack, a trainer that sends bad gradients */
+    bool test_log_batches;       /* tests: log a "batch" event (index, fingerprint) per micro-batch */
     FILE *status;                /* NULL: none; else one JSON object per step (the log line) */
 };
 void dl_collab_train_options_default(struct dl_collab_train_options *options);
@@ -385,7 +386,11 @@ struct dl_collab_train_result {
  * config's aux flag must match backend == NULL). params holds the initial
  * weights (layout->total floats) and is updated in place; resume (may be
  * NULL) continues our own checkpoint, replaced by the swarm's state when
- * the swarm is ahead. Returns 0 (done, stopped or time limit) or -1. */
+ * the swarm is ahead; our data position stays ours either way: the backend's
+ * stream opened at the checkpoint's recorded position (data_resumed), or
+ * else re-read up to it. Checkpoints record the stream's position after the
+ * micro-batches of the steps we applied (backend mark_data/save_data).
+ * Returns 0 (done, stopped or time limit) or -1. */
 int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
                         const struct dl_collab_train_options *options, const dl_opt_config *opt_config,
                         const dl_train_layout *layout, float *params, const dl_checkpoint *resume,

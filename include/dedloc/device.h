@@ -210,6 +210,12 @@ size_t dl_half_gemm_element_size(const dl_half_gemm *h);
  * products, such as the weights. */
 int dl_half_gemm_operand(dl_half_gemm *h, const dl_buffer *src, size_t src_off, size_t n,
                          dl_buffer *dst);
+/* Allocates the scratch for products whose A, B (unprepared) and C span up
+ * to a, b and c elements, so that no product allocates later and a model's
+ * device memory is known when it is created. Products beyond grow it. */
+int dl_half_gemm_reserve(dl_half_gemm *h, size_t a, size_t b, size_t c);
+/* Bytes the scratch holds now. */
+size_t dl_half_gemm_scratch_bytes(const dl_half_gemm *h);
 /* Runs g (type DL_GEMM_F32, alpha and beta as dl_gemm) in half. b_ready:
  * NULL, or B prepared by dl_half_gemm_operand with offset 0 (g's B offsets
  * index it). */

@@ -174,7 +174,16 @@ typedef struct dl_model_options {
     int max_batch, max_seq;
     dl_precision precision;
     bool recompute;
+    /* For dl_model_memory_estimate only (a model decides it from its device):
+     * bytes of one element of fp16 compute's rounded weights and GEMM
+     * scratch, as dl_model_fp16_compute says for the device; 0: none. */
+    int fp16_compute_elem;
 } dl_model_options;
+/* Whether a model of this precision on a device of this kind computes its
+ * GEMMs in half (--precision fp16 where cl_khr_fp16 is reported, as
+ * DEDLOC_FP16_COMPUTE allows): *elem = 2, or 4 when emulated (test builds),
+ * 0 when not. -1 when DEDLOC_FP16_COMPUTE refuses the combination. */
+int dl_model_fp16_compute(const dl_device_info *info, dl_precision precision, int *elem);
 int dl_model_create_with(dl_device *dev, const dl_albert_config *cfg, const dl_model_options *opts,
                          dl_model **out);
 
@@ -193,6 +202,8 @@ typedef struct dl_model_memory {
     size_t layers;         /* per_layer times the layer applications */
     size_t other;          /* batch inputs and index lists, embeddings, heads, backward
                               scratch, the working set of one layer */
+    size_t fp16_compute;   /* fp16 compute (fp16_compute_elem > 0): the rounded weights and
+                              the GEMM operand and product scratch */
     size_t total;          /* the sum: bytes allocated by dl_model_create */
     size_t largest_buffer; /* the largest single allocation (must fit the device's
                               maximum allocation) */

@@ -284,6 +284,10 @@ typedef struct dl_trainer_backend {
      * state (dl_data_config.resume_state): the resumed run does not
      * fast-forward. */
     bool data_resumed;
+    /* Optional (NULL: none): a hash of the micro-batch drawn last (token ids,
+     * types, attention, labels, sentence order), for tests that follow
+     * which micro-batches a peer fed. */
+    uint64_t (*batch_fingerprint)(void *ctx);
 } dl_trainer_backend;
 
 typedef struct dl_trainer_options {

@@ -156,8 +156,9 @@ int bench_step(int argc, char **argv) {
         size_t peak = dl_device_bytes_peak(dev) - base_bytes;
         double peak_mib = (double)peak / 1048576.0;
         dl_model_memory est = {0};
-        dl_model_memory_estimate(&cfg, &shape, &est);
         const dl_device_info *info = dl_device_get_info(dev);
+        if (dl_model_fp16_compute(info, precision, &shape.fp16_compute_elem) == 0)
+            dl_model_memory_estimate(&cfg, &shape, &est);
         if (json) {
             printf("{\"bench\": \"step\", \"model\": \"%s\", \"device\": \"%s\", \"precision\": "
                    "\"%s\", \"compute\": \"%s\", \"batch\": %d, \"seq\": %d, \"parameters\": %zu, \"masked\": %d, "

@@ -271,7 +271,8 @@ static int pick_micro_batch(const struct join_args *a, const struct dl_manifest 
     size_t budget = dl_model_memory_budget(di, 0);
     dl_model_memory est;
     int b = 0;
-    int rc = dl_model_fit_batch(&cfg, &mo, budget, (size_t)di->max_alloc, (int)m->micro_batch, &b, &est);
+    int rc = dl_model_fp16_compute(di, precision, &mo.fp16_compute_elem);
+    if (rc == 0) rc = dl_model_fit_batch(&cfg, &mo, budget, (size_t)di->max_alloc, (int)m->micro_batch, &b, &est);
     if (rc == 0)
         DL_INFO("join", "device %s: %.2f GiB budget; micro-batch %d of at most %lld (estimate %.2f GiB)",
                 di->name, (double)budget / 1073741824.0, b, (long long)m->micro_batch,

@@ -349,9 +349,28 @@ static char *run_settings_json(const train_args *a) {
     cJSON_AddNumberToObject(o, "seed", (double)a->seed);
     cJSON_AddNumberToObject(o, "peer_seed", (double)a->peer_seed);
     cJSON_AddNumberToObject(o, "shuffle_buffer", (double)a->shuffle);
+    if (a->swarm.train.shard_count > 1) {
+        /* A swarm peer's position in the stream depends on its share: a
+         * resume with another --data-shard re-reads instead of seeking. */
+        cJSON_AddNumberToObject(o, "data_shard_index", (double)a->swarm.train.shard_index);
+        cJSON_AddNumberToObject(o, "data_shard_count", (double)a->swarm.train.shard_count);
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
+}
+
+/* Whether the checkpoint's run read the same share of the stream as this
+ * one (--data-shard; a checkpoint without one read all of it). */
+static bool same_data_shard(const char *run_json, const train_args *a) {
+    cJSON *run = cJSON_Parse(run_json);
+    const cJSON *i = cJSON_GetObjectItemCaseSensitive(run, "data_shard_index");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(run, "data_shard_count");
+    double was_index = cJSON_IsNumber(i) ? i->valuedouble : 0, was_count = cJSON_IsNumber(k) ? k->valuedouble : 1;
+    cJSON_Delete(run);
+    int64_t count = a->swarm.train.shard_count > 1 ? a->swarm.train.shard_count : 1;
+    int64_t index = count > 1 ? a->swarm.train.shard_index : 0;
+    return (was_count <= 1 ? 1.0 : was_count) == (double)count && (was_count <= 1 ? 0.0 : was_index) == (double)index;
 }
 
 static bool synthetic_flag_given(const train_args *a) { return a->given[OPT_SYNTHETIC]; }
@@ -535,9 +554,13 @@ int cmd_train(int argc, char **argv) {
         dc.loop = true;
         dc.tls_ca_file = a.ca_file;
         dc.tls_insecure = a.insecure_tls;
-        /* Resume at the recorded position: no re-reading, whatever the step.
-         * A swarm peer re-reads (its loop fast-forwards on its own). */
-        bool seek_data = resuming && ck.data_state && !a.replay_data && !a.swarm.any;
+        /* Resume at the recorded position: no re-reading, whatever the step. */
+        bool seek_data = resuming && ck.data_state && !a.replay_data;
+        if (seek_data && a.swarm.any && !same_data_shard(ck.run_json, &a)) {
+            DL_WARN("train", "%s was written for another --data-shard: its data position does not apply; the "
+                    "stream is re-read up to this peer's position", ck_path);
+            seek_data = false;
+        }
         if (seek_data) {
             dc.resume_state = ck.data_state;
             dc.resume_state_size = ck.data_state_size;
@@ -546,7 +569,19 @@ int cmd_train(int argc, char **argv) {
                                .precision = precision, .recompute = a.recompute};
         /* An automatic micro-batch need not exceed the target batch. */
         int limit = a.target < 4096 ? (int)a.target : 4096, used = 0;
-        if (dl_device_backend_open_with(&be, &dc, tok, a.device, &cfg, &mo, a.max_device_mb, limit, &used)) {
+        int opened = dl_device_backend_open_with(&be, &dc, tok, a.device, &cfg, &mo, a.max_device_mb, limit, &used);
+        if (opened && seek_data && a.swarm.any) {
+            /* A swarm peer's share of the stream is its own: rather than stop
+             * a volunteer, it re-reads (what --replay-data does). */
+            DL_WARN("train", "the data stream cannot continue where %s left it (%s): re-reading it from the start "
+                    "up to this peer's position instead", ck_path, dl_error());
+            dl_clear_error();
+            seek_data = false;
+            dc.resume_state = NULL;
+            dc.resume_state_size = 0;
+            opened = dl_device_backend_open_with(&be, &dc, tok, a.device, &cfg, &mo, a.max_device_mb, limit, &used);
+        }
+        if (opened) {
             if (seek_data)
                 dl_fail_context("the data stream cannot continue where %s left it; --replay-data re-reads "
                                 "it from the start instead", ck_path);

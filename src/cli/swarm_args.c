@@ -11,7 +11,7 @@
 enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
-    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_DELAY, S_CORRUPT, S_ATTACK,
+    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_DELAY, S_CORRUPT, S_ATTACK, S_LOG_BATCHES,
 };
 
 static const struct option swarm_opts[] = {
@@ -32,6 +32,7 @@ static const struct option swarm_opts[] = {
 #ifdef DEDLOC_TEST_HOOKS
     {"test-corrupt-at-step", required_argument, NULL, S_CORRUPT},
     {"test-attack", required_argument, NULL, S_ATTACK},
+    {"test-log-batches", no_argument, NULL, S_LOG_BATCHES},
 #endif
     {0, 0, 0, 0}};
 
@@ -58,7 +59,7 @@ static int num(const char *s, double lo, double hi, double *out) {
 }
 
 int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const char *cmd) {
-    if (c < CLI_SWARM_OPT_BASE || c > S_ATTACK) return 1;
+    if (c < CLI_SWARM_OPT_BASE || c > S_LOG_BATCHES) return 1;
     a->any = true;
     double v = 0;
     int bad = 0;
@@ -101,6 +102,7 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
     case S_TOKEN: a->net.token_path = arg; break;
     case S_DELAY: a->train.delay_update = true; break;
     case S_CORRUPT: bad = num(arg, 1, 1e12, &v); a->train.corrupt_at_step = (int64_t)v; break;
+    case S_LOG_BATCHES: a->train.test_log_batches = true; break;
     case S_ATTACK:
         if (!strcmp(arg, "sign-flip")) a->train.test_attack = DL_TEST_ATTACK_SIGN_FLIP;
         else if (!strcmp(arg, "noise")) a->train.test_attack = DL_TEST_ATTACK_NOISE;

@@ -16,6 +16,9 @@
 /* Extra elements averaged with the gradient: the peers' mean losses, so that
  * every member logs the same collective loss. */
 #define LOSS_ELEMS 3
+/* Stream batches drawn since the data mark beyond which the mark moves on
+ * (the stream keeps each: 4096 batches of 8 x 512 tokens are about 270 MB). */
+#define MARK_RETAIN_LIMIT 4096
 
 typedef struct {
     const struct dl_collab_train_options *o;
@@ -59,7 +62,15 @@ typedef struct {
     double micro_s;                /* a micro-batch's seconds (moving average) */
     int micro_samples;             /* the last micro-batch's samples */
     dl_loss_scale ls, ls_at_step;
-    dl_train_progress progress, progress_at_step;
+    dl_train_progress progress, progress_at_step; /* at_step.micro_batches: those applied (the data mark) */
+    /* The data stream's mark (what a checkpoint records) follows the
+     * micro-batches whose gradient was applied. A delayed round marks where
+     * its micro-batches end when it starts; until it succeeds the mark lies
+     * past micro-batches not yet applied, and a checkpoint then goes without
+     * the position (resuming re-reads the stream: exact, slower). So does
+     * one after MARK_RETAIN_LIMIT batches without a step (see micro_batch). */
+    int64_t round_micro;           /* delayed: our micro-batches drawn when the running round started */
+    int64_t mark_micro;            /* our micro-batches drawn when the stream was marked */
     float *grad;                   /* micro-batch gradient, then the round's vector (n + LOSS_ELEMS) */
     double loss_sum[LOSS_ELEMS];   /* sample-weighted, over the accumulation */
     bool has_state;                /* aux: holds the weights of its epoch */
@@ -131,8 +142,30 @@ static int save_checkpoint(loop_state *st) {
     ck.loss_scale = st->ls_at_step;
     ck.progress = st->progress_at_step;
     ck.progress.elapsed_s += dl_now() - st->run_start;
-    return dl_checkpoint_save_in_dir(o->checkpoint_dir, &ck, o->keep, st->res->base.checkpoint,
-                                     sizeof st->res->base.checkpoint);
+    if (st->be && st->be->save_data) {
+        if (st->mark_micro != ck.progress.micro_batches) {
+            DL_INFO("collab", "the checkpoint of step %" PRId64 " goes without the data stream's position: its mark lies "
+                    "past micro-batches not applied yet (a failed delayed round, or many without a step); resuming "
+                    "from it re-reads the stream up to micro-batch %" PRId64, ck.step, ck.progress.micro_batches);
+        } else if (st->be->save_data(st->be->ctx, &ck.data_state, &ck.data_state_size)) {
+            DL_WARN("collab", "the checkpoint of step %" PRId64 " goes without the data stream's position (%s): "
+                    "resuming from it re-reads the stream up to there", ck.step, dl_error());
+            ck.data_state = NULL;
+            ck.data_state_size = 0;
+        }
+    }
+    int rc = dl_checkpoint_save_in_dir(o->checkpoint_dir, &ck, o->keep, st->res->base.checkpoint,
+                                       sizeof st->res->base.checkpoint);
+    free(ck.data_state);
+    return rc;
+}
+
+/* The data stream's position now becomes what a checkpoint records. */
+static int mark_data(loop_state *st) {
+    if (!st->be || !st->be->mark_data) return 0;
+    if (st->be->mark_data(st->be->ctx)) return dl_fail_context("marking the data stream's position");
+    st->mark_micro = st->progress.micro_batches;
+    return 0;
 }
 
 /* One micro-batch into the device's sum (no loss scaling: a non-finite loss
@@ -146,6 +179,22 @@ static int micro_batch_on_device(loop_state *st, int *samples, dl_losses *losses
                        "(lower --lr?)", st->progress.micro_batches);
     dl_loss_scale_update(&st->ls, true); /* counts the clean micro-batch, as the host path does */
     return 0;
+}
+
+static void emit(loop_state *st, cJSON *o);
+
+/* Test hook: which micro-batch of our share of the stream we just drew (its
+ * index counts our micro-batches since the run began, across resumes). */
+static void log_batch(loop_state *st) {
+    if (!st->o->test_log_batches || !st->be->batch_fingerprint) return;
+    char hex[17];
+    dl_hash64_hex(st->be->batch_fingerprint(st->be->ctx), hex);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "event", "batch");
+    cJSON_AddNumberToObject(o, "epoch", (double)st->opt.step);
+    cJSON_AddNumberToObject(o, "index", (double)st->progress.micro_batches);
+    cJSON_AddStringToObject(o, "fingerprint", hex);
+    emit(st, o);
 }
 
 /* One micro-batch into the accumulator (dropped when not finite). */
@@ -163,6 +212,7 @@ static int micro_batch(loop_state *st) {
         bool finite = dl_all_finite(st->grad, st->n) && isfinite(losses.loss);
         use = dl_loss_scale_update(&st->ls, finite);
     }
+    log_batch(st);
     st->progress.micro_batches++;
     st->micro_since_round++;
     if (use) {
@@ -176,6 +226,17 @@ static int micro_batch(loop_state *st) {
     /* Deterministic shares: micro-batch k of the stream belongs to peer k mod count. */
     if (st->o->shard_count > 1 && st->be->skip(st->be->ctx, st->o->shard_count - 1))
         return dl_fail_context("skipping the other peers' micro-batches");
+    /* The stream keeps a copy of every batch drawn since its mark (its
+     * state at the mark is saved from them). Rounds that keep failing would
+     * let that grow without end: past the limit the mark moves here, and
+     * checkpoints go without a position until the next step. */
+    int64_t drawn = (st->progress.micro_batches - st->mark_micro) * (st->o->shard_count > 1 ? st->o->shard_count : 1);
+    if (st->be->mark_data && drawn > MARK_RETAIN_LIMIT) {
+        DL_WARN("collab", "%" PRId64 " micro-batches without a step: the data stream's position is no longer "
+                "kept for checkpoints until the next one (a resume then re-reads the stream)",
+                st->progress.micro_batches - st->progress_at_step.micro_batches);
+        if (mark_data(st)) return -1;
+    }
     double dt = dl_now() - t0;
     st->micro_s = st->micro_s > 0 ? 0.7 * st->micro_s + 0.3 * dt : dt;
     st->micro_samples = samples;
@@ -228,8 +289,11 @@ static void log_event(loop_state *st, const char *event, const char *detail) {
     emit(st, o);
 }
 
-/* The state we start from (a resumed checkpoint's or the initial weights). */
-static void log_start(loop_state *st, bool resumed) {
+/* The state we start from (a resumed checkpoint's or the initial weights),
+ * and how the data stream got to our position in it: "fresh", "seek" (opened
+ * at the checkpoint's recorded position) or "replay" (data_skipped batches
+ * re-read from the start). */
+static void log_start(loop_state *st, bool resumed, const char *data, int64_t data_skipped) {
     char hex[65];
     dl_collab_hash_hex(st->hash, hex);
     cJSON *o = cJSON_CreateObject();
@@ -239,6 +303,11 @@ static void log_start(loop_state *st, bool resumed) {
     cJSON_AddStringToObject(o, "peer_id", dl_net_peer_id(st->net));
     cJSON_AddBoolToObject(o, "resumed", resumed);
     cJSON_AddStringToObject(o, "param_hash", hex);
+    if (st->be) {
+        cJSON_AddStringToObject(o, "data", data);
+        cJSON_AddNumberToObject(o, "data_skipped", (double)data_skipped);
+        cJSON_AddNumberToObject(o, "micro_batches", (double)st->progress.micro_batches);
+    }
     emit(st, o);
 }
 
@@ -335,7 +404,11 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
     st->prev_wait_until = dl_now() + 3;
     st->res->state_downloads++;
     if (st->be && st->be->set_params(st->be->ctx, st->params)) return dl_fail_context("uploading downloaded weights");
+    /* Our accumulation is kept for the next round: its micro-batches are not
+     * applied yet, and the data mark stays before them. */
+    int64_t applied = st->progress_at_step.micro_batches;
     st->progress_at_step = st->progress;
+    st->progress_at_step.micro_batches = applied;
     st->ls_at_step = st->ls;
     return publish_state(st);
 }
@@ -496,6 +569,14 @@ static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int
     if (clear) clear_accumulation(st);
     st->ls_at_step = stepped ? st->round_ls : st->ls;
     st->progress_at_step = st->progress;
+    if (stepped) {
+        /* Applied: the micro-batches up to the round's start, where the
+         * stream was marked; those drawn since belong to the next step. */
+        st->progress_at_step.micro_batches = st->round_micro;
+    } else if (mark_data(st)) {
+        dl_avg_result_free(r);
+        return -1;
+    }
     st->res->rounds_ok++;
     double now = dl_now(), wall = now - st->step_start;
     st->res->wait_s += now - t0;
@@ -581,6 +662,8 @@ static int start_delayed_round(loop_state *st, size_t expected) {
     round_options(st, local, expected, &ao);
     st->round_ls = st->ls;
     st->round_epoch = st->opt.step;
+    st->round_micro = st->progress.micro_batches;
+    if (mark_data(st)) return -1; /* ahead of what is applied until the round succeeds */
     clear_accumulation(st);
     st->round_local = local;
     st->micro_since_round = 0;
@@ -881,6 +964,39 @@ static int run_loop(loop_state *st) {
     return 0;
 }
 
+/* Brings the data stream to our position: micro-batch k of the stream is
+ * ours when k mod shard_count is our shard index, so after m micro-batches
+ * of ours the stream stands at m * shard_count + shard_index. A stream
+ * opened at a checkpoint's recorded position is there already; otherwise
+ * (a checkpoint without one, or one the CLI could not use) it is re-read.
+ * Then marks it: the position a checkpoint records until the first step.
+ * Returns the batches re-read, -1 on an error. */
+static int64_t stream_start(const dl_trainer_backend *be, const struct dl_collab_train_options *o,
+                            const dl_checkpoint *resume, const char **how) {
+    int64_t ours = resume ? resume->progress.micro_batches : 0, skip = 0;
+    if (resume && be->data_resumed) {
+        *how = "seek";
+        DL_INFO("collab", "data stream reopened at the checkpoint's position (after our micro-batch %" PRId64
+                "): nothing re-read", ours);
+    } else {
+        int64_t count = o->shard_count > 1 ? o->shard_count : 1;
+        skip = ours * count + (o->shard_count > 1 ? o->shard_index : 0);
+        if (ours > 0)
+            DL_WARN("collab", "the checkpoint's data position is not used (none recorded, --replay-data, or the "
+                    "stream changed): re-reading %" PRId64 " batches of the stream to get back to ours (after our "
+                    "micro-batch %" PRId64 ")", skip, ours);
+        if (skip > 0 && be->skip(be->ctx, skip)) {
+            dl_fail_context("bringing the data stream to this peer's position (%" PRId64 " batches)", skip);
+            return -1;
+        }
+    }
+    if (be->mark_data && be->mark_data(be->ctx)) {
+        dl_fail_context("marking the data stream's position");
+        return -1;
+    }
+    return ours > 0 ? skip : 0;
+}
+
 int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
                         const struct dl_collab_train_options *o, const dl_opt_config *opt_config,
                         const dl_train_layout *layout, float *params, const dl_checkpoint *resume,
@@ -913,15 +1029,11 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         memcpy(params, resume->params, st.n * sizeof(float));
         st.ls = resume->loss_scale;
         st.progress = resume->progress;
-        if (be && resume->progress.micro_batches > 0 && be->skip(be->ctx, resume->progress.micro_batches)) {
-            dl_fail_context("resume: cannot fast-forward the data stream");
-            goto done;
-        }
     }
-    if (be && o->shard_count > 1 && o->shard_index > 0 && be->skip(be->ctx, o->shard_index)) {
-        dl_fail_context("skipping to this peer's share of the stream");
-        goto done;
-    }
+    const char *data_how = resume ? "replay" : "fresh";
+    int64_t skipped = 0;
+    if (be && (skipped = stream_start(be, o, resume, &data_how)) < 0) goto done;
+    st.mark_micro = st.progress.micro_batches;
     if (o->base.log_path && !(st.log = fopen(o->base.log_path, "a"))) {
         dl_fail("cannot open the log %s for appending", o->base.log_path);
         goto done;
@@ -933,7 +1045,7 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     st.last_state_epoch = (uint64_t)st.opt.step;
     st.ls_at_step = st.ls;
     if (publish_state(&st)) goto done;
-    log_start(&st, resume != NULL);
+    log_start(&st, resume != NULL, data_how, skipped);
     st.progress_at_step = st.progress;
     st.start_step = st.opt.step;
     st.run_start = dl_now();

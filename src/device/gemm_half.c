@@ -83,6 +83,24 @@ static int ensure_scratch(dl_half_gemm *h, dl_buffer *buf, size_t n) {
     return 0;
 }
 
+/* Exactly n operand elements (4-byte aligned), grown by nothing later. */
+static int reserve_scratch(dl_half_gemm *h, dl_buffer *buf, size_t n) {
+    size_t need = n * h->elem;
+    if (buf->mem && buf->size >= need) return 0;
+    if (buf->mem) dl_buffer_free(h->dev, buf);
+    if (dl_buffer_alloc(h->dev, (need + 3) & ~(size_t)3, buf))
+        return dl_fail_context("allocating %zu bytes of fp16 GEMM scratch", need);
+    return 0;
+}
+
+int dl_half_gemm_reserve(dl_half_gemm *h, size_t a, size_t b, size_t c) {
+    return reserve_scratch(h, &h->a, a) || reserve_scratch(h, &h->b, b) || reserve_scratch(h, &h->c, c) ? -1 : 0;
+}
+
+size_t dl_half_gemm_scratch_bytes(const dl_half_gemm *h) {
+    return (h->a.mem ? h->a.size : 0) + (h->b.mem ? h->b.size : 0) + (h->c.mem ? h->c.size : 0);
+}
+
 static int launch_operand(dl_half_gemm *h, const dl_buffer *src, size_t src_off, size_t n,
                           const dl_buffer *dst) {
     cl_ulong off = src_off, count = n;

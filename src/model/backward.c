@@ -80,7 +80,7 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
 static int heads_backward(dl_model *m, dl_buffer *d_last) {
     const dl_albert_config *c = &m->cfg;
     const model_offsets *o = &m->off;
-    int B = m->B, M = m->M, E = c->embedding_size, H = c->hidden_size, V = c->vocab_size;
+    int B = m->B, M = m->M, E = c->embedding_size, H = c->hidden_size;
     double t0 = model_profile_begin(m);
     if (dl_buffer_fill32(m->dev, d_last, 0, (size_t)m->N * (size_t)H * sizeof(float), 0) ||
         model_profile_end(m, "zero hidden gradient (fill)", t0))
@@ -94,10 +94,10 @@ static int heads_backward(dl_model *m, dl_buffer *d_last) {
         op_rows(m, m->k.scatter_add_rows, d_last, &m->d_pool_in, &m->sop_rows, B, H))
         return dl_fail_context("SOP head backward");
     if (M == 0) return 0;
-    /* MLM: logits = LN(gelu(mlm_in Wd^T + bd)) W_word^T + bias (tied decoder) */
-    if (op_linear_backward(m, &m->d_mlm_ln, false, &m->logits, &m->mlm_ln, o->word, o->pred_bias,
-                           M, E, V) ||
-        op_layernorm_backward(m, &m->d_mlm_pre, &m->d_mlm_ln, &m->mlm_act, &m->mlm_mean,
+    /* MLM: logits = LN(gelu(mlm_in Wd^T + bd)) W_word^T + bias (tied decoder);
+     * the decoder's own backward ran with the forward pass, chunk by chunk
+     * (mlm_decoder.c), and left d_mlm_ln. */
+    if (op_layernorm_backward(m, &m->d_mlm_pre, &m->d_mlm_ln, &m->mlm_act, &m->mlm_mean,
                               &m->mlm_rstd, o->pred_ln_g, o->pred_ln_b, M, E) ||
         op_unary_backward(m, m->k.gelu_backward, &m->d_mlm_pre, &m->d_mlm_pre, &m->mlm_pre,
                           M * E) ||

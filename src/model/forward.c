@@ -159,16 +159,6 @@ int model_layer_forward(dl_model *m, int l, dl_buffer *recompute_out) {
     return 0;
 }
 
-static int cross_entropy(dl_model *m, dl_buffer *logits, const dl_buffer *targets,
-                         dl_buffer *losses, int rows, int V, float grad_scale, bool want_grad) {
-    cl_kernel k = m->k.cross_entropy;
-    int grad = want_grad ? 1 : 0;
-    if (DL_ARG(k, 0, logits->mem) || DL_ARG(k, 1, targets->mem) || DL_ARG(k, 2, losses->mem) ||
-        DL_ARG(k, 3, rows) || DL_ARG(k, 4, V) || DL_ARG(k, 5, grad_scale) || DL_ARG(k, 6, grad))
-        return -1;
-    return model_launch_rows(m, k, rows);
-}
-
 /* Mean of the per-row losses, summed on the host in row order. */
 static int mean_loss(dl_model *m, const dl_buffer *losses, int rows, float *out) {
     if (rows == 0) {
@@ -186,8 +176,7 @@ static int mean_loss(dl_model *m, const dl_buffer *losses, int rows, float *out)
 int model_forward_pass(dl_model *m, float loss_scale, bool want_grad) {
     const dl_albert_config *c = &m->cfg;
     const model_offsets *o = &m->off;
-    int B = m->B, T = m->T, N = m->N, M = m->M, E = c->embedding_size, H = c->hidden_size,
-        V = c->vocab_size;
+    int B = m->B, T = m->T, N = m->N, M = m->M, E = c->embedding_size, H = c->hidden_size;
     cl_kernel k = m->k.embedding_forward;
     int word = (int)o->word, pos = (int)o->position, type = (int)o->token_type;
     size_t global[2] = {(size_t)E, (size_t)N};
@@ -213,10 +202,7 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad) {
             op_bias_gelu(m, &m->mlm_pre, &m->mlm_act, o->pred_dense_b, M, E) ||
             op_layernorm_forward(m, &m->mlm_ln, &m->mlm_mean, &m->mlm_rstd, &m->mlm_act,
                                  o->pred_ln_g, o->pred_ln_b, M, E) ||
-            op_linear_forward(m, &m->logits, &m->mlm_ln, o->word, M, E, V) ||
-            op_bias_add(m, &m->logits, o->pred_bias, M, V) ||
-            cross_entropy(m, &m->logits, &m->mlm_targets, &m->mlm_losses, M, V,
-                          loss_scale / (float)M, want_grad))
+            model_mlm_decoder(m, loss_scale / (float)M, want_grad))
             return dl_fail_context("MLM head");
     }
     /* SOP head: tanh pooler on each sequence's first token, then a 2-way linear. */
@@ -226,8 +212,8 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad) {
         op_unary(m, m->k.tanh_forward, &m->pooled, &m->pooled, B * H) ||
         op_linear_forward(m, &m->sop_logits, &m->pooled, o->sop_w, B, H, 2) ||
         op_bias_add(m, &m->sop_logits, o->sop_b, B, 2) ||
-        cross_entropy(m, &m->sop_logits, &m->sop_targets, &m->sop_losses, B, 2,
-                      loss_scale / (float)B, want_grad))
+        op_cross_entropy(m, &m->sop_logits, &m->sop_targets, 0, &m->sop_losses, B, 2,
+                         loss_scale / (float)B, want_grad))
         return dl_fail_context("SOP head");
     return 0;
 }

@@ -16,18 +16,18 @@
 #include "dedloc/util.h"
 #include "model/model_internal.h"
 
-int model_half_open(dl_model *m) {
+int dl_model_fp16_compute(const dl_device_info *info, dl_precision precision, int *elem) {
+    *elem = 0;
     const char *env = getenv("DEDLOC_FP16_COMPUTE");
     if (!env || !*env) env = "auto";
     bool emulate = false, want;
-    const dl_device_info *info = dl_device_get_info(m->dev);
     if (!strcmp(env, "auto")) {
         want = info->fp16;
     } else if (!strcmp(env, "off")) {
         want = false;
     } else if (!strcmp(env, "require")) {
         want = true;
-        if (!info->fp16 && m->precision == DL_PRECISION_FP16)
+        if (!info->fp16 && precision == DL_PRECISION_FP16)
             return dl_fail("DEDLOC_FP16_COMPUTE=require: %s does not report cl_khr_fp16, so it "
                            "has no fp16 compute; unset it to train with fp16 storage and fp32 "
                            "arithmetic, or pick another device (dedloc devices)",
@@ -42,9 +42,29 @@ int model_half_open(dl_model *m) {
     } else {
         return dl_fail("DEDLOC_FP16_COMPUTE='%s': expected auto, off or require", env);
     }
-    if (!want || m->precision != DL_PRECISION_FP16) return 0;
+    if (want && precision == DL_PRECISION_FP16) *elem = emulate ? (int)sizeof(float) : (int)sizeof(cl_half);
+    return 0;
+}
+
+int model_half_open(dl_model *m) {
+    const dl_device_info *info = dl_device_get_info(m->dev);
+    int elem;
+    if (dl_model_fp16_compute(info, m->precision, &elem)) return -1;
+    if (!elem) return 0;
+    bool emulate = elem != (int)sizeof(cl_half);
     if (dl_half_gemm_create(m->dev, emulate, &m->half)) return -1;
     DL_DEBUG("model", "fp16 compute on %s%s", info->name, emulate ? " (emulated)" : "");
+    return 0;
+}
+
+int model_half_reserve(dl_model *m) {
+    if (!m->half) return 0;
+    size_t elem = dl_half_gemm_element_size(m->half), span[3];
+    model_half_scratch_spans(&m->cfg, (size_t)m->max_batch, (size_t)m->max_seq, span);
+    if (dl_buffer_alloc(m->dev, (m->layout.total * elem + 3) & ~(size_t)3, &m->params_half) ||
+        dl_half_gemm_reserve(m->half, span[0], span[1], span[2]))
+        return dl_fail_context("allocating the fp16 compute buffers (batch %d x %d); try a smaller batch",
+                               m->max_batch, m->max_seq);
     return 0;
 }
 
@@ -61,7 +81,7 @@ int model_half_params(dl_model *m) {
 
 size_t model_half_bytes(const dl_model *m) {
     if (!m->half) return 0;
-    return (size_t)m->layout.total * dl_half_gemm_element_size(m->half);
+    return (m->params_half.mem ? m->params_half.size : 0) + dl_half_gemm_scratch_bytes(m->half);
 }
 
 int model_half_gemm(dl_model *m, const dl_gemm_args *g) {

@@ -6,11 +6,45 @@
 
 #include "dedloc/model.h"
 #include "dedloc/util.h"
+#include "model/model_internal.h"
 
 /* A buffer of n elements of `size` bytes, as dl_model_create allocates it
  * (an empty one still takes one element). */
 static size_t buf(size_t n, size_t size, size_t *largest) {
     size_t bytes = (n ? n : 1) * size;
+    if (bytes > *largest) *largest = bytes;
+    return bytes;
+}
+
+/* The largest spans (elements) of the A, B and C operands of the model's
+ * GEMMs at B x T, B not counting the weights (rounded once per upload):
+ * linear layers (rows, in, out) forward A [rows, in], C [rows, out]; weight
+ * gradient A [rows, out], B [rows, in], C [out, in]; input gradient A
+ * [rows, out], C [rows, in]; attention products over token rows [N, H] and
+ * scores [B, heads, T, T]. The MLM rows are at most every token, and the
+ * decoder takes them a chunk at a time (mlm_decoder.c). */
+void model_half_scratch_spans(const dl_albert_config *c, size_t B, size_t T, size_t span[3]) {
+    size_t N = B * T, E = (size_t)c->embedding_size, H = (size_t)c->hidden_size,
+           I = (size_t)c->intermediate_size, V = (size_t)c->vocab_size,
+           S = B * (size_t)c->num_attention_heads * T * T;
+    const size_t linears[][3] = {{N, E, H}, {N, H, H}, {N, H, I}, {N, I, H}, {N, H, E},
+                                 {model_mlm_chunk_rows(N), E, V},
+                                 {B, H, H}, {B, H, 2}};
+    span[0] = S > N * H ? S : N * H;
+    span[1] = N * H;
+    span[2] = span[0];
+    for (size_t i = 0; i < sizeof linears / sizeof *linears; i++) {
+        size_t rows = linears[i][0], in = linears[i][1], out = linears[i][2];
+        size_t a = rows * (in > out ? in : out), b = rows * in, cmax = out * in > a ? out * in : a;
+        if (a > span[0]) span[0] = a;
+        if (b > span[1]) span[1] = b;
+        if (cmax > span[2]) span[2] = cmax;
+    }
+}
+
+/* bytes rounded up to whole 4-byte words, as the fp16 compute allocates them */
+static size_t buf4(size_t bytes, size_t *largest) {
+    bytes = (bytes + 3) & ~(size_t)3;
     if (bytes > *largest) *largest = bytes;
     return bytes;
 }
@@ -51,9 +85,10 @@ int dl_model_memory_estimate(const dl_albert_config *c, const dl_model_options *
     other += 2 * buf(N * E, 4, &L) + 2 * buf(N, 4, &L);
     /* the last layer's output, kept in fp32 for the heads */
     other += buf(N * H, 4, &L);
-    /* MLM head (sized for every row labelled), SOP head */
-    other += buf(N * H, 4, &L) + 3 * buf(N * E, 4, &L) + 2 * buf(N, 4, &L) + buf(N * V, 4, &L) +
-             buf(N, 4, &L);
+    /* MLM head (sized for every row labelled; the logits for one chunk of
+     * rows, mlm_decoder.c), SOP head */
+    other += buf(N * H, 4, &L) + 3 * buf(N * E, 4, &L) + 2 * buf(N, 4, &L) +
+             buf(model_mlm_chunk_rows(N) * V, 4, &L) + buf(N, 4, &L);
     other += 2 * buf(B * H, 4, &L) + buf(B * 2, 4, &L) + buf(B, 4, &L);
     /* backward scratch */
     other += 6 * buf(N * H, 4, &L) + 2 * buf(N * I, 4, &L) + buf(S, 4, &L) +
@@ -65,7 +100,15 @@ int dl_model_memory_estimate(const dl_albert_config *c, const dl_model_options *
         if (o->recompute) other += 4 * buf(N, 4, &L);
     }
     out->other = other;
-    out->total = out->parameters + out->gradients + out->layers + out->other;
+    if (o->fp16_compute_elem > 0 && o->precision == DL_PRECISION_FP16) {
+        /* The weights rounded once per upload, and the operand and product
+         * scratch, allocated with the model (dl_half_gemm_reserve). */
+        size_t e = (size_t)o->fp16_compute_elem, span[3];
+        model_half_scratch_spans(c, B, T, span);
+        out->fp16_compute = buf4(P * e, &L) + buf4(span[0] * e, &L) + buf4(span[1] * e, &L) +
+                            buf4(span[2] * e, &L);
+    }
+    out->total = out->parameters + out->gradients + out->layers + out->other + out->fp16_compute;
     out->largest_buffer = L;
     return 0;
 }
@@ -95,10 +138,10 @@ int dl_model_fit_batch(const dl_albert_config *cfg, const dl_model_options *opts
             snprintf(limit, sizeof limit, ", the device allows %.1f MiB per buffer", mib(max_alloc));
         return dl_fail("even a micro-batch of one sequence of %d tokens needs %.1f MiB of device memory "
                        "(parameters %.1f, gradients %.1f, activations %.1f over %d layer applications, "
-                       "other %.1f; largest buffer %.1f MiB%s), over the budget of %.1f MiB: try "
+                       "other %.1f, fp16 compute %.1f; largest buffer %.1f MiB%s), over the budget of %.1f MiB: try "
                        "--recompute, a shorter --seq, fp16/bf16 storage, or a device with more memory",
                        o.max_seq, mib(m.total), mib(m.parameters), mib(m.gradients), mib(m.layers),
-                       cfg->num_hidden_layers * cfg->inner_group_num, mib(m.other),
+                       cfg->num_hidden_layers * cfg->inner_group_num, mib(m.other), mib(m.fp16_compute),
                        mib(m.largest_buffer), limit, mib(budget_bytes));
     }
     /* The estimate grows with the batch: bisect for the last size that fits. */

@@ -216,7 +216,7 @@ static int for_each_buffer(dl_model *m, buffer_spec *specs, int capacity) {
     SPEC(&m->mlm_ln, N * E);
     SPEC(&m->mlm_mean, N);
     SPEC(&m->mlm_rstd, N);
-    SPEC(&m->logits, N * V);
+    SPEC(&m->logits, model_mlm_chunk_rows(N) * V);
     SPEC(&m->mlm_losses, N);
     SPEC(&m->pool_in, B * H);
     SPEC(&m->pooled, B * H);
@@ -345,7 +345,7 @@ int dl_model_create_with(dl_device *dev, const dl_albert_config *cfg, const dl_m
         }
     }
     free(specs);
-    if (dl_model_zero_grad(m)) goto fail;
+    if (model_half_reserve(m) || dl_model_zero_grad(m)) goto fail;
     *out = m;
     return 0;
 fail:
@@ -463,9 +463,7 @@ int dl_model_get_logits(dl_model *m, float *sop_logits, float *mlm_logits) {
                        "by their gradients)");
     if (dl_buffer_download(m->dev, &m->sop_logits, 0, sop_logits, (size_t)m->B * 2 * sizeof(float)))
         return -1;
-    if (mlm_logits && m->M > 0)
-        return dl_buffer_download(m->dev, &m->logits, 0, mlm_logits,
-                                  (size_t)m->M * (size_t)m->cfg.vocab_size * sizeof(float));
+    if (mlm_logits && m->M > 0) return model_mlm_logits_download(m, mlm_logits);
     return 0;
 }
 

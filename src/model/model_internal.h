@@ -81,7 +81,7 @@ struct dl_model {
     layer_acts work;                                /* fp32 working set (statistics used only with recompute) */
     dl_buffer x_work;                               /* fp32 [N, H]: the current layer's input */
     dl_buffer mlm_in, mlm_pre, mlm_act, mlm_ln, mlm_mean, mlm_rstd;  /* [M, H|E], [M] */
-    dl_buffer logits, mlm_losses;                   /* [M, V], [M] */
+    dl_buffer logits, mlm_losses;                   /* [one chunk of M, V], [M] */
     dl_buffer pool_in, pooled, sop_logits, sop_losses;  /* [B, H], [B, H], [B, 2], [B] */
     /* backward scratch */
     dl_buffer d_hidden_a, d_hidden_b, d_ctx, d_q, d_k, d_v;  /* [N, H] */
@@ -135,6 +135,14 @@ void model_layer_view(dl_model *m, int l, layer_acts *view, dl_buffer **x);
  * recompute_out (a scratch buffer: the backward pass does not read it) and
  * nothing is kept. */
 int model_layer_forward(dl_model *m, int l, dl_buffer *recompute_out);
+/* The MLM decoder in chunks of at most model_mlm_chunk_rows rows
+ * (mlm_decoder.c): logits, their loss and, with want_grad, the decoder's
+ * weight, bias and input gradients (d_mlm_ln), chunk by chunk. */
+enum { MODEL_MLM_CHUNK = 512 };
+size_t model_mlm_chunk_rows(size_t rows);
+int model_mlm_decoder(dl_model *m, float grad_scale, bool want_grad);
+/* After a forward-only pass: the logits of every masked row, [M, V]. */
+int model_mlm_logits_download(dl_model *m, float *out);
 /* Backward from the loss gradients; accumulates into m->grads. */
 int model_backward_pass(dl_model *m);
 
@@ -148,8 +156,13 @@ int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g);
 
 /* fp16 compute (half_compute.c): open chooses it from the precision, the
  * device and DEDLOC_FP16_COMPUTE; params rounds the weights after each
- * upload; gemm runs one product in half; bytes is the rounded weights' size. */
+ * upload; gemm runs one product in half; bytes is what the rounded weights and the scratch hold. */
 int model_half_open(dl_model *m);
+/* The largest A, B (not the weights) and C spans of the model's GEMMs at
+ * batch x seq (memory.c): what the fp16 compute scratch is reserved for. */
+void model_half_scratch_spans(const dl_albert_config *cfg, size_t batch, size_t seq, size_t span[3]);
+/* Allocates the rounded weights and the scratch for the model's shape. */
+int model_half_reserve(dl_model *m);
 void model_half_close(dl_model *m);
 int model_half_params(dl_model *m);
 size_t model_half_bytes(const dl_model *m);
@@ -176,6 +189,10 @@ int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buf
                        const dl_buffer *x, size_t w_off, size_t b_off, int rows,
                        int in_features, int out_features);
 int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C);
+/* Loss per row into losses[row0..] against targets[row0..]; with want_grad
+ * the logits become their gradient times grad_scale. */
+int op_cross_entropy(dl_model *m, dl_buffer *logits, const dl_buffer *targets, int row0,
+                     dl_buffer *losses, int rows, int V, float grad_scale, bool want_grad);
 /* pre += bias (per column); act = gelu_new(pre): one launch. */
 int op_bias_gelu(dl_model *m, dl_buffer *pre, dl_buffer *act, size_t bias_off, int rows, int C);
 int op_bias_residual_add(dl_model *m, dl_buffer *out, const dl_buffer *residual, size_t bias_off,

@@ -253,3 +253,14 @@ int op_rows(dl_model *m, cl_kernel k, dl_buffer *out, const dl_buffer *in,
         return -1;
     return launch_2d(m, k, C, rows);
 }
+
+int op_cross_entropy(dl_model *m, dl_buffer *logits, const dl_buffer *targets, int row0,
+                     dl_buffer *losses, int rows, int V, float grad_scale, bool want_grad) {
+    cl_kernel k = m->k.cross_entropy;
+    int grad = want_grad ? 1 : 0;
+    if (DL_ARG(k, 0, logits->mem) || DL_ARG(k, 1, targets->mem) || DL_ARG(k, 2, losses->mem) ||
+        DL_ARG(k, 3, rows) || DL_ARG(k, 4, V) || DL_ARG(k, 5, grad_scale) || DL_ARG(k, 6, grad) ||
+        DL_ARG(k, 7, row0))
+        return -1;
+    return model_launch_rows(m, k, rows);
+}

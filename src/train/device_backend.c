@@ -81,6 +81,7 @@ int dl_device_backend_open_with(dl_device_backend *be, const dl_data_config *dat
     const dl_device_info *info = dl_device_get_info(be->device);
     DL_INFO("train", "device: %s", info->name);
     if (mo.max_batch <= 0) {
+        if (dl_model_fp16_compute(info, mo.precision, &mo.fp16_compute_elem)) goto fail;
         size_t budget = dl_model_memory_budget(info, max_device_mb);
         dl_model_memory est;
         if (dl_model_fit_batch(cfg, &mo, budget, (size_t)info->max_alloc,
@@ -110,7 +111,17 @@ void dl_device_backend_close(dl_device_backend *be) {
     memset(be, 0, sizeof *be);
 }
 
+static uint64_t be_batch_fingerprint(void *ctx) {
+    const dl_batch *b = &((dl_device_backend *)ctx)->batch;
+    size_t n = (size_t)b->batch * (size_t)b->seq * sizeof(int32_t);
+    uint64_t h = dl_hash64(b->input_ids, n, 1);
+    h = dl_hash64(b->token_type_ids, n, h);
+    h = dl_hash64(b->attention_mask, n, h);
+    h = dl_hash64(b->labels, n, h);
+    return dl_hash64(b->sentence_order_label, (size_t)b->batch * sizeof(int32_t), h);
+}
+
 dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be) {
     return (dl_trainer_backend){be, be_set_params, be_micro_batch, be_skip, be_accumulate, be_collect,
-                                be_mark_data, be_save_data, false};
+                                be_mark_data, be_save_data, false, be_batch_fingerprint};
 }

@@ -466,6 +466,76 @@ sigint)
     "$BIN" train --checkpoint-dir "$W/ck$i" --max-steps "$s" --quiet 2>"$W/resume$i.err" || fail "p$i's checkpoint does not load"
   done
   ;;
+resume|resume_delayed)
+  # Resuming without replaying the data stream. Two peers split one stream
+  # (--data-shard); p1 is stopped by SIGINT after step 3 and restarted from
+  # its checkpoint while p0 trains on. The restarted p1 opens the stream at
+  # the recorded position (start event: data "seek", nothing re-read) and
+  # feeds exactly the micro-batches after the last one it had applied; its
+  # state download from the swarm does not move its data position. A
+  # resume with --replay-data re-reads instead (its share: 2 m + 1 batches
+  # for m micro-batches of ours) and lands on the same micro-batches. The
+  # reference: an uninterrupted lone peer of the same share, one micro-batch
+  # a step, whose "batch" events give every index's fingerprint.
+  # resume_delayed: the same with --delay-update, where a checkpoint records
+  # the position at the start of its last successful round (the micro-batches
+  # drawn beside that round were not applied and are fed again).
+  STEPS=20
+  SHARE=(--target-batch 16 --max-steps $STEPS --min-peers 2)
+  [ "$CASE" = resume_delayed ] && SHARE+=(--delay-update)
+  start p0 "${SHARE[@]}" --data-shard 0/2
+  start p1 "${SHARE[@]}" --data-shard 1/2 --checkpoint-dir "$W/ck1" --save-every 0 --test-log-batches
+  wait_step p1 3
+  kill -INT "${PID[p1]}"; finish p1
+  mv "$W/p1.jsonl" "$W/p1a.jsonl"
+  start p1 "${SHARE[@]}" --data-shard 1/2 --checkpoint-dir "$W/ck1" --save-every 0 --test-log-batches
+  finish p0; finish p1
+  agree p0 p1a p1
+  [ "$(last_step p1)" = $STEPS ] || fail "p1 stopped at step $(last_step p1)"
+  # Delayed: when p1's last round failed (its gradient not applied), the
+  # checkpoint goes without a position and the resume re-reads instead.
+  how=seek
+  if [ "$CASE" = resume_delayed ] &&
+     jq -s -e '[.[] | select(.step or .event == "round_failed")] | last | .event == "round_failed"' "$W/p1a.jsonl" \
+       >/dev/null; then
+    how=replay
+  fi
+  jq -s -e '[.[] | select(.event == "start")] | length == 1 and .[0].resumed and .[0].data == "'$how'" and
+            (.[0].data_skipped == 0) == ("'$how'" == "seek")' "$W/p1.jsonl" >/dev/null ||
+    fail "the restarted p1 did not $how the stream"
+  # Applied before the stop: the samples of its steps, 4 a micro-batch.
+  applied=$(jq -s '[.[] | select(.step) | .local_samples] | add / 4' "$W/p1a.jsonl")
+  [ "$(jq -s '[.[] | select(.event == "start")][0].micro_batches' "$W/p1.jsonl")" = "$applied" ] ||
+    fail "the checkpoint's position is not after the $applied micro-batches p1 had applied"
+  [ "$(jq -s '[.[] | select(.event == "batch")][0].index' "$W/p1.jsonl")" = "$applied" ] ||
+    fail "the restarted p1 did not go on with micro-batch $applied"
+  # Another resume of the final checkpoint, re-reading (a lone peer, one step more).
+  cp -r "$W/ck1" "$W/ckr"
+  "$BIN" train "${COMMON[@]}" --run-id "$RUN-replay" --listen 127.0.0.1:0 --join-wait 0 --data-shard 1/2 \
+    --checkpoint-dir "$W/ckr" --max-steps $((STEPS + 1)) --replay-data --test-log-batches --log "$W/r.jsonl" \
+    2>"$W/r.err" || fail "the replaying resume failed"
+  jq -s -e '[.[] | select(.event == "start")][0] | .data == "replay" and .data_skipped == 2 * .micro_batches + 1' \
+    "$W/r.jsonl" >/dev/null || fail "the replaying resume did not re-read 2 m + 1 batches"
+  grep -q "re-reading" "$W/r.err" || fail "the replaying resume did not say it re-reads the stream"
+  # The reference, uninterrupted, to the highest index any of them drew.
+  n=$(cat "$W/p1a.jsonl" "$W/p1.jsonl" "$W/r.jsonl" | jq -s '[.[] | select(.event == "batch") | .index] | max + 1')
+  "$BIN" train "${COMMON[@]}" --run-id "$RUN-ref" --listen 127.0.0.1:0 --join-wait 0 --data-shard 1/2 \
+    --target-batch 4 --max-steps "$n" --test-log-batches --log "$W/ref.jsonl" 2>"$W/ref.err" ||
+    fail "the reference peer failed"
+  jq -s -e '[.[] | select(.event == "start")][0].data == "fresh"' "$W/ref.jsonl" >/dev/null || fail "reference: no fresh start"
+  for f in p1a p1 r; do
+    jq -r 'select(.event == "batch") | "\(.index) \(.fingerprint)"' "$W/$f.jsonl" > "$W/$f.fp"
+    [ -s "$W/$f.fp" ] || fail "$f logged no micro-batches"
+  done
+  jq -r 'select(.event == "batch") | "\(.index) \(.fingerprint)"' "$W/ref.jsonl" > "$W/ref.fp"
+  [ "$(wc -l < "$W/ref.fp")" = "$n" ] || fail "the reference drew $(wc -l < "$W/ref.fp") micro-batches, not $n"
+  for f in p1a p1 r; do
+    awk 'NR == FNR { ref[$1] = $2; next }
+         { if (!($1 in ref) || ref[$1] != $2) { print "micro-batch " $1 ": " $2 " vs " ref[$1]; bad = 1 }
+           if (FNR > 1 && $1 != last + 1) { print "gap after micro-batch " last; bad = 1 } last = $1 }
+         END { exit bad }' "$W/ref.fp" "$W/$f.fp" || fail "$f fed other micro-batches than an uninterrupted peer"
+  done
+  ;;
 fp16_compute)
   # A peer whose GEMMs run in half (emulated: DEDLOC_FP16_COMPUTE=emulate,
   # a test-hook build) trains beside an fp32 peer. The optimizer step is the

@@ -75,7 +75,7 @@ static dl_trainer_backend wrap(recorder *r, dl_device_backend *be) {
     r->be = be;
     r->inner = dl_device_backend_callbacks(be);
     return (dl_trainer_backend){r, rec_set_params, rec_micro, rec_skip, rec_accumulate, rec_collect,
-                                rec_mark, rec_save, false};
+                                rec_mark, rec_save, false, NULL};
 }
 
 typedef struct {
