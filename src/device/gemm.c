@@ -149,11 +149,68 @@ static void *run_items_thread(void *arg) {
 
 enum { SMALL_ITEM_FLOPS = 1 << 24, MAX_ITEM_THREADS = 64 };
 
+/* One large product split by rows of C over the threads, each part a
+ * single-threaded call: OpenBLAS's own threading of a 1024 x 1024 x 1024
+ * product reaches 165 GFLOP/s on this project's 2-core machine against 98-101
+ * for one thread, while two independent halves run at the sum (each core
+ * keeps its own packed panels in its own cache). Each element of C is still
+ * computed whole by one single-threaded call. */
+enum { SPLIT_MIN_FLOPS = 1 << 27, SPLIT_ROW_ALIGN = 64 };
+
+struct blas_rows {
+    const dl_gemm_args *g;
+    const float *a, *b;
+    float *c;
+    size_t r0, r1;
+};
+
+static void run_rows(const struct blas_rows *w) {
+    const dl_gemm_args *g = w->g;
+    if (w->r1 <= w->r0) return;
+    /* op(A)'s rows: rows of A, or columns of A when it is transposed */
+    const float *a = w->a + (g->trans_a ? w->r0 : w->r0 * g->lda);
+    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                g->trans_b ? CblasTrans : CblasNoTrans, (blasint)(w->r1 - w->r0), (blasint)g->n,
+                (blasint)g->k, g->alpha, a, (blasint)g->lda, w->b, (blasint)g->ldb, g->beta,
+                w->c + w->r0 * g->ldc, (blasint)g->ldc);
+}
+
+static void *run_rows_thread(void *arg) {
+    run_rows(arg);
+    return NULL;
+}
+
+/* Returns false when the product is better left to OpenBLAS's threads. */
+static bool run_split(const dl_gemm_args *g, const float *a, const float *b, float *c, int threads) {
+    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    if (threads < 2 || flops < SPLIT_MIN_FLOPS || g->m < (size_t)threads * SPLIT_ROW_ALIGN) return false;
+    if (threads > MAX_ITEM_THREADS) threads = MAX_ITEM_THREADS;
+    struct blas_rows parts[MAX_ITEM_THREADS];
+    pthread_t ids[MAX_ITEM_THREADS];
+    bool started[MAX_ITEM_THREADS] = {false};
+    size_t blocks = (g->m + SPLIT_ROW_ALIGN - 1) / SPLIT_ROW_ALIGN;
+    openblas_set_num_threads(1);
+    for (int t = 0; t < threads; t++) {
+        size_t r0 = blocks * (size_t)t / (size_t)threads * SPLIT_ROW_ALIGN,
+               r1 = blocks * (size_t)(t + 1) / (size_t)threads * SPLIT_ROW_ALIGN;
+        parts[t] = (struct blas_rows){g, a, b, c, r0 < g->m ? r0 : g->m, r1 < g->m ? r1 : g->m};
+        if (t > 0) started[t] = pthread_create(&ids[t], NULL, run_rows_thread, &parts[t]) == 0;
+    }
+    run_rows(&parts[0]);
+    for (int t = 1; t < threads; t++) {
+        if (started[t]) pthread_join(ids[t], NULL);
+        else run_rows(&parts[t]);
+    }
+    openblas_set_num_threads(threads);
+    return true;
+}
+
 static void run_batch(const dl_gemm_args *g, const float *a, const float *b, float *c, size_t batch, size_t outer) {
     size_t items = batch * outer;
     struct blas_items all = {g, a, b, c, batch, 0, items};
     double item_flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
     int threads = openblas_get_num_threads();
+    if (items == 1 && run_split(g, a, b, c, threads)) return;
     if (items < 2 || item_flops >= SMALL_ITEM_FLOPS || threads < 1) {
         run_items(&all);
         return;
