@@ -185,7 +185,7 @@ static bool run_split(const dl_gemm_args *g, const float *a, const float *b, flo
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
     if (threads < 2 || flops < SPLIT_MIN_FLOPS || g->m < (size_t)threads * SPLIT_ROW_ALIGN) return false;
     if (threads > MAX_ITEM_THREADS) threads = MAX_ITEM_THREADS;
-    struct blas_rows parts[MAX_ITEM_THREADS];
+    struct blas_rows parts[MAX_ITEM_THREADS] = {{0}};
     pthread_t ids[MAX_ITEM_THREADS];
     bool started[MAX_ITEM_THREADS] = {false};
     size_t blocks = (g->m + SPLIT_ROW_ALIGN - 1) / SPLIT_ROW_ALIGN;
