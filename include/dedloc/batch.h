@@ -20,5 +20,8 @@ typedef struct dl_batch {
 /* Allocates the arrays for B x T (zeroed; labels -100); 0 or -1. */
 int dl_batch_alloc(dl_batch *b, int batch, int seq);
 void dl_batch_free(dl_batch *b);
+/* A 64-bit hash of every array of the batch (xxh64, chained): two batches
+ * with the same fingerprint hold the same tokens, masks and labels. */
+uint64_t dl_batch_fingerprint(const dl_batch *b);
 
 #endif

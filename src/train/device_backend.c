@@ -112,13 +112,7 @@ void dl_device_backend_close(dl_device_backend *be) {
 }
 
 static uint64_t be_batch_fingerprint(void *ctx) {
-    const dl_batch *b = &((dl_device_backend *)ctx)->batch;
-    size_t n = (size_t)b->batch * (size_t)b->seq * sizeof(int32_t);
-    uint64_t h = dl_hash64(b->input_ids, n, 1);
-    h = dl_hash64(b->token_type_ids, n, h);
-    h = dl_hash64(b->attention_mask, n, h);
-    h = dl_hash64(b->labels, n, h);
-    return dl_hash64(b->sentence_order_label, (size_t)b->batch * sizeof(int32_t), h);
+    return dl_batch_fingerprint(&((dl_device_backend *)ctx)->batch);
 }
 
 dl_trainer_backend dl_device_backend_callbacks(dl_device_backend *be) {

@@ -1,4 +1,4 @@
-/* dl_batch allocation (include/dedloc/batch.h): the batch type data fills and
+/* dl_batch allocation and fingerprint (include/dedloc/batch.h): the batch type data fills and
  * model reads; it lives in util so that neither of them depends on the other. */
 #include <stdlib.h>
 
@@ -32,4 +32,13 @@ void dl_batch_free(dl_batch *b) {
     free(b->labels);
     free(b->sentence_order_label);
     *b = (dl_batch){0};
+}
+
+uint64_t dl_batch_fingerprint(const dl_batch *b) {
+    size_t n = (size_t)b->batch * (size_t)b->seq * sizeof(int32_t);
+    uint64_t h = dl_hash64(b->input_ids, n, 1);
+    h = dl_hash64(b->token_type_ids, n, h);
+    h = dl_hash64(b->attention_mask, n, h);
+    h = dl_hash64(b->labels, n, h);
+    return dl_hash64(b->sentence_order_label, (size_t)b->batch * sizeof(int32_t), h);
 }

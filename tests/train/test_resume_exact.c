@@ -23,17 +23,9 @@ typedef struct {
     volatile sig_atomic_t *stop;
 } recorder;
 
-static uint64_t batch_hash(const dl_batch *b) {
-    size_t n = (size_t)b->batch * (size_t)b->seq * sizeof(int32_t);
-    uint64_t h = dl_hash64(b->input_ids, n, 1);
-    h = dl_hash64(b->token_type_ids, n, h);
-    h = dl_hash64(b->attention_mask, n, h);
-    h = dl_hash64(b->labels, n, h);
-    return dl_hash64(b->sentence_order_label, (size_t)b->batch * sizeof(int32_t), h);
-}
 
 static void record(recorder *r) {
-    if (r->count < MAX_MICRO) r->hashes[r->count] = batch_hash(&r->be->batch);
+    if (r->count < MAX_MICRO) r->hashes[r->count] = dl_batch_fingerprint(&r->be->batch);
     r->count++;
     if (r->stop_after > 0 && r->count == r->stop_after) *r->stop = 1;
 }
