@@ -8,6 +8,7 @@
 # dashboard beside the swarm: its URL (127.0.0.1, a free port) comes first.
 #   ./scripts/demo.sh [--minutes N] [--peers N]     (3 minutes, 3 trainers)
 #   ./scripts/demo.sh --single                       (the single-peer demo below)
+#   ./scripts/demo.sh --help                         (this text)
 # The single-peer demo trains the tiny ALBERT for a few minutes on this machine
 # (one peer, no network) and shows the loss falling. Everything lands in build/demo/:
 #   train.jsonl (one record per optimizer step), ckpt/ (checkpoints), hf/ (export).
@@ -20,7 +21,11 @@ cd "$(dirname "$0")/.."
 MODE=swarm
 SWARM_ARGS=()
 for arg in "$@"; do
-  if [ "$arg" = --single ]; then MODE=single; else SWARM_ARGS+=("$arg"); fi
+  case "$arg" in
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --single) MODE=single ;;
+    *) SWARM_ARGS+=("$arg") ;;
+  esac
 done
 # The build's ~200 lines of compiler output go to a log, shown only on failure.
 echo "== Building build/dedloc (log: build/setup.log)"
