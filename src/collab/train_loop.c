@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "collab/round_async.h"
+#include "collab/train_decide.h"
 #include "collab/train_sync.h"
 #include "dedloc/util.h"
 
@@ -22,6 +23,7 @@
 
 typedef struct {
     const struct dl_collab_train_options *o;
+    struct dl_loop_policy policy;
     dl_net *net;
     dl_collab *collab;
     dl_state_donor *donor;
@@ -35,7 +37,6 @@ typedef struct {
     /* Delayed update: the round of our epoch runs on a thread (round) over
      * rvec while micro-batches of the next step go into acc; a failed
      * round's gradient waits in carry (sum weighted by samples) for the next. */
-    bool delayed;
     dl_async_round round;
     float *rvec;
     int64_t round_local;
@@ -49,7 +50,6 @@ typedef struct {
      * epoch matchmakes on a thread (early) while micro-batches go on; when
      * the accumulation ends our vector (in rvec) and weight are handed
      * over and the loop waits for the average as before. */
-    bool early_on;
     dl_async_round early;
     struct dl_avg_handoff handoff;
     int64_t early_refused_epoch;   /* an early round failed here: the plain round follows (-1: none) */
@@ -57,8 +57,7 @@ typedef struct {
     int64_t early_micro;
     double overlap_s;              /* the step being logged: compute beside its matchmaking */
     int64_t overlap_micro;
-    double mm_recent[8];           /* matchmaking seconds of the last successful rounds */
-    size_t mm_count;
+    struct dl_mm_history mm;       /* matchmaking seconds of the last successful plain rounds */
     double micro_s;                /* a micro-batch's seconds (moving average) */
     int micro_samples;             /* the last micro-batch's samples */
     dl_loss_scale ls, ls_at_step;
@@ -483,14 +482,6 @@ static void round_options(const loop_state *st, int64_t local, size_t expected, 
     ao->expected_peers = expected;
 }
 
-/* Remembers how long a successful plain round's matchmaking took (the lead
- * of the next early start; an early round's includes waiting for vectors). */
-static void early_note_matchmaking(loop_state *st, double seconds) {
-    if (!(seconds >= 0) || !isfinite(seconds)) return;
-    st->mm_recent[st->mm_count % (sizeof st->mm_recent / sizeof st->mm_recent[0])] = seconds;
-    st->mm_count++;
-}
-
 /* Test hook (only the test builds' CLI sets it): self-healing on purpose. */
 static void corrupt_hook(loop_state *st) {
     if (st->o->corrupt_at_step > 0 && st->opt.step == st->o->corrupt_at_step && st->has_state) {
@@ -626,7 +617,7 @@ static int round_and_step(loop_state *st, size_t expected, bool alone) {
         r.status = DL_AVG_OK;
     } else {
         dl_collab_average(st->collab, st->grad, st->n + LOSS_ELEMS, &ao, &r);
-        if (r.status == DL_AVG_OK) early_note_matchmaking(st, r.matchmaking_s);
+        if (r.status == DL_AVG_OK) dl_mm_history_note(&st->mm, r.matchmaking_s);
     }
     st->micro_since_round = 0;
     return finish_round(st, &r, st->grad, local, t0, true);
@@ -695,49 +686,6 @@ static int finish_delayed_round(loop_state *st) {
  * vector: the plain round follows at once (and no second early one at that
  * epoch). One that fails after it keeps the gradient, as any failed round. */
 
-/* The lead: the median of the last successful plain rounds' matchmaking
- * plus 0.5 s, at least 1 s (1.5 s before any). */
-static double early_lead(const loop_state *st) {
-    size_t cap = sizeof st->mm_recent / sizeof st->mm_recent[0];
-    size_t k = st->mm_count < cap ? st->mm_count : cap;
-    if (!k) return 1.5;
-    double v[sizeof st->mm_recent / sizeof st->mm_recent[0]];
-    memcpy(v, st->mm_recent, k * sizeof *v);
-    for (size_t i = 1; i < k; i++)
-        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    double median = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-    return fmax(1.0, median + 0.5);
-}
-
-/* Whether to start matchmaking before this micro-batch: the accumulation
- * may end within the lead plus one micro-batch (the next chance to start
- * comes only after it). The whole reach stays under 0.8 x stall_s: the
- * others leave out a member whose vector comes later than stall_s after the
- * group formed. *estimate: our samples at the end, for the join. */
-static bool early_due(loop_state *st, const struct dl_swarm_look *look, double *estimate) {
-    if (!st->early_on || st->early.running || st->early_refused_epoch == st->opt.step || !(st->micro_s > 0) ||
-        st->micro_samples <= 0 || look->peers <= 1)
-        return false;
-    if (look->at_previous > 0 && dl_now() < st->prev_wait_until) return false;
-    double local = (double)local_samples(st), my_rate = st->micro_samples / st->micro_s, eta;
-    if (st->o->local_batch > 0) {
-        if (st->o->min_peers > 1 && look->at_epoch < st->o->min_peers) return false;
-        eta = ((double)st->o->local_batch - local) / my_rate;
-    } else {
-        if (!(look->samples_per_second > 0)) return false;
-        eta = ((double)st->o->base.target_batch - look->collective) / look->samples_per_second;
-    }
-    double stall = fmax(1.0, st->o->round_deadline_s / 6);
-    double reach = fmin(early_lead(st) + st->micro_s, 0.8 * stall);
-    if (!(eta < reach)) return false;
-    *estimate = fmax(local, local + fmax(eta, 0) * my_rate);
-    return true;
-}
-
 static int start_early_round(loop_state *st, double estimate) {
     size_t expected = st->o->local_batch > 0 && st->o->min_peers > 1 ? st->o->min_peers : 0;
     struct dl_avg_options ao;
@@ -798,21 +746,6 @@ static int hand_over_early(loop_state *st, size_t expected, bool alone) {
     return round_and_step(st, expected, alone) < 0 ? -1 : 0;
 }
 
-/* Whether a disagreement is settled enough to act on: peers still finishing
- * the previous round have not voted yet, and a tie (e.g. two peers) is
- * decided by the lowest peer id only once it has lasted a few seconds, so a
- * record in flight cannot make a correct peer take a wrong state. */
-static bool should_heal(loop_state *st, const struct dl_swarm_look *look) {
-    double now = dl_now();
-    if (look->at_previous > 0) {
-        st->disagree_since = 0;
-        return false;
-    }
-    if (look->ref_holders > look->my_holders) return true;
-    if (st->disagree_since == 0) st->disagree_since = now;
-    return now - st->disagree_since >= 3;
-}
-
 /* Our weights differ from what most peers at our epoch hold: say so, take theirs. */
 static void heal(loop_state *st, const struct dl_swarm_look *look) {
     st->disagree_since = 0;
@@ -861,14 +794,21 @@ static int join_swarm(loop_state *st) {
     }
 }
 
-static bool is_ready(loop_state *st, const struct dl_swarm_look *look) {
-    if (!st->be) {
-        /* An aux peer joins once trainers hold samples reaching the target. */
-        return st->micro_since_round > 0 && look->collective >= (double)st->o->base.target_batch;
-    }
-    if (local_samples(st) <= 0 || st->micro_since_round == 0) return false;
-    if (st->o->local_batch > 0) return local_samples(st) >= st->o->local_batch;
-    return look->collective >= (double)st->o->base.target_batch;
+/* The loop's counters as they stand now, for the decisions. */
+static struct dl_loop_counters counters_now(const loop_state *st) {
+    return (struct dl_loop_counters){
+        .epoch = st->opt.step,
+        .local_samples = local_samples(st),
+        .micro_since_round = st->micro_since_round,
+        .micro_s = st->micro_s,
+        .micro_samples = st->micro_samples,
+        .has_state = st->has_state,
+        .last_state_epoch = st->last_state_epoch,
+        .early_running = st->early.running,
+        .early_refused_epoch = st->early_refused_epoch,
+        .now = dl_now(),
+        .prev_wait_until = st->prev_wait_until,
+    };
 }
 
 static int run_loop(loop_state *st) {
@@ -902,56 +842,58 @@ static int run_loop(loop_state *st) {
             early_round_gone(st);
             continue;
         }
-        if (look.ahead_epoch > (uint64_t)st->opt.step) {
+        const struct dl_loop_counters counters = counters_now(st);
+        struct dl_loop_sync sync = dl_loop_sync_decide(&st->policy, &counters, &look, st->disagree_since);
+        st->disagree_since = sync.disagree_since;
+        switch (sync.action) {
+        case DL_LOOP_SYNC_CATCH_UP:
             abandon_early(st);
-            if (st->be || look.ahead_epoch >= st->last_state_epoch + (uint64_t)st->o->state_every) {
-                if (download(st, &look, "the swarm moved on")) nap(0.2);
-            } else {
-                /* An aux peer between downloads follows the epoch only. */
-                st->opt.step = (int64_t)look.ahead_epoch;
-                st->has_state = false;
-                if (publish_state(st)) return -1;
-            }
+            if (download(st, &look, "the swarm moved on")) nap(0.2);
             continue;
-        }
-        if (!st->be && !st->has_state && look.has_ref &&
-            (uint64_t)st->opt.step >= st->last_state_epoch + (uint64_t)st->o->state_every) {
+        case DL_LOOP_SYNC_FOLLOW_EPOCH:
+            /* An aux peer between downloads follows the epoch only. */
+            abandon_early(st);
+            st->opt.step = (int64_t)look.ahead_epoch;
+            st->has_state = false;
+            if (publish_state(st)) return -1;
+            continue;
+        case DL_LOOP_SYNC_REFRESH_AUX:
             if (download(st, &look, "aux peer refreshing its state")) nap(0.2);
             continue;
-        }
-        if (!look.i_disagree) st->disagree_since = 0;
-        if (look.i_disagree && should_heal(st, &look)) {
+        case DL_LOOP_SYNC_HEAL:
             abandon_early(st);
             heal(st, &look);
             continue;
+        case DL_LOOP_SYNC_NONE:
+            break;
         }
-        if (is_ready(st, &look)) {
-            /* Peers still finishing the previous round are about to join
-             * this one, and one of them may be its leader: matchmaking picks
-             * the lowest peer id among the peers at our epoch, so wait
-             * (bounded) until they have moved on, or two groups would form. */
-            if (look.at_previous > 0 && dl_now() < st->prev_wait_until) {
-                nap(0.02);
-                continue;
-            }
-            size_t expected = 0;
-            if (st->o->local_batch > 0 && st->o->min_peers > 1) {
-                wait_for_peers(st, st->o->min_peers, fmin(10, st->o->round_deadline_s / 3));
-                expected = st->o->min_peers;
-            }
+        enum dl_loop_readiness ready = dl_loop_ready(&st->policy, &counters, &look);
+        if (ready == DL_LOOP_WAIT_PREVIOUS) {
+            nap(0.02);
+            continue;
+        }
+        if (ready == DL_LOOP_READY) {
+            size_t expected = dl_loop_expected_members(&st->policy);
+            if (expected > 0) wait_for_peers(st, st->o->min_peers, fmin(10, st->o->round_deadline_s / 3));
             bool alone = look.peers <= 1 && expected <= 1;
-            if (st->early.running) {
+            switch (dl_loop_round_kind(&st->policy, st->early.running, alone)) {
+            case DL_LOOP_ROUND_HAND_OVER:
                 if (hand_over_early(st, expected, alone)) return -1;
-            } else if (st->delayed && !alone) {
+                break;
+            case DL_LOOP_ROUND_DELAYED:
                 if (start_delayed_round(st, expected)) return -1;
-            } else if (round_and_step(st, expected, alone) < 0) {
-                return -1;
+                break;
+            case DL_LOOP_ROUND_PLAIN:
+                if (round_and_step(st, expected, alone) < 0) return -1;
+                break;
             }
             continue;
         }
         if (st->be) {
             double estimate;
-            if (early_due(st, &look, &estimate) && start_early_round(st, estimate)) return -1;
+            if (dl_loop_early_due(&st->policy, &counters, &look, dl_loop_early_lead(&st->mm), &estimate) &&
+                start_early_round(st, estimate))
+                return -1;
             if (micro_batch(st)) return -1;
         } else {
             if (st->micro_since_round == 0) st->micro_since_round = 1;
@@ -1014,12 +956,11 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
      * loss scaling, where an overflowing micro-batch must be dropped alone. */
     st.on_device = be && be->accumulate && be->collect && !o->base.loss_scaling;
     st.device_fresh = true;
-    st.delayed = o->delay_update && be;
-    st.early_on = be && !st.delayed;
+    dl_loop_policy_init(&st.policy, o, be != NULL);
     st.early_refused_epoch = -1;
-    if (st.delayed || st.early_on) {
+    if (st.policy.delayed || st.policy.early_on) {
         st.rvec = dl_malloc(dl_mul_size(st.n + LOSS_ELEMS, sizeof(float)));
-        if (!st.rvec || (st.delayed && dl_grad_accum_init(&st.carry, st.n))) goto done;
+        if (!st.rvec || (st.policy.delayed && dl_grad_accum_init(&st.carry, st.n))) goto done;
     }
     dl_loss_scale_init(&st.ls, o->base.loss_scaling);
     st.progress.data_seed = o->base.data_seed;
@@ -1061,9 +1002,12 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         double until = dl_now() + o->linger_s;
         while (dl_now() < until && !stopping(&st)) {
             struct dl_swarm_look look;
-            if (st.has_state && !dl_swarm_look(net, collab, (uint64_t)st.opt.step, st.hash, 0, &look) && look.i_disagree &&
-                look.ref_epoch == (uint64_t)st.opt.step && should_heal(&st, &look))
-                heal(&st, &look);
+            if (st.has_state && !dl_swarm_look(net, collab, (uint64_t)st.opt.step, st.hash, 0, &look) &&
+                look.i_disagree && look.ref_epoch == (uint64_t)st.opt.step) {
+                struct dl_loop_heal h = dl_loop_heal_due(&look, dl_now(), st.disagree_since);
+                st.disagree_since = h.disagree_since;
+                if (h.due) heal(&st, &look);
+            }
             nap(0.05);
         }
     }
