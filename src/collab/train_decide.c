@@ -103,7 +103,8 @@ struct dl_loop_sync dl_loop_sync_decide(const struct dl_loop_policy *p, const st
                        : DL_LOOP_SYNC_FOLLOW_EPOCH;
         return s;
     }
-    if (p->aux && !c->has_state && look->has_ref && (uint64_t)c->epoch >= c->last_state_epoch + (uint64_t)p->state_every) {
+    if (p->aux && !c->has_state && look->has_ref &&
+        (uint64_t)c->epoch >= c->last_state_epoch + (uint64_t)p->state_every) {
         s.action = DL_LOOP_SYNC_REFRESH_AUX;
         return s;
     }
