@@ -54,7 +54,8 @@ struct loop_accum {
  * until it succeeds the mark lies past micro-batches not yet applied, and a
  * checkpoint then goes without the position (resuming re-reads the stream:
  * exact, slower). So does one after MARK_RETAIN_LIMIT batches without a step
- * (see micro_batch in train_loop.c). */
+ * (see micro_batch in train_loop.c). What the decisions read of these is
+ * copied into a struct dl_loop_counters at each look (counters_now). */
 struct loop_counters {
     dl_train_progress progress;
     dl_train_progress progress_at_step; /* micro_batches: those applied (the data mark) */
