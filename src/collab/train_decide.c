@@ -1,0 +1,119 @@
+/* The step loop's decisions (collab/train_decide.h): what the loop does next
+ * follows from the settings, one look at the swarm and the loop's counters. */
+#include <math.h>
+#include <string.h>
+
+#include "collab/train_decide.h"
+
+/* How long a tied disagreement must last before the lowest peer id's hash wins. */
+#define TIE_SETTLE_S 3.0
+
+void dl_loop_policy_init(struct dl_loop_policy *p, const struct dl_collab_train_options *o, bool has_backend) {
+    memset(p, 0, sizeof *p);
+    p->aux = !has_backend;
+    p->delayed = o->delay_update && has_backend;
+    p->early_on = has_backend && !p->delayed;
+    p->target_batch = o->base.target_batch;
+    p->local_batch = o->local_batch;
+    p->min_peers = o->min_peers;
+    p->round_deadline_s = o->round_deadline_s;
+    p->state_every = o->state_every;
+}
+
+static bool accumulation_done(const struct dl_loop_policy *p, const struct dl_loop_counters *c,
+                              const struct dl_swarm_look *look) {
+    if (p->aux) return c->micro_since_round > 0 && look->collective >= (double)p->target_batch;
+    if (c->local_samples <= 0 || c->micro_since_round == 0) return false;
+    if (p->local_batch > 0) return c->local_samples >= p->local_batch;
+    return look->collective >= (double)p->target_batch;
+}
+
+enum dl_loop_readiness dl_loop_ready(const struct dl_loop_policy *p, const struct dl_loop_counters *c,
+                                     const struct dl_swarm_look *look) {
+    if (!accumulation_done(p, c, look)) return DL_LOOP_NOT_READY;
+    if (look->at_previous > 0 && c->now < c->prev_wait_until) return DL_LOOP_WAIT_PREVIOUS;
+    return DL_LOOP_READY;
+}
+
+size_t dl_loop_expected_members(const struct dl_loop_policy *p) {
+    return p->local_batch > 0 && p->min_peers > 1 ? p->min_peers : 0;
+}
+
+enum dl_loop_round_kind dl_loop_round_kind(const struct dl_loop_policy *p, bool early_running, bool alone) {
+    if (early_running) return DL_LOOP_ROUND_HAND_OVER;
+    if (p->delayed && !alone) return DL_LOOP_ROUND_DELAYED;
+    return DL_LOOP_ROUND_PLAIN;
+}
+
+void dl_mm_history_note(struct dl_mm_history *h, double seconds) {
+    if (!(seconds >= 0) || !isfinite(seconds)) return;
+    h->recent[h->count % DL_LOOP_MM_RECENT] = seconds;
+    h->count++;
+}
+
+double dl_loop_early_lead(const struct dl_mm_history *h) {
+    size_t k = h->count < DL_LOOP_MM_RECENT ? h->count : DL_LOOP_MM_RECENT;
+    if (!k) return 1.5;
+    double v[DL_LOOP_MM_RECENT];
+    memcpy(v, h->recent, k * sizeof *v);
+    for (size_t i = 1; i < k; i++)
+        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    double median = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+    return fmax(1.0, median + 0.5);
+}
+
+bool dl_loop_early_due(const struct dl_loop_policy *p, const struct dl_loop_counters *c,
+                       const struct dl_swarm_look *look, double lead, double *estimate) {
+    if (!p->early_on || c->early_running || c->early_refused_epoch == c->epoch || !(c->micro_s > 0) ||
+        c->micro_samples <= 0 || look->peers <= 1)
+        return false;
+    if (look->at_previous > 0 && c->now < c->prev_wait_until) return false;
+    double local = (double)c->local_samples, my_rate = c->micro_samples / c->micro_s, eta;
+    if (p->local_batch > 0) {
+        if (p->min_peers > 1 && look->at_epoch < p->min_peers) return false;
+        eta = ((double)p->local_batch - local) / my_rate;
+    } else {
+        if (!(look->samples_per_second > 0)) return false;
+        eta = ((double)p->target_batch - look->collective) / look->samples_per_second;
+    }
+    double stall = fmax(1.0, p->round_deadline_s / 6);
+    double reach = fmin(lead + c->micro_s, 0.8 * stall);
+    if (!(eta < reach)) return false;
+    *estimate = fmax(local, local + fmax(eta, 0) * my_rate);
+    return true;
+}
+
+struct dl_loop_heal dl_loop_heal_due(const struct dl_swarm_look *look, double now, double disagree_since) {
+    if (look->at_previous > 0) return (struct dl_loop_heal){false, 0};
+    if (look->ref_holders > look->my_holders) return (struct dl_loop_heal){true, disagree_since};
+    if (disagree_since == 0) disagree_since = now;
+    return (struct dl_loop_heal){now - disagree_since >= TIE_SETTLE_S, disagree_since};
+}
+
+struct dl_loop_sync dl_loop_sync_decide(const struct dl_loop_policy *p, const struct dl_loop_counters *c,
+                                        const struct dl_swarm_look *look, double disagree_since) {
+    struct dl_loop_sync s = {DL_LOOP_SYNC_NONE, disagree_since};
+    if (look->ahead_epoch > (uint64_t)c->epoch) {
+        s.action = !p->aux || look->ahead_epoch >= c->last_state_epoch + (uint64_t)p->state_every
+                       ? DL_LOOP_SYNC_CATCH_UP
+                       : DL_LOOP_SYNC_FOLLOW_EPOCH;
+        return s;
+    }
+    if (p->aux && !c->has_state && look->has_ref &&
+        (uint64_t)c->epoch >= c->last_state_epoch + (uint64_t)p->state_every) {
+        s.action = DL_LOOP_SYNC_REFRESH_AUX;
+        return s;
+    }
+    if (!look->i_disagree) {
+        s.disagree_since = 0;
+        return s;
+    }
+    struct dl_loop_heal h = dl_loop_heal_due(look, c->now, disagree_since);
+    s.disagree_since = h.disagree_since;
+    if (h.due) s.action = DL_LOOP_SYNC_HEAL;
+    return s;
+}
