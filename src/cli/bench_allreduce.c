@@ -146,8 +146,8 @@ int bench_allreduce(int argc, char **argv) {
             return DL_EXIT_USAGE;
         }
     }
-    int codec;
-    if (dl_codec_parse(compression, &codec)) {
+    enum dl_codec codec;
+    if (dl_codec_from_name(compression, &codec)) {
         fprintf(stderr, "dedloc bench allreduce: %s\n", dl_error());
         return DL_EXIT_USAGE;
     }

@@ -58,7 +58,7 @@ static bool interval_at(size_t n, const struct member_model *m, double T, double
     return sum_lo <= 1 && sum_hi >= 1;
 }
 
-int dl_balance_solve(size_t n, const double *bandwidth, const int *role,
+int dl_balance_solve(size_t n, const double *bandwidth, const enum dl_member_role *role,
                      double vector_bytes, double *fractions, double *bound_s) {
     if (n == 0 || !bandwidth || !role || !fractions || !bound_s)
         return dl_fail("load balance: empty group or missing arrays");

@@ -34,14 +34,15 @@
 struct join_info {
     char peer_id[DL_PEER_ID_HEX];
     uint64_t token;               /* 0 for ourselves */
-    int role, codec;
+    enum dl_member_role role;
+    enum dl_codec codec;
     uint64_t epoch, elements;
     double weight, bandwidth_mbit;
     uint8_t pk[DL_NET_PUBLIC_KEY];
     double arrived;
 };
 
-static int my_role(const struct dl_collab *c) {
+static enum dl_member_role my_role(const struct dl_collab *c) {
     return c->cfg.aux ? DL_MEMBER_AUX : c->cfg.client_mode ? DL_MEMBER_CLIENT : DL_MEMBER_TRAINER;
 }
 
@@ -206,7 +207,7 @@ static int form_group(struct dl_round *r, struct join_info *joins, size_t count,
     }
     if (dl_group_sort(g, dl_net_peer_id(r->c->net))) return -1;
     double bw[DL_AVG_MAX_MEMBERS], fractions[DL_AVG_MAX_MEMBERS];
-    int roles[DL_AVG_MAX_MEMBERS];
+    enum dl_member_role roles[DL_AVG_MAX_MEMBERS];
     size_t parts[DL_AVG_MAX_MEMBERS];
     for (size_t i = 0; i < g->n; i++) {
         bw[i] = g->members[i].bandwidth_mbit * 1e6 / 8;
@@ -434,7 +435,7 @@ static int join(struct dl_round *r, const struct dl_avg_options *opt, const char
                             DL_INFO("collab", "the leader's group record says aggregation %s (ours: %s): following it",
                                     dl_aggregation_name(r->g.aggregation), dl_aggregation_name(opt->aggregation));
                         double bw[DL_AVG_MAX_MEMBERS], fr[DL_AVG_MAX_MEMBERS];
-                        int roles[DL_AVG_MAX_MEMBERS];
+                        enum dl_member_role roles[DL_AVG_MAX_MEMBERS];
                         for (size_t i = 0; i < r->g.n; i++) {
                             bw[i] = r->g.members[i].bandwidth_mbit * 1e6 / 8;
                             roles[i] = r->g.members[i].role;

@@ -255,8 +255,7 @@ static void add_member_list(cJSON *o, const struct dl_avg_result *r) {
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "peer_id", r->members[i].peer_id);
         cJSON_AddNumberToObject(m, "samples", r->members[i].weight);
-        cJSON_AddStringToObject(m, "role", r->members[i].role == 2 ? "aux" : r->members[i].role == 1 ? "client"
-                                                                                                     : "trainer");
+        cJSON_AddStringToObject(m, "role", dl_member_role_name(r->members[i].role));
         cJSON_AddItemToArray(members, m);
     }
     /* The rule the group record fixed for this round (the leader's). */
@@ -621,7 +620,7 @@ static int round_and_step(loop_state *st, size_t expected, bool alone) {
         r.num_members = 1;
         snprintf(r.members[0].peer_id, sizeof r.members[0].peer_id, "%s", dl_net_peer_id(st->net));
         r.members[0].weight = ao.weight;
-        r.members[0].role = st->be ? 0 : 2;
+        r.members[0].role = st->be ? DL_MEMBER_TRAINER : DL_MEMBER_AUX;
         r.total_weight = ao.weight;
         r.status = DL_AVG_OK;
     } else {
