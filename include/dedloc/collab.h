@@ -368,6 +368,20 @@ void dl_state_fetch_result_free(struct dl_state_fetch_result *result);
  * nothing: the gradient is kept for the next one. An auxiliary peer (no
  * backend) joins every round with weight 0, aggregates and serves the state
  * it downloads. */
+/* Test-hook builds only (the CLI sets it nowhere else): a trainer that takes
+ * part in every round with a well-formed but bad gradient, to test robust
+ * aggregation in a training swarm. The loss elements stay honest, so the
+ * logged collective loss still measures the model. */
+enum dl_test_attack {
+    DL_TEST_ATTACK_NONE,
+    DL_TEST_ATTACK_SIGN_FLIP, /* its mean gradient times -1000 */
+    DL_TEST_ATTACK_NOISE,     /* uniform noise in [-100, 100) instead of the gradient */
+    DL_TEST_ATTACK_COUNT
+};
+/* "none" "sign-flip" "noise" (--test-attack) */
+const char *dl_test_attack_name(enum dl_test_attack attack);
+int dl_test_attack_from_name(const char *name, enum dl_test_attack *attack);
+
 struct dl_collab_train_options {
     dl_trainer_options base;     /* target_batch is the collective batch; max_steps the last epoch */
     int64_t local_batch;         /* > 0: this peer is ready after exactly this many samples
@@ -391,21 +405,11 @@ struct dl_collab_train_options {
     const char *device_name, *device_vendor, *precision_name, *display_name;
     double linger_s;             /* after the last step, keep serving the state this long (2) */
     int64_t corrupt_at_step;     /* tests: after this step perturb our weights (0: never) */
-    int test_attack;             /* tests: enum dl_test_attack, a trainer that sends bad gradients */
+    enum dl_test_attack test_attack; /* tests: a trainer that sends bad gradients */
     bool test_log_batches;       /* tests: log a "batch" event (index, fingerprint) per micro-batch */
     FILE *status;                /* NULL: none; else one JSON object per step (the log line) */
 };
 void dl_collab_train_options_default(struct dl_collab_train_options *options);
-
-/* Test-hook builds only (the CLI sets it nowhere else): a trainer that takes
- * part in every round with a well-formed but bad gradient, to test robust
- * aggregation in a training swarm. The loss elements stay honest, so the
- * logged collective loss still measures the model. */
-enum dl_test_attack {
-    DL_TEST_ATTACK_NONE,
-    DL_TEST_ATTACK_SIGN_FLIP, /* its mean gradient times -1000 */
-    DL_TEST_ATTACK_NOISE,     /* uniform noise in [-100, 100) instead of the gradient */
-};
 
 struct dl_collab_train_result {
     dl_trainer_result base;

@@ -104,9 +104,8 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
     case S_CORRUPT: bad = num(arg, 1, 1e12, &v); a->train.corrupt_at_step = (int64_t)v; break;
     case S_LOG_BATCHES: a->train.test_log_batches = true; break;
     case S_ATTACK:
-        if (!strcmp(arg, "sign-flip")) a->train.test_attack = DL_TEST_ATTACK_SIGN_FLIP;
-        else if (!strcmp(arg, "noise")) a->train.test_attack = DL_TEST_ATTACK_NOISE;
-        else bad = 1;
+        /* "none" is the default, not an attack to ask for */
+        bad = dl_test_attack_from_name(arg, &a->train.test_attack) || a->train.test_attack == DL_TEST_ATTACK_NONE;
         break;
     default: return 1;
     }

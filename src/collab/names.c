@@ -42,6 +42,13 @@ static const char *const avg_status_names[] = {
 };
 _Static_assert(COUNT_OF(avg_status_names) == DL_AVG_STATUS_COUNT, "a round status without its name");
 
+static const char *const test_attack_names[] = {
+    [DL_TEST_ATTACK_NONE] = "none",
+    [DL_TEST_ATTACK_SIGN_FLIP] = "sign-flip",
+    [DL_TEST_ATTACK_NOISE] = "noise",
+};
+_Static_assert(COUNT_OF(test_attack_names) == DL_TEST_ATTACK_COUNT, "a test attack without its name");
+
 /* value is taken as unsigned so that a negative one, cast in from an int
  * read elsewhere, falls outside the table too. */
 static const char *name_of(const char *const *names, size_t count, unsigned value) {
@@ -100,5 +107,16 @@ int dl_avg_status_from_name(const char *name, enum dl_avg_status *status) {
         return dl_fail("unknown round status '%s' (ok, no group, deadline, dropped, unsure or failed)",
                        name ? name : "(null)");
     *status = (enum dl_avg_status)i;
+    return 0;
+}
+
+const char *dl_test_attack_name(enum dl_test_attack attack) {
+    return name_of(test_attack_names, COUNT_OF(test_attack_names), (unsigned)attack);
+}
+
+int dl_test_attack_from_name(const char *name, enum dl_test_attack *attack) {
+    int i = index_of(test_attack_names, COUNT_OF(test_attack_names), name);
+    if (i < 0) return dl_fail("unknown test attack '%s' (none, sign-flip or noise)", name ? name : "(null)");
+    *attack = (enum dl_test_attack)i;
     return 0;
 }

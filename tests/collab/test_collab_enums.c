@@ -106,6 +106,14 @@ static void test_round_statuses(void) {
                 DL_AVG_STATUS_COUNT, "no group");
 }
 
+/* Attacks of test-hook builds: names on --test-attack. */
+static void test_test_attacks(void) {
+    static const char *const names[] = {"none", "sign-flip", "noise"};
+    CHECK_NAMES("test attack", dl_test_attack_name, enum dl_test_attack, DL_TEST_ATTACK_COUNT, names);
+    CHECK_PARSE("test attack", dl_test_attack_name, dl_test_attack_from_name, enum dl_test_attack, 0,
+                DL_TEST_ATTACK_COUNT, "sign-flip");
+}
+
 /* Request outcomes: numbers inside the process only, names in messages. */
 static void test_request_statuses(void) {
     CHECK(DL_NET_OK == 0 && DL_NET_NO_HANDLER == 5);
@@ -119,6 +127,7 @@ int main(void) {
     test_codecs();
     test_aggregations();
     test_round_statuses();
+    test_test_attacks();
     test_request_statuses();
     return dl_test_finish("test_collab_enums");
 }
