@@ -411,6 +411,26 @@ struct dl_collab_train_options {
 };
 void dl_collab_train_options_default(struct dl_collab_train_options *options);
 
+/* The "event" of the lines in the training log that are not steps
+ * (docs/collab_training.md, "The log"). A round that fails shows as
+ * round_failed (or early_round_failed: a round matchmade ahead of its
+ * gradient), one that succeeds as a step line. */
+enum dl_train_event {
+    DL_TRAIN_EVENT_START,              /* the first line: the state we start from */
+    DL_TRAIN_EVENT_BATCH,              /* tests: one micro-batch drawn */
+    DL_TRAIN_EVENT_DOWNLOAD,           /* the swarm's state downloaded */
+    DL_TRAIN_EVENT_DOWNLOAD_FAILED,
+    DL_TRAIN_EVENT_ROUND_FAILED,       /* nothing applied; the samples are kept */
+    DL_TRAIN_EVENT_PEERS_GONE,         /* peers found unreachable after a failed round */
+    DL_TRAIN_EVENT_EARLY_ROUND_FAILED, /* the round matchmade ahead failed: the plain round follows */
+    DL_TRAIN_EVENT_DISAGREE,           /* our param hash differs from the others' at our epoch */
+    DL_TRAIN_EVENT_COUNT
+};
+/* "start" "batch" "download" "download_failed" "round_failed" "peers_gone"
+ * "early_round_failed" "disagree" */
+const char *dl_train_event_name(enum dl_train_event event);
+int dl_train_event_from_name(const char *name, enum dl_train_event *event);
+
 struct dl_collab_train_result {
     dl_trainer_result base;
     int64_t rounds_ok, rounds_failed, state_downloads, heals;

@@ -49,6 +49,18 @@ static const char *const test_attack_names[] = {
 };
 _Static_assert(COUNT_OF(test_attack_names) == DL_TEST_ATTACK_COUNT, "a test attack without its name");
 
+static const char *const train_event_names[] = {
+    [DL_TRAIN_EVENT_START] = "start",
+    [DL_TRAIN_EVENT_BATCH] = "batch",
+    [DL_TRAIN_EVENT_DOWNLOAD] = "download",
+    [DL_TRAIN_EVENT_DOWNLOAD_FAILED] = "download_failed",
+    [DL_TRAIN_EVENT_ROUND_FAILED] = "round_failed",
+    [DL_TRAIN_EVENT_PEERS_GONE] = "peers_gone",
+    [DL_TRAIN_EVENT_EARLY_ROUND_FAILED] = "early_round_failed",
+    [DL_TRAIN_EVENT_DISAGREE] = "disagree",
+};
+_Static_assert(COUNT_OF(train_event_names) == DL_TRAIN_EVENT_COUNT, "a training-log event without its name");
+
 /* value is taken as unsigned so that a negative one, cast in from an int
  * read elsewhere, falls outside the table too. */
 static const char *name_of(const char *const *names, size_t count, unsigned value) {
@@ -118,5 +130,19 @@ int dl_test_attack_from_name(const char *name, enum dl_test_attack *attack) {
     int i = index_of(test_attack_names, COUNT_OF(test_attack_names), name);
     if (i < 0) return dl_fail("unknown test attack '%s' (none, sign-flip or noise)", name ? name : "(null)");
     *attack = (enum dl_test_attack)i;
+    return 0;
+}
+
+const char *dl_train_event_name(enum dl_train_event event) {
+    return name_of(train_event_names, COUNT_OF(train_event_names), (unsigned)event);
+}
+
+int dl_train_event_from_name(const char *name, enum dl_train_event *event) {
+    int i = index_of(train_event_names, COUNT_OF(train_event_names), name);
+    if (i < 0)
+        return dl_fail("unknown training-log event '%s' (start, batch, download, download_failed, round_failed, "
+                       "peers_gone, early_round_failed or disagree)",
+                       name ? name : "(null)");
+    *event = (enum dl_train_event)i;
     return 0;
 }

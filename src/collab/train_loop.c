@@ -190,7 +190,7 @@ static void log_batch(loop_state *st) {
     char hex[17];
     dl_hash64_hex(st->be->batch_fingerprint(st->be->ctx), hex);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", "batch");
+    cJSON_AddStringToObject(o, "event", dl_train_event_name(DL_TRAIN_EVENT_BATCH));
     cJSON_AddNumberToObject(o, "epoch", (double)st->opt.step);
     cJSON_AddNumberToObject(o, "index", (double)st->progress.micro_batches);
     cJSON_AddStringToObject(o, "fingerprint", hex);
@@ -278,9 +278,9 @@ static void emit(loop_state *st, cJSON *o) {
     cJSON_Delete(o);
 }
 
-static void log_event(loop_state *st, const char *event, const char *detail) {
+static void log_event(loop_state *st, enum dl_train_event event, const char *detail) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", event);
+    cJSON_AddStringToObject(o, "event", dl_train_event_name(event));
     cJSON_AddNumberToObject(o, "epoch", (double)st->opt.step);
     cJSON_AddNumberToObject(o, "time", dl_wall_time());
     cJSON_AddStringToObject(o, "peer_id", dl_net_peer_id(st->net));
@@ -296,7 +296,7 @@ static void log_start(loop_state *st, bool resumed, const char *data, int64_t da
     char hex[65];
     dl_collab_hash_hex(st->hash, hex);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", "start");
+    cJSON_AddStringToObject(o, "event", dl_train_event_name(DL_TRAIN_EVENT_START));
     cJSON_AddNumberToObject(o, "epoch", (double)st->opt.step);
     cJSON_AddNumberToObject(o, "time", dl_wall_time());
     cJSON_AddStringToObject(o, "peer_id", dl_net_peer_id(st->net));
@@ -387,12 +387,12 @@ static int download(loop_state *st, const struct dl_swarm_look *look, const char
     snprintf(detail, sizeof detail, "%s: downloading the state of epoch %" PRIu64 " (param_hash %.16s, held by %zu of %zu)",
              why, look->ref_epoch, hex, look->ref_holders, look->hashes_at_ref);
     DL_INFO("collab", "%s", detail);
-    log_event(st, "download", detail);
+    log_event(st, DL_TRAIN_EVENT_DOWNLOAD, detail);
     struct dl_train_state_meta meta;
     double t0 = dl_now();
     if (dl_train_state_fetch(st->net, look, &st->opt, st->params, &meta, fmax(30, st->o->round_deadline_s))) {
         DL_WARN("collab", "state download failed (trying again soon): %s", dl_error());
-        log_event(st, "download_failed", dl_error());
+        log_event(st, DL_TRAIN_EVENT_DOWNLOAD_FAILED, dl_error());
         return -1;
     }
     st->res->wait_s += dl_now() - t0;
@@ -514,7 +514,7 @@ static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int
         snprintf(detail, sizeof detail, "round of epoch %" PRId64 " failed (%s: %s): nothing applied, %" PRId64
                  " samples kept for the next round", st->opt.step, dl_avg_status_name(r->status), r->reason, local);
         DL_WARN("collab", "%s", detail);
-        log_event(st, "round_failed", detail);
+        log_event(st, DL_TRAIN_EVENT_ROUND_FAILED, detail);
         st->res->rounds_failed++;
         /* Peers killed at our epoch would hold up every round until their
          * records expire: leave out those that cannot be reached. */
@@ -522,7 +522,7 @@ static int finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int
         if (gone) {
             snprintf(detail, sizeof detail, "%zu peer(s) at epoch %" PRId64 " unreachable: left out of the view", gone,
                      st->opt.step);
-            log_event(st, "peers_gone", detail);
+            log_event(st, DL_TRAIN_EVENT_PEERS_GONE, detail);
         }
         st->res->wait_s += dl_now() - t0;
         if (!clear && st->be) {
@@ -756,7 +756,7 @@ static void early_round_gone(loop_state *st) {
     snprintf(detail, sizeof detail, "matchmaking ahead of the ETA at epoch %" PRId64 " ended without our vector "
              "(%s: %s): the plain round follows", st->opt.step, dl_avg_status_name(status), r.reason);
     DL_INFO("collab", "%s", detail);
-    log_event(st, "early_round_failed", detail);
+    log_event(st, DL_TRAIN_EVENT_EARLY_ROUND_FAILED, detail);
     dl_avg_result_free(&r);
     st->early_refused_epoch = st->opt.step;
 }
@@ -820,7 +820,7 @@ static void heal(loop_state *st, const struct dl_swarm_look *look) {
     snprintf(detail, sizeof detail, "our param_hash %.16s disagrees with %zu of %zu peers at epoch %" PRId64, mine,
              look->ref_holders, look->hashes_at_ref, st->opt.step);
     DL_WARN("collab", "%s", detail);
-    log_event(st, "disagree", detail);
+    log_event(st, DL_TRAIN_EVENT_DISAGREE, detail);
     if (download(st, look, "param_hash disagreement") == 0) st->res->heals++;
     else nap(0.2);
 }

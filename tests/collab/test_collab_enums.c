@@ -106,6 +106,16 @@ static void test_round_statuses(void) {
                 DL_AVG_STATUS_COUNT, "no group");
 }
 
+/* The events of the training log, which scripts and tests read (a failed
+ * round is a round_failed line). */
+static void test_train_events(void) {
+    static const char *const names[] = {"start",        "batch",      "download",           "download_failed",
+                                        "round_failed", "peers_gone", "early_round_failed", "disagree"};
+    CHECK_NAMES("training-log event", dl_train_event_name, enum dl_train_event, DL_TRAIN_EVENT_COUNT, names);
+    CHECK_PARSE("training-log event", dl_train_event_name, dl_train_event_from_name, enum dl_train_event, 0,
+                DL_TRAIN_EVENT_COUNT, "round_failed");
+}
+
 /* Attacks of test-hook builds: names on --test-attack. */
 static void test_test_attacks(void) {
     static const char *const names[] = {"none", "sign-flip", "noise"};
@@ -127,6 +137,7 @@ int main(void) {
     test_codecs();
     test_aggregations();
     test_round_statuses();
+    test_train_events();
     test_test_attacks();
     test_request_statuses();
     return dl_test_finish("test_collab_enums");
