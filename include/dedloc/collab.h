@@ -368,6 +368,7 @@ void dl_state_fetch_result_free(struct dl_state_fetch_result *result);
  * nothing: the gradient is kept for the next one. An auxiliary peer (no
  * backend) joins every round with weight 0, aggregates and serves the state
  * it downloads. */
+
 /* Test-hook builds only (the CLI sets it nowhere else): a trainer that takes
  * part in every round with a well-formed but bad gradient, to test robust
  * aggregation in a training swarm. The loss elements stay honest, so the
@@ -382,6 +383,7 @@ enum dl_test_attack {
 const char *dl_test_attack_name(enum dl_test_attack attack);
 int dl_test_attack_from_name(const char *name, enum dl_test_attack *attack);
 
+/* The settings of one peer's step loop (dl_collab_train_run). */
 struct dl_collab_train_options {
     dl_trainer_options base;     /* target_batch is the collective batch; max_steps the last epoch */
     int64_t local_batch;         /* > 0: this peer is ready after exactly this many samples

@@ -73,7 +73,7 @@ static int read_join(const uint8_t *p, size_t size, const char *peer_id, struct 
     j->weight = dl_get_f64(p + 24);
     j->bandwidth_mbit = dl_get_f64(p + 32);
     memcpy(j->pk, p + 40, DL_NET_PUBLIC_KEY);
-    if (j->role > DL_MEMBER_AUX) return dl_fail("join: unknown role %d", j->role);
+    if (j->role >= DL_MEMBER_ROLE_COUNT) return dl_fail("join: unknown role %d", j->role);
     if (!isfinite(j->weight) || j->weight < 0 || j->weight > 1e15) return dl_fail("join: weight out of range");
     if (j->role == DL_MEMBER_AUX) j->weight = 0;
     if (!isfinite(j->bandwidth_mbit) || j->bandwidth_mbit < 0 || j->bandwidth_mbit > 1e7)

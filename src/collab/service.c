@@ -456,8 +456,8 @@ enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const s
     else if (n > ((uint64_t)1 << 40)) bad = "a vector too large";
     else if (!isfinite(opt.weight) || opt.weight < 0 || opt.weight > DL_AVG_MAX_WEIGHT)
         bad = "a weight that is negative, not finite or beyond 2^40";
-    else if (opt.compression < 0 || opt.compression > DL_CODEC_UINT8) bad = "an unknown compression";
-    else if (opt.aggregation != DL_AGG_MEAN && opt.aggregation != DL_AGG_CENTERED_CLIP) bad = "an unknown aggregation";
+    else if ((unsigned)opt.compression >= DL_CODEC_COUNT) bad = "an unknown compression";
+    else if ((unsigned)opt.aggregation >= DL_AGG_COUNT) bad = "an unknown aggregation";
     else if (opt.aggregation == DL_AGG_CENTERED_CLIP && (!(opt.clip_tau > 0) || !isfinite(opt.clip_tau) ||
                                                          opt.clip_iterations < 0 ||
                                                          opt.clip_iterations > DL_CLIP_MAX_ITERATIONS))

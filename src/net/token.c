@@ -161,7 +161,7 @@ int dl_token_sign(const struct dl_authority *a, const struct dl_token *t, uint8_
     size_t run_len = strlen(t->run_id), name_len = strlen(t->name);
     if (run_len == 0 || run_len >= DL_TOKEN_RUN_ID_MAX) return dl_fail("token: bad run id length");
     if (name_len >= DL_TOKEN_NAME_MAX) return dl_fail("token: name longer than %d bytes", DL_TOKEN_NAME_MAX - 1);
-    if (t->role < DL_ROLE_TRAINER || t->role > DL_ROLE_MONITOR) return dl_fail("token: bad role");
+    if (t->role < DL_ROLE_TRAINER || t->role >= DL_ROLE_COUNT) return dl_fail("token: bad role");
     uint8_t id[16];
     if (parse_hex_exact(t->peer_id, strlen(t->peer_id), id, sizeof id))
         return dl_fail("token: peer id '%s' is not 32 hex digits", t->peer_id);
@@ -208,7 +208,7 @@ int dl_token_decode(const uint8_t *bin, size_t size, struct dl_token *t) {
     if (memchr(run, 0, run_len) || (name_len && memchr(name, 0, name_len)))
         return dl_fail("token: NUL inside a string");
     int role = bin[52];
-    if (role < DL_ROLE_TRAINER || role > DL_ROLE_MONITOR) return dl_fail("token: unknown role %d", role);
+    if (role < DL_ROLE_TRAINER || role >= DL_ROLE_COUNT) return dl_fail("token: unknown role %d", role);
     /* The signature last: it is the expensive check. */
     crypto_sign_state st;
     token_message(bin, body, &st);

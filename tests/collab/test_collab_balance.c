@@ -8,7 +8,8 @@
 #include "dl_test.h"
 
 /* Upload time of member i under fractions w, computed from the definition. */
-static double member_time(size_t n, const double *b, const enum dl_member_role *role, double V, const double *w, size_t i) {
+static double member_time(size_t n, const double *b, const enum dl_member_role *role, double V, const double *w,
+                          size_t i) {
     size_t holders = 0;
     for (size_t j = 0; j < n; j++) holders += role[j] != DL_MEMBER_AUX;
     double send = role[i] != DL_MEMBER_AUX;
@@ -188,7 +189,8 @@ static void test_against_brute_force(void) {
     enum dl_member_role r3[3] = {DL_MEMBER_TRAINER, DL_MEMBER_AUX, DL_MEMBER_AUX};
     check_against_grid(3, b3, r3, V, 600, "lone trainer, two aux");
     double b4[5] = {1, 1, 1, 1, 100};
-    enum dl_member_role r4[5] = {DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER};
+    enum dl_member_role r4[5] = {DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER,
+                                 DL_MEMBER_TRAINER};
     check_against_grid(5, b4, r4, V, 48, "one fast trainer");
     CHECK(cases == 48);
 }
