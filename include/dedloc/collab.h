@@ -43,14 +43,42 @@ void dl_collab_config_default(struct dl_collab_config *config);
 int dl_collab_start(dl_net *net, const struct dl_collab_config *config, dl_collab **collab);
 void dl_collab_stop(dl_collab *collab);
 
+/* ---- closed sets of protocol values ------------------------------------------
+ * Each enum ends in a _COUNT sentinel and has a name table beside it
+ * (src/collab/names.c) whose size is checked against the sentinel at compile
+ * time, so a value added without its name fails the build. The names are
+ * what the command line accepts and what logs, JSON lines and the manifest
+ * say; the numbers are what travels on the wire. dl_X_name gives "unknown"
+ * for a value outside the set; dl_X_from_name returns 0 with *out set, or
+ * -1 with dl_fail naming the accepted names. */
+
+/* What a member does in a round (the signed group record and the join
+ * carry it as one byte). */
+enum dl_member_role {
+    DL_MEMBER_TRAINER = 0,       /* sends its gradient and aggregates a part */
+    DL_MEMBER_CLIENT = 1,        /* cannot be dialled: sends, never aggregates */
+    DL_MEMBER_AUX = 2,           /* has no gradient (weight 0): aggregates only */
+    DL_MEMBER_ROLE_COUNT
+};
+/* "trainer" "client" "aux" */
+const char *dl_member_role_name(enum dl_member_role role);
+int dl_member_role_from_name(const char *name, enum dl_member_role *role);
+
+/* Wire codec of averaged vectors (layouts in src/collab/wirecodec.h). */
+enum dl_codec { DL_CODEC_NONE = 0, DL_CODEC_FP16 = 1, DL_CODEC_UINT8 = 2, DL_CODEC_COUNT };
+/* "none" "fp16" "uint8" */
+const char *dl_codec_name(enum dl_codec codec);
+int dl_codec_from_name(const char *name, enum dl_codec *codec);
+
 /* How an aggregator combines the contributions to one chunk. */
 enum dl_aggregation {
     DL_AGG_MEAN = 0,             /* the weighted mean */
     DL_AGG_CENTERED_CLIP = 1,    /* CenteredClip (BTARD): robust to a minority of bad contributions */
+    DL_AGG_COUNT
 };
-/* "mean" / "centered-clip"; 0, or -1 for an unknown name. */
-int dl_aggregation_parse(const char *name, int *aggregation);
-const char *dl_aggregation_name(int aggregation);
+/* "mean" "centered-clip" */
+const char *dl_aggregation_name(enum dl_aggregation aggregation);
+int dl_aggregation_from_name(const char *name, enum dl_aggregation *aggregation);
 /* BTARD's defaults (Gorbunov et al. 2021). */
 #define DL_CLIP_DEFAULT_TAU 1.0
 #define DL_CLIP_DEFAULT_ITERATIONS 20
@@ -62,13 +90,13 @@ struct dl_avg_options {
     uint64_t epoch;              /* round key: members of one round use the same epoch */
     double weight;               /* samples behind this vector (0 for aux), at most DL_AVG_MAX_WEIGHT;
                                   * with a handoff only the estimate written in the join */
-    int compression;             /* wire codec: 0 none, 1 fp16, 2 uint8 (dl_codec_parse names them) */
+    enum dl_codec compression;   /* wire codec (default none) */
     double deadline_s;           /* whole round, matchmaking included (default 60) */
     double stall_s;              /* silence after which a sender is left out (0 = deadline / 6, >= 1) */
     size_t expected_peers;       /* leader: close matchmaking once this many joined (0 = the swarm view's count) */
     /* Aggregation, per run: the leader writes its own into the signed group
      * record and every aggregator of the round follows the record. */
-    int aggregation;             /* enum dl_aggregation (default mean) */
+    enum dl_aggregation aggregation; /* default mean */
     double clip_tau;             /* centered clip: radius, per chunk (default 1) */
     int clip_iterations;         /* centered clip: iterations (default 20, at most 1000) */
     /* Matchmaking ahead of the vector (see dl_collab_hand_over); NULL: the
@@ -85,8 +113,12 @@ enum dl_avg_status {
     DL_AVG_UNSURE = 4,           /* could not be sure to hold the others' bits: apply nothing,
                                     catch up by state download */
     DL_AVG_FAILED = 5,           /* bad arguments, no memory, group invalid */
+    DL_AVG_STATUS_COUNT
 };
-const char *dl_avg_status_name(int status);
+/* "ok" "no group" "deadline" "dropped" "unsure" "failed": the "status" of
+ * `dedloc allreduce` lines and the reason of a round_failed event. */
+const char *dl_avg_status_name(enum dl_avg_status status);
+int dl_avg_status_from_name(const char *name, enum dl_avg_status *status);
 
 /* What one chunk of the result was made of. */
 struct dl_avg_chunk_info {
@@ -102,18 +134,18 @@ struct dl_avg_member {
     double weight;               /* what its join said: an estimate when it matchmade ahead of its
                                   * vector; the weight that counts travels in its chunks */
     double bandwidth_mbit;
-    int role;                    /* 0 trainer, 1 client, 2 aux */
+    enum dl_member_role role;
     uint64_t part_offset, part_elems;
 };
 
 struct dl_avg_result {
-    int status;                  /* enum dl_avg_status */
+    enum dl_avg_status status;
     char reason[256];            /* why it failed ("" when OK) */
     size_t num_members, my_index;
     struct dl_avg_member *members;  /* group order */
     size_t num_chunks;
     struct dl_avg_chunk_info *chunks;
-    int compression;
+    enum dl_codec compression;
     uint64_t bytes_sent, bytes_received;  /* payload bytes of this round's requests */
     double matchmaking_s, allreduce_s, total_s;
     double handoff_wait_s;       /* with a handoff: from the group forming to the vector (in allreduce_s) */
@@ -123,7 +155,7 @@ struct dl_avg_result {
     double lp_bound_s;           /* the load-balancing optimum for these bandwidths */
     double reduce_s;             /* time spent decoding, reducing and encoding */
     uint64_t reduced_elems;      /* elements of contributions decoded and reduced */
-    int aggregation;             /* what the group record said (enum dl_aggregation) */
+    enum dl_aggregation aggregation; /* what the group record said */
     uint8_t clipped[DL_AVG_MAX_MEMBERS / 8]; /* bit i: we clipped member i's contribution in a
                                                 chunk we reduced (centered clip) */
 };
@@ -133,7 +165,7 @@ void dl_avg_result_free(struct dl_avg_result *result);
  * weighted by options->weight. On DL_AVG_OK vec holds the average, the same
  * bits as every other member's; on any other status vec is unchanged and the
  * caller keeps its contribution for the next round. Returns the status. */
-int dl_collab_average(dl_collab *collab, float *vec, size_t n, const struct dl_avg_options *options,
+enum dl_avg_status dl_collab_average(dl_collab *collab, float *vec, size_t n, const struct dl_avg_options *options,
                       struct dl_avg_result *result);
 
 /* Matchmaking ahead of the vector. A round started (on a thread of the
@@ -336,6 +368,22 @@ void dl_state_fetch_result_free(struct dl_state_fetch_result *result);
  * nothing: the gradient is kept for the next one. An auxiliary peer (no
  * backend) joins every round with weight 0, aggregates and serves the state
  * it downloads. */
+
+/* Test-hook builds only (the CLI sets it nowhere else): a trainer that takes
+ * part in every round with a well-formed but bad gradient, to test robust
+ * aggregation in a training swarm. The loss elements stay honest, so the
+ * logged collective loss still measures the model. */
+enum dl_test_attack {
+    DL_TEST_ATTACK_NONE,
+    DL_TEST_ATTACK_SIGN_FLIP, /* its mean gradient times -1000 */
+    DL_TEST_ATTACK_NOISE,     /* uniform noise in [-100, 100) instead of the gradient */
+    DL_TEST_ATTACK_COUNT
+};
+/* "none" "sign-flip" "noise" (--test-attack) */
+const char *dl_test_attack_name(enum dl_test_attack attack);
+int dl_test_attack_from_name(const char *name, enum dl_test_attack *attack);
+
+/* The settings of one peer's step loop (dl_collab_train_run). */
 struct dl_collab_train_options {
     dl_trainer_options base;     /* target_batch is the collective batch; max_steps the last epoch */
     int64_t local_batch;         /* > 0: this peer is ready after exactly this many samples
@@ -346,8 +394,8 @@ struct dl_collab_train_options {
                                   * let the leader wait for that many members in each round */
     double join_wait_s;          /* at start, look this long for a swarm before training alone (5) */
     double round_deadline_s;     /* whole round, matchmaking included (60) */
-    int compression;             /* wire codec of the gradient (0 none, 1 fp16, 2 uint8) */
-    int aggregation;             /* enum dl_aggregation: mean (default) or centered clip */
+    enum dl_codec compression;   /* wire codec of the gradient (default none) */
+    enum dl_aggregation aggregation; /* mean (default) or centered clip */
     double clip_tau;             /* centered clip: radius per chunk (default 1) */
     int clip_iterations;         /* centered clip: iterations (default 20) */
     int64_t state_every;         /* aux: download the state every this many epochs (1) */
@@ -359,21 +407,31 @@ struct dl_collab_train_options {
     const char *device_name, *device_vendor, *precision_name, *display_name;
     double linger_s;             /* after the last step, keep serving the state this long (2) */
     int64_t corrupt_at_step;     /* tests: after this step perturb our weights (0: never) */
-    int test_attack;             /* tests: enum dl_test_attack, a trainer that sends bad gradients */
+    enum dl_test_attack test_attack; /* tests: a trainer that sends bad gradients */
     bool test_log_batches;       /* tests: log a "batch" event (index, fingerprint) per micro-batch */
     FILE *status;                /* NULL: none; else one JSON object per step (the log line) */
 };
 void dl_collab_train_options_default(struct dl_collab_train_options *options);
 
-/* Test-hook builds only (the CLI sets it nowhere else): a trainer that takes
- * part in every round with a well-formed but bad gradient, to test robust
- * aggregation in a training swarm. The loss elements stay honest, so the
- * logged collective loss still measures the model. */
-enum dl_test_attack {
-    DL_TEST_ATTACK_NONE,
-    DL_TEST_ATTACK_SIGN_FLIP, /* its mean gradient times -1000 */
-    DL_TEST_ATTACK_NOISE,     /* uniform noise in [-100, 100) instead of the gradient */
+/* The "event" of the lines in the training log that are not steps
+ * (docs/collab_training.md, "The log"). A round that fails shows as
+ * round_failed (or early_round_failed: a round matchmade ahead of its
+ * gradient), one that succeeds as a step line. */
+enum dl_train_event {
+    DL_TRAIN_EVENT_START,              /* the first line: the state we start from */
+    DL_TRAIN_EVENT_BATCH,              /* tests: one micro-batch drawn */
+    DL_TRAIN_EVENT_DOWNLOAD,           /* the swarm's state downloaded */
+    DL_TRAIN_EVENT_DOWNLOAD_FAILED,
+    DL_TRAIN_EVENT_ROUND_FAILED,       /* nothing applied; the samples are kept */
+    DL_TRAIN_EVENT_PEERS_GONE,         /* peers found unreachable after a failed round */
+    DL_TRAIN_EVENT_EARLY_ROUND_FAILED, /* the round matchmade ahead failed: the plain round follows */
+    DL_TRAIN_EVENT_DISAGREE,           /* our param hash differs from the others' at our epoch */
+    DL_TRAIN_EVENT_COUNT
 };
+/* "start" "batch" "download" "download_failed" "round_failed" "peers_gone"
+ * "early_round_failed" "disagree" */
+const char *dl_train_event_name(enum dl_train_event event);
+int dl_train_event_from_name(const char *name, enum dl_train_event *event);
 
 struct dl_collab_train_result {
     dl_trainer_result base;
@@ -455,8 +513,8 @@ struct dl_manifest {
     char optimizer[16];               /* "lamb" or "adamw" */
     double lr, weight_decay, max_grad_norm;
     int64_t warmup_steps, total_steps;
-    int compression;                  /* wire codec (dl_codec_parse) */
-    int aggregation;                  /* enum dl_aggregation */
+    enum dl_codec compression;        /* wire codec */
+    enum dl_aggregation aggregation;
     double clip_tau;
     int clip_iterations, clip_ban_rounds;
     unsigned precisions;              /* bit p set: dl_precision p allowed */

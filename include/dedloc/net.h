@@ -26,6 +26,10 @@ typedef struct dl_net dl_net;
 /* "host:port" or "[v6]:port" */
 #define DL_NET_ADDR_MAX 64
 
+/* What an admission token lets a peer do (see "admission" below); a peer of
+ * an open run, admitted without a token, has DL_ROLE_NONE. */
+enum dl_role { DL_ROLE_NONE = 0, DL_ROLE_TRAINER = 1, DL_ROLE_AUX = 2, DL_ROLE_MONITOR = 3, DL_ROLE_COUNT };
+
 struct dl_net_config {
     const char *run_id;          /* required: peers of other runs are refused */
     const char *listen;          /* "ADDR:PORT" (port 0 = any); NULL = "0.0.0.0:0"; "" = do not listen */
@@ -157,8 +161,11 @@ enum dl_net_status {
     DL_NET_CANCELLED = 3,
     DL_NET_DISCONNECTED = 4,  /* no connection, or it closed before the answer */
     DL_NET_NO_HANDLER = 5,    /* the other peer serves no such method */
+    DL_NET_STATUS_COUNT
 };
-const char *dl_net_status_name(int status);
+/* "ok" "remote error" "timeout" "cancelled" "disconnected" "no handler";
+ * "unknown" for anything else. Callbacks carry the status as an int. */
+const char *dl_net_status_name(enum dl_net_status status);
 
 /* Called once per request on the network thread. payload is valid only
  * during the call. */
@@ -195,7 +202,7 @@ struct dl_net_incoming {
     const uint8_t *payload;
     size_t size;
     double deadline_s;         /* seconds the requester will wait */
-    int peer_role;             /* enum dl_role of the requester; DL_ROLE_NONE in an open run */
+    enum dl_role peer_role;    /* the requester's; DL_ROLE_NONE in an open run */
 };
 
 /* Handles requests for one method; runs on the network thread. It may answer
@@ -243,15 +250,16 @@ int dl_net_verify(const char *peer_id, const uint8_t pk[DL_NET_PUBLIC_KEY], cons
  * collaboration. It signs tokens that admit one peer id, with a role and an
  * expiry, and a revocation list. Peers started with the authority's public
  * key admit only peers presenting a valid token (or listed in an allowlist). */
-enum dl_role { DL_ROLE_NONE = 0, DL_ROLE_TRAINER = 1, DL_ROLE_AUX = 2, DL_ROLE_MONITOR = 3 };
 #define DL_ROLE_BIT(role) (1u << (role))
 #define DL_ROLES_ALL (DL_ROLE_BIT(DL_ROLE_TRAINER) | DL_ROLE_BIT(DL_ROLE_AUX) | DL_ROLE_BIT(DL_ROLE_MONITOR))
-/* "trainer", "aux", "monitor" ("none" for DL_ROLE_NONE). */
-const char *dl_role_name(int role);
-/* Parses a role name; -1 (error recorded) when unknown. */
-int dl_role_parse(const char *name);
+/* "none" "trainer" "aux" "monitor" (a table checked against DL_ROLE_COUNT at
+ * compile time); "unknown" for anything else. */
+const char *dl_role_name(enum dl_role role);
+/* A role a token may grant: "trainer", "aux" or "monitor" ("none" is no
+ * token's role and is refused). 0 with *role set, or -1 with dl_fail. */
+int dl_role_from_name(const char *name, enum dl_role *role);
 /* Trainers and auxiliary peers take part in averaging; monitors only watch. */
-bool dl_role_may_send_gradients(int role);
+bool dl_role_may_send_gradients(enum dl_role role);
 
 #define DL_AUTHORITY_PK 32
 #define DL_AUTHORITY_PK_HEX 65
@@ -283,7 +291,7 @@ struct dl_token {
     uint8_t authority_pk[DL_AUTHORITY_PK];
     char run_id[DL_TOKEN_RUN_ID_MAX];
     char peer_id[DL_PEER_ID_HEX];
-    int role;
+    enum dl_role role;
     char name[DL_TOKEN_NAME_MAX];
     uint64_t issued, expires;    /* Unix seconds */
 };

@@ -178,7 +178,7 @@ static void report_round(int round, const struct dl_avg_result *res, const float
     }
     char hash[17] = "";
     /* An aux member receives no result: it has nothing to hash. */
-    bool has_result = res->status == DL_AVG_OK && res->num_members && res->members[res->my_index].role != 2;
+    bool has_result = res->status == DL_AVG_OK && res->num_members && res->members[res->my_index].role != DL_MEMBER_AUX;
     if (has_result) dl_hash64_hex(dl_hash64(vec, n * sizeof(float), 0), hash);
     cJSON_AddStringToObject(o, "hash", hash);
     cJSON_AddStringToObject(o, "compression", dl_codec_name(res->compression));
@@ -287,7 +287,7 @@ int bench_allreduce_member(int argc, char **argv) {
         case O_SIZE: bad = parse_num(optarg, 1, 1e10, &size); break;
         case O_SEED: bad = parse_num(optarg, 0, 1e15, &seed); break;
         case O_WEIGHT: bad = parse_num(optarg, 0, 1e15, &opt.weight); break;
-        case O_COMP: bad = dl_codec_parse(optarg, &opt.compression); break;
+        case O_COMP: bad = dl_codec_from_name(optarg, &opt.compression); break;
         case O_DEADLINE: bad = parse_num(optarg, 0.1, 86400, &opt.deadline_s); break;
         case O_STALL: bad = parse_num(optarg, 0.1, 3600, &opt.stall_s); break;
         case O_ROUNDS: bad = parse_num(optarg, 1, 1e6, &rounds); break;
@@ -300,7 +300,7 @@ int bench_allreduce_member(int argc, char **argv) {
         case O_OUT: out_prefix = optarg; break;
         case O_DELAY: bad = parse_num(optarg, 0, 3600, &delay); break;
         case O_LINGER: bad = parse_num(optarg, 0, 3600, &linger); break;
-        case O_AGG: bad = dl_aggregation_parse(optarg, &opt.aggregation); break;
+        case O_AGG: bad = dl_aggregation_from_name(optarg, &opt.aggregation); break;
         case O_TAU: bad = parse_num(optarg, 1e-30, 1e30, &tau); break;
         case O_ITERS: bad = parse_num(optarg, 0, DL_CLIP_MAX_ITERATIONS, &iterations); break;
         case O_CWARN: bad = parse_num(optarg, 0, 1e6, &v); ccfg.clip_warn_rounds = (int)v; break;

@@ -146,8 +146,8 @@ int bench_allreduce(int argc, char **argv) {
             return DL_EXIT_USAGE;
         }
     }
-    int codec;
-    if (dl_codec_parse(compression, &codec)) {
+    enum dl_codec codec;
+    if (dl_codec_from_name(compression, &codec)) {
         fprintf(stderr, "dedloc bench allreduce: %s\n", dl_error());
         return DL_EXIT_USAGE;
     }
@@ -271,7 +271,7 @@ int bench_allreduce(int argc, char **argv) {
             if (!o) continue;
             const char *status = cJSON_GetStringValue(cJSON_GetObjectItem(o, "status"));
             const char *hash = cJSON_GetStringValue(cJSON_GetObjectItem(o, "hash"));
-            if (status && !strcmp(status, "ok")) {
+            if (status && !strcmp(status, dl_avg_status_name(DL_AVG_OK))) {
                 ok++;
                 if (num(o, "allreduce_s") > t) t = num(o, "allreduce_s");
                 bool seen = !hash || !*hash; /* aux members hold no result */

@@ -129,7 +129,7 @@ int cmd_authority(int argc, char **argv) {
     } else {
         struct dl_token t;
         memset(&t, 0, sizeof t);
-        t.role = dl_role_parse(role_name);
+        int bad_role = dl_role_from_name(role_name, &t.role);
         double now = dl_wall_time();
         t.issued = (uint64_t)now;
         t.expires = (uint64_t)(now + expires_s);
@@ -138,7 +138,7 @@ int cmd_authority(int argc, char **argv) {
         uint8_t bin[DL_TOKEN_MAX_BYTES];
         size_t n;
         char text[DL_TOKEN_TEXT_MAX];
-        if (t.role < 0) rc = fail(action);
+        if (bad_role) rc = fail(action);
         else if (strlen(peer) != DL_PEER_ID_HEX - 1) {
             dl_fail("--peer wants a peer id (32 hex digits), not '%s'", peer);
             rc = fail(action);

@@ -160,8 +160,8 @@ static int parse_roles(const char *list, unsigned *mask) {
     snprintf(buf, sizeof buf, "%s", list);
     *mask = 0;
     for (char *save = NULL, *r = strtok_r(buf, ",", &save); r; r = strtok_r(NULL, ",", &save)) {
-        int role = dl_role_parse(r);
-        if (role < 0) return -1;
+        enum dl_role role;
+        if (dl_role_from_name(r, &role)) return -1;
         *mask |= DL_ROLE_BIT(role);
     }
     return *mask ? 0 : -1;

@@ -199,7 +199,7 @@ static cJSON *manifest_body(const struct init_args *a, const char *run_id) {
     cJSON_AddStringToObject(o, "compression", a->compression);
     cJSON *agg = cJSON_AddObjectToObject(o, "aggregation");
     cJSON_AddStringToObject(agg, "rule", a->aggregation);
-    if (!strcmp(a->aggregation, "centered-clip")) {
+    if (!strcmp(a->aggregation, dl_aggregation_name(DL_AGG_CENTERED_CLIP))) {
         cJSON_AddNumberToObject(agg, "tau", a->given[R_TAU] ? v[R_TAU] : DL_CLIP_DEFAULT_TAU);
         cJSON_AddNumberToObject(agg, "iterations", a->given[R_CLIPIT] ? v[R_CLIPIT] : DL_CLIP_DEFAULT_ITERATIONS);
         cJSON_AddNumberToObject(agg, "ban_rounds", a->given[R_CLIPBAN] ? v[R_CLIPBAN] : 10);

@@ -88,12 +88,12 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
         a->train.shard_count = k;
         break;
     }
-    case S_COMP: bad = dl_codec_parse(arg, &a->train.compression); break;
+    case S_COMP: bad = dl_codec_from_name(arg, &a->train.compression); break;
     case S_DEADLINE: bad = num(arg, 1, 86400, &a->train.round_deadline_s); break;
     case S_JOINWAIT: bad = num(arg, 0, 86400, &a->train.join_wait_s); break;
     case S_STATE_EVERY: bad = num(arg, 1, 1e9, &v); a->train.state_every = (int64_t)v; break;
     case S_LINGER: bad = num(arg, 0, 3600, &a->train.linger_s); break;
-    case S_AGG: bad = dl_aggregation_parse(arg, &a->train.aggregation); break;
+    case S_AGG: bad = dl_aggregation_from_name(arg, &a->train.aggregation); break;
     case S_TAU: bad = num(arg, 1e-30, 1e30, &a->train.clip_tau); break;
     case S_CLIPIT: bad = num(arg, 1, 1000, &v); a->train.clip_iterations = (int)v; break;
     case S_CLIPBAN: bad = num(arg, 0, 1e6, &v); a->collab.clip_ban_rounds = (int)v; break;
@@ -104,9 +104,8 @@ int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const cha
     case S_CORRUPT: bad = num(arg, 1, 1e12, &v); a->train.corrupt_at_step = (int64_t)v; break;
     case S_LOG_BATCHES: a->train.test_log_batches = true; break;
     case S_ATTACK:
-        if (!strcmp(arg, "sign-flip")) a->train.test_attack = DL_TEST_ATTACK_SIGN_FLIP;
-        else if (!strcmp(arg, "noise")) a->train.test_attack = DL_TEST_ATTACK_NOISE;
-        else bad = 1;
+        /* "none" is the default, not an attack to ask for */
+        bad = dl_test_attack_from_name(arg, &a->train.test_attack) || a->train.test_attack == DL_TEST_ATTACK_NONE;
         break;
     default: return 1;
     }

@@ -20,7 +20,7 @@
 #include "collab/collab_internal.h"
 #include "collab/wirecodec.h"
 
-int dl_round_fail(struct dl_round *r, int status, const char *fmt, ...) {
+int dl_round_fail(struct dl_round *r, enum dl_avg_status status, const char *fmt, ...) {
     if (r->status == DL_AVG_OK) {
         r->status = status;
         va_list ap;

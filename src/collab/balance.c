@@ -58,7 +58,7 @@ static bool interval_at(size_t n, const struct member_model *m, double T, double
     return sum_lo <= 1 && sum_hi >= 1;
 }
 
-int dl_balance_solve(size_t n, const double *bandwidth, const int *role,
+int dl_balance_solve(size_t n, const double *bandwidth, const enum dl_member_role *role,
                      double vector_bytes, double *fractions, double *bound_s) {
     if (n == 0 || !bandwidth || !role || !fractions || !bound_s)
         return dl_fail("load balance: empty group or missing arrays");
@@ -68,7 +68,7 @@ int dl_balance_solve(size_t n, const double *bandwidth, const int *role,
     for (size_t i = 0; i < n; i++) {
         if (!(bandwidth[i] > 0) || !isfinite(bandwidth[i]))
             return dl_fail("load balance: member %zu has bandwidth %g (must be finite and > 0)", i, bandwidth[i]);
-        if (role[i] != DL_MEMBER_TRAINER && role[i] != DL_MEMBER_CLIENT && role[i] != DL_MEMBER_AUX)
+        if ((unsigned)role[i] >= DL_MEMBER_ROLE_COUNT)
             return dl_fail("load balance: member %zu has unknown role %d", i, role[i]);
         holders += role[i] != DL_MEMBER_AUX;
         aggregators += role[i] != DL_MEMBER_CLIENT;

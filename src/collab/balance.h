@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-enum dl_member_role { DL_MEMBER_TRAINER = 0, DL_MEMBER_CLIENT = 1, DL_MEMBER_AUX = 2 };
+#include "dedloc/collab.h" /* enum dl_member_role */
 
 /* Chooses w (w_i >= 0, sum w_i = 1 up to rounding, w_i = 0 for CLIENT)
  * minimising max_i t_i exactly: the feasible set for a round time T has a
@@ -26,7 +26,7 @@ enum dl_member_role { DL_MEMBER_TRAINER = 0, DL_MEMBER_CLIENT = 1, DL_MEMBER_AUX
  * second; vector_bytes >= 0. Returns 0 with *bound_s = the optimal max t_i,
  * or -1 with dl_fail() when no member may aggregate (all CLIENT), when no
  * member has a vector (all AUX), or an input is invalid. */
-int dl_balance_solve(size_t n, const double *bandwidth, const int *role,
+int dl_balance_solve(size_t n, const double *bandwidth, const enum dl_member_role *role,
                      double vector_bytes, double *fractions, double *bound_s);
 
 /* Integer part sizes covering `elements` exactly, proportional to fractions

@@ -180,7 +180,7 @@ struct dl_round {
     struct dl_recovery *rec;      /* per global chunk */
     struct dl_rereduce *rr;       /* per global chunk */
     /* outcome */
-    int status;
+    enum dl_avg_status status;
     char reason[256];
     uint64_t bytes_sent, bytes_received;
     double reduce_s;
@@ -217,7 +217,7 @@ struct dl_avg_event *dl_round_wait_events(struct dl_round *r, double until);
 /* allreduce.c */
 int dl_round_run(struct dl_round *r);
 void dl_round_free(struct dl_round *r);
-int dl_round_fail(struct dl_round *r, int status, const char *fmt, ...) DL_PRINTF(3, 4);
+int dl_round_fail(struct dl_round *r, enum dl_avg_status status, const char *fmt, ...) DL_PRINTF(3, 4);
 /* chunk geometry */
 void dl_round_chunk_range(const struct dl_round *r, size_t part, size_t k, uint64_t *offset, uint64_t *length);
 /* Reduces one chunk from the given per-member encoded contributions (NULL =

@@ -103,7 +103,7 @@ int dl_group_parse(const uint8_t *data, size_t size, struct dl_group *g) {
     if (g->n < 1 || g->n > DL_AVG_MAX_MEMBERS) return dl_fail("group record: %zu members", g->n);
     if (size != record_size(g->n, version) + DL_NET_SIGNATURE)
         return dl_fail("group record: %zu bytes for %zu members", size, g->n);
-    if (g->codec > DL_CODEC_UINT8) return dl_fail("group record: unknown codec %d", g->codec);
+    if (g->codec >= DL_CODEC_COUNT) return dl_fail("group record: unknown codec %d", g->codec);
     g->epoch = dl_get_u64(data + 8);
     g->elements = dl_get_u64(data + 16);
     memcpy(g->round_id, data + 24, DL_GROUP_ROUND_ID);
@@ -130,7 +130,7 @@ int dl_group_parse(const uint8_t *data, size_t size, struct dl_group *g) {
         if (strcmp(owner, m->peer_id)) return dl_fail("group record: the key of member %zu does not belong to its peer id", i);
         if (i && strcmp(g->members[i - 1].peer_id, m->peer_id) >= 0)
             return dl_fail("group record: members are not in ascending peer id order");
-        if (m->role > DL_MEMBER_AUX) return dl_fail("group record: member %zu has unknown role %d", i, m->role);
+        if (m->role >= DL_MEMBER_ROLE_COUNT) return dl_fail("group record: member %zu has unknown role %d", i, m->role);
         if (!isfinite(m->weight) || m->weight < 0 || (m->role == DL_MEMBER_AUX && m->weight != 0))
             return dl_fail("group record: member %zu has weight %g", i, m->weight);
         if (!isfinite(m->bandwidth_mbit) || m->bandwidth_mbit < 0)
@@ -152,7 +152,7 @@ int dl_group_parse(const uint8_t *data, size_t size, struct dl_group *g) {
         g->aggregation = tail[0];
         uint32_t iterations = dl_get_u32(tail + 4);
         g->clip_tau = dl_get_f64(tail + 8);
-        if (g->aggregation > DL_AGG_CENTERED_CLIP)
+        if (g->aggregation >= DL_AGG_COUNT)
             return dl_fail("group record: unknown aggregation %d", g->aggregation);
         if (g->aggregation == DL_AGG_CENTERED_CLIP &&
             (iterations > DL_CLIP_MAX_ITERATIONS || !isfinite(g->clip_tau) || !(g->clip_tau > 0)))

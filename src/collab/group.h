@@ -22,18 +22,18 @@ struct dl_group_member {
     char peer_id[DL_PEER_ID_HEX];
     uint8_t pk[DL_NET_PUBLIC_KEY];
     double weight, bandwidth_mbit;
-    int role;                    /* enum dl_member_role */
+    enum dl_member_role role;
     uint64_t part_offset, part_elems;
 };
 
 struct dl_group {
     uint8_t round_id[DL_GROUP_ROUND_ID];
     uint64_t epoch, elements;
-    int codec;
+    enum dl_codec codec;
     double stall_s;
     double lp_bound_s;
     size_t leader;               /* member index of the signer */
-    int aggregation;             /* enum dl_aggregation */
+    enum dl_aggregation aggregation;
     double clip_tau;
     int clip_iterations;
     size_t n;

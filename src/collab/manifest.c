@@ -288,7 +288,7 @@ static int read_aggregation(const cJSON *root, struct dl_manifest *m) {
     static const char *const keys[] = {"rule", "tau", "iterations", "ban_rounds"};
     char rule[32];
     if (only_keys(a, "aggregation", keys, 4) || get_str(a, "rule", rule, sizeof rule, true)) return -1;
-    if (dl_aggregation_parse(rule, &m->aggregation)) return dl_fail("manifest: aggregation rule '%s' unknown", rule);
+    if (dl_aggregation_from_name(rule, &m->aggregation)) return dl_fail("manifest: aggregation rule '%s' unknown", rule);
     m->clip_tau = DL_CLIP_DEFAULT_TAU;
     int64_t it = DL_CLIP_DEFAULT_ITERATIONS, ban = 10;
     if (get_num(a, "tau", 1e-30, 1e30, &m->clip_tau, false) < 0 ||
@@ -334,7 +334,7 @@ static int read_fields(const cJSON *root, struct dl_manifest *m) {
     if (get_int(root, "seed", 0, (1LL << 53) - 1, &m->seed, false) < 0 ||
         get_int(root, "shuffle_buffer", 1, 100000000, &m->shuffle_buffer, false) < 0)
         return -1;
-    if (dl_codec_parse(compression, &m->compression)) return dl_fail("manifest: compression '%s' unknown", compression);
+    if (dl_codec_from_name(compression, &m->compression)) return dl_fail("manifest: compression '%s' unknown", compression);
     int rc = get_hex(root, "authority", m->authority, DL_AUTHORITY_PK, false);
     if (rc < 0) return -1;
     m->has_authority = rc == 0;

@@ -34,14 +34,15 @@
 struct join_info {
     char peer_id[DL_PEER_ID_HEX];
     uint64_t token;               /* 0 for ourselves */
-    int role, codec;
+    enum dl_member_role role;
+    enum dl_codec codec;
     uint64_t epoch, elements;
     double weight, bandwidth_mbit;
     uint8_t pk[DL_NET_PUBLIC_KEY];
     double arrived;
 };
 
-static int my_role(const struct dl_collab *c) {
+static enum dl_member_role my_role(const struct dl_collab *c) {
     return c->cfg.aux ? DL_MEMBER_AUX : c->cfg.client_mode ? DL_MEMBER_CLIENT : DL_MEMBER_TRAINER;
 }
 
@@ -72,7 +73,7 @@ static int read_join(const uint8_t *p, size_t size, const char *peer_id, struct 
     j->weight = dl_get_f64(p + 24);
     j->bandwidth_mbit = dl_get_f64(p + 32);
     memcpy(j->pk, p + 40, DL_NET_PUBLIC_KEY);
-    if (j->role > DL_MEMBER_AUX) return dl_fail("join: unknown role %d", j->role);
+    if (j->role >= DL_MEMBER_ROLE_COUNT) return dl_fail("join: unknown role %d", j->role);
     if (!isfinite(j->weight) || j->weight < 0 || j->weight > 1e15) return dl_fail("join: weight out of range");
     if (j->role == DL_MEMBER_AUX) j->weight = 0;
     if (!isfinite(j->bandwidth_mbit) || j->bandwidth_mbit < 0 || j->bandwidth_mbit > 1e7)
@@ -206,7 +207,7 @@ static int form_group(struct dl_round *r, struct join_info *joins, size_t count,
     }
     if (dl_group_sort(g, dl_net_peer_id(r->c->net))) return -1;
     double bw[DL_AVG_MAX_MEMBERS], fractions[DL_AVG_MAX_MEMBERS];
-    int roles[DL_AVG_MAX_MEMBERS];
+    enum dl_member_role roles[DL_AVG_MAX_MEMBERS];
     size_t parts[DL_AVG_MAX_MEMBERS];
     for (size_t i = 0; i < g->n; i++) {
         bw[i] = g->members[i].bandwidth_mbit * 1e6 / 8;
@@ -434,7 +435,7 @@ static int join(struct dl_round *r, const struct dl_avg_options *opt, const char
                             DL_INFO("collab", "the leader's group record says aggregation %s (ours: %s): following it",
                                     dl_aggregation_name(r->g.aggregation), dl_aggregation_name(opt->aggregation));
                         double bw[DL_AVG_MAX_MEMBERS], fr[DL_AVG_MAX_MEMBERS];
-                        int roles[DL_AVG_MAX_MEMBERS];
+                        enum dl_member_role roles[DL_AVG_MAX_MEMBERS];
                         for (size_t i = 0; i < r->g.n; i++) {
                             bw[i] = r->g.members[i].bandwidth_mbit * 1e6 / 8;
                             roles[i] = r->g.members[i].role;

@@ -29,34 +29,11 @@ void dl_collab_config_default(struct dl_collab_config *config) {
 void dl_avg_options_default(struct dl_avg_options *options) {
     memset(options, 0, sizeof *options);
     options->weight = 1.0;
-    options->compression = 0;
+    options->compression = DL_CODEC_NONE;
     options->deadline_s = 60.0;
     options->aggregation = DL_AGG_MEAN;
     options->clip_tau = DL_CLIP_DEFAULT_TAU;
     options->clip_iterations = DL_CLIP_DEFAULT_ITERATIONS;
-}
-
-int dl_aggregation_parse(const char *name, int *aggregation) {
-    if (!strcmp(name, "mean")) *aggregation = DL_AGG_MEAN;
-    else if (!strcmp(name, "centered-clip")) *aggregation = DL_AGG_CENTERED_CLIP;
-    else return dl_fail("unknown aggregation '%s' (mean or centered-clip)", name);
-    return 0;
-}
-
-const char *dl_aggregation_name(int aggregation) {
-    return aggregation == DL_AGG_CENTERED_CLIP ? "centered-clip" : aggregation == DL_AGG_MEAN ? "mean" : "unknown";
-}
-
-const char *dl_avg_status_name(int status) {
-    switch (status) {
-    case DL_AVG_OK: return "ok";
-    case DL_AVG_NO_GROUP: return "no group";
-    case DL_AVG_DEADLINE: return "deadline";
-    case DL_AVG_DROPPED: return "dropped";
-    case DL_AVG_UNSURE: return "unsure";
-    case DL_AVG_FAILED: return "failed";
-    default: return "unknown";
-    }
 }
 
 void dl_avg_result_free(struct dl_avg_result *result) {
@@ -463,7 +440,7 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
         }
 }
 
-int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_options *options,
+enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_options *options,
                       struct dl_avg_result *result) {
     memset(result, 0, sizeof *result);
     double t0 = dl_now();
@@ -479,8 +456,8 @@ int dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_op
     else if (n > ((uint64_t)1 << 40)) bad = "a vector too large";
     else if (!isfinite(opt.weight) || opt.weight < 0 || opt.weight > DL_AVG_MAX_WEIGHT)
         bad = "a weight that is negative, not finite or beyond 2^40";
-    else if (opt.compression < 0 || opt.compression > DL_CODEC_UINT8) bad = "an unknown compression";
-    else if (opt.aggregation != DL_AGG_MEAN && opt.aggregation != DL_AGG_CENTERED_CLIP) bad = "an unknown aggregation";
+    else if ((unsigned)opt.compression >= DL_CODEC_COUNT) bad = "an unknown compression";
+    else if ((unsigned)opt.aggregation >= DL_AGG_COUNT) bad = "an unknown aggregation";
     else if (opt.aggregation == DL_AGG_CENTERED_CLIP && (!(opt.clip_tau > 0) || !isfinite(opt.clip_tau) ||
                                                          opt.clip_iterations < 0 ||
                                                          opt.clip_iterations > DL_CLIP_MAX_ITERATIONS))

@@ -169,7 +169,7 @@ void loop_heal(loop_state *st, const struct dl_swarm_look *look);
 
 /* ---- train_report.c ---- */
 void loop_log_batch(loop_state *st);
-void loop_log_event(loop_state *st, const char *event, const char *detail);
+void loop_log_event(loop_state *st, enum dl_train_event event, const char *detail);
 void loop_log_start(loop_state *st, bool resumed, const char *data, int64_t data_skipped);
 void loop_log_step(loop_state *st, const struct dl_avg_result *r, const dl_opt_step_info *info, const float *losses,
                    double group_samples, int64_t local_samples, double wall_s);

@@ -16,8 +16,7 @@ static void add_member_list(cJSON *o, const struct dl_avg_result *r) {
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "peer_id", r->members[i].peer_id);
         cJSON_AddNumberToObject(m, "samples", r->members[i].weight);
-        cJSON_AddStringToObject(m, "role", r->members[i].role == 2 ? "aux" : r->members[i].role == 1 ? "client"
-                                                                                                     : "trainer");
+        cJSON_AddStringToObject(m, "role", dl_member_role_name(r->members[i].role));
         cJSON_AddItemToArray(members, m);
     }
     /* The rule the group record fixed for this round (the leader's). */
@@ -47,16 +46,16 @@ void loop_log_batch(loop_state *st) {
     char hex[17];
     dl_hash64_hex(st->be->batch_fingerprint(st->be->ctx), hex);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", "batch");
+    cJSON_AddStringToObject(o, "event", dl_train_event_name(DL_TRAIN_EVENT_BATCH));
     cJSON_AddNumberToObject(o, "epoch", (double)st->model.opt.step);
     cJSON_AddNumberToObject(o, "index", (double)st->count.progress.micro_batches);
     cJSON_AddStringToObject(o, "fingerprint", hex);
     emit(st, o);
 }
 
-void loop_log_event(loop_state *st, const char *event, const char *detail) {
+void loop_log_event(loop_state *st, enum dl_train_event event, const char *detail) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", event);
+    cJSON_AddStringToObject(o, "event", dl_train_event_name(event));
     cJSON_AddNumberToObject(o, "epoch", (double)st->model.opt.step);
     cJSON_AddNumberToObject(o, "time", dl_wall_time());
     cJSON_AddStringToObject(o, "peer_id", dl_net_peer_id(st->net));
@@ -72,7 +71,7 @@ void loop_log_start(loop_state *st, bool resumed, const char *data, int64_t data
     char hex[65];
     dl_collab_hash_hex(st->model.hash, hex);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", "start");
+    cJSON_AddStringToObject(o, "event", dl_train_event_name(DL_TRAIN_EVENT_START));
     cJSON_AddNumberToObject(o, "epoch", (double)st->model.opt.step);
     cJSON_AddNumberToObject(o, "time", dl_wall_time());
     cJSON_AddStringToObject(o, "peer_id", dl_net_peer_id(st->net));

@@ -107,7 +107,7 @@ int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64
                  " samples kept for the next round", st->model.opt.step, dl_avg_status_name(r->status), r->reason,
                  local);
         DL_WARN("collab", "%s", detail);
-        loop_log_event(st, "round_failed", detail);
+        loop_log_event(st, DL_TRAIN_EVENT_ROUND_FAILED, detail);
         st->res->rounds_failed++;
         /* Peers killed at our epoch would hold up every round until their
          * records expire: leave out those that cannot be reached. */
@@ -115,7 +115,7 @@ int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64
         if (gone) {
             snprintf(detail, sizeof detail, "%zu peer(s) at epoch %" PRId64 " unreachable: left out of the view", gone,
                      st->model.opt.step);
-            loop_log_event(st, "peers_gone", detail);
+            loop_log_event(st, DL_TRAIN_EVENT_PEERS_GONE, detail);
         }
         st->res->wait_s += dl_now() - t0;
         if (!clear && st->be) {
@@ -214,7 +214,7 @@ int loop_round_and_step(loop_state *st, size_t expected, bool alone) {
         r.num_members = 1;
         snprintf(r.members[0].peer_id, sizeof r.members[0].peer_id, "%s", dl_net_peer_id(st->net));
         r.members[0].weight = ao.weight;
-        r.members[0].role = st->be ? 0 : 2;
+        r.members[0].role = st->be ? DL_MEMBER_TRAINER : DL_MEMBER_AUX;
         r.total_weight = ao.weight;
         r.status = DL_AVG_OK;
     } else {

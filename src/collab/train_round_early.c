@@ -41,7 +41,7 @@ void loop_early_round_gone(loop_state *st) {
     snprintf(detail, sizeof detail, "matchmaking ahead of the ETA at epoch %" PRId64 " ended without our vector "
              "(%s: %s): the plain round follows", st->model.opt.step, dl_avg_status_name(status), r.reason);
     DL_INFO("collab", "%s", detail);
-    loop_log_event(st, "early_round_failed", detail);
+    loop_log_event(st, DL_TRAIN_EVENT_EARLY_ROUND_FAILED, detail);
     dl_avg_result_free(&r);
     st->early.refused_epoch = st->model.opt.step;
 }

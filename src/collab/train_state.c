@@ -74,13 +74,13 @@ int loop_download(loop_state *st, const struct dl_swarm_look *look, const char *
     snprintf(detail, sizeof detail, "%s: downloading the state of epoch %" PRIu64 " (param_hash %.16s, held by %zu of %zu)",
              why, look->ref_epoch, hex, look->ref_holders, look->hashes_at_ref);
     DL_INFO("collab", "%s", detail);
-    loop_log_event(st, "download", detail);
+    loop_log_event(st, DL_TRAIN_EVENT_DOWNLOAD, detail);
     struct dl_train_state_meta meta;
     double t0 = dl_now();
     if (dl_train_state_fetch(st->net, look, &st->model.opt, st->model.params, &meta,
                              fmax(30, st->o->round_deadline_s))) {
         DL_WARN("collab", "state download failed (trying again soon): %s", dl_error());
-        loop_log_event(st, "download_failed", dl_error());
+        loop_log_event(st, DL_TRAIN_EVENT_DOWNLOAD_FAILED, dl_error());
         return -1;
     }
     st->res->wait_s += dl_now() - t0;
@@ -109,7 +109,7 @@ void loop_heal(loop_state *st, const struct dl_swarm_look *look) {
     snprintf(detail, sizeof detail, "our param_hash %.16s disagrees with %zu of %zu peers at epoch %" PRId64, mine,
              look->ref_holders, look->hashes_at_ref, st->model.opt.step);
     DL_WARN("collab", "%s", detail);
-    loop_log_event(st, "disagree", detail);
+    loop_log_event(st, DL_TRAIN_EVENT_DISAGREE, detail);
     if (loop_download(st, look, "param_hash disagreement") == 0) st->res->heals++;
     else loop_nap(0.2);
 }

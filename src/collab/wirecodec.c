@@ -16,25 +16,7 @@
 
 #define UINT8_HEADER (DL_CODEC_UINT8_BINS * sizeof(float))
 
-const char *dl_codec_name(int codec) {
-    switch (codec) {
-    case DL_CODEC_NONE: return "none";
-    case DL_CODEC_FP16: return "fp16";
-    case DL_CODEC_UINT8: return "uint8";
-    default: return "unknown";
-    }
-}
-
-int dl_codec_parse(const char *name, int *codec) {
-    for (int c = DL_CODEC_NONE; c <= DL_CODEC_UINT8; c++)
-        if (name && !strcmp(name, dl_codec_name(c))) {
-            *codec = c;
-            return 0;
-        }
-    return dl_fail("unknown compression '%s' (use none, fp16 or uint8)", name ? name : "(null)");
-}
-
-size_t dl_codec_size(int codec, size_t n) {
+size_t dl_codec_size(enum dl_codec codec, size_t n) {
     switch (codec) {
     case DL_CODEC_NONE: return n > SIZE_MAX / 4 ? 0 : 4 * n;
     case DL_CODEC_FP16: return n > SIZE_MAX / 2 ? 0 : 2 * n;
@@ -133,7 +115,7 @@ static int decode_uint8(const uint8_t *in, size_t n, float *out) {
     return 0;
 }
 
-int dl_codec_encode(int codec, const float *x, size_t n, uint8_t *out) {
+int dl_codec_encode(enum dl_codec codec, const float *x, size_t n, uint8_t *out) {
     switch (codec) {
     case DL_CODEC_NONE:
         if (refuse_non_finite(x, n)) return -1;
@@ -145,7 +127,7 @@ int dl_codec_encode(int codec, const float *x, size_t n, uint8_t *out) {
     }
 }
 
-int dl_codec_decode(int codec, const uint8_t *in, size_t size, size_t n, float *out) {
+int dl_codec_decode(enum dl_codec codec, const uint8_t *in, size_t size, size_t n, float *out) {
     size_t want = dl_codec_size(codec, n);
     if (!want && codec != DL_CODEC_NONE && codec != DL_CODEC_FP16)
         return dl_fail("decode: unknown codec %d or size overflow", codec);

@@ -25,24 +25,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum dl_codec { DL_CODEC_NONE = 0, DL_CODEC_FP16 = 1, DL_CODEC_UINT8 = 2 };
+#include "dedloc/collab.h" /* enum dl_codec and its names */
 
 #define DL_CODEC_UINT8_BINS 256
 #define DL_CODEC_FP16_MAX 65504.0f
 
-/* "none" "fp16" "uint8"; "unknown" for anything else. */
-const char *dl_codec_name(int codec);
-/* 0 and *codec, or -1 with dl_fail naming the accepted names. */
-int dl_codec_parse(const char *name, int *codec);
 /* Exact encoded bytes of n floats (one chunk); 0 for an unknown codec. */
-size_t dl_codec_size(int codec, size_t n);
+size_t dl_codec_size(enum dl_codec codec, size_t n);
 /* Encodes n floats (one chunk) into out (dl_codec_size(codec, n) bytes);
  * refuses (-1, dl_fail naming the index) any NaN/Inf input. out may be
  * partly written on failure. */
-int dl_codec_encode(int codec, const float *x, size_t n, uint8_t *out);
+int dl_codec_encode(enum dl_codec codec, const float *x, size_t n, uint8_t *out);
 /* Decodes exactly n floats from size bytes; refuses a wrong size, a
  * non-finite codebook or any non-finite output. out may be partly written on
  * failure. */
-int dl_codec_decode(int codec, const uint8_t *in, size_t size, size_t n, float *out);
+int dl_codec_decode(enum dl_codec codec, const uint8_t *in, size_t size, size_t n, float *out);
 
 #endif

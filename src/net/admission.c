@@ -27,7 +27,7 @@ int dl_net_admission_start(struct dl_net *net) {
 }
 
 int dl_net_admit(struct dl_net *net, struct dl_conn *c, const uint8_t *token, size_t token_size) {
-    int role;
+    enum dl_role role;
     double until;
     if (dl_trust_admit(&net->trust, net->run_id, c->peer_id, token, token_size, dl_wall_time(), &role, &until)) {
         char why[128];

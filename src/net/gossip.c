@@ -127,7 +127,7 @@ static int on_one_record(void *user, const uint8_t *blob, size_t size) {
     /* A closed run: the record must carry its owner's valid token (or the
      * owner be on our allowlist), whoever forwarded it. */
     if (net->trust.closed) {
-        int role;
+        enum dl_role role;
         double until;
         if (dl_trust_admit(&net->trust, net->run_id, r.peer_id, r.token, r.token_size, dl_wall_time(), &role, &until)) {
             char why[160];

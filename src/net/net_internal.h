@@ -63,7 +63,7 @@ struct dl_conn {
     char dialled[DL_NET_ADDR_MAX];    /* what we dialled (outbound only) */
     double created, last_rx, last_ping, closing_since;
     size_t incoming_requests;
-    int peer_role;                    /* enum dl_role its token grants; DL_ROLE_NONE in an open run */
+    enum dl_role peer_role;           /* what its token grants; DL_ROLE_NONE in an open run */
     bool was_ready;                   /* completed the handshake at some point */
     bool read_paused;                 /* reading stopped: over the global buffer budget */
     double new_keys_tokens, new_keys_last; /* DL_NET_NEW_KEYS_* allowance */

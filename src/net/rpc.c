@@ -6,16 +6,20 @@
 #include "dedloc/util.h"
 #include "net/net_internal.h"
 
-const char *dl_net_status_name(int status) {
-    switch (status) {
-    case DL_NET_OK: return "ok";
-    case DL_NET_REMOTE_ERROR: return "remote error";
-    case DL_NET_TIMEOUT: return "timeout";
-    case DL_NET_CANCELLED: return "cancelled";
-    case DL_NET_DISCONNECTED: return "disconnected";
-    case DL_NET_NO_HANDLER: return "no handler";
-    default: return "unknown";
-    }
+static const char *const NET_STATUS_NAMES[] = {
+    [DL_NET_OK] = "ok",
+    [DL_NET_REMOTE_ERROR] = "remote error",
+    [DL_NET_TIMEOUT] = "timeout",
+    [DL_NET_CANCELLED] = "cancelled",
+    [DL_NET_DISCONNECTED] = "disconnected",
+    [DL_NET_NO_HANDLER] = "no handler",
+};
+_Static_assert(sizeof NET_STATUS_NAMES / sizeof NET_STATUS_NAMES[0] == DL_NET_STATUS_COUNT,
+               "a request status without its name");
+
+const char *dl_net_status_name(enum dl_net_status status) {
+    /* unsigned: callbacks carry the status as an int; a negative one is out of range too */
+    return (unsigned)status < DL_NET_STATUS_COUNT ? NET_STATUS_NAMES[status] : "unknown";
 }
 
 static void finish_pending(struct dl_pending *p, int status, const uint8_t *payload, size_t size) {

@@ -23,19 +23,26 @@ static const char TOKEN_TEXT_PREFIX[] = "dlt1.";
 #define TOKEN_FIXED 69 /* bytes before the run id length */
 #define SIG_BYTES crypto_sign_BYTES
 
-static const char *const ROLE_NAMES[] = {"none", "trainer", "aux", "monitor"};
+static const char *const ROLE_NAMES[] = {
+    [DL_ROLE_NONE] = "none", [DL_ROLE_TRAINER] = "trainer", [DL_ROLE_AUX] = "aux", [DL_ROLE_MONITOR] = "monitor",
+};
+_Static_assert(sizeof ROLE_NAMES / sizeof ROLE_NAMES[0] == DL_ROLE_COUNT, "a role without its name");
 
-const char *dl_role_name(int role) {
-    return role >= 0 && role <= DL_ROLE_MONITOR ? ROLE_NAMES[role] : "unknown";
+const char *dl_role_name(enum dl_role role) {
+    /* unsigned: a negative value cast in from an int is out of range too */
+    return (unsigned)role < DL_ROLE_COUNT ? ROLE_NAMES[role] : "unknown";
 }
 
-int dl_role_parse(const char *name) {
-    for (int r = DL_ROLE_TRAINER; r <= DL_ROLE_MONITOR; r++)
-        if (!strcmp(name, ROLE_NAMES[r])) return r;
-    return dl_fail("unknown role '%s' (trainer, aux or monitor)", name);
+int dl_role_from_name(const char *name, enum dl_role *role) {
+    for (unsigned r = DL_ROLE_TRAINER; r < DL_ROLE_COUNT; r++)
+        if (name && !strcmp(name, ROLE_NAMES[r])) {
+            *role = (enum dl_role)r;
+            return 0;
+        }
+    return dl_fail("unknown role '%s' (trainer, aux or monitor)", name ? name : "(null)");
 }
 
-bool dl_role_may_send_gradients(int role) { return role == DL_ROLE_TRAINER || role == DL_ROLE_AUX; }
+bool dl_role_may_send_gradients(enum dl_role role) { return role == DL_ROLE_TRAINER || role == DL_ROLE_AUX; }
 
 /* ---- authority key file ----------------------------------------------------
  * "dedloc-authority-v1\n" | run id length (1) | run id | seed (32). */
@@ -154,7 +161,7 @@ int dl_token_sign(const struct dl_authority *a, const struct dl_token *t, uint8_
     size_t run_len = strlen(t->run_id), name_len = strlen(t->name);
     if (run_len == 0 || run_len >= DL_TOKEN_RUN_ID_MAX) return dl_fail("token: bad run id length");
     if (name_len >= DL_TOKEN_NAME_MAX) return dl_fail("token: name longer than %d bytes", DL_TOKEN_NAME_MAX - 1);
-    if (t->role < DL_ROLE_TRAINER || t->role > DL_ROLE_MONITOR) return dl_fail("token: bad role");
+    if (t->role < DL_ROLE_TRAINER || t->role >= DL_ROLE_COUNT) return dl_fail("token: bad role");
     uint8_t id[16];
     if (parse_hex_exact(t->peer_id, strlen(t->peer_id), id, sizeof id))
         return dl_fail("token: peer id '%s' is not 32 hex digits", t->peer_id);
@@ -201,7 +208,7 @@ int dl_token_decode(const uint8_t *bin, size_t size, struct dl_token *t) {
     if (memchr(run, 0, run_len) || (name_len && memchr(name, 0, name_len)))
         return dl_fail("token: NUL inside a string");
     int role = bin[52];
-    if (role < DL_ROLE_TRAINER || role > DL_ROLE_MONITOR) return dl_fail("token: unknown role %d", role);
+    if (role < DL_ROLE_TRAINER || role >= DL_ROLE_COUNT) return dl_fail("token: unknown role %d", role);
     /* The signature last: it is the expensive check. */
     crypto_sign_state st;
     token_message(bin, body, &st);

@@ -133,7 +133,7 @@ bool dl_trust_is_revoked(const struct dl_trust *t, const char *peer_id) {
 }
 
 int dl_trust_admit(const struct dl_trust *t, const char *run_id, const char *peer_id,
-                   const uint8_t *token, size_t token_size, double now, int *role, double *expires) {
+                   const uint8_t *token, size_t token_size, double now, enum dl_role *role, double *expires) {
     *role = DL_ROLE_NONE;
     *expires = 0;
     if (dl_trust_is_revoked(t, peer_id)) return dl_fail("peer %s is revoked by the run authority", peer_id);

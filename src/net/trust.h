@@ -42,7 +42,7 @@ void dl_trust_free(struct dl_trust *t);
  * and *expires when to check again (0 = never); on refusal the error says
  * why. */
 int dl_trust_admit(const struct dl_trust *t, const char *run_id, const char *peer_id,
-                   const uint8_t *token, size_t token_size, double now, int *role, double *expires);
+                   const uint8_t *token, size_t token_size, double now, enum dl_role *role, double *expires);
 
 /* Re-reads the revocation list when its file changed; returns true when a
  * newer list was loaded (connected peers should then be checked again). */

@@ -8,7 +8,8 @@
 #include "dl_test.h"
 
 /* Upload time of member i under fractions w, computed from the definition. */
-static double member_time(size_t n, const double *b, const int *role, double V, const double *w, size_t i) {
+static double member_time(size_t n, const double *b, const enum dl_member_role *role, double V, const double *w,
+                          size_t i) {
     size_t holders = 0;
     for (size_t j = 0; j < n; j++) holders += role[j] != DL_MEMBER_AUX;
     double send = role[i] != DL_MEMBER_AUX;
@@ -16,7 +17,7 @@ static double member_time(size_t n, const double *b, const int *role, double V, 
     return V * (send * (1 - w[i]) + w[i] * recv) / b[i];
 }
 
-static double round_time(size_t n, const double *b, const int *role, double V, const double *w) {
+static double round_time(size_t n, const double *b, const enum dl_member_role *role, double V, const double *w) {
     double t = 0;
     for (size_t i = 0; i < n; i++) {
         double x = member_time(n, b, role, V, w, i);
@@ -29,7 +30,7 @@ static double round_time(size_t n, const double *b, const int *role, double V, c
 struct grid {
     size_t n;
     const double *b;
-    const int *role;
+    const enum dl_member_role *role;
     double V;
     int steps;
     double w[8];
@@ -55,7 +56,7 @@ static void grid_walk(struct grid *g, size_t i, int left) {
     }
 }
 
-static double grid_best(size_t n, const double *b, const int *role, double V, int steps) {
+static double grid_best(size_t n, const double *b, const enum dl_member_role *role, double V, int steps) {
     struct grid g = {n, b, role, V, steps, {0}, 1e300};
     grid_walk(&g, 0, steps);
     return g.best;
@@ -63,7 +64,7 @@ static double grid_best(size_t n, const double *b, const int *role, double V, in
 
 /* Solver result checked from the definition: valid fractions, the bound it
  * claims is the round time of its fractions, and no grid point does better. */
-static void check_against_grid(size_t n, const double *b, const int *role, double V, int steps,
+static void check_against_grid(size_t n, const double *b, const enum dl_member_role *role, double V, int steps,
                                const char *what) {
     double w[8], bound = -1;
     int rc = dl_balance_solve(n, b, role, V, w, &bound);
@@ -92,7 +93,7 @@ static void check_against_grid(size_t n, const double *b, const int *role, doubl
 static void test_equal_bandwidths(void) {
     for (size_t n = 1; n <= 7; n++) {
         double b[8], w[8], bound;
-        int role[8];
+        enum dl_member_role role[8];
         for (size_t i = 0; i < n; i++) {
             b[i] = 12.5;
             role[i] = DL_MEMBER_TRAINER;
@@ -112,7 +113,7 @@ static void test_closed_forms(void) {
     /* Two trainers: each uploads V whatever the split; the slower sets the time. */
     {
         double b[2] = {1, 10};
-        int role[2] = {0, 0};
+        enum dl_member_role role[2] = {DL_MEMBER_TRAINER, DL_MEMBER_TRAINER};
         CHECK_OK(dl_balance_solve(2, b, role, 8, w, &bound));
         CHECK(fabs(bound - 8) <= 1e-12);
     }
@@ -121,7 +122,7 @@ static void test_closed_forms(void) {
      * the trainer keeping everything costs nothing. */
     {
         double b[2] = {3, 1};
-        int role[2] = {DL_MEMBER_TRAINER, DL_MEMBER_AUX};
+        enum dl_member_role role[2] = {DL_MEMBER_TRAINER, DL_MEMBER_AUX};
         CHECK_OK(dl_balance_solve(2, b, role, 1, w, &bound));
         CHECK_MSG(w[0] == 1 && w[1] == 0 && bound == 0, "w_aux %.17g bound %.17g", w[1], bound);
     }
@@ -129,14 +130,14 @@ static void test_closed_forms(void) {
      * t_i = V / b_i whatever w_i; the aux member (t = 2 V w / b) cannot help. */
     {
         double b[3] = {1, 1, 100};
-        int role[3] = {0, 0, DL_MEMBER_AUX};
+        enum dl_member_role role[3] = {DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_AUX};
         CHECK_OK(dl_balance_solve(3, b, role, 1, w, &bound));
         CHECK_MSG(fabs(bound - 1) <= 1e-12, "bound %.17g", bound);
     }
     /* Three trainers, one a slow client: T >= V / b_client no matter what. */
     {
         double b[3] = {100, 100, 0.5};
-        int role[3] = {0, 0, DL_MEMBER_CLIENT};
+        enum dl_member_role role[3] = {DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_CLIENT};
         CHECK_OK(dl_balance_solve(3, b, role, 1, w, &bound));
         CHECK(w[2] == 0);
         CHECK(fabs(bound - 2) <= 1e-12);
@@ -144,7 +145,7 @@ static void test_closed_forms(void) {
     /* Zero-size vector: time 0, fractions still valid. */
     {
         double b[3] = {1, 2, 3};
-        int role[3] = {0, 0, 0};
+        enum dl_member_role role[3] = {DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER};
         CHECK_OK(dl_balance_solve(3, b, role, 0, w, &bound));
         CHECK(bound == 0 && fabs(w[0] + w[1] + w[2] - 1) <= 1e-12);
     }
@@ -159,7 +160,7 @@ static void test_against_brute_force(void) {
         int steps = n <= 3 ? 600 : n == 4 ? 120 : 48;
         for (int rep = 0; rep < 12; rep++) {
             double b[8];
-            int role[8];
+            enum dl_member_role role[8];
             size_t holders = 0, aggregators = 0;
             for (size_t i = 0; i < n; i++) {
                 b[i] = pow(10, 2 * dl_rng_uniform(&rng)); /* 1 .. 100 */
@@ -179,23 +180,26 @@ static void test_against_brute_force(void) {
     /* Hand-picked mixes: a fast aux beside slow trainers, two clients and one
      * aggregator, a lone trainer with two aux members. */
     double b1[4] = {1, 2, 50, 4};
-    int r1[4] = {0, 0, DL_MEMBER_AUX, 0};
+    enum dl_member_role r1[4] = {DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_AUX, DL_MEMBER_TRAINER};
     check_against_grid(4, b1, r1, V, 200, "fast aux");
     double b2[3] = {5, 1, 2};
-    int r2[3] = {DL_MEMBER_CLIENT, 0, DL_MEMBER_CLIENT};
+    enum dl_member_role r2[3] = {DL_MEMBER_CLIENT, DL_MEMBER_TRAINER, DL_MEMBER_CLIENT};
     check_against_grid(3, b2, r2, V, 600, "two clients, one aggregator");
     double b3[3] = {2, 1, 7};
-    int r3[3] = {0, DL_MEMBER_AUX, DL_MEMBER_AUX};
+    enum dl_member_role r3[3] = {DL_MEMBER_TRAINER, DL_MEMBER_AUX, DL_MEMBER_AUX};
     check_against_grid(3, b3, r3, V, 600, "lone trainer, two aux");
     double b4[5] = {1, 1, 1, 1, 100};
-    int r4[5] = {0, 0, 0, 0, 0};
+    enum dl_member_role r4[5] = {DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER,
+                                 DL_MEMBER_TRAINER};
     check_against_grid(5, b4, r4, V, 48, "one fast trainer");
     CHECK(cases == 48);
 }
 
 static void test_refusals(void) {
     double w[4], bound, b[3] = {1, 2, 3};
-    int clients[3] = {1, 1, 1}, aux[3] = {2, 2, 2}, ok[3] = {0, 0, 0}, bad_role[3] = {0, 7, 0};
+    const enum dl_member_role T = DL_MEMBER_TRAINER, C = DL_MEMBER_CLIENT, A = DL_MEMBER_AUX;
+    enum dl_member_role clients[3] = {C, C, C}, aux[3] = {A, A, A}, ok[3] = {T, T, T};
+    enum dl_member_role bad_role[3] = {T, (enum dl_member_role)7, T};
     CHECK(dl_balance_solve(3, b, clients, 1, w, &bound) == -1 && strstr(dl_error(), "client"));
     CHECK(dl_balance_solve(3, b, aux, 1, w, &bound) == -1);
     CHECK(dl_balance_solve(3, b, bad_role, 1, w, &bound) == -1);
@@ -279,7 +283,8 @@ static void test_split(void) {
 
     /* Split of the solver's fractions covers an odd size exactly. */
     double b[5] = {1, 3, 7, 2, 5}, w[5], bound;
-    int role[5] = {0, 1, 0, 2, 0};
+    enum dl_member_role role[5] = {DL_MEMBER_TRAINER, DL_MEMBER_CLIENT, DL_MEMBER_TRAINER, DL_MEMBER_AUX,
+                                   DL_MEMBER_TRAINER};
     CHECK_OK(dl_balance_solve(5, b, role, 4e6, w, &bound));
     dl_balance_split(5, w, 1000003, parts);
     size_t sum = 0;

@@ -44,7 +44,7 @@ int main(void) {
     randombytes_buf(g->round_id, sizeof g->round_id);
     g->epoch = 7;
     g->elements = 1000;
-    g->codec = 1;
+    g->codec = DL_CODEC_FP16;
     g->stall_s = 2.5;
     g->aggregation = DL_AGG_CENTERED_CLIP;
     g->clip_tau = 0.75;

@@ -19,7 +19,7 @@ static void path_in_tmp(char *out, size_t cap, const char *name) { snprintf(out,
 static const char PEER_A[] = "00112233445566778899aabbccddeeff";
 static const char PEER_B[] = "ffeeddccbbaa99887766554433221100";
 
-static void make_token(const struct dl_authority *a, const char *peer, int role, uint64_t expires,
+static void make_token(const struct dl_authority *a, const char *peer, enum dl_role role, uint64_t expires,
                        uint8_t *bin, size_t *n) {
     struct dl_token t;
     memset(&t, 0, sizeof t);
@@ -120,7 +120,9 @@ static void test_checks(const struct dl_authority *a, const struct dl_authority 
     memcpy(forged + 4, a->pk, 32);
     CHECK(dl_token_decode(forged, fn, &t) != 0);
 
-    CHECK(dl_role_parse("monitor") == DL_ROLE_MONITOR && dl_role_parse("boss") < 0);
+    enum dl_role parsed_role = DL_ROLE_NONE;
+    CHECK(dl_role_from_name("monitor", &parsed_role) == 0 && parsed_role == DL_ROLE_MONITOR);
+    CHECK(dl_role_from_name("boss", &parsed_role) < 0);
     CHECK(dl_role_may_send_gradients(DL_ROLE_TRAINER) && dl_role_may_send_gradients(DL_ROLE_AUX));
     CHECK(!dl_role_may_send_gradients(DL_ROLE_MONITOR) && !dl_role_may_send_gradients(DL_ROLE_NONE));
 }
@@ -210,7 +212,7 @@ static void test_policy(const struct dl_authority *a) {
     struct dl_net_config cfg;
     memset(&cfg, 0, sizeof cfg);
     struct dl_trust t;
-    int role;
+    enum dl_role role;
     double until;
     /* open run: everyone, no role */
     CHECK_OK(dl_trust_init(&t, &cfg, "run-xy", PEER_A, 10));
