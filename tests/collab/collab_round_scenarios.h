@@ -16,7 +16,8 @@ struct scenario {
     const char *compression;    /* "fp16" or "uint8"; NULL = "none" */
     double upload_mbit;         /* per member cap, 0 = none */
     const char *fault;          /* NULL, "kill", "stop" (SIGSTOP, then SIGCONT), "port" (garbage on its port) */
-    int victim;                 /* member index the fault, misbehave and victim_delay hit */
+    int victim;                 /* member index the fault, misbehave and victim_delay hit (a kill or
+                                 * stop aimed at the group's leader moves to another trainer) */
     double fault_at;            /* seconds after every member started the round */
     const char *roles;          /* one letter per member: t(rainer) c(lient) a(ux); NULL = all trainers */
     const char *misbehave;      /* `--misbehave` mode of member `victim` */
