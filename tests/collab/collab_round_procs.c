@@ -16,7 +16,7 @@
  * well-formed data (sign-flipped x1000, noise, stale, replayed vectors) and
  * check the result against the weighted mean of the honest members' inputs:
  * close with centered clip, far with the plain mean.
- * Usage: collab_round_procs CASE (see the table at the end). */
+ * Usage: collab_round_procs CASE (the scenarios: collab_round_scenarios.h). */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collab_round_scenarios.h"
 #include "dl_test.h"
 
 #define MAX_MEMBERS 8
@@ -52,27 +53,6 @@ struct member {
     const char *misbehave; /* NULL or the mode */
     const char *attack;    /* NULL or the attack mode (robust_* cases) */
     bool victim;           /* killed or stopped by the test */
-};
-
-struct scenario {
-    const char *name;
-    int members;
-    size_t size;
-    const char *compression;
-    double upload_mbit;    /* per member cap, 0 = none */
-    const char *fault;     /* NULL, "kill", "stop", "port" */
-    int victim;            /* member index the fault hits */
-    double fault_at;       /* seconds after the round started */
-    const char *roles;     /* one letter per member: t c a (NULL = all trainers) */
-    const char *misbehave; /* mode for member `victim` */
-    double delay;          /* member `victim` calls the round this late (s) */
-    const char *victim_status; /* what the victim must report, or NULL */
-    const char *aggregation;   /* NULL (mean) or "centered-clip" */
-    const char *attacks;       /* per member: '-' honest, 's' sign-flip, 'n' noise, 't' stale, 'r' replay */
-    double tau;                /* centered clip radius (0 = the default, 1) */
-    double hand_over;          /* > 0: member i matchmakes first and hands its vector over
-                                * hand_over + 0.25 i s after the round starts */
-    bool join_differs;         /* the joins carry 1 + i % 3, the chunks 5 + 3 i */
 };
 
 static struct member members[MAX_MEMBERS];
@@ -105,13 +85,17 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
+static const char *compression_of(const struct scenario *sc) {
+    return sc->compression ? sc->compression : "none";
+}
+
 static int spawn(int i, const struct scenario *sc, const char *initial) {
     struct member *m = &members[i];
     char size[32], seed[32], weight[32], peers[32], out[300], up[32], log_path[300];
-    snprintf(size, sizeof size, "%zu", sc->size);
+    snprintf(size, sizeof size, "%zu", sc->vector_size);
     snprintf(seed, sizeof seed, "%d", 101 + i);
     snprintf(weight, sizeof weight, "%g", m->weight);
-    snprintf(peers, sizeof peers, "%d", sc->members);
+    snprintf(peers, sizeof peers, "%d", sc->member_count);
     snprintf(out, sizeof out, "%s/m%d", workdir, i);
     snprintf(up, sizeof up, "%g", sc->upload_mbit);
     snprintf(log_path, sizeof log_path, "%s/m%d.log", workdir, i);
@@ -125,7 +109,7 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
     argv[k++] = "--weight"; argv[k++] = weight;
     argv[k++] = "--peers"; argv[k++] = peers;
     argv[k++] = "--out"; argv[k++] = out;
-    argv[k++] = "--compression"; argv[k++] = sc->compression;
+    argv[k++] = "--compression"; argv[k++] = compression_of(sc);
     argv[k++] = "--deadline"; argv[k++] = "40";
     argv[k++] = "--stall"; argv[k++] = "2";
     if (sc->upload_mbit > 0) {
@@ -164,8 +148,8 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
         argv[k++] = "--hand-over"; argv[k++] = hand_over;
     }
     char delay[32];
-    if (sc->delay > 0 && i == sc->victim) {
-        snprintf(delay, sizeof delay, "%g", sc->delay);
+    if (sc->victim_delay > 0 && i == sc->victim) {
+        snprintf(delay, sizeof delay, "%g", sc->victim_delay);
         argv[k++] = "--delay"; argv[k++] = delay;
     }
     if (initial) {
@@ -277,7 +261,7 @@ static void verify(const struct scenario *sc) {
     char *ref_chunks = cJSON_PrintUnformatted(chunks);
     char path[300];
     snprintf(path, sizeof path, "%s/m%d.out0.bin", workdir, reference);
-    float *ref_out = read_floats(path, sc->size);
+    float *ref_out = read_floats(path, sc->vector_size);
     CHECK_MSG(ref_out != NULL, "no result file from member %d", reference);
     /* Identical bits on every member that applied the round (a victim may
      * apply it too, but then with the same bits). */
@@ -292,8 +276,9 @@ static void verify(const struct scenario *sc) {
         CHECK_MSG(c && ref_chunks && !strcmp(c, ref_chunks), "member %d has a different chunk table", i);
         free(c);
         snprintf(path, sizeof path, "%s/m%d.out0.bin", workdir, i);
-        float *out = read_floats(path, sc->size);
-        CHECK_MSG(out && ref_out && !memcmp(out, ref_out, sc->size * sizeof(float)), "member %d: result bytes differ", i);
+        float *out = read_floats(path, sc->vector_size);
+        CHECK_MSG(out && ref_out && !memcmp(out, ref_out, sc->vector_size * sizeof(float)),
+                  "member %d: result bytes differ", i);
         free(out);
     }
     printf("%d members applied identical bits\n", applied);
@@ -314,10 +299,10 @@ static void verify(const struct scenario *sc) {
             CHECK(weight[g] == members[index_of[g]].join_weight);
             weight[g] = members[index_of[g]].weight;
             snprintf(path, sizeof path, "%s/m%d.in.bin", workdir, index_of[g]);
-            inputs[g] = read_floats(path, sc->size);
+            inputs[g] = read_floats(path, sc->vector_size);
         }
     }
-    double bound = codec_bound(sc->compression);
+    double bound = codec_bound(compression_of(sc));
     double worst = 0;
     size_t covered = 0;
     int rereduced = 0;
@@ -330,7 +315,7 @@ static void verify(const struct scenario *sc) {
         const char *mask = cJSON_GetStringValue(cJSON_GetArrayItem(c, 4));
         double chunk_weight = cJSON_GetNumberValue(cJSON_GetArrayItem(c, 5));
         rereduced += gen;
-        CHECK(off + len <= sc->size);
+        CHECK(off + len <= sc->vector_size);
         covered += len;
         bool in[MAX_MEMBERS] = {false};
         double total = 0;
@@ -368,7 +353,7 @@ static void verify(const struct scenario *sc) {
             }
         }
     }
-    CHECK_MSG(covered == sc->size, "chunks cover %zu of %zu elements", covered, sc->size);
+    CHECK_MSG(covered == sc->vector_size, "chunks cover %zu of %zu elements", covered, sc->vector_size);
     printf("%d chunks (%d re-reduced), worst error %.3g\n", cJSON_GetArraySize(chunks), rereduced, worst);
     for (int g = 0; g < n; g++) free(inputs[g]);
     free(ref_out);
@@ -394,7 +379,7 @@ static void verify_robust(const struct scenario *sc) {
                   agg ? agg : "?");
         const char *hash = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "hash"));
         snprintf(path, sizeof path, "%s/m%d.out0.bin", workdir, i);
-        float *out = read_floats(path, sc->size);
+        float *out = read_floats(path, sc->vector_size);
         CHECK_MSG(out != NULL, "no result file from member %d", i);
         if (!ref_out) {
             ref_out = out;
@@ -402,26 +387,26 @@ static void verify_robust(const struct scenario *sc) {
             continue;
         }
         CHECK_MSG(hash && ref_hash && !strcmp(hash, ref_hash), "member %d holds different bits", i);
-        CHECK_MSG(out && !memcmp(out, ref_out, sc->size * sizeof(float)), "member %d: result bytes differ", i);
+        CHECK_MSG(out && !memcmp(out, ref_out, sc->vector_size * sizeof(float)), "member %d: result bytes differ", i);
         free(out);
     }
     if (!ref_out) return;
     /* The honest weighted mean, in double, from the inputs they wrote. */
-    double *honest = calloc(sc->size, sizeof(double));
+    double *honest = calloc(sc->vector_size, sizeof(double));
     double total = 0;
     CHECK(honest != NULL);
     for (int i = 0; i < num_members && honest; i++) {
         if (members[i].attack) continue;
         snprintf(path, sizeof path, "%s/m%d.in.bin", workdir, i);
-        float *in = read_floats(path, sc->size);
+        float *in = read_floats(path, sc->vector_size);
         CHECK_MSG(in != NULL, "no input file from member %d", i);
         if (!in) continue;
-        for (size_t e = 0; e < sc->size; e++) honest[e] += members[i].weight * (double)in[e];
+        for (size_t e = 0; e < sc->vector_size; e++) honest[e] += members[i].weight * (double)in[e];
         total += members[i].weight;
         free(in);
     }
     double d2 = 0, h2 = 0;
-    for (size_t e = 0; honest && e < sc->size; e++) {
+    for (size_t e = 0; honest && e < sc->vector_size; e++) {
         double h = honest[e] / total, d = (double)ref_out[e] - h;
         d2 += d * d;
         h2 += h * h;
@@ -486,7 +471,7 @@ static void garbage_on_port(const char *listen) {
 static int run(const struct scenario *sc) {
     snprintf(workdir, sizeof workdir, "/tmp/dedloc-collab-%s-%d", sc->name, (int)getpid());
     mkdir(workdir, 0755);
-    num_members = sc->members;
+    num_members = sc->member_count;
     for (int i = 0; i < num_members; i++) {
         struct member *m = &members[i];
         memset(m, 0, sizeof *m);
@@ -498,7 +483,7 @@ static int run(const struct scenario *sc) {
         char a = sc->attacks ? sc->attacks[i] : '-';
         m->attack = a == 's' ? "sign-flip" : a == 'n' ? "noise" : a == 't' ? "stale" : a == 'r' ? "replay" : NULL;
         m->victim = (sc->fault && strcmp(sc->fault, "port") && i == sc->victim) || m->misbehave ||
-                    (sc->delay > 0 && i == sc->victim);
+                    (sc->victim_delay > 0 && i == sc->victim);
     }
     double t0 = now_s();
     for (int i = 0; i < num_members; i++) {
@@ -603,42 +588,6 @@ static int run(const struct scenario *sc) {
     printf("%d passed, %d failed\n", dl_test_passed, dl_test_failed);
     return dl_test_failed ? 1 : 0;
 }
-
-static const struct scenario scenarios[] = {
-    /* name           n  size     codec    Mbit  fault   victim at   roles       misbehave  delay  victim must report
-     * aggregation  attacks (weights are 1 + i % 3: the attackers at 0, 3, 6 hold 3 of 15) */
-    {"two",           2, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
-    {"four_fp16",     4, 1500001, "fp16",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
-    {"four_uint8",    4, 1500001, "uint8", 0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
-    {"eight",         8, 1200007, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
-    {"roles",         5, 1000003, "none",  0,    NULL,   0, 0,   "attcc",    NULL, 0, NULL, NULL, NULL, 0, 0, false},
-    {"kill_sender",   4, 2000003, "none",  40,   "kill", 3, 0.8, "tttc",     NULL, 0, NULL, NULL, NULL, 0, 0, false},
-    {"kill_aggregator", 8, 2000003, "none", 40,  "kill", 5, 1.0, NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
-    {"stall",         4, 2000003, "none",  40,   "stop", 2, 0.8, NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
-    {"nan",           4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0, 0, false},
-    {"nan_fp16",      4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "nan", 0, "dropped", NULL, NULL, 0, 0, false},
-    {"wrong_size",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-size", 0, "dropped", NULL, NULL, 0, 0, false},
-    {"wrong_part",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "wrong-part", 0, "dropped", NULL, NULL, 0, 0, false},
-    {"garbage_chunk", 4, 1000003, "fp16",  0,    NULL,   3, 0,   "tttc",     "garbage", 0, "dropped", NULL, NULL, 0, 0, false},
-    {"garbage_port",  4, 2000003, "none",  40,   "port", 1, 0.5, NULL,       NULL, 0, NULL, NULL, NULL, 0, 0, false},
-    /* a client that calls the round 8 s late misses the group (the first
-     * window is about 5 s) and keeps its vector */
-    {"late",          4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     NULL, 8, "no group", NULL, NULL, 0, 0, false},
-    /* matchmaking ahead of the vector: each member's chunks carry another
-     * weight than its join, and the vectors come 0.3-1.05 s after the round starts */
-    {"weights_late",  4, 1000003, "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, NULL, 0, 0.3, true},
-    {"weights_late_clients", 5, 1000003, "fp16", 0, NULL, 0, 0,  "ttcct",    NULL, 0, NULL, NULL, NULL, 0, 0.3, true},
-    /* a client whose chunk headers carry an impossible weight is left out */
-    {"weight_nan",    4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "weight-nan", 0, "dropped", NULL, NULL, 0, 0, false},
-    {"weight_negative", 4, 1000003, "none", 0,   NULL,   3, 0,   "tttc",     "weight-negative", 0, "dropped", NULL, NULL, 0, 0.3, true},
-    {"weight_huge",   4, 1000003, "none",  0,    NULL,   3, 0,   "tttc",     "weight-huge", 0, "dropped", NULL, NULL, 0, 0, false},
-    /* 8 members, 3 attackers, the same inputs aggregated both ways */
-    {"robust_mean",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, NULL, "s--n--t-", 0, 0, false},
-    {"robust_clip",   8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 0, 0, false},
-    {"robust_clip_replay", 8, 600011, "none", 0, NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--r--n-", 0, 0, false},
-    /* tau above the honest spread of a chunk (about 15 here): only the attackers are clipped */
-    {"robust_clip_tau", 8, 600011,  "none",  0,    NULL,   0, 0,   NULL,       NULL, 0, NULL, "centered-clip", "s--n--t-", 30, 0, false},
-};
 
 int main(int argc, char **argv) {
     atexit(kill_all);

@@ -1,0 +1,90 @@
+/* The averaging-round scenarios of collab_round_procs, one entry each; a
+ * field left out is zero (NULL, false). tests/collab/CMakeLists.txt reads this
+ * file and registers the ctest collab/round_<name> for every `.name = "..."`
+ * line, so adding a scenario is adding its entry here. Keep `.name` the first
+ * field of an entry: a needs_test_hooks flag belongs to the name above it. */
+#ifndef DEDLOC_TESTS_COLLAB_ROUND_SCENARIOS_H
+#define DEDLOC_TESTS_COLLAB_ROUND_SCENARIOS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct scenario {
+    const char *name;
+    int member_count;
+    size_t vector_size;         /* floats each member averages */
+    const char *compression;    /* "fp16" or "uint8"; NULL = "none" */
+    double upload_mbit;         /* per member cap, 0 = none */
+    const char *fault;          /* NULL, "kill", "stop" (SIGSTOP, then SIGCONT), "port" (garbage on its port) */
+    int victim;                 /* member index the fault, misbehave and victim_delay hit (a kill or
+                                 * stop aimed at the group's leader moves to another trainer) */
+    double fault_at;            /* seconds after every member started the round */
+    const char *roles;          /* one letter per member: t(rainer) c(lient) a(ux); NULL = all trainers */
+    const char *misbehave;      /* `--misbehave` mode of member `victim` */
+    double victim_delay;        /* member `victim` calls the round this late (s) */
+    const char *victim_status;  /* what the victim must report, or NULL */
+    const char *aggregation;    /* NULL (mean) or "centered-clip" */
+    const char *attacks;        /* per member: '-' honest, 's' sign-flip, 'n' noise, 't' stale, 'r' replay */
+    double tau;                 /* centered clip radius (0 = the default, 1) */
+    double hand_over;           /* > 0: member i matchmakes first and hands its vector over
+                                 * hand_over + 0.25 i s after the round starts */
+    bool join_differs;          /* the joins carry 1 + i % 3, the chunks 5 + 3 i */
+    bool needs_test_hooks;      /* registered only in test-hook builds (the attack modes) */
+};
+
+/* Member weights are 1 + i % 3 (aux members 0) unless join_differs. */
+static const struct scenario scenarios[] = {
+    {.name = "two", .member_count = 2, .vector_size = 1000003},
+    {.name = "four_fp16", .member_count = 4, .vector_size = 1500001, .compression = "fp16"},
+    {.name = "four_uint8", .member_count = 4, .vector_size = 1500001, .compression = "uint8"},
+    {.name = "eight", .member_count = 8, .vector_size = 1200007},
+    {.name = "roles", .member_count = 5, .vector_size = 1000003, .roles = "attcc"},
+    {.name = "kill_sender", .member_count = 4, .vector_size = 2000003, .upload_mbit = 40,
+     .fault = "kill", .victim = 3, .fault_at = 0.8, .roles = "tttc"},
+    {.name = "kill_aggregator", .member_count = 8, .vector_size = 2000003, .upload_mbit = 40,
+     .fault = "kill", .victim = 5, .fault_at = 1.0},
+    {.name = "stall", .member_count = 4, .vector_size = 2000003, .upload_mbit = 40,
+     .fault = "stop", .victim = 2, .fault_at = 0.8},
+    /* a client sending malformed or non-finite chunks is dropped */
+    {.name = "nan", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
+     .victim = 3, .misbehave = "nan", .victim_status = "dropped"},
+    {.name = "nan_fp16", .member_count = 4, .vector_size = 1000003, .compression = "fp16", .roles = "tttc",
+     .victim = 3, .misbehave = "nan", .victim_status = "dropped"},
+    {.name = "wrong_size", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
+     .victim = 3, .misbehave = "wrong-size", .victim_status = "dropped"},
+    {.name = "wrong_part", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
+     .victim = 3, .misbehave = "wrong-part", .victim_status = "dropped"},
+    {.name = "garbage_chunk", .member_count = 4, .vector_size = 1000003, .compression = "fp16", .roles = "tttc",
+     .victim = 3, .misbehave = "garbage", .victim_status = "dropped"},
+    {.name = "garbage_port", .member_count = 4, .vector_size = 2000003, .upload_mbit = 40,
+     .fault = "port", .victim = 1, .fault_at = 0.5},
+    /* a client that calls the round 8 s late misses the group (the first
+     * window is about 5 s) and keeps its vector */
+    {.name = "late", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
+     .victim = 3, .victim_delay = 8, .victim_status = "no group"},
+    /* matchmaking ahead of the vector: each member's chunks carry another
+     * weight than its join, and the vectors come 0.3-1.05 s after the round starts */
+    {.name = "weights_late", .member_count = 4, .vector_size = 1000003, .hand_over = 0.3, .join_differs = true},
+    {.name = "weights_late_clients", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
+     .roles = "ttcct", .hand_over = 0.3, .join_differs = true},
+    /* a client whose chunk headers carry an impossible weight is left out */
+    {.name = "weight_nan", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
+     .victim = 3, .misbehave = "weight-nan", .victim_status = "dropped"},
+    {.name = "weight_negative", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
+     .victim = 3, .misbehave = "weight-negative", .victim_status = "dropped", .hand_over = 0.3, .join_differs = true},
+    {.name = "weight_huge", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
+     .victim = 3, .misbehave = "weight-huge", .victim_status = "dropped"},
+    /* 8 members, 3 attackers (at 0, 3, 6: weights 3 of 15), the same inputs
+     * aggregated both ways */
+    {.name = "robust_mean", .member_count = 8, .vector_size = 600011, .attacks = "s--n--t-",
+     .needs_test_hooks = true},
+    {.name = "robust_clip", .member_count = 8, .vector_size = 600011, .aggregation = "centered-clip",
+     .attacks = "s--n--t-", .needs_test_hooks = true},
+    {.name = "robust_clip_replay", .member_count = 8, .vector_size = 600011, .aggregation = "centered-clip",
+     .attacks = "s--r--n-", .needs_test_hooks = true},
+    /* tau above the honest spread of a chunk (about 15 here): only the attackers are clipped */
+    {.name = "robust_clip_tau", .member_count = 8, .vector_size = 600011, .aggregation = "centered-clip",
+     .attacks = "s--n--t-", .tau = 30, .needs_test_hooks = true},
+};
+
+#endif
