@@ -1,7 +1,6 @@
 /* The averaging service on one peer, the top of the averaging layers
  * (collab_internal.h): net handlers that route incoming requests to the
  * running round's inbox, and dl_collab_average's outer frame. */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

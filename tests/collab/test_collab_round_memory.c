@@ -419,7 +419,8 @@ static void run_scenario(const struct scenario *sc) {
         const struct dl_round *a = s->m[first].r, *b = m->r;
         bool same_store = a->num_chunks == b->num_chunks;
         for (size_t gi = 0; same_store && gi < a->num_chunks; gi++)
-            same_store = a->store_size[gi] == b->store_size[gi] && !memcmp(a->store[gi], b->store[gi], a->store_size[gi]);
+            same_store =
+                a->store_size[gi] == b->store_size[gi] && !memcmp(a->store[gi], b->store[gi], a->store_size[gi]);
         CHECK_MSG(same_store, "%s: members %ld and %zu hold different result bytes", sc->name, first, i);
         CHECK_MSG(!memcmp(out[first], out[i], n * sizeof(float)), "%s: members %ld and %zu hold different vectors",
                   sc->name, first, i);
