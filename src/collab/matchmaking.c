@@ -89,22 +89,22 @@ static bool key_matches(const char *peer_id, const uint8_t pk[DL_NET_PUBLIC_KEY]
 }
 
 /* Who leads this epoch, and how many peers the view expects in it. */
-static int find_leader(struct dl_round *r, uint64_t epoch, char leader[DL_PEER_ID_HEX], size_t *expected) {
+static int find_leader(struct dl_collab *c, uint64_t epoch, char leader[DL_PEER_ID_HEX], size_t *expected) {
     struct dl_swarm_view view;
-    if (dl_net_swarm_view(r->c->net, &view)) return -1;
-    dl_collab_drop_gone(r->c, &view);
+    if (dl_net_swarm_view(c->net, &view)) return -1;
+    dl_collab_drop_gone(c, &view);
     /* We are at the epoch we matchmake for, whatever our own record in the
      * view says yet (a round started right after a step may look before it
      * arrives): a peer that left itself out could join a higher id that
      * joins it back, and neither would lead. */
-    const char *self = dl_net_peer_id(r->c->net);
+    const char *self = dl_net_peer_id(c->net);
     leader[0] = 0;
     *expected = 1;
-    if (!r->c->cfg.client_mode) snprintf(leader, DL_PEER_ID_HEX, "%s", self);
+    if (!c->cfg.client_mode) snprintf(leader, DL_PEER_ID_HEX, "%s", self);
     for (size_t i = 0; i < view.num_peers; i++) {
         const struct dl_swarm_peer *p = &view.peers[i];
         if (p->is_self || !strcmp(p->peer_id, self)) continue;
-        if (p->epoch != epoch || dl_collab_is_banned(r->c, p->peer_id)) continue;
+        if (p->epoch != epoch || dl_bans_is_banned(&c->bans, p->peer_id)) continue;
         (*expected)++;
         if (p->client_mode) continue;
         if (!leader[0] || strcmp(p->peer_id, leader) < 0) snprintf(leader, DL_PEER_ID_HEX, "%s", p->peer_id);
@@ -115,12 +115,12 @@ static int find_leader(struct dl_round *r, uint64_t epoch, char leader[DL_PEER_I
 
 /* Peers of the view (us included) that this peer has not banned: the most
  * that can join our group, whatever the caller expects. */
-static size_t eligible_peers(struct dl_round *r) {
+static size_t eligible_peers(struct dl_collab *c) {
     struct dl_swarm_view view;
-    if (dl_net_swarm_view(r->c->net, &view)) return SIZE_MAX;
+    if (dl_net_swarm_view(c->net, &view)) return SIZE_MAX;
     size_t n = 0;
     for (size_t i = 0; i < view.num_peers; i++)
-        n += view.peers[i].is_self || !dl_collab_is_banned(r->c, view.peers[i].peer_id);
+        n += view.peers[i].is_self || !dl_bans_is_banned(&c->bans, view.peers[i].peer_id);
     dl_swarm_view_free(&view);
     return n;
 }
@@ -152,15 +152,15 @@ static bool parse_redirect(const uint8_t *data, size_t size, const char *leader,
  * view shows a non-client peer already past the epoch does not close, and a
  * leader that nobody joined does not step alone while its view shows other
  * peers at its epoch (they are in another group, or it will form again). */
-static const char *must_not_close(struct dl_round *r, uint64_t epoch, size_t count, char *why, size_t why_size) {
+static const char *must_not_close(struct dl_collab *c, uint64_t epoch, size_t count, char *why, size_t why_size) {
     struct dl_swarm_view view;
-    if (dl_net_swarm_view(r->c->net, &view)) return NULL;
-    dl_collab_drop_gone(r->c, &view);
+    if (dl_net_swarm_view(c->net, &view)) return NULL;
+    dl_collab_drop_gone(c, &view);
     size_t others = 0;
     bool ahead = false;
     for (size_t i = 0; i < view.num_peers; i++) {
         const struct dl_swarm_peer *p = &view.peers[i];
-        if (p->is_self || dl_collab_is_banned(r->c, p->peer_id)) continue;
+        if (p->is_self || dl_bans_is_banned(&c->bans, p->peer_id)) continue;
         /* A peer past the epoch on its word alone (no quorum backs it) proves no group completed. */
         if (p->epoch > epoch && !p->client_mode && !p->epoch_unbacked) ahead = true;
         if (p->epoch == epoch) others++;
@@ -177,7 +177,8 @@ static const char *must_not_close(struct dl_round *r, uint64_t epoch, size_t cou
     return why;
 }
 
-static int form_group(struct dl_round *r, struct join_info *joins, size_t count, const struct dl_avg_options *opt) {
+static int form_group(struct dl_collab *c, struct dl_round *r, struct join_info *joins, size_t count,
+                      const struct dl_avg_options *opt) {
     struct dl_group *g = &r->g;
     memset(g, 0, sizeof *g);
     randombytes_buf(g->round_id, sizeof g->round_id);
@@ -205,7 +206,7 @@ static int form_group(struct dl_round *r, struct join_info *joins, size_t count,
         m->bandwidth_mbit = joins[i].bandwidth_mbit > 0 ? joins[i].bandwidth_mbit : fallback;
         m->role = joins[i].role;
     }
-    if (dl_group_sort(g, dl_net_peer_id(r->c->net))) return -1;
+    if (dl_group_sort(g, dl_net_peer_id(c->net))) return -1;
     double bw[DL_AVG_MAX_MEMBERS], fractions[DL_AVG_MAX_MEMBERS];
     enum dl_member_role roles[DL_AVG_MAX_MEMBERS];
     size_t parts[DL_AVG_MAX_MEMBERS];
@@ -225,18 +226,17 @@ static int form_group(struct dl_round *r, struct join_info *joins, size_t count,
     return 0;
 }
 
-static int join(struct dl_round *r, const struct dl_avg_options *opt, const char *first_leader);
+static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_options *opt, const char *first_leader);
 
 /* Whether our caller has yet to hand its vector over. */
-static bool handoff_waiting(struct dl_round *r) {
-    pthread_mutex_lock(&r->c->lock);
+static bool handoff_waiting(struct dl_collab *c, const struct dl_round *r) {
+    pthread_mutex_lock(&c->lock);
     bool waiting = r->handoff->state == 0;
-    pthread_mutex_unlock(&r->c->lock);
+    pthread_mutex_unlock(&c->lock);
     return waiting;
 }
 
-static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t expected) {
-    struct dl_collab *c = r->c;
+static int lead(struct dl_collab *c, struct dl_round *r, const struct dl_avg_options *opt, size_t expected) {
     struct join_info *joins = dl_calloc(DL_AVG_MAX_MEMBERS, sizeof *joins);
     if (!joins) return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
     size_t count = 1;
@@ -255,7 +255,7 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
      * they are refused, so waiting out the window for them would only cost
      * every later round its full length. */
     if (opt->expected_peers) {
-        size_t eligible = eligible_peers(r);
+        size_t eligible = eligible_peers(c);
         expected = opt->expected_peers < eligible ? opt->expected_peers : eligible;
     }
     double window = fmin(fmax(2 * c->spread_ema + 0.3, c->cfg.matchmaking_floor_s), c->cfg.matchmaking_ceiling_s);
@@ -267,20 +267,20 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
      * the ceiling), since they start ahead of their own ETAs, which differ. */
     double hard_close = t0 + fmin(c->cfg.matchmaking_ceiling_s, (r->deadline - t0) / 3);
     while (expected <= 1 || count < expected) {
-        if (dl_now() >= close_at && !(r->handoff && handoff_waiting(r) && dl_now() < hard_close)) break;
+        if (dl_now() >= close_at && !(r->handoff && handoff_waiting(c, r) && dl_now() < hard_close)) break;
         /* A lower-id peer at our epoch that our view did not show when we
          * chose ourselves leads instead: nobody has our record yet, so hand
          * the joiners over and join it. Peers that appear at our epoch are
          * waited for too. */
         char lowest[DL_PEER_ID_HEX];
         size_t now_expected = 0;
-        if (!find_leader(r, opt->epoch, lowest, &now_expected)) {
+        if (!find_leader(c, opt->epoch, lowest, &now_expected)) {
             if (strcmp(lowest, self->peer_id) < 0) {
                 DL_INFO("collab", "epoch %llu: %.8s leads (seen after we started leading): handing over %zu joiner(s)",
                         (unsigned long long)opt->epoch, lowest, count - 1);
                 for (size_t i = 1; i < count; i++) respond_redirect(r, joins[i].token, lowest);
                 free(joins);
-                return join(r, opt, lowest);
+                return join(c, r, opt, lowest);
             }
             if (!expected_given && now_expected > expected) expected = now_expected;
         }
@@ -341,12 +341,12 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
     }
     c->spread_ema = c->spread_ema > 0 ? 0.7 * c->spread_ema + 0.3 * (last_arrival - t0) : last_arrival - t0;
     char no_close[200];
-    if (must_not_close(r, opt->epoch, count, no_close, sizeof no_close)) {
+    if (must_not_close(c, opt->epoch, count, no_close, sizeof no_close)) {
         for (size_t i = 1; i < count; i++) dl_round_respond_text(r, joins[i].token, no_close);
         free(joins);
         return dl_round_fail(r, DL_AVG_NO_GROUP, "%s", no_close);
     }
-    int rc = form_group(r, joins, count, opt);
+    int rc = form_group(c, r, joins, count, opt);
     size_t record_size = 0;
     uint8_t *record = rc ? NULL : dl_group_sign(&r->g, c->net, &record_size);
     if (!record) {
@@ -366,8 +366,8 @@ static int lead(struct dl_round *r, const struct dl_avg_options *opt, size_t exp
     return 0;
 }
 
-static int join(struct dl_round *r, const struct dl_avg_options *opt, const char *first_leader) {
-    struct dl_collab *c = r->c;
+static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_options *opt,
+                const char *first_leader) {
     char leader[DL_PEER_ID_HEX];
     snprintf(leader, sizeof leader, "%s", first_leader);
     int redirects = 0;
@@ -459,15 +459,15 @@ static int join(struct dl_round *r, const struct dl_avg_options *opt, const char
     }
 }
 
-int dl_matchmake(struct dl_round *r, const struct dl_avg_options *opt) {
+int dl_matchmake(struct dl_collab *c, struct dl_round *r, const struct dl_avg_options *opt) {
     char leader[DL_PEER_ID_HEX];
     size_t expected = 0;
-    if (find_leader(r, opt->epoch, leader, &expected))
+    if (find_leader(c, opt->epoch, leader, &expected))
         return dl_round_fail(r, DL_AVG_NO_GROUP, "%s (publish progress at this epoch first)", dl_error());
-    int rc = strcmp(leader, dl_net_peer_id(r->c->net)) ? join(r, opt, leader) : lead(r, opt, expected);
+    int rc = strcmp(leader, dl_net_peer_id(c->net)) ? join(c, r, opt, leader) : lead(c, r, opt, expected);
     if (rc) return rc;
-    pthread_mutex_lock(&r->c->lock);
+    pthread_mutex_lock(&c->lock);
     r->has_group = true;
-    pthread_mutex_unlock(&r->c->lock);
+    pthread_mutex_unlock(&c->lock);
     return 0;
 }

@@ -8,27 +8,19 @@
  * it makes sure the aggregator is unreachable, gathers the chunk's
  * contributions from the surviving senders (each still holds its vector),
  * reduces them in member order and signs the result as generation 1. Every
- * member that asks gets those same bytes. */
+ * member that asks gets those same bytes.
+ *
+ * It sits on the round's state (round.c) and under its loop (allreduce.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collab/balance.h"
 #include "collab/bytes.h"
-#include "collab/collab_internal.h"
+#include "collab/round.h"
 #include "collab/wirecodec.h"
 
 static const char alive_text[] = "aggregator alive";
-
-long dl_round_rereducer(const struct dl_round *r, size_t part) {
-    /* Fixed by the group record alone, never by anyone's view of who
-     * failed: two members must never pick two re-reducers for one part. */
-    for (size_t i = 1; i < r->g.n; i++) {
-        size_t m = (part + i) % r->g.n;
-        if (r->g.members[m].role == DL_MEMBER_TRAINER) return (long)m;
-    }
-    return -1;
-}
 
 static void answer_waiters(struct dl_round *r, size_t gi, const char *error) {
     struct dl_rereduce *rr = &r->rr[gi];
@@ -48,8 +40,8 @@ static void finish_rereduce(struct dl_round *r, size_t part, size_t k) {
             DL_WARN("collab", "cannot re-reduce part %zu chunk %zu: no contribution", part, k);
         for (size_t j = 0; j < r->g.n; j++)
             if (bad[j])
-                dl_collab_ban(r->c, r->g.members[j].peer_id,
-                              "sent a contribution that does not decode or an impossible weight");
+                dl_round_ban(r, r->g.members[j].peer_id,
+                             "sent a contribution that does not decode or an impossible weight");
     }
     for (size_t j = 0; j < r->g.n; j++) {
         free(rr->contrib[j]);
@@ -68,7 +60,7 @@ static void gather(struct dl_round *r, size_t part, size_t k) {
     }
     rr->state = RR_GATHERING;
     rr->outstanding = 0;
-    rr->started = dl_now();
+    rr->started = dl_round_now(r);
     uint8_t ref[DL_AVG_REF_HEADER];
     dl_round_write_ref(ref, r, part, k);
     for (size_t j = 0; j < r->g.n; j++) {
@@ -126,7 +118,7 @@ static void start_rereduce_request(struct dl_round *r, size_t part, size_t k) {
         begin_rereduce(r, part, k);
         if (r->rr[gi].state == RR_IDLE && !r->store[gi]) {
             rec->state = REC_IDLE;
-            rec->retry_at = dl_now() + 0.2;
+            rec->retry_at = dl_round_now(r) + 0.2;
         }
         return;
     }
@@ -135,7 +127,7 @@ static void start_rereduce_request(struct dl_round *r, size_t part, size_t k) {
     if (dl_round_request(r, r->g.members[m].peer_id, "avg.rereduce", ref, sizeof ref, 2 * r->stall_s + 4,
                          EV_REREDUCE_REPLY, (uint32_t)part, (uint32_t)k, (uint32_t)m)) {
         rec->state = REC_IDLE;
-        rec->retry_at = dl_now() + 0.5;
+        rec->retry_at = dl_round_now(r) + 0.5;
     }
 }
 
@@ -215,11 +207,11 @@ void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev) {
             /* It still runs this round and will deliver. */
             rr->state = RR_IDLE;
             r->failed[part] = false;
-            r->last_heard[part] = dl_now();
+            r->last_heard[part] = dl_round_now(r);
             answer_waiters(r, gi, alive_text);
             if (rr->local_need) {
                 r->rec[gi].state = REC_IDLE;
-                r->rec[gi].retry_at = dl_now() + 0.5;
+                r->rec[gi].retry_at = dl_round_now(r) + 0.5;
             }
         } else if (rr->pings < 2 && ev->status != DL_NET_REMOTE_ERROR) {
             ping(r, part, k);
@@ -273,11 +265,11 @@ void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         } else if (ev->status == DL_NET_REMOTE_ERROR && text_is(ev, alive_text)) {
             /* The aggregator answered the re-reducer: wait for it after all. */
             r->failed[part] = false;
-            r->last_heard[part] = dl_now();
+            r->last_heard[part] = dl_round_now(r);
         } else {
             /* Only this member may re-reduce the part: ask it again (the
              * round's deadline bounds the wait). */
-            rec->retry_at = dl_now() + 0.5;
+            rec->retry_at = dl_round_now(r) + 0.5;
         }
         break;
     }

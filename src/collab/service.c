@@ -1,6 +1,6 @@
-/* The averaging service on one peer: net handlers, the inbox the round
- * thread reads, bans, and dl_collab_average's outer frame. */
-#include <errno.h>
+/* The averaging service on one peer, the top of the averaging layers
+ * (collab_internal.h): net handlers that route incoming requests to the
+ * running round's inbox, and dl_collab_average's outer frame. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,13 +9,6 @@
 #include "collab/bytes.h"
 #include "collab/collab_internal.h"
 #include "collab/wirecodec.h"
-
-static const struct { const char *method; int kind; } incoming_methods[] = {
-    {"avg.join", EV_JOIN},         {"avg.chunk", EV_CHUNK},     {"avg.result", EV_RESULT},
-    {"avg.fetch", EV_FETCH},       {"avg.rereduce", EV_REREDUCE}, {"avg.contrib", EV_CONTRIB},
-    {"avg.alive", EV_ALIVE},
-};
-#define NUM_METHODS (sizeof incoming_methods / sizeof incoming_methods[0])
 
 void dl_collab_config_default(struct dl_collab_config *config) {
     memset(config, 0, sizeof *config);
@@ -44,74 +37,8 @@ void dl_avg_result_free(struct dl_avg_result *result) {
     result->chunks = NULL;
 }
 
-void dl_avg_event_free(struct dl_avg_event *ev) {
-    if (!ev) return;
-    free(ev->data);
-    free(ev);
-}
-
-void dl_collab_push(struct dl_collab *c, struct dl_avg_event *ev) {
-    ev->next = NULL;
-    if (c->inbox_tail) c->inbox_tail->next = ev;
-    else c->inbox = ev;
-    c->inbox_tail = ev;
-    pthread_cond_signal(&c->wake);
-}
-
-bool dl_collab_is_banned(struct dl_collab *c, const char *peer_id) {
-    double now = dl_now();
-    for (size_t i = 0; i < c->num_bans; i++)
-        if (c->bans[i].until > now && !strcmp(c->bans[i].peer_id, peer_id)) return true;
-    return false;
-}
-
-static void ban_until(struct dl_collab *c, const char *peer_id, double seconds) {
-    pthread_mutex_lock(&c->lock);
-    double now = dl_now();
-    size_t slot = c->num_bans;
-    for (size_t i = 0; i < c->num_bans; i++)
-        if (c->bans[i].until <= now || !strcmp(c->bans[i].peer_id, peer_id)) slot = i;
-    if (slot == c->num_bans) {
-        if (c->num_bans < sizeof c->bans / sizeof c->bans[0]) c->num_bans++;
-        else slot = 0;
-    }
-    /* A ban for the run outlives any later ban for a while. */
-    bool longer = strcmp(c->bans[slot].peer_id, peer_id) || !(c->bans[slot].until > now + seconds);
-    snprintf(c->bans[slot].peer_id, sizeof c->bans[slot].peer_id, "%s", peer_id);
-    if (longer) c->bans[slot].until = now + seconds;
-    pthread_mutex_unlock(&c->lock);
-}
-
-void dl_collab_ban(struct dl_collab *c, const char *peer_id, const char *why) {
-    DL_WARN("collab", "dropping peer %s from the round and refusing it for %.0f s: %s", peer_id, c->cfg.ban_s,
-            why);
-    ban_until(c, peer_id, c->cfg.ban_s);
-}
-
-void dl_collab_ban_for_run(struct dl_collab *c, const char *peer_id, const char *why) {
-    DL_WARN("collab", "refusing peer %s for the rest of the run: %s", peer_id, why);
-    ban_until(c, peer_id, INFINITY);
-}
-
 static void respond_text(dl_net *net, uint64_t token, const char *text) {
     dl_net_respond(net, token, DL_NET_REMOTE_ERROR, text, strlen(text));
-}
-
-static struct dl_avg_event *event_from(int kind, const char *peer_id, const uint8_t *data, size_t size) {
-    struct dl_avg_event *ev = calloc(1, sizeof *ev);
-    if (!ev) return NULL;
-    ev->kind = kind;
-    if (peer_id) snprintf(ev->peer_id, sizeof ev->peer_id, "%s", peer_id);
-    if (size) {
-        ev->data = malloc(size);
-        if (!ev->data) {
-            free(ev);
-            return NULL;
-        }
-        memcpy(ev->data, data, size);
-    }
-    ev->size = size;
-    return ev;
 }
 
 /* Network thread: one handler for every averaging method. The methods are
@@ -120,26 +47,29 @@ struct method_slot {
     struct dl_collab *c;
     int kind;
 };
-static struct method_slot method_slots[64][NUM_METHODS];
+static struct method_slot method_slots[64][DL_AVG_NUM_METHODS];
 static pthread_mutex_t method_slots_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Answers a late request from a finished round's store (lock held). */
+static void serve_finished(dl_net *net, const struct dl_round *r, int kind, const struct dl_net_incoming *in) {
+    const uint8_t *answer;
+    size_t size;
+    int status = dl_round_answer_finished(r, kind, in->payload, in->size, &answer, &size);
+    if (status == DL_NET_OK && size) dl_net_respond_ex(net, in->token, DL_NET_OK, answer, size, DL_NET_RAW);
+    else dl_net_respond(net, in->token, status, answer, size);
+}
 
 static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in) {
     struct method_slot *slot = user;
     struct dl_collab *c = slot->c;
     pthread_mutex_lock(&c->lock);
-    bool banned = dl_collab_is_banned(c, in->peer_id);
+    bool banned = dl_bans_is_banned(&c->bans, in->peer_id);
     struct dl_round *cur = c->cur;
     bool for_cur = false;
     if (slot->kind == EV_ALIVE) {
         /* Answered here, on the network thread: it proves the process runs
          * this round even while its round thread is busy. */
-        bool alive = !banned && in->size >= DL_GROUP_ROUND_ID && cur && cur->has_group &&
-                     cur->status == DL_AVG_OK && !memcmp(in->payload, cur->g.round_id, DL_GROUP_ROUND_ID);
-        /* ...and only while its round thread moves: one that stood still
-         * longer than stall_s (a stopped process just resumed) is about to
-         * give up the round, whatever this thread could say. */
-        double beat = alive ? atomic_load(&cur->heartbeat) : 0;
-        if (alive && beat > 0 && dl_now() - beat > cur->stall_s) alive = false;
+        bool alive = !banned && cur && dl_round_alive_for(cur, in->payload, in->size, dl_now());
         pthread_mutex_unlock(&c->lock);
         if (alive) dl_net_respond(net, in->token, DL_NET_OK, NULL, 0);
         else respond_text(net, in->token, "unknown round");
@@ -158,7 +88,7 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
     } else if (in->size >= DL_GROUP_ROUND_ID) {
         if (cur && cur->has_group && !memcmp(in->payload, cur->g.round_id, DL_GROUP_ROUND_ID)) for_cur = true;
         else if (c->last && !memcmp(in->payload, c->last->g.round_id, DL_GROUP_ROUND_ID)) {
-            if (!banned) dl_round_serve_finished(c, c->last, slot->kind, in);
+            if (!banned) serve_finished(net, c->last, slot->kind, in);
             else respond_text(net, in->token, "refused: banned");
             pthread_mutex_unlock(&c->lock);
             return;
@@ -174,14 +104,14 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
         respond_text(net, in->token, "unknown round");
         return;
     }
-    struct dl_avg_event *ev = event_from(slot->kind, in->peer_id, in->payload, in->size);
+    struct dl_avg_event *ev = dl_avg_event_new(slot->kind, in->peer_id, in->payload, in->size);
     if (!ev) {
         pthread_mutex_unlock(&c->lock);
         respond_text(net, in->token, "out of memory");
         return;
     }
     ev->token = in->token;
-    dl_collab_push(c, ev);
+    dl_inbox_push(&c->inbox, ev);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -202,28 +132,34 @@ int dl_collab_start(dl_net *net, const struct dl_collab_config *config, dl_colla
         return dl_fail("collab: a peer is either a client or an auxiliary peer, not both");
     }
     pthread_mutex_init(&c->lock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    if (dl_inbox_init(&c->inbox, &c->lock)) {
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        return -1;
+    }
+    c->transport.net = net;
+    c->transport.inbox = &c->inbox;
+    dl_bans_init(&c->bans, c->cfg.ban_s, c->cfg.clip_warn_rounds, c->cfg.clip_ban_rounds);
     pthread_mutex_lock(&method_slots_lock);
     size_t idx = 0;
     while (idx < 64 && method_slots[idx][0].c) idx++;
     if (idx == 64) {
         pthread_mutex_unlock(&method_slots_lock);
+        dl_bans_destroy(&c->bans);
+        dl_inbox_destroy(&c->inbox);
+        pthread_mutex_destroy(&c->lock);
         free(c);
         return dl_fail("collab: more than 64 services in one process");
     }
-    for (size_t i = 0; i < NUM_METHODS; i++) {
+    for (size_t i = 0; i < DL_AVG_NUM_METHODS; i++) {
         method_slots[idx][i].c = c;
-        method_slots[idx][i].kind = incoming_methods[i].kind;
+        method_slots[idx][i].kind = dl_avg_methods[i].kind;
     }
     pthread_mutex_unlock(&method_slots_lock);
-    for (size_t i = 0; i < NUM_METHODS; i++)
-        if (dl_net_set_handler(net, incoming_methods[i].method, on_request, &method_slots[idx][i])) {
+    for (size_t i = 0; i < DL_AVG_NUM_METHODS; i++)
+        if (dl_net_set_handler(net, dl_avg_methods[i].method, on_request, &method_slots[idx][i])) {
             dl_collab_stop(c);
-            return dl_fail_context("collab: registering %s", incoming_methods[i].method);
+            return dl_fail_context("collab: registering %s", dl_avg_methods[i].method);
         }
     *out = c;
     return 0;
@@ -231,17 +167,13 @@ int dl_collab_start(dl_net *net, const struct dl_collab_config *config, dl_colla
 
 void dl_collab_stop(dl_collab *c) {
     if (!c) return;
-    for (size_t i = 0; i < NUM_METHODS; i++) dl_net_set_handler(c->net, incoming_methods[i].method, NULL, NULL);
+    for (size_t i = 0; i < DL_AVG_NUM_METHODS; i++) dl_net_set_handler(c->net, dl_avg_methods[i].method, NULL, NULL);
     /* A handler that read its pointer just before removal may still run:
      * give it time to finish before the memory goes. */
     struct timespec ts = {0, 100 * 1000 * 1000};
     nanosleep(&ts, NULL);
     pthread_mutex_lock(&c->lock);
-    while (c->inbox) {
-        struct dl_avg_event *ev = c->inbox;
-        c->inbox = ev->next;
-        dl_avg_event_free(ev);
-    }
+    dl_inbox_destroy(&c->inbox);
     struct dl_round *last = c->last;
     c->last = NULL;
     pthread_mutex_unlock(&c->lock);
@@ -249,99 +181,14 @@ void dl_collab_stop(dl_collab *c) {
     pthread_mutex_lock(&method_slots_lock);
     for (size_t idx = 0; idx < 64; idx++)
         if (method_slots[idx][0].c == c)
-            for (size_t i = 0; i < NUM_METHODS; i++) method_slots[idx][i].c = NULL;
+            for (size_t i = 0; i < DL_AVG_NUM_METHODS; i++) method_slots[idx][i].c = NULL;
     pthread_mutex_unlock(&method_slots_lock);
+    dl_bans_destroy(&c->bans);
     pthread_mutex_destroy(&c->lock);
-    pthread_cond_destroy(&c->wake);
     free(c);
 }
 
 double dl_collab_measured_bandwidth(const dl_collab *c) { return c->measured_mbit; }
-
-/* ---- requests from the round thread ------------------------------------------ */
-
-struct request_ctx {
-    struct dl_collab *c;
-    uint64_t serial;
-    int kind;
-    uint32_t part, chunk, member;
-    char peer_id[DL_PEER_ID_HEX];
-};
-
-static void on_response(void *user, uint64_t id, int status, const uint8_t *payload, size_t size) {
-    struct request_ctx *ctx = user;
-    struct dl_collab *c = ctx->c;
-    pthread_mutex_lock(&c->lock);
-    if (c->cur && c->cur->serial == ctx->serial) {
-        struct dl_avg_event *ev = event_from(ctx->kind, ctx->peer_id, payload, payload ? size : 0);
-        if (ev) {
-            ev->status = status;
-            ev->serial = ctx->serial;
-            ev->part = ctx->part;
-            ev->chunk = ctx->chunk;
-            ev->member = ctx->member;
-            dl_collab_push(c, ev);
-        }
-    }
-    pthread_mutex_unlock(&c->lock);
-    free(ctx);
-}
-
-int dl_round_request(struct dl_round *r, const char *peer_id, const char *method, const void *payload,
-                     size_t size, double timeout_s, int kind, uint32_t part, uint32_t chunk, uint32_t member) {
-    struct request_ctx *ctx = dl_calloc(1, sizeof *ctx);
-    if (!ctx) return -1;
-    ctx->c = r->c;
-    ctx->serial = r->serial;
-    ctx->kind = kind;
-    ctx->part = part;
-    ctx->chunk = chunk;
-    ctx->member = member;
-    snprintf(ctx->peer_id, sizeof ctx->peer_id, "%s", peer_id);
-    if (!(timeout_s > 0.05)) timeout_s = 0.05;
-    if (!dl_net_request_ex(r->c->net, peer_id, method, payload, size, timeout_s, DL_NET_RAW, on_response, ctx)) {
-        free(ctx);
-        return -1;
-    }
-    r->bytes_sent += size;
-    return 0;
-}
-
-void dl_round_respond(struct dl_round *r, uint64_t token, int status, const void *payload, size_t size) {
-    if (dl_net_respond_ex(r->c->net, token, status, payload, size, DL_NET_RAW))
-        DL_WARN("collab", "cannot answer a request: %s", dl_error());
-    else
-        r->bytes_sent += size;
-}
-
-void dl_round_respond_text(struct dl_round *r, uint64_t token, const char *text) {
-    respond_text(r->c->net, token, text);
-}
-
-struct dl_avg_event *dl_round_wait_events(struct dl_round *r, double until) {
-    struct dl_collab *c = r->c;
-    pthread_mutex_lock(&c->lock);
-    while (!c->inbox && !c->poke) {
-        double now = dl_now();
-        if (now >= until) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double wait = until - now;
-        ts.tv_sec += (time_t)wait;
-        ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        int rc = pthread_cond_timedwait(&c->wake, &c->lock, &ts);
-        if (rc == ETIMEDOUT) break;
-    }
-    struct dl_avg_event *list = c->inbox;
-    c->inbox = c->inbox_tail = NULL;
-    c->poke = false;
-    pthread_mutex_unlock(&c->lock);
-    return list;
-}
 
 void dl_avg_handoff_init(struct dl_avg_handoff *h) { memset(h, 0, sizeof *h); }
 
@@ -353,8 +200,7 @@ int dl_collab_hand_over(dl_collab *c, struct dl_avg_handoff *h, double weight) {
     if (h->state == 0) {
         h->state = 1;
         h->weight = weight;
-        c->poke = true;
-        pthread_cond_signal(&c->wake);
+        dl_inbox_poke(&c->inbox);
         rc = 0;
     }
     pthread_mutex_unlock(&c->lock);
@@ -365,8 +211,7 @@ void dl_collab_withdraw(dl_collab *c, struct dl_avg_handoff *h) {
     pthread_mutex_lock(&c->lock);
     if (h->state == 0) {
         h->state = 2;
-        c->poke = true;
-        pthread_cond_signal(&c->wake);
+        dl_inbox_poke(&c->inbox);
     }
     pthread_mutex_unlock(&c->lock);
 }
@@ -429,19 +274,17 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
         for (size_t k = 0; k < r->first_chunk[p + 1] - r->first_chunk[p]; k++) {
             size_t gi = r->first_chunk[p] + k;
             struct dl_avg_chunk_info *ci = &res->chunks[gi];
-            const uint8_t *msg = r->store[gi];
-            dl_round_chunk_range(r, p, k, &ci->offset, &ci->length);
-            ci->part = (uint16_t)p;
-            ci->generation = msg[18];
-            ci->reducer = dl_get_u16(msg + 24);
-            memcpy(ci->contributors, msg + 28, sizeof ci->contributors);
-            ci->weight = dl_get_f64(msg + 60);
+            dl_round_chunk_info(r, p, k, ci);
             if (ci->weight > res->total_weight) res->total_weight = ci->weight;
         }
 }
 
+void dl_collab_count_clipped(struct dl_collab *c, const struct dl_round *r) {
+    if (r->has_group) dl_bans_count_clipped(&c->bans, &r->g, r->me, r->reduced_from, r->clipped);
+}
+
 enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_options *options,
-                      struct dl_avg_result *result) {
+                                     struct dl_avg_result *result) {
     memset(result, 0, sizeof *result);
     double t0 = dl_now();
     struct dl_avg_options opt;
@@ -470,14 +313,16 @@ enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const s
         end_handoff(c, opt.handoff);
         return result->status;
     }
-    struct dl_round *r = dl_calloc(1, sizeof *r);
+    const struct dl_round_transport tp = {&dl_net_transport_ops, &c->transport};
+    struct dl_round *r = dl_round_new(&tp, &c->bans);
     if (!r) {
         result->status = DL_AVG_FAILED;
         snprintf(result->reason, sizeof result->reason, "out of memory");
         end_handoff(c, opt.handoff);
         return result->status;
     }
-    r->c = c;
+    r->lock = &c->lock;
+    r->misbehaviour = c->misbehaviour;
     r->input = vec;
     r->n = n;
     r->weight = opt.weight;
@@ -492,26 +337,17 @@ enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const s
     c->last = NULL;
     r->serial = ++c->next_serial;
     c->cur = r;
+    c->inbox.serial = r->serial;
     pthread_mutex_unlock(&c->lock);
     dl_round_free(last);
 
-    if (!dl_matchmake(r, &opt)) {
+    if (!dl_matchmake(c, r, &opt)) {
         r->group_time = dl_now();
         dl_round_run(r);
     }
     double t_end = dl_now();
     end_handoff(c, opt.handoff);
-    if (r->status == DL_AVG_OK && r->i_receive) {
-        /* Every chunk was checked to decode when it arrived. */
-        for (size_t p = 0; p < r->g.n; p++)
-            for (size_t k = 0; k < r->first_chunk[p + 1] - r->first_chunk[p]; k++) {
-                size_t gi = r->first_chunk[p] + k;
-                uint64_t off, len;
-                dl_round_chunk_range(r, p, k, &off, &len);
-                dl_codec_decode(r->g.codec, r->store[gi] + DL_AVG_RESULT_HEADER,
-                                r->store_size[gi] - DL_AVG_RESULT_HEADER, len, vec + off);
-            }
-    }
+    if (r->status == DL_AVG_OK && r->i_receive) dl_round_copy_out(r, vec);
     if (r->status == DL_AVG_OK && r->group_time < t_end) {
         double mbit = (double)r->bytes_sent * 8e-6 / (t_end - r->group_time);
         c->measured_mbit = c->measured_mbit > 0 ? 0.7 * c->measured_mbit + 0.3 * mbit : mbit;
@@ -526,6 +362,7 @@ enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const s
                 dl_avg_status_name(r->status), r->reason);
     pthread_mutex_lock(&c->lock);
     c->cur = NULL;
+    c->inbox.serial = 0;
     c->rounds_done++;
     if (opt.epoch > c->last_epoch) c->last_epoch = opt.epoch;
     bool keep = r->has_group && r->status == DL_AVG_OK && r->i_receive;

@@ -1,4 +1,4 @@
-/* Clipped streaks (src/collab/clip_streak.c): a member clipped in
+/* Clipped streaks (src/collab/bans.c): a member clipped in
  * consecutive centered-clip rounds is banned for the run once the streak
  * reaches clip_ban_rounds; a round in which it is seen and not clipped
  * resets the streak; a round in which it is not seen changes nothing; mean
@@ -58,28 +58,24 @@ int main(void) {
     dl_collab_count_clipped(c, r);
     round_of(r, DL_AGG_MEAN, true, true);
     dl_collab_count_clipped(c, r);
-    CHECK(!dl_collab_is_banned(c, ids[1]));
+    CHECK(!dl_bans_is_banned(&c->bans, ids[1]));
     round_of(r, DL_AGG_CENTERED_CLIP, true, false);
     dl_collab_count_clipped(c, r);
     round_of(r, DL_AGG_CENTERED_CLIP, true, true);
     dl_collab_count_clipped(c, r);
     round_of(r, DL_AGG_CENTERED_CLIP, true, true);
     dl_collab_count_clipped(c, r);
-    CHECK_MSG(!dl_collab_is_banned(c, ids[1]), "banned after 2 consecutive clipped rounds (limit 3)");
+    CHECK_MSG(!dl_bans_is_banned(&c->bans, ids[1]), "banned after 2 consecutive clipped rounds (limit 3)");
     /* the third in a row: banned, for the run (far beyond ban_s) */
     round_of(r, DL_AGG_CENTERED_CLIP, true, true);
     dl_collab_count_clipped(c, r);
-    CHECK(dl_collab_is_banned(c, ids[1]));
-    CHECK(!dl_collab_is_banned(c, ids[2]) && !dl_collab_is_banned(c, ids[0]));
-    bool forever = false;
-    for (size_t i = 0; i < c->num_bans; i++)
-        if (!strcmp(c->bans[i].peer_id, ids[1])) forever = c->bans[i].until > dl_now() + 1e9;
+    CHECK(dl_bans_is_banned(&c->bans, ids[1]));
+    CHECK(!dl_bans_is_banned(&c->bans, ids[2]) && !dl_bans_is_banned(&c->bans, ids[0]));
+    bool forever = dl_bans_until(&c->bans, ids[1]) > dl_now() + 1e9;
     CHECK_MSG(forever, "the ban is not for the run");
     /* a later short ban (e.g. a NaN) does not shorten it */
-    dl_collab_ban(c, ids[1], "test");
-    forever = false;
-    for (size_t i = 0; i < c->num_bans; i++)
-        if (!strcmp(c->bans[i].peer_id, ids[1])) forever = c->bans[i].until > dl_now() + 1e9;
+    dl_bans_add(&c->bans, ids[1], "test");
+    forever = dl_bans_until(&c->bans, ids[1]) > dl_now() + 1e9;
     CHECK(forever);
 
     free(r);

@@ -1,0 +1,469 @@
+/* The state of one averaging round (round.h): chunk geometry, which
+ * members count as failed, reduction into signed results and their checks,
+ * and the round's calls into its transport and its ban table.
+ *
+ * Member p aggregates part p (its size comes from the load-balancing LP).
+ * Every member that has a vector sends each other aggregator its chunks of
+ * that aggregator's part; the aggregator reduces each chunk once, in member
+ * order, in double, encodes it, signs it and returns the same bytes to every
+ * member. Every member (the aggregator included) decodes its result from
+ * those bytes, so all of them hold the same bits. */
+#include <math.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collab/balance.h"
+#include "collab/bytes.h"
+#include "collab/centered_clip.h"
+#include "collab/round.h"
+#include "collab/wirecodec.h"
+
+struct dl_round *dl_round_new(const struct dl_round_transport *tp, struct dl_bans *bans) {
+    struct dl_round *r = dl_calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->tp = *tp;
+    r->bans = bans;
+    return r;
+}
+
+double dl_round_now(const struct dl_round *r) { return r->tp.ops->now(r->tp.ctx); }
+
+int dl_round_request(struct dl_round *r, const char *peer_id, const char *method, const void *payload,
+                     size_t size, double timeout_s, int kind, uint32_t part, uint32_t chunk, uint32_t member) {
+    if (r->tp.ops->request(r->tp.ctx, r->serial, peer_id, method, payload, size, timeout_s, kind, part, chunk,
+                           member))
+        return -1;
+    r->bytes_sent += size;
+    return 0;
+}
+
+void dl_round_respond(struct dl_round *r, uint64_t token, int status, const void *payload, size_t size) {
+    if (r->tp.ops->respond(r->tp.ctx, token, status, payload, size))
+        DL_WARN("collab", "cannot answer a request: %s", dl_error());
+    else
+        r->bytes_sent += size;
+}
+
+void dl_round_respond_text(struct dl_round *r, uint64_t token, const char *text) {
+    r->tp.ops->respond_text(r->tp.ctx, token, text);
+}
+
+struct dl_avg_event *dl_round_wait_events(struct dl_round *r, double until) {
+    return r->tp.ops->wait(r->tp.ctx, until);
+}
+
+void dl_round_ban(struct dl_round *r, const char *peer_id, const char *why) { dl_bans_add(r->bans, peer_id, why); }
+
+int dl_round_fail(struct dl_round *r, enum dl_avg_status status, const char *fmt, ...) {
+    if (r->status == DL_AVG_OK) {
+        r->status = status;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->reason, sizeof r->reason, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+size_t dl_round_chunks_of(const struct dl_round *r, size_t part) {
+    uint64_t e = r->g.members[part].part_elems;
+    return (size_t)((e + DL_AVG_CHUNK_ELEMS - 1) / DL_AVG_CHUNK_ELEMS);
+}
+
+void dl_round_chunk_range(const struct dl_round *r, size_t part, size_t k, uint64_t *offset, uint64_t *length) {
+    const struct dl_group_member *m = &r->g.members[part];
+    uint64_t start = (uint64_t)k * DL_AVG_CHUNK_ELEMS;
+    *offset = m->part_offset + start;
+    *length = m->part_elems - start < DL_AVG_CHUNK_ELEMS ? m->part_elems - start : DL_AVG_CHUNK_ELEMS;
+}
+
+void dl_round_write_ref(uint8_t *out, const struct dl_round *r, size_t part, size_t k) {
+    memset(out, 0, DL_AVG_REF_HEADER);
+    memcpy(out, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(out + 16, (uint16_t)part);
+    dl_put_u32(out + 20, (uint32_t)k);
+}
+
+long dl_round_ref_chunk(const struct dl_round *r, const uint8_t *msg, size_t size, size_t *part, size_t *k) {
+    if (size < DL_AVG_REF_HEADER || memcmp(msg, r->g.round_id, DL_GROUP_ROUND_ID)) return -1;
+    *part = dl_get_u16(msg + 16);
+    *k = dl_get_u32(msg + 20);
+    if (*part >= r->g.n || *k >= dl_round_chunks_of(r, *part)) return -1;
+    return (long)(r->first_chunk[*part] + *k);
+}
+
+long dl_round_rereducer(const struct dl_round *r, size_t part) {
+    /* Fixed by the group record alone, never by anyone's view of who
+     * failed: two members must never pick two re-reducers for one part. */
+    for (size_t i = 1; i < r->g.n; i++) {
+        size_t m = (part + i) % r->g.n;
+        if (r->g.members[m].role == DL_MEMBER_TRAINER) return (long)m;
+    }
+    return -1;
+}
+
+void dl_round_mark_failed(struct dl_round *r, size_t member, const char *why) {
+    if (member == r->me || r->failed[member]) return;
+    r->failed[member] = true;
+    DL_INFO("collab", "member %zu (%s) counts as failed: %s", member, r->g.members[member].peer_id, why);
+}
+
+bool dl_round_weight_ok(double weight) { return isfinite(weight) && weight >= 0 && weight <= DL_AVG_MAX_WEIGHT; }
+
+uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size) {
+    if (!r->input_ready || !r->input) return NULL;
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    size_t enc = dl_codec_size(r->g.codec, (size_t)len);
+    int mode = misbehave ? r->misbehaviour : DL_MISBEHAVE_NONE;
+    size_t extra = mode == DL_MISBEHAVE_WRONG_SIZE ? 4 : 0;
+    uint8_t *msg = dl_malloc(DL_AVG_CHUNK_HEADER + enc + extra);
+    if (!msg) return NULL;
+    dl_round_write_ref(msg, r, part, k);
+    double weight = mode == DL_MISBEHAVE_WEIGHT_NAN        ? NAN
+                    : mode == DL_MISBEHAVE_WEIGHT_NEGATIVE ? -r->weight - 1
+                    : mode == DL_MISBEHAVE_WEIGHT_HUGE     ? 1e30
+                                                           : r->weight;
+    dl_put_f64(msg + DL_AVG_REF_HEADER, weight);
+    if (dl_codec_encode(r->g.codec, r->input + off, (size_t)len, msg + DL_AVG_CHUNK_HEADER)) {
+        free(msg);
+        return NULL;
+    }
+    uint8_t *data = msg + DL_AVG_CHUNK_HEADER;
+    if (mode == DL_MISBEHAVE_NAN) {
+        if (r->g.codec == DL_CODEC_NONE) {
+            float nan = NAN;
+            memcpy(data, &nan, 4);
+        } else if (r->g.codec == DL_CODEC_FP16) {
+            dl_put_u16(data, 0x7E00);
+        } else {
+            float nan = NAN;
+            memcpy(data, &nan, 4); /* the codebook's first entry */
+        }
+    } else if (mode == DL_MISBEHAVE_WRONG_PART) {
+        dl_put_u16(msg + 16, (uint16_t)((part + 1) % r->g.n));
+    } else if (mode == DL_MISBEHAVE_GARBAGE) {
+        randombytes_buf(data, enc);
+        if (r->g.codec == DL_CODEC_NONE) memset(data, 0xFF, 4); /* a NaN, so that it cannot pass as data */
+    } else if (extra) {
+        memset(data + enc, 0, extra);
+    }
+    *size = DL_AVG_CHUNK_HEADER + enc + extra;
+    return msg;
+}
+
+static void sign_result(struct dl_round *r, uint8_t *msg, size_t data_size) {
+    uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
+    memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
+    crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER, data_size, NULL, 0);
+    r->tp.ops->sign(r->tp.ctx, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED);
+}
+
+static int store_result(struct dl_round *r, size_t gi, uint8_t *msg, size_t size) {
+    r->store[gi] = msg;
+    r->store_size[gi] = size;
+    if (r->i_receive) r->have++;
+    return 1;
+}
+
+/* CenteredClip over the decoded contributions (all of them at once: the
+ * iterations revisit each), then into r->tmp. Marks whom it clipped. */
+static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t *who, const double *w, size_t count,
+                          size_t len) {
+    const float *x[DL_AVG_MAX_MEMBERS];
+    bool clipped[DL_AVG_MAX_MEMBERS] = {false};
+    for (size_t i = 0; i < count; i++) x[i] = decoded + i * len;
+    if (dl_centered_clip(x, w, count, len, r->g.clip_tau, r->g.clip_iterations, r->acc, clipped)) return -1;
+    for (size_t i = 0; i < count; i++) {
+        r->reduced_from[who[i]] = true;
+        if (clipped[i]) r->clipped[who[i]] = true;
+    }
+    for (size_t e = 0; e < len; e++) r->tmp[e] = (float)r->acc[e];
+    return 0;
+}
+
+int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generation, uint8_t **contrib, bool *bad) {
+    double t0 = dl_now();
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    size_t enc = dl_codec_size(r->g.codec, (size_t)len);
+    memset(r->acc, 0, sizeof(double) * len);
+    /* Each contribution counts with the weight its own chunk header carries
+     * (the group record's is only the join's estimate); one that is not a
+     * weight is refused like data that does not decode. */
+    double header_weight[DL_AVG_MAX_MEMBERS];
+    bool usable[DL_AVG_MAX_MEMBERS] = {false};
+    double present_weight = 0;
+    size_t present = 0;
+    for (size_t j = 0; j < r->g.n; j++) {
+        if (!contrib[j]) continue;
+        header_weight[j] = dl_get_f64(contrib[j] + DL_AVG_REF_HEADER);
+        if (!dl_round_weight_ok(header_weight[j]) || r->g.members[j].role == DL_MEMBER_AUX) {
+            bad[j] = true;
+            continue;
+        }
+        usable[j] = true;
+        present_weight += header_weight[j];
+        present++;
+    }
+    bool equal = !(present_weight > 0);
+    bool clip = r->g.aggregation == DL_AGG_CENTERED_CLIP;
+    float *decoded = NULL;
+    size_t who[DL_AVG_MAX_MEMBERS];
+    double weights[DL_AVG_MAX_MEMBERS];
+    if (clip) {
+        decoded = dl_malloc(sizeof(float) * (size_t)len * (present ? present : 1));
+        if (!decoded) return -1;
+    }
+    double total = 0, samples = 0;
+    size_t count = 0;
+    uint8_t mask[32] = {0};
+    for (size_t j = 0; j < r->g.n; j++) {
+        if (!usable[j]) continue;
+        float *into = clip ? decoded + count * (size_t)len : r->tmp;
+        if (dl_codec_decode(r->g.codec, contrib[j] + DL_AVG_CHUNK_HEADER, enc, (size_t)len, into)) {
+            bad[j] = true;
+            continue;
+        }
+        double w = equal ? 1.0 : header_weight[j];
+        if (clip) {
+            who[count] = j;
+            weights[count] = w;
+        } else {
+            for (size_t e = 0; e < len; e++) r->acc[e] += w * (double)into[e];
+        }
+        total += w;
+        samples += header_weight[j];
+        count++;
+        mask[j / 8] |= (uint8_t)(1u << (j % 8));
+    }
+    if (!count || !(total > 0)) {
+        free(decoded);
+        return -1;
+    }
+    if (clip) {
+        int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len);
+        free(decoded);
+        if (rc) return -1;
+    } else {
+        for (size_t e = 0; e < len; e++) r->tmp[e] = (float)(r->acc[e] / total);
+    }
+    uint8_t *msg = dl_malloc(DL_AVG_RESULT_HEADER + enc);
+    if (!msg) return -1;
+    memset(msg, 0, DL_AVG_RESULT_HEADER);
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)part);
+    msg[18] = generation;
+    dl_put_u32(msg + 20, (uint32_t)k);
+    dl_put_u16(msg + 24, (uint16_t)r->me);
+    memcpy(msg + 28, mask, 32);
+    dl_put_f64(msg + 60, samples);
+    if (dl_codec_encode(r->g.codec, r->tmp, (size_t)len, msg + DL_AVG_RESULT_HEADER)) {
+        free(msg);
+        return -1;
+    }
+    sign_result(r, msg, enc);
+    store_result(r, r->first_chunk[part] + k, msg, DL_AVG_RESULT_HEADER + enc);
+    r->reduce_s += dl_now() - t0;
+    r->reduced_elems += len * count;
+    return 0;
+}
+
+int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, bool from_reducer,
+                           const char *sender) {
+    size_t part, k;
+    long gi = dl_round_ref_chunk(r, msg, size, &part, &k);
+    if (gi < 0 || size < DL_AVG_RESULT_HEADER) return dl_fail("result for no chunk of this round");
+    uint8_t gen = msg[18];
+    size_t reducer = dl_get_u16(msg + 24);
+    if (reducer >= r->g.n || gen > 1 || (gen == 0 && reducer != part) ||
+        (gen == 1 && dl_round_rereducer(r, part) != (long)reducer))
+        return dl_fail("result with an impossible reducer or generation");
+    if (from_reducer && strcmp(sender, r->g.members[reducer].peer_id))
+        return dl_fail("result sent by someone other than its reducer");
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    size_t enc = dl_codec_size(r->g.codec, (size_t)len);
+    if (size != DL_AVG_RESULT_HEADER + enc) return dl_fail("result of %zu bytes, expected %zu", size, DL_AVG_RESULT_HEADER + enc);
+    if (r->store[gi]) return 0;
+    uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
+    memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
+    crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER, enc, NULL, 0);
+    const struct dl_group_member *m = &r->g.members[reducer];
+    if (dl_net_verify(m->peer_id, m->pk, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED))
+        return dl_fail_context("result of part %zu chunk %zu", part, k);
+    double samples = dl_get_f64(msg + 60);
+    if (!(dl_round_weight_ok(samples / (double)r->g.n)) ||
+        dl_codec_decode(r->g.codec, msg + DL_AVG_RESULT_HEADER, enc, (size_t)len, r->tmp)) {
+        /* Signed by its reducer, so every member got these same bytes:
+         * every member fails alike. */
+        dl_round_fail(r, DL_AVG_FAILED, "the result of part %zu chunk %zu from %s does not decode or carries "
+                      "an impossible weight (%g)", part, k, m->peer_id, samples);
+        return -1;
+    }
+    uint8_t *copy = dl_malloc(size);
+    if (!copy) return -1;
+    memcpy(copy, msg, size);
+    r->last_heard[reducer] = dl_round_now(r);
+    r->heard[reducer] = true;
+    return store_result(r, (size_t)gi, copy, size);
+}
+
+/* Called at every step of the round thread. A gap longer than stall_s
+ * between two steps means we were stopped long enough for others to count
+ * us out: they may have re-reduced our part, so our bits could differ. */
+void dl_round_progress(struct dl_round *r) {
+    double now = dl_round_now(r);
+    if (now - r->last_loop > r->stall_s)
+        dl_round_fail(r, DL_AVG_UNSURE,
+                      "this peer stood still for %.1f s mid-round; applying nothing (catch up by state download)",
+                      now - r->last_loop);
+    r->last_loop = now;
+    atomic_store(&r->heartbeat, now);
+}
+
+int dl_round_setup(struct dl_round *r) {
+    struct dl_group *g = &r->g;
+    size_t n = g->n;
+    int role = g->members[r->me].role;
+    r->i_send = role != DL_MEMBER_AUX;
+    r->i_receive = role != DL_MEMBER_AUX;
+    r->i_aggregate = g->members[r->me].part_elems > 0;
+    r->stall_s = g->stall_s;
+    r->agg_timeout = 2 * r->stall_s + 2;
+    r->first_chunk = dl_calloc(n + 1, sizeof *r->first_chunk);
+    r->dropped = dl_calloc(n, sizeof *r->dropped);
+    r->failed = dl_calloc(n, sizeof *r->failed);
+    r->last_from = dl_calloc(n, sizeof *r->last_from);
+    r->last_heard = dl_calloc(n, sizeof *r->last_heard);
+    r->heard = dl_calloc(n, sizeof *r->heard);
+    r->clipped = dl_calloc(n, sizeof *r->clipped);
+    r->reduced_from = dl_calloc(n, sizeof *r->reduced_from);
+    r->send = dl_calloc(n, sizeof *r->send);
+    r->out = dl_calloc(n, sizeof *r->out);
+    r->tmp = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
+    r->acc = dl_malloc(sizeof(double) * DL_AVG_CHUNK_ELEMS);
+    if (!r->first_chunk || !r->dropped || !r->failed || !r->last_from || !r->last_heard || !r->heard || !r->clipped || !r->reduced_from || !r->send || !r->out ||
+        !r->tmp || !r->acc)
+        return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+    for (size_t p = 0; p < n; p++) r->first_chunk[p + 1] = r->first_chunk[p] + dl_round_chunks_of(r, p);
+    r->num_chunks = r->first_chunk[n];
+    r->need = r->i_receive ? r->num_chunks : 0;
+    r->store = dl_calloc(r->num_chunks + 1, sizeof *r->store);
+    r->store_size = dl_calloc(r->num_chunks + 1, sizeof *r->store_size);
+    r->rec = dl_calloc(r->num_chunks + 1, sizeof *r->rec);
+    r->rr = dl_calloc(r->num_chunks + 1, sizeof *r->rr);
+    if (!r->store || !r->store_size || !r->rec || !r->rr) return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+    double now = dl_round_now(r);
+    for (size_t p = 0; p < n; p++) {
+        r->last_from[p] = r->last_heard[p] = now;
+        r->send[p].total = (uint32_t)dl_round_chunks_of(r, p);
+        r->send[p].resend = dl_calloc(DL_AVG_SEND_WINDOW + 1, sizeof(uint32_t));
+        if (!r->send[p].resend) return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+    }
+    if (r->i_aggregate) {
+        r->agg_chunks = (uint32_t)dl_round_chunks_of(r, r->me);
+        r->agg = dl_calloc(r->agg_chunks, sizeof *r->agg);
+        if (!r->agg) return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+        for (uint32_t k = 0; k < r->agg_chunks; k++) {
+            r->agg[k].contrib = dl_calloc(n, sizeof(uint8_t *));
+            r->agg[k].ack_token = dl_calloc(n, sizeof(uint64_t));
+            if (!r->agg[k].contrib || !r->agg[k].ack_token) return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+        }
+    }
+    return 0;
+}
+
+void dl_round_free(struct dl_round *r) {
+    if (!r) return;
+    if (r->agg)
+        for (uint32_t k = 0; k < r->agg_chunks; k++) {
+            if (r->agg[k].contrib)
+                for (size_t j = 0; j < r->g.n; j++) free(r->agg[k].contrib[j]);
+            free(r->agg[k].contrib);
+            free(r->agg[k].ack_token);
+        }
+    free(r->agg);
+    if (r->store)
+        for (size_t i = 0; i < r->num_chunks; i++) free(r->store[i]);
+    if (r->rr)
+        for (size_t i = 0; i < r->num_chunks; i++) {
+            free(r->rr[i].waiters);
+            if (r->rr[i].contrib)
+                for (size_t j = 0; j < r->g.n; j++) free(r->rr[i].contrib[j]);
+            free(r->rr[i].contrib);
+        }
+    if (r->send)
+        for (size_t p = 0; p < r->g.n; p++) free(r->send[p].resend);
+    free(r->store);
+    free(r->store_size);
+    free(r->rec);
+    free(r->rr);
+    free(r->send);
+    free(r->out);
+    free(r->first_chunk);
+    free(r->dropped);
+    free(r->failed);
+    free(r->last_from);
+    free(r->last_heard);
+    free(r->heard);
+    free(r->clipped);
+    free(r->reduced_from);
+    free(r->tmp);
+    free(r->acc);
+    free(r->group_record);
+    free(r);
+}
+
+bool dl_round_alive_for(struct dl_round *r, const uint8_t *payload, size_t size, double now) {
+    bool alive = size >= DL_GROUP_ROUND_ID && r->has_group && r->status == DL_AVG_OK &&
+                 !memcmp(payload, r->g.round_id, DL_GROUP_ROUND_ID);
+    /* ...and only while its round thread moves: one that stood still
+     * longer than stall_s (a stopped process just resumed) is about to
+     * give up the round, whatever this thread could say. */
+    double beat = alive ? atomic_load(&r->heartbeat) : 0;
+    if (alive && beat > 0 && now - beat > r->stall_s) alive = false;
+    return alive;
+}
+
+int dl_round_answer_finished(const struct dl_round *r, int kind, const uint8_t *payload, size_t size,
+                             const uint8_t **answer, size_t *answer_size) {
+    static const char msg[] = "round finished";
+    size_t part, k;
+    long gi = dl_round_ref_chunk(r, payload, size, &part, &k);
+    *answer = NULL;
+    *answer_size = 0;
+    if (kind == EV_RESULT) return DL_NET_OK;
+    if ((kind == EV_FETCH || kind == EV_REREDUCE) && gi >= 0 && r->store[gi]) {
+        *answer = r->store[gi];
+        *answer_size = r->store_size[gi];
+        return DL_NET_OK;
+    }
+    *answer = (const uint8_t *)msg;
+    *answer_size = sizeof msg - 1;
+    return DL_NET_REMOTE_ERROR;
+}
+
+void dl_round_chunk_info(const struct dl_round *r, size_t part, size_t k, struct dl_avg_chunk_info *ci) {
+    const uint8_t *msg = r->store[r->first_chunk[part] + k];
+    dl_round_chunk_range(r, part, k, &ci->offset, &ci->length);
+    ci->part = (uint16_t)part;
+    ci->generation = msg[18];
+    ci->reducer = dl_get_u16(msg + 24);
+    memcpy(ci->contributors, msg + 28, sizeof ci->contributors);
+    ci->weight = dl_get_f64(msg + 60);
+}
+
+void dl_round_copy_out(const struct dl_round *r, float *vec) {
+    /* Every chunk was checked to decode when it arrived. */
+    for (size_t p = 0; p < r->g.n; p++)
+        for (size_t k = 0; k < r->first_chunk[p + 1] - r->first_chunk[p]; k++) {
+            size_t gi = r->first_chunk[p] + k;
+            uint64_t off, len;
+            dl_round_chunk_range(r, p, k, &off, &len);
+            dl_codec_decode(r->g.codec, r->store[gi] + DL_AVG_RESULT_HEADER,
+                            r->store_size[gi] - DL_AVG_RESULT_HEADER, len, vec + off);
+        }
+}

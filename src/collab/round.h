@@ -1,0 +1,230 @@
+/* One averaging round of one group (private to src/collab).
+ *
+ * The round is three files, each calling only the ones below it:
+ *   allreduce.c  the loop: sending our vector, aggregating our part,
+ *                sending results, dl_round_run and its steps
+ *   recovery.c   replacing an aggregator that failed mid-round
+ *   round.c      the round's state: chunk geometry, failure marking,
+ *                reduction, signed results, and the calls into the
+ *                transport and the bans
+ * Everything it sends or receives goes through its transport (inbox.h);
+ * whom it refuses goes to its ban table (bans.h). It knows nothing of the
+ * service that forms its group and owns it, so a test can drive it alone:
+ * dl_round_begin, then dl_round_handle and dl_round_advance as events come,
+ * then dl_round_end. */
+#ifndef DEDLOC_COLLAB_ROUND_H
+#define DEDLOC_COLLAB_ROUND_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "collab/bans.h"
+#include "collab/group.h"
+#include "collab/inbox.h"
+#include "dedloc/collab.h"
+#include "dedloc/util.h"
+
+/* Message headers (docs/protocol.md, "Averaging messages"). */
+#define DL_AVG_REF_HEADER 24      /* round_id[16] part u16 pad u16 chunk u32 */
+#define DL_AVG_CHUNK_HEADER 32    /* ref header + the sender's weight f64 */
+#define DL_AVG_RESULT_SIGNED 68   /* ref header with gen/reducer + mask[32] + total weight f64 */
+#define DL_AVG_RESULT_HEADER (DL_AVG_RESULT_SIGNED + DL_NET_SIGNATURE)
+#define DL_AVG_JOIN_SIZE 72
+/* Chunk requests in flight per (sender, aggregator) and result requests per
+ * (aggregator, receiver); reduced chunks not yet sent to everyone. */
+#define DL_AVG_SEND_WINDOW 4
+#define DL_AVG_RESULT_WINDOW 4
+#define DL_AVG_REDUCE_AHEAD 4
+/* Seconds after the group forms during which "not connected" means "not yet". */
+#define DL_AVG_CONNECT_GRACE_S 3.0
+
+enum dl_misbehaviour {
+    DL_MISBEHAVE_NONE = 0, DL_MISBEHAVE_NAN, DL_MISBEHAVE_WRONG_SIZE, DL_MISBEHAVE_WRONG_PART,
+    DL_MISBEHAVE_GARBAGE, DL_MISBEHAVE_WEIGHT_NAN, DL_MISBEHAVE_WEIGHT_NEGATIVE, DL_MISBEHAVE_WEIGHT_HUGE,
+};
+
+/* One chunk slot at the aggregator: contributions as they arrived. */
+struct dl_agg_chunk {
+    uint8_t **contrib;            /* per member, encoded bytes (NULL: not yet) */
+    uint64_t *ack_token;          /* per member, the delayed answer to its chunk request */
+    bool reduced;
+};
+
+struct dl_send_part {
+    uint32_t total, next, inflight, acked;
+    uint32_t *resend;             /* chunks answered "unknown round": send again */
+    uint32_t num_resend;
+    double resend_at;
+    bool done_or_failed;
+};
+
+struct dl_result_out {
+    uint32_t next, inflight;
+    double retry_at;
+};
+
+enum { REC_IDLE = 0, REC_FETCHING, REC_REREDUCE_WAIT };
+
+struct dl_recovery {              /* per chunk this member lacks from a failed aggregator */
+    int state;
+    uint32_t outstanding, got_negative;
+    double retry_at;
+};
+
+enum { RR_IDLE = 0, RR_PINGING, RR_GATHERING };
+
+struct dl_rereduce {              /* per chunk this member re-reduces for others */
+    int state;
+    uint64_t *waiters;            /* tokens of requests to answer */
+    size_t num_waiters;
+    uint8_t **contrib;            /* per member */
+    uint32_t outstanding, pings;
+    double started;
+    bool local_need;
+};
+
+struct dl_round {
+    /* What the round runs on, set by its owner before it starts. */
+    struct dl_round_transport tp;
+    struct dl_bans *bans;         /* whom a misbehaving member goes to */
+    pthread_mutex_t *lock;        /* the owner's lock: guards *handoff and has_group */
+    int misbehaviour;             /* tests only: enum dl_misbehaviour */
+    uint64_t serial;
+    bool has_group;
+    struct dl_group g;
+    size_t me;
+    const float *input;
+    size_t n;
+    /* The vector and its weight (the samples behind it, in every chunk
+     * header). With a handoff (matchmaking ahead of the vector) neither is
+     * known until the caller hands them over: nothing of ours is sent,
+     * reduced or given away before input_ready. */
+    double weight;
+    bool input_ready;
+    struct dl_avg_handoff *handoff;
+    double deadline_s, handed_at;
+    /* Times on the transport's clock. */
+    double start, group_time, deadline, stall_s, agg_timeout, last_loop;
+    _Atomic double heartbeat;     /* last_loop, for the network thread's avg.alive */
+    bool i_send, i_receive, i_aggregate;
+    /* geometry: global chunk index of part p's first chunk; chunk count */
+    size_t *first_chunk;
+    size_t num_chunks;
+    /* results, signed messages as they travel: every member's store */
+    uint8_t **store;
+    size_t *store_size;
+    size_t have, need;
+    /* sending our vector */
+    struct dl_send_part *send;
+    /* aggregating our part */
+    struct dl_agg_chunk *agg;
+    uint32_t agg_chunks, next_reduce, oldest_unsent;
+    bool *dropped;                /* senders left out of our part */
+    double *last_from;            /* last chunk from each sender */
+    struct dl_result_out *out;
+    /* what we think of the others */
+    bool *failed;
+    double *last_heard;
+    bool *heard;                  /* it answered us at least once this round */
+    /* centered clip, in chunks this member reduced: whose contribution was
+     * in one, whose was clipped in one */
+    bool *reduced_from, *clipped;
+    struct dl_recovery *rec;      /* per global chunk */
+    struct dl_rereduce *rr;       /* per global chunk */
+    /* outcome */
+    enum dl_avg_status status;
+    char reason[256];
+    uint64_t bytes_sent, bytes_received;
+    double reduce_s;
+    uint64_t reduced_elems;
+    uint8_t *group_record;        /* leader: the signed record, for a member that asks again */
+    size_t group_record_size;
+    float *tmp;                   /* one chunk, decoded */
+    double *acc;                  /* one chunk, the weighted sum */
+};
+
+/* ---- round.c: the round's state -------------------------------------------------- */
+
+/* A round with nothing set but its transport and ban table (calloc'd; NULL
+ * when out of memory). The owner fills in the rest: the vector and its
+ * weight, times, and (before dl_round_begin) the group and our index. */
+struct dl_round *dl_round_new(const struct dl_round_transport *tp, struct dl_bans *bans);
+void dl_round_free(struct dl_round *r);
+int dl_round_fail(struct dl_round *r, enum dl_avg_status status, const char *fmt, ...) DL_PRINTF(3, 4);
+double dl_round_now(const struct dl_round *r);
+/* Sends a request whose answer comes back as an event of `kind` for round r. */
+int dl_round_request(struct dl_round *r, const char *peer_id, const char *method, const void *payload,
+                     size_t size, double timeout_s, int kind, uint32_t part, uint32_t chunk, uint32_t member);
+void dl_round_respond(struct dl_round *r, uint64_t token, int status, const void *payload, size_t size);
+void dl_round_respond_text(struct dl_round *r, uint64_t token, const char *text);
+/* Takes queued events (waits until one arrives or `until`). */
+struct dl_avg_event *dl_round_wait_events(struct dl_round *r, double until);
+/* Refuses a member that misbehaved (the round's ban table). */
+void dl_round_ban(struct dl_round *r, const char *peer_id, const char *why);
+/* chunk geometry */
+size_t dl_round_chunks_of(const struct dl_round *r, size_t part);
+void dl_round_chunk_range(const struct dl_round *r, size_t part, size_t k, uint64_t *offset, uint64_t *length);
+/* Global chunk index from a message's reference header; -1 when out of range. */
+long dl_round_ref_chunk(const struct dl_round *r, const uint8_t *msg, size_t size, size_t *part, size_t *k);
+void dl_round_write_ref(uint8_t *out, const struct dl_round *r, size_t part, size_t k);
+/* The one member that may re-reduce chunks of `part`: the first trainer
+ * after it in member order. -1 when there is none. */
+long dl_round_rereducer(const struct dl_round *r, size_t part);
+void dl_round_mark_failed(struct dl_round *r, size_t member, const char *why);
+/* Whether a chunk header's weight can be taken: finite, >= 0, at most
+ * DL_AVG_MAX_WEIGHT. */
+bool dl_round_weight_ok(double weight);
+/* Our own chunk of part p, encoded with our weight in its header
+ * (misbehaviour applied). malloc'd; NULL before our vector is handed over. */
+uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size);
+/* Reduces one chunk from the given per-member encoded contributions (NULL =
+ * absent) in member order; stores the signed result. 0, or -1 (no contributor). */
+int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generation, uint8_t **contrib, bool *bad);
+/* Validates and stores a signed result message; 1 stored, 0 duplicate, -1 bad. */
+int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, bool from_reducer,
+                           const char *sender);
+/* Called at every step of the round thread (fails the round after a stall). */
+void dl_round_progress(struct dl_round *r);
+/* Allocates the per-member and per-chunk state once the group is known. */
+int dl_round_setup(struct dl_round *r);
+/* Whether this round answers avg.alive for the round id in payload at `now`:
+ * it runs with that group and its thread moved within stall_s. */
+bool dl_round_alive_for(struct dl_round *r, const uint8_t *payload, size_t size, double now);
+/* The answer of a finished round to a late request of `kind`: DL_NET_OK
+ * with the stored result (*answer borrowed from the store; NULL and 0 for an
+ * empty acknowledgement), or DL_NET_REMOTE_ERROR with a text. */
+int dl_round_answer_finished(const struct dl_round *r, int kind, const uint8_t *payload, size_t size,
+                             const uint8_t **answer, size_t *answer_size);
+/* What a finished round tells of chunk (part, k): range, generation,
+ * reducer, contributors, weight. */
+void dl_round_chunk_info(const struct dl_round *r, size_t part, size_t k, struct dl_avg_chunk_info *ci);
+/* Decodes every stored result into vec (n elements) after a round that
+ * completed with DL_AVG_OK at a receiving member. */
+void dl_round_copy_out(const struct dl_round *r, float *vec);
+
+/* ---- recovery.c ------------------------------------------------------------------- */
+
+void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev);
+void dl_recovery_pump(struct dl_round *r, double now);
+
+/* ---- allreduce.c: the loop ---------------------------------------------------------- */
+
+/* Runs the round to its end over its transport (blocking); 0 or -1 with
+ * r->status set. The same as begin, then advance/wait/handle until advance
+ * says the round is over, then end. */
+int dl_round_run(struct dl_round *r);
+/* Sets the round up once its group is known; -1 when it already failed
+ * (then call dl_round_end). */
+int dl_round_begin(struct dl_round *r);
+/* Does everything there is to do now (sending, reducing, results, timeouts,
+ * recovery). true when the round is over; otherwise *wake_at is when to call
+ * again at the latest, if no event comes first. */
+bool dl_round_advance(struct dl_round *r, double *wake_at);
+/* Handles a list of events from the transport and frees them. */
+void dl_round_handle(struct dl_round *r, struct dl_avg_event *events);
+/* Answers what the round still holds; returns 0 for DL_AVG_OK, else -1. */
+int dl_round_end(struct dl_round *r);
+
+#endif
