@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "dedloc/util.h"
-#include "net/net_internal.h"
+#include "net/above_conn.h"
 
 const char *dl_net_status_name(int status) {
     switch (status) {
