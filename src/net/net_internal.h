@@ -1,12 +1,12 @@
 /* The state of a running peer, shared by the files of src/net. Everything
  * here belongs to the network thread unless the comment says "lock".
  *
- * The files of src/net stand in layers. A file calls (and includes the
- * header of) files of lower layers only; what a lower layer has to tell an
- * upper one goes through callbacks the upper layer registered, as libevent's
- * bufferevent_setcb does for us. tests/static/check_layers.sh reads the
- * table below (keep its shape: a layer number, then the files) and checks
- * the includes and, with nm, the calls between the object files.
+ * The files of src/net stand in layers. A file calls functions of lower
+ * layers only; what a lower layer has to tell an upper one goes through
+ * callbacks the upper layer registered, as libevent's bufferevent_setcb
+ * does for us. tests/static/check_layers.sh reads the table below (keep
+ * its shape: a layer number, then the files) and checks the includes and,
+ * with nm, the calls between the object files.
  *
  *   0  address.c compress.c frame.c identity.c msgpack_fields.c queue.c
  *      revocation.c swarm.c token.c
@@ -27,7 +27,8 @@
  *   7  net.c           start and stop, the network thread, the tick, the
  *                      listener; registers the connection callbacks
  *
- * This header declares layers 0 to 3 and the state they share; the files
+ * This header (with wire.h, swarm.h and trust.h, which it includes)
+ * declares layers 0 to 3 and the state they share; the files
  * above conn.c declare what they offer each other in net/above_conn.h,
  * which no file of layers 0 to 3 includes. */
 #ifndef DEDLOC_NET_INTERNAL_H
