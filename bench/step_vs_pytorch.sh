@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dedloc's training step beside PyTorch's on the same CPU, the two programs
-# alternating so that both see the same machine (see bench/README.md, "Side
+# alternating so that both see the same machine (see bench/RESULTS.md, "Side
 # by side with current PyTorch").
 #
 #   bench/step_vs_pytorch.sh --python VENV/bin/python [--model tiny|sahajbert]

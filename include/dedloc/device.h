@@ -167,7 +167,7 @@ int dl_gemm(dl_device *dev, const dl_gemm_args *args);
 
 /* Who computes fp32 GEMMs. On a CPU device whose buffers are host memory
  * (PoCL), OpenBLAS on the mapped buffers is several times faster than CLBlast's
- * OpenCL kernels (bench/README.md); it is the default there when the build has
+ * OpenCL kernels (bench/RESULTS.md); it is the default there when the build has
  * OpenBLAS. DEDLOC_GEMM_BACKEND=clblast|openblas overrides the default at
  * open. CLBlast is always the path on GPUs and for fp16. */
 typedef enum { DL_GEMM_CLBLAST = 0, DL_GEMM_OPENBLAS = 1 } dl_gemm_backend;

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "dedloc/util.h"
-#include "net/net_internal.h"
+#include "net/above_conn.h"
 
 int dl_net_admission_start(struct dl_net *net) {
     if (dl_trust_init(&net->trust, &net->cfg, net->run_id, net->id.peer_id, dl_wall_time()))

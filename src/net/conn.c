@@ -1,10 +1,14 @@
 /* One TCP connection: framing, the handshake state machine and dispatch of
- * authenticated frames. Every limit is checked where bytes enter. */
+ * authenticated frames. Every limit is checked where bytes enter. What the
+ * layers above must know (messages, readiness, closing, misdeeds) goes up
+ * through the struct dl_conn_ops they registered. */
 #include <string.h>
 #include <stdlib.h>
 
 #include "dedloc/util.h"
 #include "net/net_internal.h"
+
+void dl_conn_set_ops(struct dl_net *net, const struct dl_conn_ops *ops) { net->conn_ops = ops; }
 
 static const char *conn_name(const struct dl_conn *c) {
     return c->state >= CONN_AUTH && c->peer_id[0] ? c->peer_id : c->remote;
@@ -40,10 +44,9 @@ void dl_conn_close(struct dl_conn *c, const char *why) {
     }
     bool was_ready = c->state == CONN_READY;
     /* A dial that never reached a handshake counts against its address. */
-    if (c->outbound && !c->was_ready && c->dialled[0]) dl_net_target_failed(net, c->dialled);
+    if (c->outbound && !c->was_ready && c->dialled[0]) net->conn_ops->handshake_missed(c);
     c->state = CONN_CLOSING;
-    if (was_ready) dl_net_on_closed(net, c);
-    dl_rpc_conn_closed(net, c);
+    net->conn_ops->closing(c, was_ready);
     /* Leave the rate-limit group now: bufferevent_free may finish later,
      * after the group itself is gone. */
     if (net->rate_group) bufferevent_remove_from_rate_limit_group(c->bev);
@@ -69,10 +72,10 @@ static void flush_then_close_cb(struct bufferevent *bev, void *arg) {
 void dl_conn_reject(struct dl_conn *c, uint32_t code, const char *why, bool ban) {
     struct dl_net *net = c->net;
     if (ban && c->state >= CONN_AUTH) {
-        dl_net_ban(net, c->peer_pk);
+        net->conn_ops->ban(c);
         DL_WARN("net", "peer %s (%s) misbehaved: %s; banned for %.0f s", c->peer_id, c->remote, why,
                 net->cfg.ban_s);
-        if (!c->outbound) dl_net_strike_host(net, c->remote, why);
+        if (!c->outbound) net->conn_ops->strike(c, why);
     } else if (code == DL_ERR_DUPLICATE || code == DL_ERR_SELF) {
         DL_DEBUG("net", "closing %s: %s", conn_name(c), why);
     } else {
@@ -94,8 +97,7 @@ void dl_conn_reject(struct dl_conn *c, uint32_t code, const char *why, bool ban)
     bool was_ready = c->state == CONN_READY;
     c->state = CONN_CLOSING;
     c->closing_since = dl_now();
-    if (was_ready) dl_net_on_closed(net, c);
-    dl_rpc_conn_closed(net, c);
+    net->conn_ops->closing(c, was_ready);
     bufferevent_disable(c->bev, EV_READ);
     bufferevent_setcb(c->bev, NULL, flush_then_close_cb, NULL, c);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
@@ -168,17 +170,14 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
     }
     if (!fetching && manifest_mismatch(c, h)) return;
     if (!memcmp(h->sign_pk, net->id.pk, DL_WIRE_PK)) {
-        for (size_t i = 0; i < net->num_targets; i++)
-            if (c->outbound && !strcmp(net->targets[i].address, c->dialled)) net->targets[i].is_self = true;
+        if (c->outbound) net->conn_ops->dialled_self(c);
         dl_conn_reject(c, DL_ERR_SELF, "connected to ourselves", false);
         return;
     }
-    if (c->outbound && !dl_net_target_accepts(net, c->dialled, h->sign_pk)) {
-        dl_conn_reject(c, DL_ERR_PROTOCOL, "another identity than announced at this address", false);
-        return;
-    }
-    if (dl_net_is_banned(net, h->sign_pk)) {
-        dl_conn_reject(c, DL_ERR_BANNED, "banned", false);
+    const char *refused = NULL;
+    uint32_t refusal = net->conn_ops->refuse_key(c, h->sign_pk, &refused);
+    if (refusal) {
+        dl_conn_reject(c, refusal, refused, false);
         return;
     }
     memcpy(c->peer_pk, h->sign_pk, DL_WIRE_PK);
@@ -211,12 +210,12 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
     if (dl_handshake_verify(&c->hs, sig)) {
         /* The key was not proven, so it is not banned: anyone could claim
          * it. The address is: each failure cost us a verification. */
-        if (!c->outbound) dl_net_strike_host(net, c->remote, "forged handshake signature");
+        if (!c->outbound) net->conn_ops->strike(c, "forged handshake signature");
         dl_conn_reject(c, DL_ERR_AUTH, "forged handshake signature", false);
         return;
     }
     /* A fetch-only peer is admitted to the run files alone (rpc.c). */
-    if (!c->peer_fetch_only && !net->cfg.fetch_only && dl_net_admit(net, c, token, token_size)) return;
+    if (!c->peer_fetch_only && !net->cfg.fetch_only && net->conn_ops->admit(c, token, token_size)) return;
     dl_handshake_clear(&c->hs);
     /* Two connections to one peer (both dialled at once): keep the one
      * dialled by the smaller key, or the newer if both were dialled by the
@@ -241,12 +240,10 @@ static void on_auth(struct dl_conn *c, const uint8_t *body, size_t size) {
     bufferevent_set_max_single_read(c->bev, 256 * 1024);
     DL_INFO("net", "authenticated %s %s at %s (handshake %.2f ms)", c->peer_client ? "client" : "peer",
             c->peer_id, c->remote, (dl_now() - c->created) * 1e3);
-    dl_net_on_ready(net, c);
-    dl_net_send_revocations(net, c, NULL);
+    net->conn_ops->ready(c);
 }
 
 static void on_sealed(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size) {
-    struct dl_net *net = c->net;
     switch (type) {
     case DL_MSG_PING: {
         uint64_t nonce;
@@ -262,12 +259,10 @@ static void on_sealed(struct dl_conn *c, uint8_t type, const uint8_t *body, size
         if (dl_msg_ping_decode(body, size, &nonce)) break;
         return;
     }
-    case DL_MSG_RECORDS: dl_net_on_records(net, c, body, size); return;
-    case DL_MSG_REVOCATIONS: dl_net_on_revocations(net, c, body, size); return;
-    case DL_MSG_REQUEST: dl_rpc_on_request(net, c, body, size); return;
-    case DL_MSG_RESPONSE: dl_rpc_on_response(net, c, body, size); return;
-    case DL_MSG_CANCEL: dl_rpc_on_cancel(net, c, body, size); return;
-    default: dl_fail("unexpected message type 0x%02x after the handshake", type); break;
+    default:
+        if (c->net->conn_ops->message(c, type, body, size) == 0) return;
+        dl_fail("unexpected message type 0x%02x after the handshake", type);
+        break;
     }
     dl_conn_reject(c, DL_ERR_PROTOCOL, dl_error(), true);
 }
@@ -441,7 +436,7 @@ static void event_cb(struct bufferevent *bev, short events, void *arg) {
     else if (events & BEV_EVENT_EOF) why = "closed by peer";
     else if (events & BEV_EVENT_ERROR) why = evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR());
     if (!why) return;
-    if (c->outbound && c->state < CONN_AUTH) dl_net_note_dial_failure(c->net, c->dialled, why);
+    if (c->outbound && c->state < CONN_AUTH) c->net->conn_ops->dial_failed(c, why);
     dl_conn_close(c, why);
 }
 

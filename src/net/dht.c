@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "dedloc/util.h"
-#include "net/net_internal.h"
+#include "net/above_conn.h"
 
 #ifdef DEDLOC_HAVE_OPENDHT
 #include <opendht/opendht_c.h>

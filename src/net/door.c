@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "dedloc/util.h"
-#include "net/net_internal.h"
+#include "net/above_conn.h"
 
 /* The host part of a socket address ("1.2.3.4", "::1"). */
 static void host_of(const struct sockaddr *sa, char *out, size_t cap) {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "dedloc/util.h"
-#include "net/net_internal.h"
+#include "net/above_conn.h"
 
 void dl_net_send_records(struct dl_net *net, struct dl_conn *only, struct dl_conn *except,
                          const uint8_t *blob, size_t size) {

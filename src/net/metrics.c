@@ -8,7 +8,7 @@
 
 #include "dedloc/util.h"
 #include "net/msgpack_fields.h"
-#include "net/net_internal.h"
+#include "net/above_conn.h"
 
 static const char METRICS_CONTEXT[] = "dedloc-metrics-v1";
 #define METRICS_FIELDS 14

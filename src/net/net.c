@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "dedloc/util.h"
-#include "net/net_internal.h"
+#include "net/above_conn.h"
 
 void dl_net_config_default(struct dl_net_config *c) {
     memset(c, 0, sizeof *c);
@@ -30,18 +30,7 @@ void dl_net_config_default(struct dl_net_config *c) {
 
 static char *dup_or_null(const char *s) { return s ? dl_strdup(s) : NULL; }
 
-/* ---- commands from other threads ------------------------------------------------ */
-
-int dl_net_post(struct dl_net *net, struct dl_cmd *cmd) {
-    cmd->next = NULL;
-    pthread_mutex_lock(&net->lock);
-    if (net->cmd_tail) net->cmd_tail->next = cmd;
-    else net->cmd_head = cmd;
-    net->cmd_tail = cmd;
-    pthread_mutex_unlock(&net->lock);
-    event_active(net->cmd_ev, EV_READ, 0);
-    return 0;
-}
+/* ---- commands from other threads (posted by queue.c) ----------------------------- */
 
 static void cmd_cb(evutil_socket_t fd, short what, void *arg) {
     struct dl_net *net = arg;
@@ -84,6 +73,72 @@ static void cmd_cb(evutil_socket_t fd, short what, void *arg) {
         free(cmd);
     }
 }
+
+/* ---- what connections report (conn.c calls up only through this table) ----------- */
+
+static void conn_dial_failed(struct dl_conn *c, const char *why) { dl_net_note_dial_failure(c->net, c->dialled, why); }
+
+static void conn_handshake_missed(struct dl_conn *c) { dl_net_target_failed(c->net, c->dialled); }
+
+static void conn_dialled_self(struct dl_conn *c) {
+    struct dl_net *net = c->net;
+    for (size_t i = 0; i < net->num_targets; i++)
+        if (!strcmp(net->targets[i].address, c->dialled)) net->targets[i].is_self = true;
+}
+
+static uint32_t conn_refuse_key(struct dl_conn *c, const uint8_t pk[DL_WIRE_PK], const char **why) {
+    if (c->outbound && !dl_net_target_accepts(c->net, c->dialled, pk)) {
+        *why = "another identity than announced at this address";
+        return DL_ERR_PROTOCOL;
+    }
+    if (dl_net_is_banned(c->net, pk)) {
+        *why = "banned";
+        return DL_ERR_BANNED;
+    }
+    return 0;
+}
+
+static int conn_admit(struct dl_conn *c, const uint8_t *token, size_t token_size) {
+    return dl_net_admit(c->net, c, token, token_size);
+}
+
+static void conn_ready(struct dl_conn *c) {
+    dl_net_on_ready(c->net, c);
+    dl_net_send_revocations(c->net, c, NULL);
+}
+
+static int conn_message(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size) {
+    switch (type) {
+    case DL_MSG_RECORDS: dl_net_on_records(c->net, c, body, size); return 0;
+    case DL_MSG_REVOCATIONS: dl_net_on_revocations(c->net, c, body, size); return 0;
+    case DL_MSG_REQUEST: dl_rpc_on_request(c->net, c, body, size); return 0;
+    case DL_MSG_RESPONSE: dl_rpc_on_response(c->net, c, body, size); return 0;
+    case DL_MSG_CANCEL: dl_rpc_on_cancel(c->net, c, body, size); return 0;
+    default: return -1;
+    }
+}
+
+static void conn_closing(struct dl_conn *c, bool was_ready) {
+    if (was_ready) dl_net_on_closed(c->net, c);
+    dl_rpc_conn_closed(c->net, c);
+}
+
+static void conn_ban(struct dl_conn *c) { dl_net_ban(c->net, c->peer_pk); }
+
+static void conn_strike(struct dl_conn *c, const char *why) { dl_net_strike_host(c->net, c->remote, why); }
+
+static const struct dl_conn_ops net_conn_ops = {
+    .dial_failed = conn_dial_failed,
+    .handshake_missed = conn_handshake_missed,
+    .dialled_self = conn_dialled_self,
+    .refuse_key = conn_refuse_key,
+    .admit = conn_admit,
+    .ready = conn_ready,
+    .message = conn_message,
+    .closing = conn_closing,
+    .ban = conn_ban,
+    .strike = conn_strike,
+};
 
 /* ---- the tick ------------------------------------------------------------------- */
 
@@ -238,6 +293,7 @@ int dl_net_start(const struct dl_net_config *config, dl_net **out) {
     struct dl_net *net = dl_calloc(1, sizeof *net);
     if (!net) return -1;
     pthread_mutex_init(&net->lock, NULL);
+    dl_conn_set_ops(net, &net_conn_ops);
     dl_swarm_init(&net->swarm, 4096);
     net->cfg = *config;
     if (!net->cfg.max_buffered) net->cfg.max_buffered = (size_t)256 << 20;

@@ -1,5 +1,36 @@
 /* The state of a running peer, shared by the files of src/net. Everything
- * here belongs to the network thread unless the comment says "lock". */
+ * here belongs to the network thread unless the comment says "lock".
+ *
+ * The files of src/net stand in layers. A file calls functions of lower
+ * layers only; what a lower layer has to tell an upper one goes through
+ * callbacks the upper layer registered, as libevent's bufferevent_setcb
+ * does for us. tests/static/check_layers.sh reads the table below (keep
+ * its shape: a layer number, then the files) and checks the includes and,
+ * with nm, the calls between the object files.
+ *
+ *   0  address.c compress.c frame.c identity.c msgpack_fields.c queue.c
+ *      revocation.c swarm.c token.c
+ *                      addresses, compression, framing and sealing, keys,
+ *                      msgpack fields, the command queue's entry, lists,
+ *                      the swarm table, tokens
+ *   1  codec.c record.c sign.c trust.c
+ *                      messages, signed records, admission policy
+ *   2  handshake.c     the HELLO/AUTH exchange on its own
+ *   3  conn.c          one connection: frames in and out, the handshake state
+ *                      machine; hands messages and events up through
+ *                      struct dl_conn_ops
+ *   4  admission.c door.c targets.c
+ *                      who may stay, limits per host, whom we dial and ban
+ *   5  dht.c gossip.c rpc.c
+ *                      the DHT, records and peer exchange, requests
+ *   6  metrics.c       signed metrics records, served through rpc.c
+ *   7  net.c           start and stop, the network thread, the tick, the
+ *                      listener; registers the connection callbacks
+ *
+ * This header (with wire.h, swarm.h and trust.h, which it includes)
+ * declares layers 0 to 3 and the state they share; the files
+ * above conn.c declare what they offer each other in net/above_conn.h,
+ * which no file of layers 0 to 3 includes. */
 #ifndef DEDLOC_NET_INTERNAL_H
 #define DEDLOC_NET_INTERNAL_H
 
@@ -151,6 +182,7 @@ struct dl_dht;
 
 struct dl_net {
     struct dl_net_config cfg;         /* strings point into owned copies below */
+    const struct dl_conn_ops *conn_ops; /* what connections report to (dl_conn_set_ops) */
     char *run_id, *listen_cfg, *announce_cfg, *initial_cfg, *identity_cfg, *dht_bootstrap_cfg;
     struct dl_identity id;
     char listen_addr[DL_NET_ADDR_MAX], announce_addr[DL_NET_ADDR_MAX];
@@ -211,7 +243,42 @@ struct dl_net {
     double next_admission_check;
 };
 
+/* What conn.c hands up. The files above it register the table once, before
+ * the first connection (net.c, dl_conn_set_ops); conn.c calls nothing of
+ * theirs by name. Each callback may close or reject c, except where said. */
+struct dl_conn_ops {
+    /* An outbound connection failed at the socket (refused, timed out,
+     * closed) before its handshake completed; why as the socket says. */
+    void (*dial_failed)(struct dl_conn *c, const char *why);
+    /* An outbound connection closes without ever having been ready: it
+     * counts against the address dialled. Must not close c. */
+    void (*handshake_missed)(struct dl_conn *c);
+    /* A connection we dialled reached ourselves. Must not close c. */
+    void (*dialled_self)(struct dl_conn *c);
+    /* The HELLO of key pk passed version, run and manifest: 0 to go on, or
+     * the ERROR code to refuse it with, and *why. Must not close c. */
+    uint32_t (*refuse_key)(struct dl_conn *c, const uint8_t pk[DL_WIRE_PK], const char **why);
+    /* The AUTH signature checked out: 0 admits c; -1 when it was refused
+     * (and rejected). */
+    int (*admit)(struct dl_conn *c, const uint8_t *token, size_t token_size);
+    /* c completed the handshake and is ready. */
+    void (*ready)(struct dl_conn *c);
+    /* A sealed message of a ready c that conn.c does not answer itself
+     * (all but PING and PONG): 0 when handled, -1 for a type unknown here. */
+    int (*message)(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size);
+    /* c stops (it may be called again on the same c as it closes);
+     * was_ready: it had been ready until now. Must not close c. */
+    void (*closing)(struct dl_conn *c, bool was_ready);
+    /* c, whose key is proven, misbehaved: ban the key. Must not close c. */
+    void (*ban)(struct dl_conn *c);
+    /* A misdeed from the host at the other end of inbound c. Must not close c. */
+    void (*strike)(struct dl_conn *c, const char *why);
+};
+
 /* conn.c */
+/* Registers the callbacks every connection of net reports to (ops must
+ * outlive net). */
+void dl_conn_set_ops(struct dl_net *net, const struct dl_conn_ops *ops);
 struct dl_conn *dl_conn_new(struct dl_net *net, struct bufferevent *bev, bool outbound,
                             const char *remote, const char *dialled);
 /* Closes at once (frees the connection; fails its pending requests). */
@@ -227,77 +294,15 @@ size_t dl_net_buffered(struct dl_net *net, bool output);
 /* Each tick: connections paused over the global budget resume when there is room. */
 void dl_net_tick_budget(struct dl_net *net, double now);
 struct dl_conn *dl_net_conn_by_pk(struct dl_net *net, const uint8_t pk[DL_WIRE_PK], bool ready_only);
-void dl_net_send_records(struct dl_net *net, struct dl_conn *c, struct dl_conn *except,
-                         const uint8_t *blob, size_t size);
 
 /* address.c */
 void dl_net_sockaddr_string(const struct sockaddr *sa, char *out, size_t cap);
 /* "ip:port", "[v6]:port", or with allow_dns "host:port" (resolved, blocking:
  * configuration only, never addresses received from the network). */
-/* A dial to address failed before the handshake (refused, timed out, closed):
- * the first failure of an initial peer is a warning, the retries are quiet. */
-void dl_net_note_dial_failure(struct dl_net *net, const char *address, const char *why);
 int dl_net_resolve_address(const char *text, struct sockaddr_storage *ss, int *len, bool allow_dns);
 
-/* targets.c */
-bool dl_net_is_banned(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]);
-void dl_net_ban(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]);
-/* The target with this key, else the keyless one at this address. */
-struct dl_target *dl_net_find_target(struct dl_net *net, const uint8_t *pk, const char *address);
-/* False when we dialled an address learned with a key (record or DHT) and
- * another key answered. Initial peers may change identity. */
-bool dl_net_target_accepts(struct dl_net *net, const char *address, const uint8_t pk[DL_WIRE_PK]);
-void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, enum dl_target_source source);
-/* A dial to address ended before the handshake completed. */
-void dl_net_target_failed(struct dl_net *net, const char *address);
-void dl_net_tick_targets(struct dl_net *net, double now);
-
-/* gossip.c */
-void dl_net_publish_record(struct dl_net *net, bool goodbye);
-void dl_net_tick_publish(struct dl_net *net, double now);
-void dl_net_on_ready(struct dl_net *net, struct dl_conn *c);
-void dl_net_on_closed(struct dl_net *net, struct dl_conn *c);
-void dl_net_on_records(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
-
-/* net.c */
+/* queue.c */
+/* Hands cmd (owned from here on) to the network thread; any thread. */
 int dl_net_post(struct dl_net *net, struct dl_cmd *cmd);
-
-/* rpc.c */
-void dl_rpc_on_request(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
-void dl_rpc_on_response(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
-void dl_rpc_on_cancel(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
-void dl_rpc_run_cmd(struct dl_net *net, struct dl_cmd *cmd);
-void dl_rpc_tick(struct dl_net *net, double now);
-void dl_rpc_conn_closed(struct dl_net *net, struct dl_conn *c);
-void dl_rpc_fail_all(struct dl_net *net);
-
-/* door.c */
-/* Whether a new inbound connection from sa is within its host's limits. */
-bool dl_net_door_admit(struct dl_net *net, const struct sockaddr *sa);
-/* A misdeed from the host of remote ("ip:port"): a key banned, a forged
- * handshake signature. DL_NET_HOST_STRIKES of them within ban_s ban the
- * host: keys are free to make, addresses are not. */
-void dl_net_strike_host(struct dl_net *net, const char *remote, const char *why);
-
-/* admission.c */
-/* Loads the admission policy at start and says once whether the run is open. */
-int dl_net_admission_start(struct dl_net *net);
-/* Decides on a peer whose AUTH signature checked out; rejects it (and
- * returns -1) when it is not admitted. */
-int dl_net_admit(struct dl_net *net, struct dl_conn *c, const uint8_t *token, size_t token_size);
-/* Once a second: re-reads a changed revocation list, and disconnects peers
- * revoked since or whose token expired during the connection. */
-void dl_net_tick_admission(struct dl_net *net, double now);
-/* Sends the revocation list in force to c, or (c NULL) to every ready
- * connection but except. */
-void dl_net_send_revocations(struct dl_net *net, struct dl_conn *c, struct dl_conn *except);
-/* A REVOCATIONS message: a newer list is put in force and forwarded; a
- * forged one bans the sender. */
-void dl_net_on_revocations(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
-
-/* dht.c */
-int dl_dht_start(struct dl_net *net);
-void dl_dht_tick(struct dl_net *net, double now);
-void dl_dht_stop(struct dl_net *net);
 
 #endif

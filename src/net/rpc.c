@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "dedloc/util.h"
-#include "net/net_internal.h"
+#include "net/above_conn.h"
 
 static const char *const NET_STATUS_NAMES[] = {
     [DL_NET_OK] = "ok",

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "dedloc/util.h"
-#include "net/net_internal.h"
+#include "net/above_conn.h"
 
 bool dl_net_is_banned(struct dl_net *net, const uint8_t pk[DL_WIRE_PK]) {
     double now = dl_now();
