@@ -1,9 +1,6 @@
-/* dedloc monitor: joins a collaboration as an observer (it trains nothing,
- * in client mode so it never votes on the global step), pulls every peer's
- * signed metrics record, keeps a history and serves it all over HTTP
- * (monitor_http.c). */
-#include <event2/event.h>
-#include <event2/http.h>
+/* dedloc monitor: the options of the observer of a collaboration; the
+ * monitor itself (the swarm side, the history, HTTP, the snapshots) is the
+ * library's monitor module (include/dedloc/monitor.h). */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,8 +9,9 @@
 
 #include "cli/commands.h"
 #include "cli/export_hf.h"
-#include "cli/monitor.h"
+#include "cli/swarm_args.h"
 #include "dedloc/collab.h"
+#include "dedloc/monitor.h"
 #include "dedloc/util.h"
 
 static void help(FILE *out) {
@@ -54,90 +52,6 @@ static void help(FILE *out) {
             "  --tokenizer FILE         tokenizer.json of the exports (default: the built-in one)\n");
 }
 
-const struct dl_metrics *monitor_find_metrics(const struct monitor_state *s, const char *peer_id) {
-    for (size_t i = 0; i < s->num_metrics; i++)
-        if (!strcmp(s->metrics[i].peer_id, peer_id)) return &s->metrics[i];
-    return NULL;
-}
-
-double monitor_mean_loss(const struct monitor_state *s) {
-    double sum = 0;
-    size_t n = 0;
-    for (size_t i = 0; i < s->view.num_peers; i++) {
-        const struct dl_metrics *m = monitor_find_metrics(s, s->view.peers[i].peer_id);
-        if (m && m->loss >= 0) {
-            sum += m->loss;
-            n++;
-        }
-    }
-    return n ? sum / (double)n : -1;
-}
-
-/* Runs on the network thread with a verified record (or a failure). */
-static void on_metrics(void *user, const char *peer_id, int status, const struct dl_metrics *m) {
-    struct monitor_state *s = user;
-    if (status != DL_NET_OK || !m) return;
-    pthread_mutex_lock(&s->lock);
-    struct dl_metrics *slot = (struct dl_metrics *)monitor_find_metrics(s, peer_id);
-    if (!slot && s->num_metrics < MONITOR_MAX_METRICS) slot = &s->metrics[s->num_metrics++];
-    /* Keep the newest only: a late answer must not roll a peer back. */
-    if (slot && (slot->peer_id[0] == 0 || m->time >= slot->time)) *slot = *m;
-    pthread_mutex_unlock(&s->lock);
-}
-
-struct monitor_loop {
-    struct monitor_state *state;
-    dl_net *net;
-    struct event_base *base;
-    double sample_every, next_sample, end, last_epoch_change;
-    uint64_t last_epoch;
-};
-
-/* Once a second: a fresh view, a metrics request to each peer, maybe a
- * history point. */
-static void on_tick(evutil_socket_t fd, short what, void *arg) {
-    struct monitor_loop *l = arg;
-    struct monitor_state *s = l->state;
-    double now = dl_now();
-    if (l->end > 0 && now >= l->end) {
-        event_base_loopbreak(l->base);
-        return;
-    }
-    struct dl_swarm_view v;
-    if (dl_net_swarm_view(l->net, &v)) {
-        DL_WARN("monitor", "swarm view: %s", dl_error());
-        return;
-    }
-    /* We are an observer: leave ourselves out. */
-    size_t kept = 0;
-    for (size_t i = 0; i < v.num_peers; i++)
-        if (!v.peers[i].is_self) v.peers[kept++] = v.peers[i];
-    v.num_peers = kept;
-    for (size_t i = 0; i < v.num_peers; i++)
-        if (!dl_net_fetch_metrics(l->net, v.peers[i].peer_id, 2.0, on_metrics, s))
-            DL_DEBUG("monitor", "metrics of %s: %s", v.peers[i].peer_id, dl_error());
-    pthread_mutex_lock(&s->lock);
-    uint64_t epoch = v.global_epoch;
-    if (v.global_epoch != l->last_epoch) {
-        if (l->last_epoch_change > 0 && v.global_epoch == l->last_epoch + 1) s->round_s = now - l->last_epoch_change;
-        l->last_epoch_change = now;
-        l->last_epoch = v.global_epoch;
-    }
-    dl_swarm_view_free(&s->view);
-    s->view = v;
-    s->view_time = dl_wall_time();
-    if (now >= l->next_sample) {
-        l->next_sample = now + l->sample_every;
-        struct monitor_point p = {s->view_time, (double)v.global_epoch, monitor_mean_loss(s), v.samples_per_second,
-                                  (double)v.num_peers};
-        if (monitor_history_add(&s->history, &p)) DL_WARN("monitor", "%s", dl_error());
-    }
-    pthread_mutex_unlock(&s->lock);
-    monitor_snapshots_tick(s, epoch);
-}
-
-static void on_stop_signal(evutil_socket_t sig, short what, void *arg) { event_base_loopbreak(arg); }
-
 static int parse_double(const char *s, double lo, double hi, double *out) {
     char *end;
     double v = strtod(s, &end);
@@ -169,46 +83,9 @@ static int split_host_port(const char *s, char *host, size_t cap, int *port) {
     return 0;
 }
 
-static int serve(struct monitor_state *state, dl_net *net, const char *http_host, int http_port, double sample_every,
-                 double duration) {
-    struct monitor_loop loop = {state, net, event_base_new(), sample_every, 0, 0, 0, 0};
-    if (!loop.base) {
-        fprintf(stderr, "dedloc monitor: cannot create an event loop (libevent event_base_new failed)\n");
-        return DL_EXIT_FAILURE;
-    }
-    loop.end = duration >= 0 ? dl_now() + duration : 0;
-    int bound = 0, rc = DL_EXIT_FAILURE;
-    struct evhttp *http = monitor_http_start(loop.base, http_host, http_port, state, &bound);
-    struct event *tick = event_new(loop.base, -1, EV_PERSIST, on_tick, &loop);
-    struct event *sigint = evsignal_new(loop.base, SIGINT, on_stop_signal, loop.base);
-    struct event *sigterm = evsignal_new(loop.base, SIGTERM, on_stop_signal, loop.base);
-    struct timeval second = {1, 0};
-    if (!http) {
-        fprintf(stderr, "dedloc monitor: %s\n", dl_error());
-    } else if (!tick || !sigint || !sigterm || event_add(tick, &second) || event_add(sigint, NULL) ||
-               event_add(sigterm, NULL)) {
-        fprintf(stderr, "dedloc monitor: cannot set up the event loop's timer and signals (libevent)\n");
-    } else {
-        on_tick(-1, 0, &loop);
-        printf("{\"http\":\"http://%s%s%s:%d/\",\"http_port\":%d,\"peer_id\":\"%s\"}\n", strchr(http_host, ':') ? "[" : "",
-               http_host, strchr(http_host, ':') ? "]" : "", bound, bound, state->peer_id);
-        fflush(stdout);
-        rc = event_base_dispatch(loop.base) < 0 ? DL_EXIT_FAILURE : DL_EXIT_OK;
-    }
-    if (sigterm) event_free(sigterm);
-    if (sigint) event_free(sigint);
-    if (tick) event_free(tick);
-    if (http) evhttp_free(http);
-    event_base_free(loop.base);
-    return rc;
-}
-
 int cmd_monitor(int argc, char **argv) {
     struct dl_net_config cfg;
     dl_net_config_default(&cfg);
-    /* An observer: dials out only, never counted as a voter. */
-    cfg.listen = "";
-    cfg.client_mode = true;
     const char *listen_http = "127.0.0.1:8080", *history_path = "dedloc-monitor-history.jsonl";
     double sample_every = 5, duration = -1, points = 2048;
     double ck_every = 100, export_every = 100, keep = 3, max_steps = 0, state_hold_s = 0;
@@ -307,48 +184,46 @@ int cmd_monitor(int argc, char **argv) {
         fprintf(stderr, "dedloc monitor: --listen-http wants ADDR:PORT with a numeric address, got '%s'\n", listen_http);
         return DL_EXIT_USAGE;
     }
-    if (cfg.max_refresh_s > cfg.expiry_s / 4) cfg.max_refresh_s = cfg.expiry_s / 4;
-    if (cfg.min_refresh_s > cfg.max_refresh_s) cfg.min_refresh_s = cfg.max_refresh_s;
-    if (cfg.keepalive_s > cfg.expiry_s / 3) cfg.keepalive_s = cfg.expiry_s / 3;
-
-    struct monitor_state *state = dl_calloc(1, sizeof *state);
-    if (!state) {
-        fprintf(stderr, "dedloc monitor: %s\n", dl_error());
-        return DL_EXIT_FAILURE;
-    }
-    pthread_mutex_init(&state->lock, NULL);
-    state->run_id = cfg.run_id;
-    state->target_batch = cfg.target_batch;
-    struct monitor_snapshots *snap = &state->snap;
-    snap->checkpoint_dir = ck_dir;
-    snap->checkpoint_every = (int64_t)ck_every;
-    snap->keep = (int)keep;
-    snap->export_dir = export_dir;
-    snap->export_every = (int64_t)export_every;
-    snap->tokenizer = tokenizer;
-    snap->test_hold_s = state_hold_s;
+    /* What `dedloc train --model M --max-steps S` uses when no optimizer
+     * option is given: the monitor's checkpoints hold it, and a resumed
+     * trainer overrides it with the ones it gets. */
+    bool tiny = !strcmp(model, "tiny");
+    int64_t opt_steps = max_steps > 0 ? (int64_t)max_steps : tiny ? 300 : 125000;
+    struct dl_monitor_config mcfg = {
+        .net = cfg,
+        .http_host = http_host,
+        .http_port = http_port,
+        .history_path = history_path,
+        .history_points = (size_t)points,
+        .sample_every_s = sample_every,
+        .duration_s = duration,
+        .checkpoint_dir = ck_dir,
+        .checkpoint_every = (int64_t)ck_every,
+        .keep = (int)keep,
+        .export_dir = export_dir,
+        .export_every = (int64_t)export_every,
+        .model = model,
+        .max_steps = (int64_t)max_steps,
+        .run_target_batch = target_given ? cfg.target_batch : 0,
+        .tokenizer = tokenizer,
+        .checkpoint_opt = cli_train_opt_defaults(tiny, DL_OPT_LAMB, opt_steps),
+        .exporter = {cli_export_check_out, cli_export_hf},
+        .test_hold_s = state_hold_s,
+    };
+    signal(SIGPIPE, SIG_IGN);
+    dl_monitor *monitor = NULL;
     int rc = DL_EXIT_FAILURE;
-    dl_net *net = NULL;
-    /* The folders are checked now, not at the first checkpoint hours later. */
-    bool snapshots = ck_dir || export_dir;
-    if ((snapshots && (monitor_snapshots_init(snap, model, (int64_t)max_steps, target_given ? cfg.target_batch : 0) ||
-                       dl_trainer_check_outputs(ck_dir, NULL) || (export_dir && cli_export_check_out(export_dir)))) ||
-        monitor_history_open(&state->history, history_path, (size_t)points) || dl_net_start(&cfg, &net)) {
+    if (dl_monitor_open(&mcfg, &monitor)) {
         fprintf(stderr, "dedloc monitor: %s\n", dl_error());
     } else {
-        snprintf(state->peer_id, sizeof state->peer_id, "%s", dl_net_peer_id(net));
-        snap->net = net;
-        signal(SIGPIPE, SIG_IGN);
-        rc = serve(state, net, http_host, http_port, sample_every, duration);
+        printf("{\"http\":\"http://%s%s%s:%d/\",\"http_port\":%d,\"peer_id\":\"%s\"}\n",
+               strchr(http_host, ':') ? "[" : "", http_host, strchr(http_host, ':') ? "]" : "",
+               dl_monitor_http_port(monitor), dl_monitor_http_port(monitor), dl_monitor_peer_id(monitor));
+        fflush(stdout);
+        if (dl_monitor_run(monitor)) fprintf(stderr, "dedloc monitor: %s\n", dl_error());
+        else rc = DL_EXIT_OK;
     }
-    /* A state download uses net: it ends first. The network thread may
-     * still be in on_metrics: stop it before freeing what it writes. */
-    monitor_snapshots_stop(state);
-    dl_net_stop(net);
-    dl_swarm_view_free(&state->view);
-    monitor_history_close(&state->history);
-    pthread_mutex_destroy(&state->lock);
-    free(state);
+    dl_monitor_close(monitor);
     dl_manifest_free(&manifest);
     return rc;
 }
