@@ -3,12 +3,14 @@
  * library's monitor module (include/dedloc/monitor.h). */
 #include <getopt.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "cli/export_hf.h"
+#include "cli/opt_table.h"
 #include "cli/swarm_args.h"
 #include "dedloc/collab.h"
 #include "dedloc/monitor.h"
@@ -52,18 +54,6 @@ static void help(FILE *out) {
             "  --tokenizer FILE         tokenizer.json of the exports (default: the built-in one)\n");
 }
 
-static int parse_double(const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_whole(const char *s, double lo, double hi, double *out) {
-    return parse_double(s, lo, hi, out) || *out != (double)(int64_t)*out ? -1 : 0;
-}
-
 /* "host:port" into its parts (a numeric host; [v6] allowed). */
 static int split_host_port(const char *s, char *host, size_t cap, int *port) {
     const char *colon = strrchr(s, ':');
@@ -78,137 +68,168 @@ static int split_host_port(const char *s, char *host, size_t cap, int *port) {
     memcpy(host, h, n);
     host[n] = 0;
     double p;
-    if (parse_double(colon + 1, 0, 65535, &p)) return -1;
+    if (cli_parse_double(colon + 1, 0, 65535, &p)) return -1;
     *port = (int)p;
     return 0;
 }
 
-int cmd_monitor(int argc, char **argv) {
-    struct dl_net_config cfg;
-    dl_net_config_default(&cfg);
-    const char *listen_http = "127.0.0.1:8080", *history_path = "dedloc-monitor-history.jsonl";
-    double sample_every = 5, duration = -1, points = 2048;
-    double ck_every = 100, export_every = 100, keep = 3, max_steps = 0, state_hold_s = 0;
-    bool target_given = false;
-    const char *ck_dir = NULL, *export_dir = NULL, *model = "tiny", *tokenizer = NULL;
-    enum { O_RUN = 256, O_INITIAL, O_HTTP, O_HISTORY, O_POINTS, O_SAMPLE, O_TARGET, O_EXPIRY, O_IDENTITY, O_NODHT,
-           O_DURATION, O_CKDIR, O_CKEVERY, O_KEEP, O_EXDIR, O_EXEVERY, O_MODEL, O_STEPS, O_TOKENIZER, O_MANIFEST,
-           O_TEST_HOLD };
-    static const struct option opts[] = {
-        {"run-id", required_argument, NULL, O_RUN}, {"initial-peers", required_argument, NULL, O_INITIAL},
-        {"listen-http", required_argument, NULL, O_HTTP}, {"history", required_argument, NULL, O_HISTORY},
-        {"history-points", required_argument, NULL, O_POINTS}, {"sample-every", required_argument, NULL, O_SAMPLE},
-        {"target-batch", required_argument, NULL, O_TARGET}, {"expiry", required_argument, NULL, O_EXPIRY},
-        {"identity", required_argument, NULL, O_IDENTITY}, {"no-dht", no_argument, NULL, O_NODHT},
-        {"duration", required_argument, NULL, O_DURATION}, {"checkpoint-dir", required_argument, NULL, O_CKDIR},
-        {"checkpoint-every", required_argument, NULL, O_CKEVERY}, {"keep", required_argument, NULL, O_KEEP},
-        {"export-dir", required_argument, NULL, O_EXDIR}, {"export-every", required_argument, NULL, O_EXEVERY},
-        {"model", required_argument, NULL, O_MODEL}, {"max-steps", required_argument, NULL, O_STEPS},
-        {"tokenizer", required_argument, NULL, O_TOKENIZER}, {"manifest", required_argument, NULL, O_MANIFEST},
+/* The command's settings, as the options leave them. */
+struct monitor_args {
+    struct dl_net_config net;
+    const char *listen_http, *history_path;
+    double sample_every, duration, points;
+    double ck_every, export_every, keep, max_steps, state_hold_s;
+    bool target_given;
+    const char *ck_dir, *export_dir, *model, *tokenizer;
+    const char *manifest_path;
+    bool with_manifest; /* a flag, not a NULL test of the path: analyzers then take optarg for NULL */
+};
+
+static int set_target(void *settings, const char *arg) {
+    struct monitor_args *m = settings;
+    m->target_given = true;
+    return cli_parse_double(arg, 1, 1e15, &m->net.target_batch);
+}
+
+static int set_manifest(void *settings, const char *arg) {
+    struct monitor_args *m = settings;
+    m->manifest_path = arg;
+    m->with_manifest = true;
+    return 0;
+}
+
+#define M_FIELD(f) offsetof(struct monitor_args, f)
+enum { O_HELP = 'h', O_FIRST = 256 };
+/* In the order getopt_long lists the candidates of an ambiguous prefix. */
+static const struct cli_opt monitor_opts[] = {
+    {"run-id", O_FIRST + 0, CLI_OPT_STRING, M_FIELD(net.run_id), 0, 0, NULL},
+    {"initial-peers", O_FIRST + 1, CLI_OPT_STRING, M_FIELD(net.initial_peers), 0, 0, NULL},
+    {"listen-http", O_FIRST + 2, CLI_OPT_STRING, M_FIELD(listen_http), 0, 0, NULL},
+    {"history", O_FIRST + 3, CLI_OPT_STRING, M_FIELD(history_path), 0, 0, NULL},
+    {"history-points", O_FIRST + 4, CLI_OPT_DOUBLE, M_FIELD(points), 16, 1e6, NULL},
+    {"sample-every", O_FIRST + 5, CLI_OPT_DOUBLE, M_FIELD(sample_every), 0.1, 86400, NULL},
+    {"target-batch", O_FIRST + 6, CLI_OPT_SETTER, 0, 0, 0, set_target},
+    {"expiry", O_FIRST + 7, CLI_OPT_DOUBLE, M_FIELD(net.expiry_s), 0.5, 86400, NULL},
+    {"identity", O_FIRST + 8, CLI_OPT_STRING, M_FIELD(net.identity_path), 0, 0, NULL},
+    {"no-dht", O_FIRST + 9, CLI_OPT_UNSET, M_FIELD(net.use_dht), 0, 0, NULL},
+    {"duration", O_FIRST + 10, CLI_OPT_DOUBLE, M_FIELD(duration), 0, 1e9, NULL},
+    {"checkpoint-dir", O_FIRST + 11, CLI_OPT_STRING, M_FIELD(ck_dir), 0, 0, NULL},
+    {"checkpoint-every", O_FIRST + 12, CLI_OPT_WHOLE, M_FIELD(ck_every), 1, 1e12, NULL},
+    {"keep", O_FIRST + 13, CLI_OPT_WHOLE, M_FIELD(keep), 0, 1 << 20, NULL},
+    {"export-dir", O_FIRST + 14, CLI_OPT_STRING, M_FIELD(export_dir), 0, 0, NULL},
+    {"export-every", O_FIRST + 15, CLI_OPT_WHOLE, M_FIELD(export_every), 1, 1e12, NULL},
+    {"model", O_FIRST + 16, CLI_OPT_STRING, M_FIELD(model), 0, 0, NULL},
+    {"max-steps", O_FIRST + 17, CLI_OPT_WHOLE, M_FIELD(max_steps), 1, 1e12, NULL},
+    {"tokenizer", O_FIRST + 18, CLI_OPT_STRING, M_FIELD(tokenizer), 0, 0, NULL},
+    {"manifest", O_FIRST + 19, CLI_OPT_SETTER, 0, 0, 0, set_manifest},
 #ifdef DEDLOC_TEST_HOOKS
-        {"test-hold-download", required_argument, NULL, O_TEST_HOLD},
+    {"test-hold-download", O_FIRST + 20, CLI_OPT_DOUBLE, M_FIELD(state_hold_s), 0, 60, NULL},
 #endif
-        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
-    const char *manifest_path = "";
-    bool with_manifest = false; /* a flag, not a NULL test of optarg: analyzers then take optarg for NULL */
+    {"help", O_HELP, CLI_OPT_OTHER, 0, 0, 0, NULL},
+};
+enum { N_MONITOR_OPTS = sizeof monitor_opts / sizeof monitor_opts[0] };
+
+/* 0 parsed, 1 help printed, -1 usage error (said). */
+static int parse_args(int argc, char **argv, struct monitor_args *m) {
+    memset(m, 0, sizeof *m);
+    dl_net_config_default(&m->net);
+    m->listen_http = "127.0.0.1:8080";
+    m->history_path = "dedloc-monitor-history.jsonl";
+    m->sample_every = 5;
+    m->duration = -1;
+    m->points = 2048;
+    m->ck_every = m->export_every = 100;
+    m->keep = 3;
+    m->model = "tiny";
+    m->manifest_path = "";
+    struct option opts[N_MONITOR_OPTS + 1];
+    cli_opt_fill(monitor_opts, N_MONITOR_OPTS, opts);
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case O_RUN: cfg.run_id = optarg; break;
-        case O_INITIAL: cfg.initial_peers = optarg; break;
-        case O_HTTP: listen_http = optarg; break;
-        case O_HISTORY: history_path = optarg; break;
-        case O_POINTS: bad = parse_double(optarg, 16, 1e6, &points); break;
-        case O_SAMPLE: bad = parse_double(optarg, 0.1, 86400, &sample_every); break;
-        case O_TARGET:
-            bad = parse_double(optarg, 1, 1e15, &cfg.target_batch);
-            target_given = true;
-            break;
-        case O_EXPIRY: bad = parse_double(optarg, 0.5, 86400, &cfg.expiry_s); break;
-        case O_IDENTITY: cfg.identity_path = optarg; break;
-        case O_NODHT: cfg.use_dht = false; break;
-        case O_DURATION: bad = parse_double(optarg, 0, 1e9, &duration); break;
-        case O_CKDIR: ck_dir = optarg; break;
-        case O_CKEVERY: bad = parse_whole(optarg, 1, 1e12, &ck_every); break;
-        case O_KEEP: bad = parse_whole(optarg, 0, 1 << 20, &keep); break;
-        case O_EXDIR: export_dir = optarg; break;
-        case O_EXEVERY: bad = parse_whole(optarg, 1, 1e12, &export_every); break;
-        case O_MODEL: model = optarg; break;
-        case O_STEPS: bad = parse_whole(optarg, 1, 1e12, &max_steps); break;
-        case O_TOKENIZER: tokenizer = optarg; break;
-        case O_TEST_HOLD: bad = parse_double(optarg, 0, 60, &state_hold_s); break;
-        case O_MANIFEST: manifest_path = optarg; with_manifest = true; break;
-        case 'h': help(stdout); return DL_EXIT_OK;
-        default: help(stderr); return DL_EXIT_USAGE;
+        const struct cli_opt *e = cli_opt_find(monitor_opts, N_MONITOR_OPTS, c);
+        if (c == O_HELP) {
+            help(stdout);
+            return 1;
         }
-        if (bad) {
-            fprintf(stderr, "dedloc monitor: bad value '%s' for --%s\n", optarg, opts[c - O_RUN].name);
-            return DL_EXIT_USAGE;
+        if (!e) {
+            help(stderr);
+            return -1;
+        }
+        if (cli_opt_assign(e, m, optarg)) {
+            fprintf(stderr, "dedloc monitor: bad value '%s' for --%s\n", optarg, e->name);
+            return -1;
         }
     }
+    return 0;
+}
+
+int cmd_monitor(int argc, char **argv) {
+    struct monitor_args args;
+    int parsed = parse_args(argc, argv, &args);
+    if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
     /* A run with a manifest admits only peers that present its hash. */
     struct dl_manifest manifest;
     memset(&manifest, 0, sizeof manifest);
     char run_key[DL_AUTHORITY_PK_HEX];
-    if (with_manifest) {
-        if (cfg.run_id) {
+    if (args.with_manifest) {
+        if (args.net.run_id) {
             fprintf(stderr, "dedloc monitor: --run-id comes from the manifest\n");
             return DL_EXIT_USAGE;
         }
-        if (dl_manifest_load(manifest_path, &manifest)) {
+        if (dl_manifest_load(args.manifest_path, &manifest)) {
             fprintf(stderr, "dedloc monitor: %s\n", dl_error());
             return DL_EXIT_USAGE;
         }
-        cfg.run_id = manifest.run_id;
-        cfg.manifest_hash = manifest.hash;
-        cfg.target_batch = (double)manifest.target_batch;
+        args.net.run_id = manifest.run_id;
+        args.net.manifest_hash = manifest.hash;
+        args.net.target_batch = (double)manifest.target_batch;
         if (manifest.model_preset[0])
-            model = manifest.model_preset; /* what the monitor's checkpoints and exports are of */
+            args.model = manifest.model_preset; /* what the monitor's checkpoints and exports are of */
         if (manifest.max_steps > 0)
-            max_steps = (double)manifest.max_steps;
-        target_given = true;
+            args.max_steps = (double)manifest.max_steps;
+        args.target_given = true;
         if (manifest.has_authority) {
             dl_authority_public_hex(manifest.authority, run_key);
-            cfg.run_key = run_key;
+            args.net.run_key = run_key;
         }
     }
     char http_host[64];
     int http_port = 0;
-    if (optind < argc || !cfg.run_id) {
+    if (optind < argc || !args.net.run_id) {
         fprintf(stderr, "dedloc monitor: %s\n", optind < argc ? "unexpected argument" : "--run-id is required");
         help(stderr);
         return DL_EXIT_USAGE;
     }
-    if (split_host_port(listen_http, http_host, sizeof http_host, &http_port)) {
-        fprintf(stderr, "dedloc monitor: --listen-http wants ADDR:PORT with a numeric address, got '%s'\n", listen_http);
+    if (split_host_port(args.listen_http, http_host, sizeof http_host, &http_port)) {
+        fprintf(stderr, "dedloc monitor: --listen-http wants ADDR:PORT with a numeric address, got '%s'\n",
+                args.listen_http);
         return DL_EXIT_USAGE;
     }
     /* What `dedloc train --model M --max-steps S` uses when no optimizer
      * option is given: the monitor's checkpoints hold it, and a resumed
      * trainer overrides it with the ones it gets. */
-    bool tiny = !strcmp(model, "tiny");
-    int64_t opt_steps = max_steps > 0 ? (int64_t)max_steps : tiny ? 300 : 125000;
+    bool tiny = !strcmp(args.model, "tiny");
+    int64_t opt_steps = args.max_steps > 0 ? (int64_t)args.max_steps : tiny ? 300 : 125000;
     struct dl_monitor_config mcfg = {
-        .net = cfg,
+        .net = args.net,
         .http_host = http_host,
         .http_port = http_port,
-        .history_path = history_path,
-        .history_points = (size_t)points,
-        .sample_every_s = sample_every,
-        .duration_s = duration,
-        .checkpoint_dir = ck_dir,
-        .checkpoint_every = (int64_t)ck_every,
-        .keep = (int)keep,
-        .export_dir = export_dir,
-        .export_every = (int64_t)export_every,
-        .model = model,
-        .max_steps = (int64_t)max_steps,
-        .run_target_batch = target_given ? cfg.target_batch : 0,
-        .tokenizer = tokenizer,
+        .history_path = args.history_path,
+        .history_points = (size_t)args.points,
+        .sample_every_s = args.sample_every,
+        .duration_s = args.duration,
+        .checkpoint_dir = args.ck_dir,
+        .checkpoint_every = (int64_t)args.ck_every,
+        .keep = (int)args.keep,
+        .export_dir = args.export_dir,
+        .export_every = (int64_t)args.export_every,
+        .model = args.model,
+        .max_steps = (int64_t)args.max_steps,
+        .run_target_batch = args.target_given ? args.net.target_batch : 0,
+        .tokenizer = args.tokenizer,
         .checkpoint_opt = cli_train_opt_defaults(tiny, DL_OPT_LAMB, opt_steps),
         .exporter = {cli_export_check_out, cli_export_hf},
-        .test_hold_s = state_hold_s,
+        .test_hold_s = args.state_hold_s,
     };
     signal(SIGPIPE, SIG_IGN);
     dl_monitor *monitor = NULL;
