@@ -23,8 +23,8 @@ int cli_parse_llong(const char *s, long long lo, long long hi, long long *out) {
 
 size_t cli_opt_fill(const struct cli_opt *table, size_t n, struct option *out) {
     for (size_t i = 0; i < n; i++) {
-        bool takes_arg = table[i].kind != CLI_OPT_FLAG && table[i].kind != CLI_OPT_UNSET &&
-                         table[i].kind != CLI_OPT_OTHER;
+        enum cli_opt_kind k = table[i].kind;
+        bool takes_arg = k != CLI_OPT_FLAG && k != CLI_OPT_UNSET && k != CLI_OPT_ACTION && k != CLI_OPT_OTHER;
         out[i] = (struct option){table[i].name, takes_arg ? required_argument : no_argument, NULL, table[i].id};
     }
     out[n] = (struct option){0, 0, 0, 0};
@@ -51,7 +51,16 @@ int cli_opt_assign(const struct cli_opt *e, void *settings, const char *arg) {
         return 0;
     }
     case CLI_OPT_LLONG: return cli_parse_llong(arg, (long long)e->lo, (long long)e->hi, (long long *)field);
-    case CLI_OPT_SETTER: return e->set(settings, arg);
+    case CLI_OPT_INT64:
+    case CLI_OPT_INT: {
+        double v;
+        if (cli_parse_double(arg, e->lo, e->hi, &v)) return -1;
+        if (e->kind == CLI_OPT_INT64) *(int64_t *)field = (int64_t)v;
+        else *(int *)field = (int)v;
+        return 0;
+    }
+    case CLI_OPT_SETTER:
+    case CLI_OPT_ACTION: return e->set(settings, arg);
     case CLI_OPT_OTHER: return 0;
     }
     return -1;

@@ -17,7 +17,10 @@ enum cli_opt_kind {
     CLI_OPT_DOUBLE,  /* a double field: a number (strtod) in [lo, hi] */
     CLI_OPT_WHOLE,   /* a double field: a whole number in [lo, hi] */
     CLI_OPT_LLONG,   /* a long long field: a base-10 integer in [lo, hi] */
-    CLI_OPT_SETTER,  /* set() decides; takes an argument */
+    CLI_OPT_INT64,   /* an int64_t field: a number (strtod) in [lo, hi], its integer part */
+    CLI_OPT_INT,     /* an int field: the same */
+    CLI_OPT_SETTER,  /* takes an argument: set(settings, arg) decides */
+    CLI_OPT_ACTION,  /* no argument: set(settings, NULL) does what the option says */
     CLI_OPT_OTHER,   /* no argument, nothing stored: the command handles it (--help) */
 };
 
@@ -27,7 +30,8 @@ struct cli_opt {
     enum cli_opt_kind kind;
     size_t offset;            /* of the field in the settings struct */
     double lo, hi;            /* bounds of the numeric kinds (and of a setter's number) */
-    /* CLI_OPT_SETTER: stores arg into settings; 0, or -1 for a bad value. */
+    /* CLI_OPT_SETTER, CLI_OPT_ACTION: stores arg into settings; 0, or -1
+     * for a bad value. */
     int (*set)(void *settings, const char *arg);
 };
 
