@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "cli/swarm_args.h"
 #include "dedloc/collab.h"
 #include "dedloc/data.h"
@@ -123,56 +125,71 @@ static void on_signal(int sig) {
     (void)ignored;
 }
 
-static int parse_ll(const char *s, long long lo, long long hi, long long *out, const char *what) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*s == 0 || *end || v < lo || v > hi) {
-        fprintf(stderr, "dedloc train: %s must be an integer in [%lld, %lld], got '%s'\n", what, lo, hi, s);
-        return -1;
+/* --batch B|auto: auto (0) is chosen from the device's memory. */
+static int set_batch(void *settings, const char *arg) {
+    train_args *a = settings;
+    if (!strcmp(arg, "auto")) {
+        a->batch = 0;
+        return 0;
     }
-    *out = v;
-    return 0;
+    return cli_parse_llong(arg, 1, 1 << 16, &a->batch);
 }
 
-static int parse_d(const char *s, double lo, double hi, double *out, const char *what) {
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == 0 || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "dedloc train: %s must be a number in [%g, %g], got '%s'\n", what, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+#define T_FIELD(f) offsetof(train_args, f)
+#define T_MAX_SEED ((double)((1LL << 53) - 1))
+/* In the order getopt_long lists the candidates of an ambiguous prefix. */
+static const struct cli_opt train_opts[] = {
+    {"model", OPT_MODEL, CLI_OPT_STRING, T_FIELD(model), 0, 0, NULL},
+    {"tokenizer", OPT_TOKENIZER, CLI_OPT_STRING, T_FIELD(tokenizer), 0, 0, NULL},
+    {"data", OPT_DATA, CLI_OPT_STRING, T_FIELD(data), 0, 0, NULL},
+    {"batch", OPT_BATCH, CLI_OPT_SETTER, 0, 1, 1 << 16, set_batch},
+    {"seq", OPT_SEQ, CLI_OPT_LLONG, T_FIELD(seq), 8, 1 << 16, NULL},
+    {"target-batch", OPT_TARGET, CLI_OPT_LLONG, T_FIELD(target), 1, (double)(1LL << 40), NULL},
+    {"max-steps", OPT_MAX_STEPS, CLI_OPT_LLONG, T_FIELD(max_steps), 0, (double)(1LL << 40), NULL},
+    {"precision", OPT_PRECISION, CLI_OPT_STRING, T_FIELD(precision), 0, 0, NULL},
+    {"checkpoint-dir", OPT_CKDIR, CLI_OPT_STRING, T_FIELD(ckdir), 0, 0, NULL},
+    {"keep", OPT_KEEP, CLI_OPT_LLONG, T_FIELD(keep), 0, 1 << 20, NULL},
+    {"log", OPT_LOG, CLI_OPT_STRING, T_FIELD(log), 0, 0, NULL},
+    {"seed", OPT_SEED, CLI_OPT_LLONG, T_FIELD(seed), 0, T_MAX_SEED, NULL},
+    {"peer-seed", OPT_PEER_SEED, CLI_OPT_LLONG, T_FIELD(peer_seed), 0, T_MAX_SEED, NULL},
+    {"device", OPT_DEVICE, CLI_OPT_STRING, T_FIELD(device), 0, 0, NULL},
+    {"lr", OPT_LR, CLI_OPT_DOUBLE, T_FIELD(lr), 1e-12, 10, NULL},
+    {"warmup-steps", OPT_WARMUP, CLI_OPT_LLONG, T_FIELD(warmup), 0, (double)(1LL << 40), NULL},
+    {"total-steps", OPT_TOTAL, CLI_OPT_LLONG, T_FIELD(total), 1, (double)(1LL << 40), NULL},
+    {"weight-decay", OPT_WD, CLI_OPT_DOUBLE, T_FIELD(wd), 0, 10, NULL},
+    {"max-grad-norm", OPT_CLIP, CLI_OPT_DOUBLE, T_FIELD(clip), 0, 1e9, NULL},
+    {"optimizer", OPT_OPTIMIZER, CLI_OPT_STRING, T_FIELD(optimizer), 0, 0, NULL},
+    {"save-every", OPT_SAVE_EVERY, CLI_OPT_LLONG, T_FIELD(save_every), 0, (double)(1LL << 40), NULL},
+    {"resume", OPT_RESUME, CLI_OPT_STRING, T_FIELD(resume), 0, 0, NULL},
+    {"shuffle-buffer", OPT_SHUFFLE, CLI_OPT_LLONG, T_FIELD(shuffle), 1, 1 << 24, NULL},
+    {"quiet", OPT_QUIET, CLI_OPT_FLAG, T_FIELD(quiet), 0, 0, NULL},
+    {"max-minutes", OPT_MAX_MINUTES, CLI_OPT_DOUBLE, T_FIELD(max_minutes), 0, 1e9, NULL},
+    {"ca-file", OPT_CA_FILE, CLI_OPT_STRING, T_FIELD(ca_file), 0, 0, NULL},
+    {"insecure-tls", OPT_INSECURE_TLS, CLI_OPT_FLAG, T_FIELD(insecure_tls), 0, 0, NULL},
+    {"synthetic-compute", OPT_SYNTHETIC, CLI_OPT_DOUBLE, T_FIELD(synthetic), 0, 3600, NULL},
+    {"recompute", OPT_RECOMPUTE, CLI_OPT_FLAG, T_FIELD(recompute), 0, 0, NULL},
+    {"replay-data", OPT_REPLAY_DATA, CLI_OPT_FLAG, T_FIELD(replay_data), 0, 0, NULL},
+    {"max-device-memory", OPT_MAX_DEVICE_MEMORY, CLI_OPT_LLONG, T_FIELD(max_device_mb), 1, (double)(1LL << 30), NULL},
+    {"help", OPT_HELP, CLI_OPT_OTHER, 0, 0, 0, NULL},
+};
+enum { N_TRAIN_OPTS = sizeof train_opts / sizeof train_opts[0] };
+
+/* What a bad value of e prints: its range, in the kind of number it takes. */
+static void bad_value(const struct cli_opt *e, const char *arg) {
+    const char *unit = e->id == OPT_MAX_DEVICE_MEMORY ? " (MiB)" : "";
+    if (e->kind == CLI_OPT_DOUBLE)
+        fprintf(stderr, "dedloc train: --%s%s must be a number in [%g, %g], got '%s'\n", e->name, unit, e->lo, e->hi,
+                arg);
+    else
+        fprintf(stderr, "dedloc train: --%s%s must be an integer in [%lld, %lld], got '%s'\n", e->name, unit,
+                (long long)e->lo, (long long)e->hi, arg);
 }
 
 static int parse_args(int argc, char **argv, train_args *a) {
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, OPT_MODEL}, {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-        {"data", required_argument, NULL, OPT_DATA}, {"batch", required_argument, NULL, OPT_BATCH},
-        {"seq", required_argument, NULL, OPT_SEQ}, {"target-batch", required_argument, NULL, OPT_TARGET},
-        {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
-        {"precision", required_argument, NULL, OPT_PRECISION},
-        {"checkpoint-dir", required_argument, NULL, OPT_CKDIR}, {"keep", required_argument, NULL, OPT_KEEP},
-        {"log", required_argument, NULL, OPT_LOG}, {"seed", required_argument, NULL, OPT_SEED},
-        {"peer-seed", required_argument, NULL, OPT_PEER_SEED}, {"device", required_argument, NULL, OPT_DEVICE},
-        {"lr", required_argument, NULL, OPT_LR}, {"warmup-steps", required_argument, NULL, OPT_WARMUP},
-        {"total-steps", required_argument, NULL, OPT_TOTAL}, {"weight-decay", required_argument, NULL, OPT_WD},
-        {"max-grad-norm", required_argument, NULL, OPT_CLIP},
-        {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-        {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"resume", required_argument, NULL, OPT_RESUME},
-        {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE}, {"quiet", no_argument, NULL, OPT_QUIET},
-        {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
-        {"ca-file", required_argument, NULL, OPT_CA_FILE}, {"insecure-tls", no_argument, NULL, OPT_INSECURE_TLS},
-        {"synthetic-compute", required_argument, NULL, OPT_SYNTHETIC},
-        {"recompute", no_argument, NULL, OPT_RECOMPUTE},
-        {"replay-data", no_argument, NULL, OPT_REPLAY_DATA},
-        {"max-device-memory", required_argument, NULL, OPT_MAX_DEVICE_MEMORY},
-        {"help", no_argument, NULL, OPT_HELP}};
-    enum { N_OWN = sizeof opts / sizeof opts[0] };
-    struct option all[N_OWN + 32];
-    memcpy(all, opts, sizeof opts);
-    size_t n_all = N_OWN;
-    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_OWN + 31; so++) all[n_all++] = *so;
+    struct option all[N_TRAIN_OPTS + 32];
+    size_t n_all = cli_opt_fill(train_opts, N_TRAIN_OPTS, all);
+    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_TRAIN_OPTS + 31; so++)
+        all[n_all++] = *so;
     memset(&all[n_all], 0, sizeof all[n_all]);
     memset(a, 0, sizeof *a);
     cli_swarm_args_default(&a->swarm);
@@ -187,59 +204,20 @@ static int parse_args(int argc, char **argv, train_args *a) {
     a->clip = 1.0;
     int c;
     while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
-        int bad = 0;
         int sw = cli_swarm_option(&a->swarm, c, optarg, "train");
-        if (sw < 0) bad = 1;
-        if (sw <= 0) {
-            if (bad) {
-                fprintf(stderr, "see 'dedloc train --help'\n");
-                return -1;
-            }
-            continue;
+        if (sw < 0) {
+            fprintf(stderr, "see 'dedloc train --help'\n");
+            return -1;
         }
+        if (sw == 0) continue;
         if (c >= OPT_MODEL && c < OPT_COUNT) a->given[c] = true;
-        switch (c) {
-        case OPT_MODEL: a->model = optarg; break;
-        case OPT_TOKENIZER: a->tokenizer = optarg; break;
-        case OPT_DATA: a->data = optarg; break;
-        case OPT_BATCH:
-            if (!strcmp(optarg, "auto")) a->batch = 0; /* chosen from the device's memory */
-            else bad = parse_ll(optarg, 1, 1 << 16, &a->batch, "--batch");
-            break;
-        case OPT_SEQ: bad = parse_ll(optarg, 8, 1 << 16, &a->seq, "--seq"); break;
-        case OPT_TARGET: bad = parse_ll(optarg, 1, 1LL << 40, &a->target, "--target-batch"); break;
-        case OPT_MAX_STEPS: bad = parse_ll(optarg, 0, 1LL << 40, &a->max_steps, "--max-steps"); break;
-        case OPT_PRECISION: a->precision = optarg; break;
-        case OPT_CKDIR: a->ckdir = optarg; break;
-        case OPT_KEEP: bad = parse_ll(optarg, 0, 1 << 20, &a->keep, "--keep"); break;
-        case OPT_LOG: a->log = optarg; break;
-        case OPT_SEED: bad = parse_ll(optarg, 0, (1LL << 53) - 1, &a->seed, "--seed"); break;
-        case OPT_PEER_SEED: bad = parse_ll(optarg, 0, (1LL << 53) - 1, &a->peer_seed, "--peer-seed"); break;
-        case OPT_DEVICE: a->device = optarg; break;
-        case OPT_LR: bad = parse_d(optarg, 1e-12, 10, &a->lr, "--lr"); break;
-        case OPT_WARMUP: bad = parse_ll(optarg, 0, 1LL << 40, &a->warmup, "--warmup-steps"); break;
-        case OPT_TOTAL: bad = parse_ll(optarg, 1, 1LL << 40, &a->total, "--total-steps"); break;
-        case OPT_WD: bad = parse_d(optarg, 0, 10, &a->wd, "--weight-decay"); break;
-        case OPT_CLIP: bad = parse_d(optarg, 0, 1e9, &a->clip, "--max-grad-norm"); break;
-        case OPT_OPTIMIZER: a->optimizer = optarg; break;
-        case OPT_SAVE_EVERY: bad = parse_ll(optarg, 0, 1LL << 40, &a->save_every, "--save-every"); break;
-        case OPT_RESUME: a->resume = optarg; break;
-        case OPT_SHUFFLE: bad = parse_ll(optarg, 1, 1 << 24, &a->shuffle, "--shuffle-buffer"); break;
-        case OPT_QUIET: a->quiet = true; break;
-        case OPT_CA_FILE: a->ca_file = optarg; break;
-        case OPT_INSECURE_TLS: a->insecure_tls = true; break;
-        case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
-        case OPT_SYNTHETIC: bad = parse_d(optarg, 0, 3600, &a->synthetic, "--synthetic-compute"); break;
-        case OPT_RECOMPUTE: a->recompute = true; break;
-        case OPT_REPLAY_DATA: a->replay_data = true; break;
-        case OPT_MAX_DEVICE_MEMORY:
-            bad = parse_ll(optarg, 1, 1LL << 30, &a->max_device_mb, "--max-device-memory (MiB)");
-            break;
-        case 'h':
-        case OPT_HELP: help(stdout); return 1;
-        default: bad = 1;
+        if (c == 'h' || c == OPT_HELP) {
+            help(stdout);
+            return 1;
         }
-        if (bad) {
+        const struct cli_opt *e = cli_opt_find(train_opts, N_TRAIN_OPTS, c);
+        if (!e || cli_opt_assign(e, a, optarg)) {
+            if (e) bad_value(e, optarg);
             fprintf(stderr, "see 'dedloc train --help'\n");
             return -1;
         }
