@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_parse_double(const char *s, double lo, double hi, double *out) {
     char *end;
@@ -37,26 +38,43 @@ const struct cli_opt *cli_opt_find(const struct cli_opt *table, size_t n, int id
     return NULL;
 }
 
+/* Values go in through memcpy: the field's type is the entry's kind, which
+ * the compiler cannot see through the offset. */
 int cli_opt_assign(const struct cli_opt *e, void *settings, const char *arg) {
     char *field = (char *)settings + e->offset;
     switch (e->kind) {
-    case CLI_OPT_FLAG: *(bool *)field = true; return 0;
-    case CLI_OPT_UNSET: *(bool *)field = false; return 0;
-    case CLI_OPT_STRING: *(const char **)field = arg; return 0;
-    case CLI_OPT_DOUBLE: return cli_parse_double(arg, e->lo, e->hi, (double *)field);
-    case CLI_OPT_WHOLE: {
-        double v;
-        if (cli_parse_double(arg, e->lo, e->hi, &v) || v != (double)(int64_t)v) return -1;
-        *(double *)field = v;
+    case CLI_OPT_FLAG:
+    case CLI_OPT_UNSET: {
+        bool v = e->kind == CLI_OPT_FLAG;
+        memcpy(field, &v, sizeof v);
         return 0;
     }
-    case CLI_OPT_LLONG: return cli_parse_llong(arg, (long long)e->lo, (long long)e->hi, (long long *)field);
+    case CLI_OPT_STRING: memcpy(field, &arg, sizeof arg); return 0;
+    case CLI_OPT_DOUBLE:
+    case CLI_OPT_WHOLE: {
+        double v;
+        if (cli_parse_double(arg, e->lo, e->hi, &v)) return -1;
+        if (e->kind == CLI_OPT_WHOLE && v != (double)(int64_t)v) return -1;
+        memcpy(field, &v, sizeof v);
+        return 0;
+    }
+    case CLI_OPT_LLONG: {
+        long long v;
+        if (cli_parse_llong(arg, (long long)e->lo, (long long)e->hi, &v)) return -1;
+        memcpy(field, &v, sizeof v);
+        return 0;
+    }
     case CLI_OPT_INT64:
     case CLI_OPT_INT: {
         double v;
         if (cli_parse_double(arg, e->lo, e->hi, &v)) return -1;
-        if (e->kind == CLI_OPT_INT64) *(int64_t *)field = (int64_t)v;
-        else *(int *)field = (int)v;
+        if (e->kind == CLI_OPT_INT64) {
+            int64_t n = (int64_t)v;
+            memcpy(field, &n, sizeof n);
+        } else {
+            int n = (int)v;
+            memcpy(field, &n, sizeof n);
+        }
         return 0;
     }
     case CLI_OPT_SETTER:

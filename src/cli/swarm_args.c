@@ -71,6 +71,7 @@ static int set_name(void *settings, const char *arg) {
     return strlen(arg) >= 64 ? -1 : 0;
 }
 
+#ifdef DEDLOC_TEST_HOOKS
 static int set_test_attack(void *settings, const char *arg) {
     struct cli_swarm_args *a = settings;
     if (!strcmp(arg, "sign-flip")) a->train.test_attack = DL_TEST_ATTACK_SIGN_FLIP;
@@ -78,6 +79,7 @@ static int set_test_attack(void *settings, const char *arg) {
     else return -1;
     return 0;
 }
+#endif
 
 #define S_FIELD(f) offsetof(struct cli_swarm_args, f)
 /* In the order getopt_long lists the candidates of an ambiguous prefix. */
