@@ -163,6 +163,32 @@ static int parse_args(int argc, char **argv, struct monitor_args *m) {
     return 0;
 }
 
+/* --manifest: the run id, key and target batch come from it, and the model
+ * and steps of what the monitor writes. 0, or -1 with the message printed. */
+static int apply_manifest(struct monitor_args *args, struct dl_manifest *manifest, char *run_key) {
+    if (args->net.run_id) {
+        fprintf(stderr, "dedloc monitor: --run-id comes from the manifest\n");
+        return -1;
+    }
+    if (dl_manifest_load(args->manifest_path, manifest)) {
+        fprintf(stderr, "dedloc monitor: %s\n", dl_error());
+        return -1;
+    }
+    args->net.run_id = manifest->run_id;
+    args->net.manifest_hash = manifest->hash;
+    args->net.target_batch = (double)manifest->target_batch;
+    if (manifest->model_preset[0])
+        args->model = manifest->model_preset; /* what the monitor's checkpoints and exports are of */
+    if (manifest->max_steps > 0)
+        args->max_steps = (double)manifest->max_steps;
+    args->target_given = true;
+    if (manifest->has_authority) {
+        dl_authority_public_hex(manifest->authority, run_key);
+        args->net.run_key = run_key;
+    }
+    return 0;
+}
+
 int cmd_monitor(int argc, char **argv) {
     struct monitor_args args;
     int parsed = parse_args(argc, argv, &args);
@@ -171,28 +197,7 @@ int cmd_monitor(int argc, char **argv) {
     struct dl_manifest manifest;
     memset(&manifest, 0, sizeof manifest);
     char run_key[DL_AUTHORITY_PK_HEX];
-    if (args.with_manifest) {
-        if (args.net.run_id) {
-            fprintf(stderr, "dedloc monitor: --run-id comes from the manifest\n");
-            return DL_EXIT_USAGE;
-        }
-        if (dl_manifest_load(args.manifest_path, &manifest)) {
-            fprintf(stderr, "dedloc monitor: %s\n", dl_error());
-            return DL_EXIT_USAGE;
-        }
-        args.net.run_id = manifest.run_id;
-        args.net.manifest_hash = manifest.hash;
-        args.net.target_batch = (double)manifest.target_batch;
-        if (manifest.model_preset[0])
-            args.model = manifest.model_preset; /* what the monitor's checkpoints and exports are of */
-        if (manifest.max_steps > 0)
-            args.max_steps = (double)manifest.max_steps;
-        args.target_given = true;
-        if (manifest.has_authority) {
-            dl_authority_public_hex(manifest.authority, run_key);
-            args.net.run_key = run_key;
-        }
-    }
+    if (args.with_manifest && apply_manifest(&args, &manifest, run_key)) return DL_EXIT_USAGE;
     char http_host[64];
     int http_port = 0;
     if (optind < argc || !args.net.run_id) {
