@@ -1,4 +1,4 @@
-/* The CPU reference of `dedloc bench gemm` (see gemm_openblas.h). */
+/* The CPU reference of the bench_gemm program (see gemm_openblas.h). */
 #include "bench/gemm_openblas.h"
 
 #include <cblas.h>

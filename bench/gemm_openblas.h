@@ -1,7 +1,7 @@
-/* The CPU reference of `dedloc bench gemm`: the same products through
- * OpenBLAS's cblas_sgemm. OpenBLAS is a benchmark-only dependency, so this
- * is compiled into the dedloc binary (when OpenBLAS is found), never into
- * the library. */
+/* The CPU reference of the benchmark program bench_gemm: the same products
+ * through OpenBLAS's cblas_sgemm, timed beside CLBlast's. A comparison for
+ * us, so it is compiled into that program only (when OpenBLAS is found),
+ * never into the dedloc binary or the library. */
 #ifndef DEDLOC_BENCH_GEMM_OPENBLAS_H
 #define DEDLOC_BENCH_GEMM_OPENBLAS_H
 

@@ -1,6 +1,9 @@
 /* dedloc bench gemm: GFLOP/s of the transformer GEMM shapes through CLBlast,
- * with its built-in parameters and with the stored tuning, and on a CPU
- * device the same shapes through OpenBLAS (linked into the binary only). */
+ * with its built-in parameters and with the stored tuning. The same file
+ * makes the benchmark program bench/bench_gemm, which adds on a CPU device
+ * the same shapes through OpenBLAS's cblas_sgemm (bench/gemm_openblas.c,
+ * DEDLOC_BENCH_OPENBLAS): that comparison is for us, not for the users of
+ * the shipped binary, so it stays out of it. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -12,8 +15,11 @@
 #include "dedloc/device.h"
 #include "dedloc/util.h"
 
-#ifdef DEDLOC_HAVE_OPENBLAS
+#ifdef DEDLOC_BENCH_OPENBLAS
 #include "bench/gemm_openblas.h"
+#define BENCH_GEMM_NAME "bench_gemm"
+#else
+#define BENCH_GEMM_NAME "dedloc bench gemm"
 #endif
 
 /* Square products, then ALBERT-large (sahajBERT) for 8 x 128 tokens: the
@@ -32,7 +38,7 @@ enum { NSHAPES = sizeof shapes / sizeof *shapes };
 
 static void help(FILE *out) {
     fprintf(out,
-            "usage: dedloc bench gemm [--device D] [--json] [--repeat N] [--shapes LIST]\n\n"
+            "usage: " BENCH_GEMM_NAME " [--device D] [--json] [--repeat N] [--shapes LIST]\n\n"
             "GFLOP/s (median of N timed calls after one untimed call) of single-precision\n"
             "GEMM for transformer shapes, written MxNxK (C is MxN):\n");
     for (int i = 0; i < NSHAPES; i++)
@@ -41,7 +47,8 @@ static void help(FILE *out) {
     fprintf(out,
             "Columns: CLBlast with its built-in parameters (untuned), CLBlast with the\n"
             "parameters stored by 'dedloc tune' for this device (tuned, if any), and on a\n"
-            "CPU device OpenBLAS on the same cores, with best CLBlast / OpenBLAS.\n\n"
+            "CPU device OpenBLAS on the same cores, with best CLBlast / OpenBLAS (these two\n"
+            "only in the benchmark program build/bench_gemm, built with OpenBLAS).\n\n"
             "  --device D     device index or name part (see 'dedloc devices')\n"
             "  --repeat N     timed calls per shape and column (default 5)\n"
             "  --shapes LIST  comma-separated shape names (default: all)\n"
@@ -80,7 +87,7 @@ int bench_gemm(int argc, char **argv) {
             char *end;
             long v = strtol(optarg, &end, 10);
             if (*end || v < 1 || v > 1000) {
-                fprintf(stderr, "dedloc bench gemm: --repeat takes 1..1000\n");
+                fprintf(stderr, BENCH_GEMM_NAME ": --repeat takes 1..1000\n");
                 return DL_EXIT_USAGE;
             }
             repeat = (int)v;
@@ -93,14 +100,14 @@ int bench_gemm(int argc, char **argv) {
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "dedloc bench gemm: unexpected argument '%s'\n", argv[optind]);
+        fprintf(stderr, BENCH_GEMM_NAME ": unexpected argument '%s'\n", argv[optind]);
         return DL_EXIT_USAGE;
     }
     bool selected[NSHAPES];
     int nselected = 0;
     for (int i = 0; i < NSHAPES; i++) nselected += selected[i] = shape_selected(shape_list, shapes[i].name);
     if (!nselected) {
-        fprintf(stderr, "dedloc bench gemm: no shape matches '%s'; see --help\n", shape_list);
+        fprintf(stderr, BENCH_GEMM_NAME ": no shape matches '%s'; see --help\n", shape_list);
         return DL_EXIT_USAGE;
     }
 
@@ -108,7 +115,7 @@ int bench_gemm(int argc, char **argv) {
      * measure the built-in parameters first, then apply the stored ones. */
     dl_device *dev;
     if (dl_device_open_ex(device_sel, DL_OPEN_NO_TUNING | DL_OPEN_CLBLAST, &dev)) {
-        fprintf(stderr, "dedloc bench gemm: %s\n", dl_error());
+        fprintf(stderr, BENCH_GEMM_NAME ": %s\n", dl_error());
         return DL_EXIT_FAILURE;
     }
     const dl_device_info *info = dl_device_get_info(dev);
@@ -116,7 +123,7 @@ int bench_gemm(int argc, char **argv) {
     dl_tune_path(info, tune_path, sizeof tune_path);
     bool have_tuning = dl_file_exists(tune_path);
     bool use_openblas = false;
-#ifdef DEDLOC_HAVE_OPENBLAS
+#ifdef DEDLOC_BENCH_OPENBLAS
     use_openblas = info->is_cpu;
 #endif
     if (!json) {
@@ -136,7 +143,7 @@ int bench_gemm(int argc, char **argv) {
     if (!rc && have_tuning) {
         bool applied = false;
         if (dl_tune_apply(dev, &applied)) {
-            fprintf(stderr, "dedloc bench gemm: stored tuning not applied: %s\n", dl_error());
+            fprintf(stderr, BENCH_GEMM_NAME ": stored tuning not applied: %s\n", dl_error());
             have_tuning = false;
         }
         for (int i = 0; i < NSHAPES && !rc && have_tuning; i++) {
@@ -145,7 +152,7 @@ int bench_gemm(int argc, char **argv) {
             if (!(rc = dl_gemm_time(dev, &shapes[i], repeat, &t))) tuned[i] = gflops(&shapes[i], t);
         }
     }
-#ifdef DEDLOC_HAVE_OPENBLAS
+#ifdef DEDLOC_BENCH_OPENBLAS
     for (int i = 0; i < NSHAPES && !rc && use_openblas; i++) {
         if (!selected[i]) continue;
         double t;
@@ -153,7 +160,7 @@ int bench_gemm(int argc, char **argv) {
     }
 #endif
     if (rc) {
-        fprintf(stderr, "dedloc bench gemm: %s\n", dl_error());
+        fprintf(stderr, BENCH_GEMM_NAME ": %s\n", dl_error());
         dl_device_close(dev);
         return DL_EXIT_FAILURE;
     }

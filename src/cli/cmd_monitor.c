@@ -1,19 +1,19 @@
-/* dedloc monitor: joins a collaboration as an observer (it trains nothing,
- * in client mode so it never votes on the global step), pulls every peer's
- * signed metrics record, keeps a history and serves it all over HTTP
- * (monitor_http.c). */
-#include <event2/event.h>
-#include <event2/http.h>
+/* dedloc monitor: the options of the observer of a collaboration; the
+ * monitor itself (the swarm side, the history, HTTP, the snapshots) is the
+ * library's monitor module (include/dedloc/monitor.h). */
 #include <getopt.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "cli/export_hf.h"
-#include "cli/monitor.h"
+#include "cli/opt_table.h"
+#include "cli/swarm_args.h"
 #include "dedloc/collab.h"
+#include "dedloc/monitor.h"
 #include "dedloc/util.h"
 
 static void help(FILE *out) {
@@ -54,102 +54,6 @@ static void help(FILE *out) {
             "  --tokenizer FILE         tokenizer.json of the exports (default: the built-in one)\n");
 }
 
-const struct dl_metrics *monitor_find_metrics(const struct monitor_state *s, const char *peer_id) {
-    for (size_t i = 0; i < s->num_metrics; i++)
-        if (!strcmp(s->metrics[i].peer_id, peer_id)) return &s->metrics[i];
-    return NULL;
-}
-
-double monitor_mean_loss(const struct monitor_state *s) {
-    double sum = 0;
-    size_t n = 0;
-    for (size_t i = 0; i < s->view.num_peers; i++) {
-        const struct dl_metrics *m = monitor_find_metrics(s, s->view.peers[i].peer_id);
-        if (m && m->loss >= 0) {
-            sum += m->loss;
-            n++;
-        }
-    }
-    return n ? sum / (double)n : -1;
-}
-
-/* Runs on the network thread with a verified record (or a failure). */
-static void on_metrics(void *user, const char *peer_id, int status, const struct dl_metrics *m) {
-    struct monitor_state *s = user;
-    if (status != DL_NET_OK || !m) return;
-    pthread_mutex_lock(&s->lock);
-    struct dl_metrics *slot = (struct dl_metrics *)monitor_find_metrics(s, peer_id);
-    if (!slot && s->num_metrics < MONITOR_MAX_METRICS) slot = &s->metrics[s->num_metrics++];
-    /* Keep the newest only: a late answer must not roll a peer back. */
-    if (slot && (slot->peer_id[0] == 0 || m->time >= slot->time)) *slot = *m;
-    pthread_mutex_unlock(&s->lock);
-}
-
-struct monitor_loop {
-    struct monitor_state *state;
-    dl_net *net;
-    struct event_base *base;
-    double sample_every, next_sample, end, last_epoch_change;
-    uint64_t last_epoch;
-};
-
-/* Once a second: a fresh view, a metrics request to each peer, maybe a
- * history point. */
-static void on_tick(evutil_socket_t fd, short what, void *arg) {
-    struct monitor_loop *l = arg;
-    struct monitor_state *s = l->state;
-    double now = dl_now();
-    if (l->end > 0 && now >= l->end) {
-        event_base_loopbreak(l->base);
-        return;
-    }
-    struct dl_swarm_view v;
-    if (dl_net_swarm_view(l->net, &v)) {
-        DL_WARN("monitor", "swarm view: %s", dl_error());
-        return;
-    }
-    /* We are an observer: leave ourselves out. */
-    size_t kept = 0;
-    for (size_t i = 0; i < v.num_peers; i++)
-        if (!v.peers[i].is_self) v.peers[kept++] = v.peers[i];
-    v.num_peers = kept;
-    for (size_t i = 0; i < v.num_peers; i++)
-        if (!dl_net_fetch_metrics(l->net, v.peers[i].peer_id, 2.0, on_metrics, s))
-            DL_DEBUG("monitor", "metrics of %s: %s", v.peers[i].peer_id, dl_error());
-    pthread_mutex_lock(&s->lock);
-    uint64_t epoch = v.global_epoch;
-    if (v.global_epoch != l->last_epoch) {
-        if (l->last_epoch_change > 0 && v.global_epoch == l->last_epoch + 1) s->round_s = now - l->last_epoch_change;
-        l->last_epoch_change = now;
-        l->last_epoch = v.global_epoch;
-    }
-    dl_swarm_view_free(&s->view);
-    s->view = v;
-    s->view_time = dl_wall_time();
-    if (now >= l->next_sample) {
-        l->next_sample = now + l->sample_every;
-        struct monitor_point p = {s->view_time, (double)v.global_epoch, monitor_mean_loss(s), v.samples_per_second,
-                                  (double)v.num_peers};
-        if (monitor_history_add(&s->history, &p)) DL_WARN("monitor", "%s", dl_error());
-    }
-    pthread_mutex_unlock(&s->lock);
-    monitor_snapshots_tick(s, epoch);
-}
-
-static void on_stop_signal(evutil_socket_t sig, short what, void *arg) { event_base_loopbreak(arg); }
-
-static int parse_double(const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_whole(const char *s, double lo, double hi, double *out) {
-    return parse_double(s, lo, hi, out) || *out != (double)(int64_t)*out ? -1 : 0;
-}
-
 /* "host:port" into its parts (a numeric host; [v6] allowed). */
 static int split_host_port(const char *s, char *host, size_t cap, int *port) {
     const char *colon = strrchr(s, ':');
@@ -164,191 +68,188 @@ static int split_host_port(const char *s, char *host, size_t cap, int *port) {
     memcpy(host, h, n);
     host[n] = 0;
     double p;
-    if (parse_double(colon + 1, 0, 65535, &p)) return -1;
+    if (cli_parse_double(colon + 1, 0, 65535, &p)) return -1;
     *port = (int)p;
     return 0;
 }
 
-static int serve(struct monitor_state *state, dl_net *net, const char *http_host, int http_port, double sample_every,
-                 double duration) {
-    struct monitor_loop loop = {state, net, event_base_new(), sample_every, 0, 0, 0, 0};
-    if (!loop.base) {
-        fprintf(stderr, "dedloc monitor: cannot create an event loop (libevent event_base_new failed)\n");
-        return DL_EXIT_FAILURE;
+/* The command's settings, as the options leave them. */
+struct monitor_args {
+    struct dl_net_config net;
+    const char *listen_http, *history_path;
+    double sample_every, duration, points;
+    double ck_every, export_every, keep, max_steps, state_hold_s;
+    bool target_given;
+    const char *ck_dir, *export_dir, *model, *tokenizer;
+    const char *manifest_path;
+    bool with_manifest; /* a flag, not a NULL test of the path: analyzers then take optarg for NULL */
+};
+
+static int set_target(void *settings, const char *arg) {
+    struct monitor_args *m = settings;
+    m->target_given = true;
+    return cli_parse_double(arg, 1, 1e15, &m->net.target_batch);
+}
+
+static int set_manifest(void *settings, const char *arg) {
+    struct monitor_args *m = settings;
+    m->manifest_path = arg;
+    m->with_manifest = true;
+    return 0;
+}
+
+#define M_FIELD(f) offsetof(struct monitor_args, f)
+enum { O_HELP = 'h', O_FIRST = 256 };
+/* In the order getopt_long lists the candidates of an ambiguous prefix. */
+static const struct cli_opt monitor_opts[] = {
+    {"run-id", O_FIRST + 0, CLI_OPT_STRING, M_FIELD(net.run_id), 0, 0, NULL},
+    {"initial-peers", O_FIRST + 1, CLI_OPT_STRING, M_FIELD(net.initial_peers), 0, 0, NULL},
+    {"listen-http", O_FIRST + 2, CLI_OPT_STRING, M_FIELD(listen_http), 0, 0, NULL},
+    {"history", O_FIRST + 3, CLI_OPT_STRING, M_FIELD(history_path), 0, 0, NULL},
+    {"history-points", O_FIRST + 4, CLI_OPT_DOUBLE, M_FIELD(points), 16, 1e6, NULL},
+    {"sample-every", O_FIRST + 5, CLI_OPT_DOUBLE, M_FIELD(sample_every), 0.1, 86400, NULL},
+    {"target-batch", O_FIRST + 6, CLI_OPT_SETTER, 0, 0, 0, set_target},
+    {"expiry", O_FIRST + 7, CLI_OPT_DOUBLE, M_FIELD(net.expiry_s), 0.5, 86400, NULL},
+    {"identity", O_FIRST + 8, CLI_OPT_STRING, M_FIELD(net.identity_path), 0, 0, NULL},
+    {"no-dht", O_FIRST + 9, CLI_OPT_UNSET, M_FIELD(net.use_dht), 0, 0, NULL},
+    {"duration", O_FIRST + 10, CLI_OPT_DOUBLE, M_FIELD(duration), 0, 1e9, NULL},
+    {"checkpoint-dir", O_FIRST + 11, CLI_OPT_STRING, M_FIELD(ck_dir), 0, 0, NULL},
+    {"checkpoint-every", O_FIRST + 12, CLI_OPT_WHOLE, M_FIELD(ck_every), 1, 1e12, NULL},
+    {"keep", O_FIRST + 13, CLI_OPT_WHOLE, M_FIELD(keep), 0, 1 << 20, NULL},
+    {"export-dir", O_FIRST + 14, CLI_OPT_STRING, M_FIELD(export_dir), 0, 0, NULL},
+    {"export-every", O_FIRST + 15, CLI_OPT_WHOLE, M_FIELD(export_every), 1, 1e12, NULL},
+    {"model", O_FIRST + 16, CLI_OPT_STRING, M_FIELD(model), 0, 0, NULL},
+    {"max-steps", O_FIRST + 17, CLI_OPT_WHOLE, M_FIELD(max_steps), 1, 1e12, NULL},
+    {"tokenizer", O_FIRST + 18, CLI_OPT_STRING, M_FIELD(tokenizer), 0, 0, NULL},
+    {"manifest", O_FIRST + 19, CLI_OPT_SETTER, 0, 0, 0, set_manifest},
+#ifdef DEDLOC_TEST_HOOKS
+    {"test-hold-download", O_FIRST + 20, CLI_OPT_DOUBLE, M_FIELD(state_hold_s), 0, 60, NULL},
+#endif
+    {"help", O_HELP, CLI_OPT_OTHER, 0, 0, 0, NULL},
+};
+enum { N_MONITOR_OPTS = sizeof monitor_opts / sizeof monitor_opts[0] };
+
+/* 0 parsed, 1 help printed, -1 usage error (said). */
+static int parse_args(int argc, char **argv, struct monitor_args *m) {
+    memset(m, 0, sizeof *m);
+    dl_net_config_default(&m->net);
+    m->listen_http = "127.0.0.1:8080";
+    m->history_path = "dedloc-monitor-history.jsonl";
+    m->sample_every = 5;
+    m->duration = -1;
+    m->points = 2048;
+    m->ck_every = m->export_every = 100;
+    m->keep = 3;
+    m->model = "tiny";
+    m->manifest_path = "";
+    struct option opts[N_MONITOR_OPTS + 1];
+    cli_opt_fill(monitor_opts, N_MONITOR_OPTS, opts);
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        const struct cli_opt *e = cli_opt_find(monitor_opts, N_MONITOR_OPTS, c);
+        if (c == O_HELP) {
+            help(stdout);
+            return 1;
+        }
+        if (!e) {
+            help(stderr);
+            return -1;
+        }
+        if (cli_opt_assign(e, m, optarg)) {
+            fprintf(stderr, "dedloc monitor: bad value '%s' for --%s\n", optarg, e->name);
+            return -1;
+        }
     }
-    loop.end = duration >= 0 ? dl_now() + duration : 0;
-    int bound = 0, rc = DL_EXIT_FAILURE;
-    struct evhttp *http = monitor_http_start(loop.base, http_host, http_port, state, &bound);
-    struct event *tick = event_new(loop.base, -1, EV_PERSIST, on_tick, &loop);
-    struct event *sigint = evsignal_new(loop.base, SIGINT, on_stop_signal, loop.base);
-    struct event *sigterm = evsignal_new(loop.base, SIGTERM, on_stop_signal, loop.base);
-    struct timeval second = {1, 0};
-    if (!http) {
+    return 0;
+}
+
+/* --manifest: the run id, key and target batch come from it, and the model
+ * and steps of what the monitor writes. 0, or -1 with the message printed. */
+static int apply_manifest(struct monitor_args *args, struct dl_manifest *manifest, char *run_key) {
+    if (args->net.run_id) {
+        fprintf(stderr, "dedloc monitor: --run-id comes from the manifest\n");
+        return -1;
+    }
+    if (dl_manifest_load(args->manifest_path, manifest)) {
         fprintf(stderr, "dedloc monitor: %s\n", dl_error());
-    } else if (!tick || !sigint || !sigterm || event_add(tick, &second) || event_add(sigint, NULL) ||
-               event_add(sigterm, NULL)) {
-        fprintf(stderr, "dedloc monitor: cannot set up the event loop's timer and signals (libevent)\n");
-    } else {
-        on_tick(-1, 0, &loop);
-        printf("{\"http\":\"http://%s%s%s:%d/\",\"http_port\":%d,\"peer_id\":\"%s\"}\n", strchr(http_host, ':') ? "[" : "",
-               http_host, strchr(http_host, ':') ? "]" : "", bound, bound, state->peer_id);
-        fflush(stdout);
-        rc = event_base_dispatch(loop.base) < 0 ? DL_EXIT_FAILURE : DL_EXIT_OK;
+        return -1;
     }
-    if (sigterm) event_free(sigterm);
-    if (sigint) event_free(sigint);
-    if (tick) event_free(tick);
-    if (http) evhttp_free(http);
-    event_base_free(loop.base);
-    return rc;
+    args->net.run_id = manifest->run_id;
+    args->net.manifest_hash = manifest->hash;
+    args->net.target_batch = (double)manifest->target_batch;
+    if (manifest->model_preset[0])
+        args->model = manifest->model_preset; /* what the monitor's checkpoints and exports are of */
+    if (manifest->max_steps > 0)
+        args->max_steps = (double)manifest->max_steps;
+    args->target_given = true;
+    if (manifest->has_authority) {
+        dl_authority_public_hex(manifest->authority, run_key);
+        args->net.run_key = run_key;
+    }
+    return 0;
 }
 
 int cmd_monitor(int argc, char **argv) {
-    struct dl_net_config cfg;
-    dl_net_config_default(&cfg);
-    /* An observer: dials out only, never counted as a voter. */
-    cfg.listen = "";
-    cfg.client_mode = true;
-    const char *listen_http = "127.0.0.1:8080", *history_path = "dedloc-monitor-history.jsonl";
-    double sample_every = 5, duration = -1, points = 2048;
-    double ck_every = 100, export_every = 100, keep = 3, max_steps = 0, state_hold_s = 0;
-    bool target_given = false;
-    const char *ck_dir = NULL, *export_dir = NULL, *model = "tiny", *tokenizer = NULL;
-    enum { O_RUN = 256, O_INITIAL, O_HTTP, O_HISTORY, O_POINTS, O_SAMPLE, O_TARGET, O_EXPIRY, O_IDENTITY, O_NODHT,
-           O_DURATION, O_CKDIR, O_CKEVERY, O_KEEP, O_EXDIR, O_EXEVERY, O_MODEL, O_STEPS, O_TOKENIZER, O_MANIFEST,
-           O_TEST_HOLD };
-    static const struct option opts[] = {
-        {"run-id", required_argument, NULL, O_RUN}, {"initial-peers", required_argument, NULL, O_INITIAL},
-        {"listen-http", required_argument, NULL, O_HTTP}, {"history", required_argument, NULL, O_HISTORY},
-        {"history-points", required_argument, NULL, O_POINTS}, {"sample-every", required_argument, NULL, O_SAMPLE},
-        {"target-batch", required_argument, NULL, O_TARGET}, {"expiry", required_argument, NULL, O_EXPIRY},
-        {"identity", required_argument, NULL, O_IDENTITY}, {"no-dht", no_argument, NULL, O_NODHT},
-        {"duration", required_argument, NULL, O_DURATION}, {"checkpoint-dir", required_argument, NULL, O_CKDIR},
-        {"checkpoint-every", required_argument, NULL, O_CKEVERY}, {"keep", required_argument, NULL, O_KEEP},
-        {"export-dir", required_argument, NULL, O_EXDIR}, {"export-every", required_argument, NULL, O_EXEVERY},
-        {"model", required_argument, NULL, O_MODEL}, {"max-steps", required_argument, NULL, O_STEPS},
-        {"tokenizer", required_argument, NULL, O_TOKENIZER}, {"manifest", required_argument, NULL, O_MANIFEST},
-#ifdef DEDLOC_TEST_HOOKS
-        {"test-hold-download", required_argument, NULL, O_TEST_HOLD},
-#endif
-        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
-    const char *manifest_path = "";
-    bool with_manifest = false; /* a flag, not a NULL test of optarg: analyzers then take optarg for NULL */
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case O_RUN: cfg.run_id = optarg; break;
-        case O_INITIAL: cfg.initial_peers = optarg; break;
-        case O_HTTP: listen_http = optarg; break;
-        case O_HISTORY: history_path = optarg; break;
-        case O_POINTS: bad = parse_double(optarg, 16, 1e6, &points); break;
-        case O_SAMPLE: bad = parse_double(optarg, 0.1, 86400, &sample_every); break;
-        case O_TARGET:
-            bad = parse_double(optarg, 1, 1e15, &cfg.target_batch);
-            target_given = true;
-            break;
-        case O_EXPIRY: bad = parse_double(optarg, 0.5, 86400, &cfg.expiry_s); break;
-        case O_IDENTITY: cfg.identity_path = optarg; break;
-        case O_NODHT: cfg.use_dht = false; break;
-        case O_DURATION: bad = parse_double(optarg, 0, 1e9, &duration); break;
-        case O_CKDIR: ck_dir = optarg; break;
-        case O_CKEVERY: bad = parse_whole(optarg, 1, 1e12, &ck_every); break;
-        case O_KEEP: bad = parse_whole(optarg, 0, 1 << 20, &keep); break;
-        case O_EXDIR: export_dir = optarg; break;
-        case O_EXEVERY: bad = parse_whole(optarg, 1, 1e12, &export_every); break;
-        case O_MODEL: model = optarg; break;
-        case O_STEPS: bad = parse_whole(optarg, 1, 1e12, &max_steps); break;
-        case O_TOKENIZER: tokenizer = optarg; break;
-        case O_TEST_HOLD: bad = parse_double(optarg, 0, 60, &state_hold_s); break;
-        case O_MANIFEST: manifest_path = optarg; with_manifest = true; break;
-        case 'h': help(stdout); return DL_EXIT_OK;
-        default: help(stderr); return DL_EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "dedloc monitor: bad value '%s' for --%s\n", optarg, opts[c - O_RUN].name);
-            return DL_EXIT_USAGE;
-        }
-    }
+    struct monitor_args args;
+    int parsed = parse_args(argc, argv, &args);
+    if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
     /* A run with a manifest admits only peers that present its hash. */
     struct dl_manifest manifest;
     memset(&manifest, 0, sizeof manifest);
     char run_key[DL_AUTHORITY_PK_HEX];
-    if (with_manifest) {
-        if (cfg.run_id) {
-            fprintf(stderr, "dedloc monitor: --run-id comes from the manifest\n");
-            return DL_EXIT_USAGE;
-        }
-        if (dl_manifest_load(manifest_path, &manifest)) {
-            fprintf(stderr, "dedloc monitor: %s\n", dl_error());
-            return DL_EXIT_USAGE;
-        }
-        cfg.run_id = manifest.run_id;
-        cfg.manifest_hash = manifest.hash;
-        cfg.target_batch = (double)manifest.target_batch;
-        if (manifest.model_preset[0])
-            model = manifest.model_preset; /* what the monitor's checkpoints and exports are of */
-        if (manifest.max_steps > 0)
-            max_steps = (double)manifest.max_steps;
-        target_given = true;
-        if (manifest.has_authority) {
-            dl_authority_public_hex(manifest.authority, run_key);
-            cfg.run_key = run_key;
-        }
-    }
+    if (args.with_manifest && apply_manifest(&args, &manifest, run_key)) return DL_EXIT_USAGE;
     char http_host[64];
     int http_port = 0;
-    if (optind < argc || !cfg.run_id) {
+    if (optind < argc || !args.net.run_id) {
         fprintf(stderr, "dedloc monitor: %s\n", optind < argc ? "unexpected argument" : "--run-id is required");
         help(stderr);
         return DL_EXIT_USAGE;
     }
-    if (split_host_port(listen_http, http_host, sizeof http_host, &http_port)) {
-        fprintf(stderr, "dedloc monitor: --listen-http wants ADDR:PORT with a numeric address, got '%s'\n", listen_http);
+    if (split_host_port(args.listen_http, http_host, sizeof http_host, &http_port)) {
+        fprintf(stderr, "dedloc monitor: --listen-http wants ADDR:PORT with a numeric address, got '%s'\n",
+                args.listen_http);
         return DL_EXIT_USAGE;
     }
-    if (cfg.max_refresh_s > cfg.expiry_s / 4) cfg.max_refresh_s = cfg.expiry_s / 4;
-    if (cfg.min_refresh_s > cfg.max_refresh_s) cfg.min_refresh_s = cfg.max_refresh_s;
-    if (cfg.keepalive_s > cfg.expiry_s / 3) cfg.keepalive_s = cfg.expiry_s / 3;
-
-    struct monitor_state *state = dl_calloc(1, sizeof *state);
-    if (!state) {
-        fprintf(stderr, "dedloc monitor: %s\n", dl_error());
-        return DL_EXIT_FAILURE;
-    }
-    pthread_mutex_init(&state->lock, NULL);
-    state->run_id = cfg.run_id;
-    state->target_batch = cfg.target_batch;
-    struct monitor_snapshots *snap = &state->snap;
-    snap->checkpoint_dir = ck_dir;
-    snap->checkpoint_every = (int64_t)ck_every;
-    snap->keep = (int)keep;
-    snap->export_dir = export_dir;
-    snap->export_every = (int64_t)export_every;
-    snap->tokenizer = tokenizer;
-    snap->test_hold_s = state_hold_s;
+    /* What `dedloc train --model M --max-steps S` uses when no optimizer
+     * option is given: the monitor's checkpoints hold it, and a resumed
+     * trainer overrides it with the ones it gets. */
+    bool tiny = !strcmp(args.model, "tiny");
+    int64_t opt_steps = args.max_steps > 0 ? (int64_t)args.max_steps : tiny ? 300 : 125000;
+    struct dl_monitor_config mcfg = {
+        .net = args.net,
+        .http_host = http_host,
+        .http_port = http_port,
+        .history_path = args.history_path,
+        .history_points = (size_t)args.points,
+        .sample_every_s = args.sample_every,
+        .duration_s = args.duration,
+        .checkpoint_dir = args.ck_dir,
+        .checkpoint_every = (int64_t)args.ck_every,
+        .keep = (int)args.keep,
+        .export_dir = args.export_dir,
+        .export_every = (int64_t)args.export_every,
+        .model = args.model,
+        .max_steps = (int64_t)args.max_steps,
+        .run_target_batch = args.target_given ? args.net.target_batch : 0,
+        .tokenizer = args.tokenizer,
+        .checkpoint_opt = cli_train_opt_defaults(tiny, DL_OPT_LAMB, opt_steps),
+        .exporter = {cli_export_check_out, cli_export_hf},
+        .test_hold_s = args.state_hold_s,
+    };
+    signal(SIGPIPE, SIG_IGN);
+    dl_monitor *monitor = NULL;
     int rc = DL_EXIT_FAILURE;
-    dl_net *net = NULL;
-    /* The folders are checked now, not at the first checkpoint hours later. */
-    bool snapshots = ck_dir || export_dir;
-    if ((snapshots && (monitor_snapshots_init(snap, model, (int64_t)max_steps, target_given ? cfg.target_batch : 0) ||
-                       dl_trainer_check_outputs(ck_dir, NULL) || (export_dir && cli_export_check_out(export_dir)))) ||
-        monitor_history_open(&state->history, history_path, (size_t)points) || dl_net_start(&cfg, &net)) {
+    if (dl_monitor_open(&mcfg, &monitor)) {
         fprintf(stderr, "dedloc monitor: %s\n", dl_error());
     } else {
-        snprintf(state->peer_id, sizeof state->peer_id, "%s", dl_net_peer_id(net));
-        snap->net = net;
-        signal(SIGPIPE, SIG_IGN);
-        rc = serve(state, net, http_host, http_port, sample_every, duration);
+        printf("{\"http\":\"http://%s%s%s:%d/\",\"http_port\":%d,\"peer_id\":\"%s\"}\n",
+               strchr(http_host, ':') ? "[" : "", http_host, strchr(http_host, ':') ? "]" : "",
+               dl_monitor_http_port(monitor), dl_monitor_http_port(monitor), dl_monitor_peer_id(monitor));
+        fflush(stdout);
+        if (dl_monitor_run(monitor)) fprintf(stderr, "dedloc monitor: %s\n", dl_error());
+        else rc = DL_EXIT_OK;
     }
-    /* A state download uses net: it ends first. The network thread may
-     * still be in on_metrics: stop it before freeing what it writes. */
-    monitor_snapshots_stop(state);
-    dl_net_stop(net);
-    dl_swarm_view_free(&state->view);
-    monitor_history_close(&state->history);
-    pthread_mutex_destroy(&state->lock);
-    free(state);
+    dl_monitor_close(monitor);
     dl_manifest_free(&manifest);
     return rc;
 }

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "cli/swarm_args.h"
 #include "dedloc/net.h"
 #include "dedloc/util.h"
@@ -146,14 +148,6 @@ static void print_view(dl_net *net, bool as_text, double target_batch, bool firs
     dl_swarm_view_free(&v);
 }
 
-static int parse_double(const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
 /* "trainer,aux" -> DL_ROLE_BIT mask */
 static int parse_roles(const char *list, unsigned *mask) {
     char buf[128];
@@ -186,85 +180,147 @@ static void publish_fake_metrics(dl_net *net, uint64_t epoch, double loss, doubl
 }
 #endif
 
-int cmd_peer(int argc, char **argv) {
-    struct dl_net_config cfg;
-    dl_net_config_default(&cfg);
-    cfg.listen = "0.0.0.0:0";
-    double status_every = 5, duration = -1, fake_samples = 0, fake_sps = 0, fake_loss = -1, v = 0;
-    const char *name = "";
-    int format = -1; /* -1: text on a terminal, JSON otherwise; 0: JSON; 1: text */
-    uint64_t fake_epoch = 0;
-    enum { O_RUN = 256, O_LISTEN, O_ANNOUNCE, O_INITIAL, O_IDENTITY, O_STATUS, O_CLIENT, O_MAXUP,
-           O_BW, O_TARGET, O_EXPIRY, O_KEEPALIVE, O_NODHT, O_DHTPORT, O_DHTBOOT, O_DURATION,
-           O_JSON, O_TEXT, O_RUNKEY, O_TOKEN, O_REVOKED, O_ALLOW, O_ROLES, O_MANIFEST, O_FEPOCH, O_FSAMPLES, O_FSPS, O_FLOSS, O_NAME,
-           O_MAXBUF };
-    static const struct option opts[] = {
-        {"run-id", required_argument, NULL, O_RUN}, {"listen", required_argument, NULL, O_LISTEN},
-        {"announce", required_argument, NULL, O_ANNOUNCE}, {"initial-peers", required_argument, NULL, O_INITIAL},
-        {"identity", required_argument, NULL, O_IDENTITY}, {"status-every", required_argument, NULL, O_STATUS},
-        {"client-mode", no_argument, NULL, O_CLIENT}, {"max-upload", required_argument, NULL, O_MAXUP},
-        {"bandwidth", required_argument, NULL, O_BW}, {"target-batch", required_argument, NULL, O_TARGET},
-        {"expiry", required_argument, NULL, O_EXPIRY}, {"max-buffered", required_argument, NULL, O_MAXBUF}, {"keepalive", required_argument, NULL, O_KEEPALIVE},
-        {"no-dht", no_argument, NULL, O_NODHT}, {"dht-port", required_argument, NULL, O_DHTPORT},
-        {"dht-bootstrap", required_argument, NULL, O_DHTBOOT}, {"duration", required_argument, NULL, O_DURATION},
-        {"json", no_argument, NULL, O_JSON}, {"text", no_argument, NULL, O_TEXT},
-        {"run-key", required_argument, NULL, O_RUNKEY}, {"token", required_argument, NULL, O_TOKEN},
-        {"revoked", required_argument, NULL, O_REVOKED}, {"allow", required_argument, NULL, O_ALLOW},
-        {"roles", required_argument, NULL, O_ROLES}, {"manifest", required_argument, NULL, O_MANIFEST},
+/* The command's settings, as the options leave them. */
+struct peer_args {
+    struct dl_net_config net;
+    double status_every, duration, fake_samples, fake_sps, fake_loss;
+    const char *name;
+    int format; /* -1: text on a terminal, JSON otherwise; 0: JSON; 1: text */
+    uint64_t fake_epoch;
+    const char *manifest_path;
+};
+
+/* Whole MiB, stored in bytes. */
+static int set_max_buffered(void *settings, const char *arg) {
+    struct peer_args *p = settings;
+    double v = 0;
+    int bad = cli_parse_double(arg, 16, 1 << 20, &v);
+    p->net.max_buffered = (size_t)v << 20;
+    return bad;
+}
+
+static int set_dht_port(void *settings, const char *arg) {
+    struct peer_args *p = settings;
+    double v = 0;
+    int bad = cli_parse_double(arg, 0, 65535, &v);
+    p->net.dht_port = (int)v;
+    return bad;
+}
+
+static int set_dht_bootstrap(void *settings, const char *arg) {
+    struct peer_args *p = settings;
+    p->net.dht_bootstrap = arg;
+    p->net.use_dht = true;
+    return 0;
+}
+
+static int set_json(void *settings, const char *arg) {
+    ((struct peer_args *)settings)->format = 0;
+    return 0;
+}
+
+static int set_text(void *settings, const char *arg) {
+    ((struct peer_args *)settings)->format = 1;
+    return 0;
+}
+
+static int set_roles(void *settings, const char *arg) {
+    return parse_roles(arg, &((struct peer_args *)settings)->net.admit_roles);
+}
+
 #ifdef DEDLOC_TEST_HOOKS
-        /* Test hooks (CMake option DEDLOC_TEST_HOOKS): progress a bare peer does
-         * not have, for the swarm tests. Kept last: opts[c - O_RUN] names an option. */
-        {"fake-epoch", required_argument, NULL, O_FEPOCH}, {"fake-samples", required_argument, NULL, O_FSAMPLES},
-        {"fake-samples-per-second", required_argument, NULL, O_FSPS},
-        {"fake-loss", required_argument, NULL, O_FLOSS}, {"name", required_argument, NULL, O_NAME},
+static int set_fake_epoch(void *settings, const char *arg) {
+    struct peer_args *p = settings;
+    double v = 0;
+    int bad = cli_parse_double(arg, 0, 1e15, &v);
+    p->fake_epoch = (uint64_t)v;
+    return bad;
+}
 #endif
-        {"help", no_argument, NULL, 'h'},
-        {0, 0, 0, 0}};
-    const char *manifest_path = NULL;
+
+#define P_FIELD(f) offsetof(struct peer_args, f)
+enum { O_HELP = 'h', O_FIRST = 256 };
+/* In the order getopt_long lists the candidates of an ambiguous prefix. */
+static const struct cli_opt peer_opts[] = {
+    {"run-id", O_FIRST + 0, CLI_OPT_STRING, P_FIELD(net.run_id), 0, 0, NULL},
+    {"listen", O_FIRST + 1, CLI_OPT_STRING, P_FIELD(net.listen), 0, 0, NULL},
+    {"announce", O_FIRST + 2, CLI_OPT_STRING, P_FIELD(net.announce), 0, 0, NULL},
+    {"initial-peers", O_FIRST + 3, CLI_OPT_STRING, P_FIELD(net.initial_peers), 0, 0, NULL},
+    {"identity", O_FIRST + 4, CLI_OPT_STRING, P_FIELD(net.identity_path), 0, 0, NULL},
+    {"status-every", O_FIRST + 5, CLI_OPT_DOUBLE, P_FIELD(status_every), 0.01, 86400, NULL},
+    {"client-mode", O_FIRST + 6, CLI_OPT_FLAG, P_FIELD(net.client_mode), 0, 0, NULL},
+    {"max-upload", O_FIRST + 7, CLI_OPT_DOUBLE, P_FIELD(net.max_upload_mbit), 0.001, 1e6, NULL},
+    {"bandwidth", O_FIRST + 8, CLI_OPT_DOUBLE, P_FIELD(net.bandwidth_mbit), 0, 1e6, NULL},
+    {"target-batch", O_FIRST + 9, CLI_OPT_DOUBLE, P_FIELD(net.target_batch), 1, 1e15, NULL},
+    {"expiry", O_FIRST + 10, CLI_OPT_DOUBLE, P_FIELD(net.expiry_s), 0.5, 86400, NULL},
+    {"max-buffered", O_FIRST + 11, CLI_OPT_SETTER, 0, 0, 0, set_max_buffered},
+    {"keepalive", O_FIRST + 12, CLI_OPT_DOUBLE, P_FIELD(net.keepalive_s), 0.1, 3600, NULL},
+    {"no-dht", O_FIRST + 13, CLI_OPT_UNSET, P_FIELD(net.use_dht), 0, 0, NULL},
+    {"dht-port", O_FIRST + 14, CLI_OPT_SETTER, 0, 0, 0, set_dht_port},
+    {"dht-bootstrap", O_FIRST + 15, CLI_OPT_SETTER, 0, 0, 0, set_dht_bootstrap},
+    {"duration", O_FIRST + 16, CLI_OPT_DOUBLE, P_FIELD(duration), 0, 1e9, NULL},
+    {"json", O_FIRST + 17, CLI_OPT_ACTION, 0, 0, 0, set_json},
+    {"text", O_FIRST + 18, CLI_OPT_ACTION, 0, 0, 0, set_text},
+    {"run-key", O_FIRST + 19, CLI_OPT_STRING, P_FIELD(net.run_key), 0, 0, NULL},
+    {"token", O_FIRST + 20, CLI_OPT_STRING, P_FIELD(net.token_path), 0, 0, NULL},
+    {"revoked", O_FIRST + 21, CLI_OPT_STRING, P_FIELD(net.revoked_path), 0, 0, NULL},
+    {"allow", O_FIRST + 22, CLI_OPT_STRING, P_FIELD(net.allow_path), 0, 0, NULL},
+    {"roles", O_FIRST + 23, CLI_OPT_SETTER, 0, 0, 0, set_roles},
+    {"manifest", O_FIRST + 24, CLI_OPT_STRING, P_FIELD(manifest_path), 0, 0, NULL},
+#ifdef DEDLOC_TEST_HOOKS
+    /* Test hooks (CMake option DEDLOC_TEST_HOOKS): progress a bare peer does
+     * not have, for the swarm tests. */
+    {"fake-epoch", O_FIRST + 25, CLI_OPT_SETTER, 0, 0, 0, set_fake_epoch},
+    {"fake-samples", O_FIRST + 26, CLI_OPT_DOUBLE, P_FIELD(fake_samples), 0, 1e15, NULL},
+    {"fake-samples-per-second", O_FIRST + 27, CLI_OPT_DOUBLE, P_FIELD(fake_sps), 0, 1e9, NULL},
+    {"fake-loss", O_FIRST + 28, CLI_OPT_DOUBLE, P_FIELD(fake_loss), 0, 1e6, NULL},
+    {"name", O_FIRST + 29, CLI_OPT_STRING, P_FIELD(name), 0, 0, NULL},
+#endif
+    {"help", O_HELP, CLI_OPT_OTHER, 0, 0, 0, NULL},
+};
+enum { N_PEER_OPTS = sizeof peer_opts / sizeof peer_opts[0] };
+
+/* 0 parsed, 1 help printed, -1 usage error (said). */
+static int parse_args(int argc, char **argv, struct peer_args *p) {
+    memset(p, 0, sizeof *p);
+    dl_net_config_default(&p->net);
+    p->net.listen = "0.0.0.0:0";
+    p->status_every = 5;
+    p->duration = -1;
+    p->fake_loss = -1;
+    p->name = "";
+    p->format = -1;
+    struct option opts[N_PEER_OPTS + 1];
+    cli_opt_fill(peer_opts, N_PEER_OPTS, opts);
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case O_RUN: cfg.run_id = optarg; break;
-        case O_LISTEN: cfg.listen = optarg; break;
-        case O_ANNOUNCE: cfg.announce = optarg; break;
-        case O_INITIAL: cfg.initial_peers = optarg; break;
-        case O_IDENTITY: cfg.identity_path = optarg; break;
-        case O_STATUS: bad = parse_double(optarg, 0.01, 86400, &status_every); break;
-        case O_CLIENT: cfg.client_mode = true; break;
-        case O_MAXUP: bad = parse_double(optarg, 0.001, 1e6, &cfg.max_upload_mbit); break;
-        case O_BW: bad = parse_double(optarg, 0, 1e6, &cfg.bandwidth_mbit); break;
-        case O_TARGET: bad = parse_double(optarg, 1, 1e15, &cfg.target_batch); break;
-        case O_EXPIRY: bad = parse_double(optarg, 0.5, 86400, &cfg.expiry_s); break;
-        case O_MAXBUF: bad = parse_double(optarg, 16, 1 << 20, &v); cfg.max_buffered = (size_t)v << 20; break;
-        case O_KEEPALIVE: bad = parse_double(optarg, 0.1, 3600, &cfg.keepalive_s); break;
-        case O_NODHT: cfg.use_dht = false; break;
-        case O_DHTPORT: bad = parse_double(optarg, 0, 65535, &v); cfg.dht_port = (int)v; break;
-        case O_DHTBOOT: cfg.dht_bootstrap = optarg; cfg.use_dht = true; break;
-        case O_DURATION: bad = parse_double(optarg, 0, 1e9, &duration); break;
-        case O_JSON: format = 0; break;
-        case O_TEXT: format = 1; break;
-        case O_RUNKEY: cfg.run_key = optarg; break;
-        case O_TOKEN: cfg.token_path = optarg; break;
-        case O_REVOKED: cfg.revoked_path = optarg; break;
-        case O_ALLOW: cfg.allow_path = optarg; break;
-        case O_ROLES: bad = parse_roles(optarg, &cfg.admit_roles); break;
-        case O_MANIFEST: manifest_path = optarg; break;
-#ifdef DEDLOC_TEST_HOOKS
-        case O_FEPOCH: bad = parse_double(optarg, 0, 1e15, &v); fake_epoch = (uint64_t)v; break;
-        case O_FSAMPLES: bad = parse_double(optarg, 0, 1e15, &fake_samples); break;
-        case O_FSPS: bad = parse_double(optarg, 0, 1e9, &fake_sps); break;
-        case O_FLOSS: bad = parse_double(optarg, 0, 1e6, &fake_loss); break;
-        case O_NAME: name = optarg; break;
-#endif
-        case 'h': help(stdout); return DL_EXIT_OK;
-        default: help(stderr); return DL_EXIT_USAGE;
+        const struct cli_opt *e = cli_opt_find(peer_opts, N_PEER_OPTS, c);
+        if (c == O_HELP) {
+            help(stdout);
+            return 1;
         }
-        if (bad) {
-            fprintf(stderr, "dedloc peer: bad value '%s' for --%s\n", optarg, opts[c - O_RUN].name);
-            return DL_EXIT_USAGE;
+        if (!e) {
+            help(stderr);
+            return -1;
+        }
+        if (cli_opt_assign(e, p, optarg)) {
+            fprintf(stderr, "dedloc peer: bad value '%s' for --%s\n", optarg, e->name);
+            return -1;
         }
     }
+    return 0;
+}
+
+int cmd_peer(int argc, char **argv) {
+    struct peer_args args;
+    int parsed = parse_args(argc, argv, &args);
+    if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
+    struct dl_net_config cfg = args.net;
+    double status_every = args.status_every, duration = args.duration;
+    double fake_samples = args.fake_samples, fake_sps = args.fake_sps;
+    const char *manifest_path = args.manifest_path;
+    int format = args.format;
+    uint64_t fake_epoch = args.fake_epoch;
     /* --manifest: the run id and key come from it, and we serve it with the
      * tokenizer: a bare peer makes a stable address for `dedloc join`. */
     struct cli_swarm_args sw;
@@ -335,7 +391,10 @@ int cmd_peer(int argc, char **argv) {
         double now = dl_now();
         if (now >= next_publish) {
             dl_net_publish_progress(net, fake_epoch, fake_samples + fake_sps * (now - start), fake_sps);
-            if (fake_loss >= 0) publish_fake_metrics(net, fake_epoch, fake_loss, fake_sps, now - start, name);
+#ifdef DEDLOC_TEST_HOOKS
+            if (args.fake_loss >= 0)
+                publish_fake_metrics(net, fake_epoch, args.fake_loss, fake_sps, now - start, args.name);
+#endif
             next_publish = now + 1.0;
         }
         if (now >= next_status) {

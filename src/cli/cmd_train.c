@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "cli/swarm_args.h"
 #include "dedloc/collab.h"
 #include "dedloc/data.h"
@@ -123,56 +125,71 @@ static void on_signal(int sig) {
     (void)ignored;
 }
 
-static int parse_ll(const char *s, long long lo, long long hi, long long *out, const char *what) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*s == 0 || *end || v < lo || v > hi) {
-        fprintf(stderr, "dedloc train: %s must be an integer in [%lld, %lld], got '%s'\n", what, lo, hi, s);
-        return -1;
+/* --batch B|auto: auto (0) is chosen from the device's memory. */
+static int set_batch(void *settings, const char *arg) {
+    train_args *a = settings;
+    if (!strcmp(arg, "auto")) {
+        a->batch = 0;
+        return 0;
     }
-    *out = v;
-    return 0;
+    return cli_parse_llong(arg, 1, 1 << 16, &a->batch);
 }
 
-static int parse_d(const char *s, double lo, double hi, double *out, const char *what) {
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == 0 || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "dedloc train: %s must be a number in [%g, %g], got '%s'\n", what, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+#define T_FIELD(f) offsetof(train_args, f)
+#define T_MAX_SEED ((double)((1LL << 53) - 1))
+/* In the order getopt_long lists the candidates of an ambiguous prefix. */
+static const struct cli_opt train_opts[] = {
+    {"model", OPT_MODEL, CLI_OPT_STRING, T_FIELD(model), 0, 0, NULL},
+    {"tokenizer", OPT_TOKENIZER, CLI_OPT_STRING, T_FIELD(tokenizer), 0, 0, NULL},
+    {"data", OPT_DATA, CLI_OPT_STRING, T_FIELD(data), 0, 0, NULL},
+    {"batch", OPT_BATCH, CLI_OPT_SETTER, 0, 1, 1 << 16, set_batch},
+    {"seq", OPT_SEQ, CLI_OPT_LLONG, T_FIELD(seq), 8, 1 << 16, NULL},
+    {"target-batch", OPT_TARGET, CLI_OPT_LLONG, T_FIELD(target), 1, (double)(1LL << 40), NULL},
+    {"max-steps", OPT_MAX_STEPS, CLI_OPT_LLONG, T_FIELD(max_steps), 0, (double)(1LL << 40), NULL},
+    {"precision", OPT_PRECISION, CLI_OPT_STRING, T_FIELD(precision), 0, 0, NULL},
+    {"checkpoint-dir", OPT_CKDIR, CLI_OPT_STRING, T_FIELD(ckdir), 0, 0, NULL},
+    {"keep", OPT_KEEP, CLI_OPT_LLONG, T_FIELD(keep), 0, 1 << 20, NULL},
+    {"log", OPT_LOG, CLI_OPT_STRING, T_FIELD(log), 0, 0, NULL},
+    {"seed", OPT_SEED, CLI_OPT_LLONG, T_FIELD(seed), 0, T_MAX_SEED, NULL},
+    {"peer-seed", OPT_PEER_SEED, CLI_OPT_LLONG, T_FIELD(peer_seed), 0, T_MAX_SEED, NULL},
+    {"device", OPT_DEVICE, CLI_OPT_STRING, T_FIELD(device), 0, 0, NULL},
+    {"lr", OPT_LR, CLI_OPT_DOUBLE, T_FIELD(lr), 1e-12, 10, NULL},
+    {"warmup-steps", OPT_WARMUP, CLI_OPT_LLONG, T_FIELD(warmup), 0, (double)(1LL << 40), NULL},
+    {"total-steps", OPT_TOTAL, CLI_OPT_LLONG, T_FIELD(total), 1, (double)(1LL << 40), NULL},
+    {"weight-decay", OPT_WD, CLI_OPT_DOUBLE, T_FIELD(wd), 0, 10, NULL},
+    {"max-grad-norm", OPT_CLIP, CLI_OPT_DOUBLE, T_FIELD(clip), 0, 1e9, NULL},
+    {"optimizer", OPT_OPTIMIZER, CLI_OPT_STRING, T_FIELD(optimizer), 0, 0, NULL},
+    {"save-every", OPT_SAVE_EVERY, CLI_OPT_LLONG, T_FIELD(save_every), 0, (double)(1LL << 40), NULL},
+    {"resume", OPT_RESUME, CLI_OPT_STRING, T_FIELD(resume), 0, 0, NULL},
+    {"shuffle-buffer", OPT_SHUFFLE, CLI_OPT_LLONG, T_FIELD(shuffle), 1, 1 << 24, NULL},
+    {"quiet", OPT_QUIET, CLI_OPT_FLAG, T_FIELD(quiet), 0, 0, NULL},
+    {"max-minutes", OPT_MAX_MINUTES, CLI_OPT_DOUBLE, T_FIELD(max_minutes), 0, 1e9, NULL},
+    {"ca-file", OPT_CA_FILE, CLI_OPT_STRING, T_FIELD(ca_file), 0, 0, NULL},
+    {"insecure-tls", OPT_INSECURE_TLS, CLI_OPT_FLAG, T_FIELD(insecure_tls), 0, 0, NULL},
+    {"synthetic-compute", OPT_SYNTHETIC, CLI_OPT_DOUBLE, T_FIELD(synthetic), 0, 3600, NULL},
+    {"recompute", OPT_RECOMPUTE, CLI_OPT_FLAG, T_FIELD(recompute), 0, 0, NULL},
+    {"replay-data", OPT_REPLAY_DATA, CLI_OPT_FLAG, T_FIELD(replay_data), 0, 0, NULL},
+    {"max-device-memory", OPT_MAX_DEVICE_MEMORY, CLI_OPT_LLONG, T_FIELD(max_device_mb), 1, (double)(1LL << 30), NULL},
+    {"help", OPT_HELP, CLI_OPT_OTHER, 0, 0, 0, NULL},
+};
+enum { N_TRAIN_OPTS = sizeof train_opts / sizeof train_opts[0] };
+
+/* What a bad value of e prints: its range, in the kind of number it takes. */
+static void bad_value(const struct cli_opt *e, const char *arg) {
+    const char *unit = e->id == OPT_MAX_DEVICE_MEMORY ? " (MiB)" : "";
+    if (e->kind == CLI_OPT_DOUBLE)
+        fprintf(stderr, "dedloc train: --%s%s must be a number in [%g, %g], got '%s'\n", e->name, unit, e->lo, e->hi,
+                arg);
+    else
+        fprintf(stderr, "dedloc train: --%s%s must be an integer in [%lld, %lld], got '%s'\n", e->name, unit,
+                (long long)e->lo, (long long)e->hi, arg);
 }
 
 static int parse_args(int argc, char **argv, train_args *a) {
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, OPT_MODEL}, {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-        {"data", required_argument, NULL, OPT_DATA}, {"batch", required_argument, NULL, OPT_BATCH},
-        {"seq", required_argument, NULL, OPT_SEQ}, {"target-batch", required_argument, NULL, OPT_TARGET},
-        {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
-        {"precision", required_argument, NULL, OPT_PRECISION},
-        {"checkpoint-dir", required_argument, NULL, OPT_CKDIR}, {"keep", required_argument, NULL, OPT_KEEP},
-        {"log", required_argument, NULL, OPT_LOG}, {"seed", required_argument, NULL, OPT_SEED},
-        {"peer-seed", required_argument, NULL, OPT_PEER_SEED}, {"device", required_argument, NULL, OPT_DEVICE},
-        {"lr", required_argument, NULL, OPT_LR}, {"warmup-steps", required_argument, NULL, OPT_WARMUP},
-        {"total-steps", required_argument, NULL, OPT_TOTAL}, {"weight-decay", required_argument, NULL, OPT_WD},
-        {"max-grad-norm", required_argument, NULL, OPT_CLIP},
-        {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-        {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"resume", required_argument, NULL, OPT_RESUME},
-        {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE}, {"quiet", no_argument, NULL, OPT_QUIET},
-        {"max-minutes", required_argument, NULL, OPT_MAX_MINUTES},
-        {"ca-file", required_argument, NULL, OPT_CA_FILE}, {"insecure-tls", no_argument, NULL, OPT_INSECURE_TLS},
-        {"synthetic-compute", required_argument, NULL, OPT_SYNTHETIC},
-        {"recompute", no_argument, NULL, OPT_RECOMPUTE},
-        {"replay-data", no_argument, NULL, OPT_REPLAY_DATA},
-        {"max-device-memory", required_argument, NULL, OPT_MAX_DEVICE_MEMORY},
-        {"help", no_argument, NULL, OPT_HELP}};
-    enum { N_OWN = sizeof opts / sizeof opts[0] };
-    struct option all[N_OWN + 32];
-    memcpy(all, opts, sizeof opts);
-    size_t n_all = N_OWN;
-    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_OWN + 31; so++) all[n_all++] = *so;
+    struct option all[N_TRAIN_OPTS + 32];
+    size_t n_all = cli_opt_fill(train_opts, N_TRAIN_OPTS, all);
+    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_TRAIN_OPTS + 31; so++)
+        all[n_all++] = *so;
     memset(&all[n_all], 0, sizeof all[n_all]);
     memset(a, 0, sizeof *a);
     cli_swarm_args_default(&a->swarm);
@@ -187,59 +204,20 @@ static int parse_args(int argc, char **argv, train_args *a) {
     a->clip = 1.0;
     int c;
     while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
-        int bad = 0;
         int sw = cli_swarm_option(&a->swarm, c, optarg, "train");
-        if (sw < 0) bad = 1;
-        if (sw <= 0) {
-            if (bad) {
-                fprintf(stderr, "see 'dedloc train --help'\n");
-                return -1;
-            }
-            continue;
+        if (sw < 0) {
+            fprintf(stderr, "see 'dedloc train --help'\n");
+            return -1;
         }
+        if (sw == 0) continue;
         if (c >= OPT_MODEL && c < OPT_COUNT) a->given[c] = true;
-        switch (c) {
-        case OPT_MODEL: a->model = optarg; break;
-        case OPT_TOKENIZER: a->tokenizer = optarg; break;
-        case OPT_DATA: a->data = optarg; break;
-        case OPT_BATCH:
-            if (!strcmp(optarg, "auto")) a->batch = 0; /* chosen from the device's memory */
-            else bad = parse_ll(optarg, 1, 1 << 16, &a->batch, "--batch");
-            break;
-        case OPT_SEQ: bad = parse_ll(optarg, 8, 1 << 16, &a->seq, "--seq"); break;
-        case OPT_TARGET: bad = parse_ll(optarg, 1, 1LL << 40, &a->target, "--target-batch"); break;
-        case OPT_MAX_STEPS: bad = parse_ll(optarg, 0, 1LL << 40, &a->max_steps, "--max-steps"); break;
-        case OPT_PRECISION: a->precision = optarg; break;
-        case OPT_CKDIR: a->ckdir = optarg; break;
-        case OPT_KEEP: bad = parse_ll(optarg, 0, 1 << 20, &a->keep, "--keep"); break;
-        case OPT_LOG: a->log = optarg; break;
-        case OPT_SEED: bad = parse_ll(optarg, 0, (1LL << 53) - 1, &a->seed, "--seed"); break;
-        case OPT_PEER_SEED: bad = parse_ll(optarg, 0, (1LL << 53) - 1, &a->peer_seed, "--peer-seed"); break;
-        case OPT_DEVICE: a->device = optarg; break;
-        case OPT_LR: bad = parse_d(optarg, 1e-12, 10, &a->lr, "--lr"); break;
-        case OPT_WARMUP: bad = parse_ll(optarg, 0, 1LL << 40, &a->warmup, "--warmup-steps"); break;
-        case OPT_TOTAL: bad = parse_ll(optarg, 1, 1LL << 40, &a->total, "--total-steps"); break;
-        case OPT_WD: bad = parse_d(optarg, 0, 10, &a->wd, "--weight-decay"); break;
-        case OPT_CLIP: bad = parse_d(optarg, 0, 1e9, &a->clip, "--max-grad-norm"); break;
-        case OPT_OPTIMIZER: a->optimizer = optarg; break;
-        case OPT_SAVE_EVERY: bad = parse_ll(optarg, 0, 1LL << 40, &a->save_every, "--save-every"); break;
-        case OPT_RESUME: a->resume = optarg; break;
-        case OPT_SHUFFLE: bad = parse_ll(optarg, 1, 1 << 24, &a->shuffle, "--shuffle-buffer"); break;
-        case OPT_QUIET: a->quiet = true; break;
-        case OPT_CA_FILE: a->ca_file = optarg; break;
-        case OPT_INSECURE_TLS: a->insecure_tls = true; break;
-        case OPT_MAX_MINUTES: bad = parse_d(optarg, 0, 1e9, &a->max_minutes, "--max-minutes"); break;
-        case OPT_SYNTHETIC: bad = parse_d(optarg, 0, 3600, &a->synthetic, "--synthetic-compute"); break;
-        case OPT_RECOMPUTE: a->recompute = true; break;
-        case OPT_REPLAY_DATA: a->replay_data = true; break;
-        case OPT_MAX_DEVICE_MEMORY:
-            bad = parse_ll(optarg, 1, 1LL << 30, &a->max_device_mb, "--max-device-memory (MiB)");
-            break;
-        case 'h':
-        case OPT_HELP: help(stdout); return 1;
-        default: bad = 1;
+        if (c == 'h' || c == OPT_HELP) {
+            help(stdout);
+            return 1;
         }
-        if (bad) {
+        const struct cli_opt *e = cli_opt_find(train_opts, N_TRAIN_OPTS, c);
+        if (!e || cli_opt_assign(e, a, optarg)) {
+            if (e) bad_value(e, optarg);
             fprintf(stderr, "see 'dedloc train --help'\n");
             return -1;
         }
@@ -373,244 +351,280 @@ static bool same_data_shard(const char *run_json, const train_args *a) {
     return (was_count <= 1 ? 1.0 : was_count) == (double)count && (was_count <= 1 ? 0.0 : was_index) == (double)index;
 }
 
-static bool synthetic_flag_given(const train_args *a) { return a->given[OPT_SYNTHETIC]; }
-
 static bool is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-int cmd_train(int argc, char **argv) {
+/* What one run of `dedloc train` holds; train_run_free releases all of it. */
+typedef struct {
     train_args a;
-    int parsed = parse_args(argc, argv, &a);
-    if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
-    if (a.swarm.manifest_path && apply_manifest(&a)) {
-        cli_swarm_args_free(&a.swarm);
+    char *owned[16];                /* run settings adopted from the checkpoint */
+    int n_owned;
+    dl_checkpoint ck;
+    bool resuming;
+    char ck_path[4096];
+    bool synthetic, tiny;
+    dl_precision precision;
+    dl_opt_kind kind;
+    dl_opt_config opt;
+    dl_albert_config cfg;
+    float *params;                  /* fp32 master weights */
+    dl_tokenizer *tok;
+    dl_device_backend be;
+    dl_synthetic_backend syn;
+    bool data_resumed;              /* the stream goes on at the checkpoint's position */
+    dl_train_layout layout;
+    char *config_json, *run_json;
+} train_run;
+
+/* The steps below return 0 to go on, -1 on a failure whose message
+ * dl_error() holds, or DL_EXIT_USAGE once they have said what to change. */
+
+/* 1. A checkpoint to continue (--resume FILE, else the newest in
+ * --checkpoint-dir): its model, and its run settings for the options not
+ * given now. */
+static int resume_checkpoint(train_run *r) {
+    train_args *a = &r->a;
+    if (a->resume) {
+        if (dl_checkpoint_load(a->resume, 0, &r->ck)) return -1;
+        snprintf(r->ck_path, sizeof r->ck_path, "%s", a->resume);
+        r->resuming = true;
+    } else if (a->ckdir) {
+        int rc = dl_checkpoint_load_latest(a->ckdir, &r->ck, r->ck_path, sizeof r->ck_path);
+        if (rc < 0) return -1;
+        r->resuming = rc == 0;
+    }
+    if (!r->resuming) return 0;
+    if (a->given[OPT_MODEL] && !a->swarm.has_manifest)
+        DL_WARN("train", "--model %s ignored: a resumed run keeps the checkpoint's model", a->model);
+    a->given[OPT_MODEL] = false;
+    if (adopt_run_settings(a, r->ck.run_json, r->owned, &r->n_owned)) return -1;
+    if (dl_checkpoint_model_config(&r->ck, &r->cfg)) return -1;
+    DL_INFO("train", "resuming from %s (step %" PRId64 ")", r->ck_path, r->ck.step);
+    return 0;
+}
+
+/* The data source, the precision and the optimizer, once the checkpoint's
+ * settings are in. */
+static int check_choices(train_run *r) {
+    train_args *a = &r->a;
+    r->synthetic = a->given[OPT_SYNTHETIC];
+    if (!a->data && !r->synthetic) {
+        fprintf(stderr, "dedloc train: --data SOURCE is required; see 'dedloc train --help'\n");
         return DL_EXIT_USAGE;
     }
-
-    /* Outputs first: a folder that cannot take a checkpoint is found now,
-     * not at the first save hours into the run. */
-    if (dl_trainer_check_outputs(a.ckdir, a.log)) {
+    if (dl_precision_parse(a->precision, &r->precision)) {
+        fprintf(stderr, "dedloc train: --precision must be fp32, fp16 or bf16, got '%s'\n", a->precision);
+        return DL_EXIT_USAGE;
+    }
+    if (dl_opt_kind_parse(a->optimizer, &r->kind)) {
         fprintf(stderr, "dedloc train: %s\n", dl_error());
-        cli_swarm_args_free(&a.swarm);
-        return DL_EXIT_FAILURE;
+        return DL_EXIT_USAGE;
     }
-    int exit_code = DL_EXIT_FAILURE;
-    char *owned[16] = {0};
-    int n_owned = 0;
-    dl_checkpoint ck;
-    bool resuming = false;
-    memset(&ck, 0, sizeof ck);
-    dl_albert_config cfg;
-    float *params = NULL;
-    dl_tokenizer *tok = NULL;
-    dl_device_backend be = {0};
-    dl_train_layout layout = {0};
-    char *config_json = NULL, *run_json = NULL;
-    char ck_path[4096] = "";
+    return 0;
+}
 
-    /* 1. A checkpoint to continue? */
-    if (a.resume) {
-        if (dl_checkpoint_load(a.resume, 0, &ck)) goto fail;
-        snprintf(ck_path, sizeof ck_path, "%s", a.resume);
-        resuming = true;
-    } else if (a.ckdir) {
-        int rc = dl_checkpoint_load_latest(a.ckdir, &ck, ck_path, sizeof ck_path);
-        if (rc < 0) goto fail;
-        resuming = rc == 0;
+/* 2. The model configuration and, from a Hugging Face folder, the initial
+ * weights (a resumed run has its configuration from the checkpoint). */
+static int load_model(train_run *r) {
+    const train_args *a = &r->a;
+    r->tiny = !strcmp(a->model, "tiny");
+    if (r->resuming) return 0;
+    if (a->swarm.manifest.model_config_json) {
+        const char *j = a->swarm.manifest.model_config_json;
+        return dl_albert_config_parse(j, strlen(j), "the manifest's model", &r->cfg) ? -1 : 0;
     }
-    if (resuming) {
-        if (a.given[OPT_MODEL] && !a.swarm.has_manifest)
-            DL_WARN("train", "--model %s ignored: a resumed run keeps the checkpoint's model", a.model);
-        a.given[OPT_MODEL] = false;
-        if (adopt_run_settings(&a, ck.run_json, owned, &n_owned)) goto fail;
-        if (dl_checkpoint_model_config(&ck, &cfg)) goto fail;
-        DL_INFO("train", "resuming from %s (step %" PRId64 ")", ck_path, ck.step);
-    }
-    bool synthetic = a.given[OPT_SYNTHETIC];
-    if (!a.data && !synthetic) {
-        fprintf(stderr, "dedloc train: --data SOURCE is required; see 'dedloc train --help'\n");
-        exit_code = DL_EXIT_USAGE;
-        goto done;
-    }
-    dl_precision precision;
-    if (dl_precision_parse(a.precision, &precision)) {
-        fprintf(stderr, "dedloc train: --precision must be fp32, fp16 or bf16, got '%s'\n", a.precision);
-        exit_code = DL_EXIT_USAGE;
-        goto done;
-    }
-    dl_opt_kind kind;
-    if (dl_opt_kind_parse(a.optimizer, &kind)) {
-        fprintf(stderr, "dedloc train: %s\n", dl_error());
-        exit_code = DL_EXIT_USAGE;
-        goto done;
-    }
+    if (is_dir(a->model)) return dl_albert_load_hf(a->model, &r->cfg, &r->params) ? -1 : 0;
+    if (dl_albert_config_preset(a->model, &r->cfg) == 0) return 0;
+    dl_clear_error();
+    return dl_albert_config_load(a->model, &r->cfg) ? -1 : 0;
+}
 
-    /* 2. The model configuration and the initial weights. */
-    bool tiny = !strcmp(a.model, "tiny");
-    if (!resuming) {
-        if (a.swarm.manifest.model_config_json) {
-            const char *j = a.swarm.manifest.model_config_json;
-            if (dl_albert_config_parse(j, strlen(j), "the manifest's model", &cfg)) goto fail;
-        } else if (is_dir(a.model)) {
-            if (dl_albert_load_hf(a.model, &cfg, &params)) goto fail;
-        } else if (dl_albert_config_preset(a.model, &cfg) != 0) {
-            dl_clear_error();
-            if (dl_albert_config_load(a.model, &cfg))
-                goto fail;
-        }
+/* Sequence length, target batch, steps and micro-batch: the defaults of the
+ * model's size where not given. */
+static int settle_sizes(train_run *r) {
+    train_args *a = &r->a;
+    if (!a->given[OPT_SEQ]) a->seq = r->tiny ? 128 : 512;
+    if (a->seq > r->cfg.max_position_embeddings) {
+        if (a->given[OPT_SEQ])
+            DL_WARN("train", "--seq %lld exceeds the model's %d positions; using %d", a->seq,
+                    r->cfg.max_position_embeddings, r->cfg.max_position_embeddings);
+        a->seq = r->cfg.max_position_embeddings;
     }
-    if (!a.given[OPT_SEQ]) a.seq = tiny ? 128 : 512;
-    if (a.seq > cfg.max_position_embeddings) {
-        if (a.given[OPT_SEQ])
-            DL_WARN("train", "--seq %lld exceeds the model's %d positions; using %d", a.seq,
-                    cfg.max_position_embeddings, cfg.max_position_embeddings);
-        a.seq = cfg.max_position_embeddings;
-    }
-    if (!a.given[OPT_TARGET]) a.target = tiny ? 32 : 4096;
-    if (!a.given[OPT_MAX_STEPS]) a.max_steps = tiny ? 300 : 125000;
-    if (a.given[OPT_MAX_DEVICE_MEMORY] && !a.given[OPT_BATCH]) a.batch = 0;
-    if (a.batch == 0 && synthetic_flag_given(&a)) {
+    if (!a->given[OPT_TARGET]) a->target = r->tiny ? 32 : 4096;
+    if (!a->given[OPT_MAX_STEPS]) a->max_steps = r->tiny ? 300 : 125000;
+    if (a->given[OPT_MAX_DEVICE_MEMORY] && !a->given[OPT_BATCH]) a->batch = 0;
+    if (a->batch == 0 && r->synthetic) {
         fprintf(stderr, "dedloc train: --batch auto needs a device; give --batch with --synthetic-compute\n");
-        exit_code = DL_EXIT_USAGE;
-        goto done;
+        return DL_EXIT_USAGE;
     }
-    if (a.batch > 0 && a.target < a.batch)
+    if (a->batch > 0 && a->target < a->batch)
         DL_WARN("train", "--target-batch %lld is smaller than --batch %lld: micro-batches are whole, so each step "
-                "takes %lld samples; pass --batch %lld for steps of %lld", a.target, a.batch, a.batch, a.target,
-                a.target);
-    if (a.swarm.any) {
-        if (cli_swarm_finish(&a.swarm, "train", (double)a.target)) {
-            exit_code = DL_EXIT_USAGE;
-            goto done;
-        }
-        if (!a.given[OPT_PEER_SEED] && !resuming && a.swarm.train.shard_count <= 1) {
-            /* Each peer of a swarm reads the stream in its own order. 53 bits:
-             * the run settings keep it as a JSON number, exact only up to 2^53,
-             * and a resumed run must read back the same seed. */
-            a.peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 11);
-            DL_INFO("train", "peer seed %lld (the data order of this peer)", a.peer_seed);
-        }
-        if (a.swarm.has_manifest && a.swarm.manifest.num_data > 1) {
-            a.data = a.swarm.manifest.data[(unsigned long long)a.peer_seed % a.swarm.manifest.num_data];
-            DL_INFO("train", "data source %s (one of the manifest's %zu, by the peer seed)", a.data,
-                    a.swarm.manifest.num_data);
-        }
-    }
+                "takes %lld samples; pass --batch %lld for steps of %lld", a->target, a->batch, a->batch, a->target,
+                a->target);
+    return 0;
+}
 
-    dl_opt_config opt = cli_train_opt_defaults(tiny, kind, a.max_steps);
-    if (a.given[OPT_LR]) opt.lr = a.lr;
-    opt.weight_decay = a.wd;
-    opt.max_grad_norm = a.clip;
-    if (a.given[OPT_TOTAL]) opt.total_steps = a.total;
-    if (a.given[OPT_WARMUP]) opt.warmup_steps = a.warmup;
-    if (resuming) {
-        /* The trainer continues with the optimizer settings stored in the
-         * checkpoint; the ones given now override them (as --help says). */
-        dl_opt_config *kept = &ck.opt_config;
-        if (a.given[OPT_OPTIMIZER] && kept->kind != kind) {
-            fprintf(stderr, "dedloc train: --optimizer %s: the checkpoint was trained with %s and its moments "
-                            "belong to it; resume without --optimizer\n", a.optimizer, dl_opt_kind_name(kept->kind));
-            exit_code = DL_EXIT_USAGE;
-            goto done;
-        }
-        if (a.given[OPT_LR]) kept->lr = a.lr;
-        if (a.given[OPT_WD]) kept->weight_decay = a.wd;
-        if (a.given[OPT_CLIP]) kept->max_grad_norm = a.clip;
-        if (a.given[OPT_TOTAL]) kept->total_steps = a.total;
-        if (a.given[OPT_WARMUP]) kept->warmup_steps = a.warmup;
-        if (a.max_steps > kept->total_steps)
-            DL_WARN("train", "--max-steps %lld is past the schedule's end (total steps %" PRId64
-                    "): later steps run at learning rate 0; pass --total-steps to extend the schedule",
-                    a.max_steps, kept->total_steps);
+/* A swarm peer: the swarm settings checked against the target batch, this
+ * peer's data order and, from a manifest of several sources, its source. */
+static int settle_swarm(train_run *r) {
+    train_args *a = &r->a;
+    if (!a->swarm.any) return 0;
+    if (cli_swarm_finish(&a->swarm, "train", (double)a->target)) return DL_EXIT_USAGE;
+    if (!a->given[OPT_PEER_SEED] && !r->resuming && a->swarm.train.shard_count <= 1) {
+        /* Each peer of a swarm reads the stream in its own order. 53 bits:
+         * the run settings keep it as a JSON number, exact only up to 2^53,
+         * and a resumed run must read back the same seed. */
+        a->peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 11);
+        DL_INFO("train", "peer seed %lld (the data order of this peer)", a->peer_seed);
     }
+    if (a->swarm.has_manifest && a->swarm.manifest.num_data > 1) {
+        a->data = a->swarm.manifest.data[(unsigned long long)a->peer_seed % a->swarm.manifest.num_data];
+        DL_INFO("train", "data source %s (one of the manifest's %zu, by the peer seed)", a->data,
+                a->swarm.manifest.num_data);
+    }
+    return 0;
+}
 
-    /* 3. Tokenizer, data, device, model (or the synthetic backend). */
-    dl_synthetic_backend syn;
-    bool data_resumed = false;
-    if (synthetic) {
-        dl_param_layout pl;
-        if (dl_param_layout_build(&cfg, &pl)) goto fail;
-        int lrc = dl_train_layout_from_model(&pl, &layout);
-        dl_param_layout_free(&pl);
-        if (lrc) goto fail;
-        dl_synthetic_backend_init(&syn, layout.total, a.synthetic, (int)a.batch, (uint64_t)a.peer_seed + 1);
-    } else {
-        if (a.tokenizer ? dl_tokenizer_load(a.tokenizer, &tok) : dl_tokenizer_load_demo(&tok)) goto fail;
-        if ((size_t)cfg.vocab_size < dl_tokenizer_vocab_size(tok)) {
-            dl_fail("the tokenizer has %zu pieces but the model only %d embeddings", dl_tokenizer_vocab_size(tok),
-                    cfg.vocab_size);
-            goto fail;
-        }
-        dl_data_config dc;
-        dl_data_config_default(&dc);
-        dc.source = a.data;
-        dc.batch_size = (int)a.batch;
-        dc.max_seq_len = (int)a.seq;
-        dc.seed = (uint64_t)a.seed;
-        dc.peer_seed = (uint64_t)a.peer_seed;
-        dc.shuffle_buffer = (int)a.shuffle;
-        dc.loop = true;
-        dc.tls_ca_file = a.ca_file;
-        dc.tls_insecure = a.insecure_tls;
-        /* Resume at the recorded position: no re-reading, whatever the step. */
-        bool seek_data = resuming && ck.data_state && !a.replay_data;
-        if (seek_data && a.swarm.any && !same_data_shard(ck.run_json, &a)) {
-            DL_WARN("train", "%s was written for another --data-shard: its data position does not apply; the "
-                    "stream is re-read up to this peer's position", ck_path);
-            seek_data = false;
-        }
-        if (seek_data) {
-            dc.resume_state = ck.data_state;
-            dc.resume_state_size = ck.data_state_size;
-        }
-        dl_model_options mo = {.max_batch = (int)a.batch, .max_seq = (int)a.seq,
-                               .precision = precision, .recompute = a.recompute};
-        /* An automatic micro-batch need not exceed the target batch. */
-        int limit = a.target < 4096 ? (int)a.target : 4096, used = 0;
-        int opened = dl_device_backend_open_with(&be, &dc, tok, a.device, &cfg, &mo, a.max_device_mb, limit, &used);
-        if (opened && seek_data && a.swarm.any) {
-            /* A swarm peer's share of the stream is its own: rather than stop
-             * a volunteer, it re-reads (what --replay-data does). */
-            DL_WARN("train", "the data stream cannot continue where %s left it (%s): re-reading it from the start "
-                    "up to this peer's position instead", ck_path, dl_error());
-            dl_clear_error();
-            seek_data = false;
-            dc.resume_state = NULL;
-            dc.resume_state_size = 0;
-            opened = dl_device_backend_open_with(&be, &dc, tok, a.device, &cfg, &mo, a.max_device_mb, limit, &used);
-        }
-        if (opened) {
-            if (seek_data)
-                dl_fail_context("the data stream cannot continue where %s left it; --replay-data re-reads "
-                                "it from the start instead", ck_path);
-            goto fail;
-        }
-        data_resumed = seek_data;
-        a.batch = used;
-        const dl_param_layout *ml = dl_model_layout(be.model);
-        if (precision == DL_PRECISION_FP16)
-            DL_INFO("train", "fp16: GEMMs compute in %s", dl_model_compute_name(be.model));
-        if (dl_train_layout_from_model(ml, &layout)) goto fail;
+/* The optimizer: the recipe's defaults, then the options given; a resumed
+ * run keeps the checkpoint's settings except those given now. */
+static int settle_optimizer(train_run *r) {
+    const train_args *a = &r->a;
+    r->opt = cli_train_opt_defaults(r->tiny, r->kind, a->max_steps);
+    if (a->given[OPT_LR]) r->opt.lr = a->lr;
+    r->opt.weight_decay = a->wd;
+    r->opt.max_grad_norm = a->clip;
+    if (a->given[OPT_TOTAL]) r->opt.total_steps = a->total;
+    if (a->given[OPT_WARMUP]) r->opt.warmup_steps = a->warmup;
+    if (!r->resuming) return 0;
+    /* The trainer continues with the optimizer settings stored in the
+     * checkpoint; the ones given now override them (as --help says). */
+    dl_opt_config *kept = &r->ck.opt_config;
+    if (a->given[OPT_OPTIMIZER] && kept->kind != r->kind) {
+        fprintf(stderr, "dedloc train: --optimizer %s: the checkpoint was trained with %s and its moments "
+                        "belong to it; resume without --optimizer\n", a->optimizer, dl_opt_kind_name(kept->kind));
+        return DL_EXIT_USAGE;
     }
-    if (!params) {
-        params = dl_malloc(dl_mul_size(layout.total, sizeof(float)));
-        if (!params || dl_albert_init_params(&cfg, (uint64_t)a.seed, params)) goto fail;
+    if (a->given[OPT_LR]) kept->lr = a->lr;
+    if (a->given[OPT_WD]) kept->weight_decay = a->wd;
+    if (a->given[OPT_CLIP]) kept->max_grad_norm = a->clip;
+    if (a->given[OPT_TOTAL]) kept->total_steps = a->total;
+    if (a->given[OPT_WARMUP]) kept->warmup_steps = a->warmup;
+    if (a->max_steps > kept->total_steps)
+        DL_WARN("train", "--max-steps %lld is past the schedule's end (total steps %" PRId64
+                "): later steps run at learning rate 0; pass --total-steps to extend the schedule",
+                a->max_steps, kept->total_steps);
+    return 0;
+}
+
+/* 3a. --synthetic-compute: no device, no data; the layout from the model. */
+static int open_synthetic(train_run *r) {
+    dl_param_layout pl;
+    if (dl_param_layout_build(&r->cfg, &pl)) return -1;
+    int lrc = dl_train_layout_from_model(&pl, &r->layout);
+    dl_param_layout_free(&pl);
+    if (lrc) return -1;
+    dl_synthetic_backend_init(&r->syn, r->layout.total, r->a.synthetic, (int)r->a.batch, (uint64_t)r->a.peer_seed + 1);
+    return 0;
+}
+
+/* The data stream's settings; returns whether it is to continue at the
+ * checkpoint's recorded position (no re-reading, whatever the step). */
+static bool data_config(const train_run *r, dl_data_config *dc) {
+    const train_args *a = &r->a;
+    dl_data_config_default(dc);
+    dc->source = a->data;
+    dc->batch_size = (int)a->batch;
+    dc->max_seq_len = (int)a->seq;
+    dc->seed = (uint64_t)a->seed;
+    dc->peer_seed = (uint64_t)a->peer_seed;
+    dc->shuffle_buffer = (int)a->shuffle;
+    dc->loop = true;
+    dc->tls_ca_file = a->ca_file;
+    dc->tls_insecure = a->insecure_tls;
+    bool seek_data = r->resuming && r->ck.data_state && !a->replay_data;
+    if (seek_data && a->swarm.any && !same_data_shard(r->ck.run_json, a)) {
+        DL_WARN("train", "%s was written for another --data-shard: its data position does not apply; the "
+                "stream is re-read up to this peer's position", r->ck_path);
+        seek_data = false;
+    }
+    if (seek_data) {
+        dc->resume_state = r->ck.data_state;
+        dc->resume_state_size = r->ck.data_state_size;
+    }
+    return seek_data;
+}
+
+/* 3b. Tokenizer, data stream, device and model. */
+static int open_device(train_run *r) {
+    train_args *a = &r->a;
+    if (a->tokenizer ? dl_tokenizer_load(a->tokenizer, &r->tok) : dl_tokenizer_load_demo(&r->tok)) return -1;
+    if ((size_t)r->cfg.vocab_size < dl_tokenizer_vocab_size(r->tok))
+        return dl_fail("the tokenizer has %zu pieces but the model only %d embeddings",
+                       dl_tokenizer_vocab_size(r->tok), r->cfg.vocab_size);
+    dl_data_config dc;
+    bool seek_data = data_config(r, &dc);
+    dl_model_options mo = {.max_batch = (int)a->batch, .max_seq = (int)a->seq,
+                           .precision = r->precision, .recompute = a->recompute};
+    /* An automatic micro-batch need not exceed the target batch. */
+    int limit = a->target < 4096 ? (int)a->target : 4096, used = 0;
+    int opened = dl_device_backend_open_with(&r->be, &dc, r->tok, a->device, &r->cfg, &mo, a->max_device_mb, limit,
+                                             &used);
+    if (opened && seek_data && a->swarm.any) {
+        /* A swarm peer's share of the stream is its own: rather than stop
+         * a volunteer, it re-reads (what --replay-data does). */
+        DL_WARN("train", "the data stream cannot continue where %s left it (%s): re-reading it from the start "
+                "up to this peer's position instead", r->ck_path, dl_error());
+        dl_clear_error();
+        seek_data = false;
+        dc.resume_state = NULL;
+        dc.resume_state_size = 0;
+        opened = dl_device_backend_open_with(&r->be, &dc, r->tok, a->device, &r->cfg, &mo, a->max_device_mb, limit,
+                                             &used);
+    }
+    if (opened) {
+        if (seek_data)
+            dl_fail_context("the data stream cannot continue where %s left it; --replay-data re-reads "
+                            "it from the start instead", r->ck_path);
+        return -1;
+    }
+    r->data_resumed = seek_data;
+    a->batch = used;
+    const dl_param_layout *ml = dl_model_layout(r->be.model);
+    if (r->precision == DL_PRECISION_FP16)
+        DL_INFO("train", "fp16: GEMMs compute in %s", dl_model_compute_name(r->be.model));
+    return dl_train_layout_from_model(ml, &r->layout) ? -1 : 0;
+}
+
+/* 3. The backend, then the initial weights where neither a checkpoint nor a
+ * Hugging Face folder gave them. */
+static int open_backend(train_run *r) {
+    if (r->synthetic ? open_synthetic(r) : open_device(r)) return -1;
+    if (!r->params) {
+        r->params = dl_malloc(dl_mul_size(r->layout.total, sizeof(float)));
+        if (!r->params || dl_albert_init_params(&r->cfg, (uint64_t)r->a.seed, r->params)) return -1;
     }
     char desc[256];
-    dl_albert_config_describe(&cfg, desc, sizeof desc);
+    dl_albert_config_describe(&r->cfg, desc, sizeof desc);
     DL_INFO("train", "model: %s; %zu parameters; micro-batch %lld x %lld, target batch %lld, %s, %s",
-            desc, layout.total, a.batch, a.seq, a.target, dl_precision_name(precision), dl_opt_kind_name(kind));
+            desc, r->layout.total, r->a.batch, r->a.seq, r->a.target, dl_precision_name(r->precision),
+            dl_opt_kind_name(r->kind));
+    return 0;
+}
 
-    /* 4. Train. */
-    if (dl_albert_config_to_json(&cfg, &config_json)) goto fail;
-    run_json = run_settings_json(&a);
+/* 4. Train, alone or as a peer of a swarm; SIGINT and SIGTERM stop at the
+ * next micro-batch meanwhile. */
+static int run_training(train_run *r, dl_trainer_result *res) {
+    train_args *a = &r->a;
+    if (dl_albert_config_to_json(&r->cfg, &r->config_json)) return -1;
+    r->run_json = run_settings_json(a);
     dl_trainer_options to = {
-        .target_batch = a.target, .max_steps = a.max_steps, .max_seconds = a.max_minutes * 60.0, .loss_scaling = precision == DL_PRECISION_FP16,
-        .checkpoint_dir = a.ckdir, .keep = (int)a.keep, .save_every = a.save_every, .log_path = a.log,
-        .progress = a.quiet ? NULL : stderr, .stop = &stop_flag, .model_config_json = config_json,
-        .run_json = run_json, .data_seed = (uint64_t)a.seed, .peer_seed = (uint64_t)a.peer_seed,
+        .target_batch = a->target, .max_steps = a->max_steps, .max_seconds = a->max_minutes * 60.0,
+        .loss_scaling = r->precision == DL_PRECISION_FP16,
+        .checkpoint_dir = a->ckdir, .keep = (int)a->keep, .save_every = a->save_every, .log_path = a->log,
+        .progress = a->quiet ? NULL : stderr, .stop = &stop_flag, .model_config_json = r->config_json,
+        .run_json = r->run_json, .data_seed = (uint64_t)a->seed, .peer_seed = (uint64_t)a->peer_seed,
     };
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -618,71 +632,108 @@ int cmd_train(int argc, char **argv) {
     sa.sa_flags = SA_RESETHAND; /* a second signal ends the program at once */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    dl_trainer_backend backend = synthetic ? dl_synthetic_backend_callbacks(&syn) : dl_device_backend_callbacks(&be);
-    backend.data_resumed = data_resumed;
-    dl_trainer_result res;
+    dl_trainer_backend backend = r->synthetic ? dl_synthetic_backend_callbacks(&r->syn)
+                                              : dl_device_backend_callbacks(&r->be);
+    backend.data_resumed = r->data_resumed;
+    const dl_checkpoint *resume = r->resuming ? &r->ck : NULL;
     int rc;
-    if (a.swarm.any) {
-        a.swarm.train.base = to;
+    if (a->swarm.any) {
+        a->swarm.train.base = to;
         /* What monitors show of this peer (its signed metrics record). */
-        const dl_device_info *di = synthetic || !be.device ? NULL : dl_device_get_info(be.device);
-        a.swarm.train.device_name = di ? di->name : "synthetic compute";
-        a.swarm.train.device_vendor = di ? di->vendor : "";
-        a.swarm.train.precision_name = dl_precision_name(precision);
+        const dl_device_info *di = r->synthetic || !r->be.device ? NULL : dl_device_get_info(r->be.device);
+        a->swarm.train.device_name = di ? di->name : "synthetic compute";
+        a->swarm.train.device_vendor = di ? di->vendor : "";
+        a->swarm.train.precision_name = dl_precision_name(r->precision);
         struct dl_collab_train_result cres;
-        rc = cli_swarm_run(&a.swarm, &a.swarm.train, &opt, &layout, params, resuming ? &ck : NULL, &backend, &cres);
-        res = cres.base;
+        rc = cli_swarm_run(&a->swarm, &a->swarm.train, &r->opt, &r->layout, r->params, resume, &backend, &cres);
+        *res = cres.base;
         if (!rc)
             fprintf(stderr, "dedloc train: %" PRId64 " rounds, %" PRId64 " failed, %" PRId64
                     " state downloads, %" PRId64 " heals; compute %.1f s, waiting %.1f s; param_hash %s\n",
                     cres.rounds_ok, cres.rounds_failed, cres.state_downloads, cres.heals, cres.compute_s,
                     cres.wait_s, cres.param_hash);
     } else {
-        rc = dl_trainer_run(&to, &opt, &layout, params, resuming ? &ck : NULL, &backend, &res);
+        rc = dl_trainer_run(&to, &r->opt, &r->layout, r->params, resume, &backend, res);
     }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    if (rc) goto fail;
+    return rc ? -1 : 0;
+}
+
+/* The closing line, and the exit status: a stop without a checkpoint to
+ * save to, a final save or a log record that failed count against it. */
+static int report(const train_run *r, const dl_trainer_result *res) {
     char loss_text[128] = "no optimizer step completed"; /* first/last loss exist only after a step */
-    if (res.steps_this_run > 1)
-        snprintf(loss_text, sizeof loss_text, res.loss_window > 1 ? "loss %.4f -> %.4f (mean of the first %d steps -> "
-                 "of the last %d)" : "loss %.4f -> %.4f (first step -> last step)",
-                 (double)res.first_loss, (double)res.last_loss, res.loss_window, res.loss_window);
-    else if (res.steps_this_run == 1)
-        snprintf(loss_text, sizeof loss_text, "loss %.4f (one step)", (double)res.first_loss);
+    if (res->steps_this_run > 1)
+        snprintf(loss_text, sizeof loss_text, res->loss_window > 1 ? "loss %.4f -> %.4f (mean of the first %d steps "
+                 "-> of the last %d)" : "loss %.4f -> %.4f (first step -> last step)",
+                 (double)res->first_loss, (double)res->last_loss, res->loss_window, res->loss_window);
+    else if (res->steps_this_run == 1)
+        snprintf(loss_text, sizeof loss_text, "loss %.4f (one step)", (double)res->first_loss);
     fprintf(stderr,
             "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); %s; %.1f samples/s; "
             "weights %s%s%s\n",
-            res.interrupted ? "stopped" : res.time_limit ? "time limit reached" : "done", res.steps, res.steps_this_run, loss_text,
-            res.samples_per_second, res.param_hash, res.checkpoint[0] ? "; saved " : "",
-            res.checkpoint);
-    exit_code = res.interrupted && !a.ckdir ? 130 : DL_EXIT_OK;
-    if (res.last_save_failed) {
-        if (res.checkpoint[0])
+            res->interrupted ? "stopped" : res->time_limit ? "time limit reached" : "done", res->steps,
+            res->steps_this_run, loss_text, res->samples_per_second, res->param_hash,
+            res->checkpoint[0] ? "; saved " : "", res->checkpoint);
+    int exit_code = res->interrupted && !r->a.ckdir ? 130 : DL_EXIT_OK;
+    if (res->last_save_failed) {
+        if (res->checkpoint[0])
             fprintf(stderr, "dedloc train: the final checkpoint could not be saved (%d failed save%s); the last good "
-                    "one is %s (step %" PRId64 "): the steps after it are lost\n", res.save_failures,
-                    res.save_failures == 1 ? "" : "s", res.checkpoint, res.checkpoint_step);
+                    "one is %s (step %" PRId64 "): the steps after it are lost\n", res->save_failures,
+                    res->save_failures == 1 ? "" : "s", res->checkpoint, res->checkpoint_step);
         else
             fprintf(stderr, "dedloc train: no checkpoint could be saved in this run (%d failed save%s); see the "
-                    "errors above\n", res.save_failures, res.save_failures == 1 ? "" : "s");
+                    "errors above\n", res->save_failures, res->save_failures == 1 ? "" : "s");
         exit_code = DL_EXIT_FAILURE;
     }
-    if (res.log_failed) {
-        fprintf(stderr, "dedloc train: the log %s misses records (a write failed)\n", a.log);
+    if (res->log_failed) {
+        fprintf(stderr, "dedloc train: the log %s misses records (a write failed)\n", r->a.log);
         exit_code = DL_EXIT_FAILURE;
     }
-    goto done;
-fail:
-    fprintf(stderr, "dedloc train: %s\n", dl_error());
-done:
-    free(config_json);
-    cJSON_free(run_json);
-    dl_train_layout_free(&layout);
-    dl_device_backend_close(&be);
-    if (tok) dl_tokenizer_free(tok);
-    free(params);
-    dl_checkpoint_free(&ck);
-    for (int i = 0; i < n_owned; i++) free(owned[i]);
-    cli_swarm_args_free(&a.swarm);
+    return exit_code;
+}
+
+static void train_run_free(train_run *r) {
+    free(r->config_json);
+    cJSON_free(r->run_json);
+    dl_train_layout_free(&r->layout);
+    dl_device_backend_close(&r->be);
+    if (r->tok) dl_tokenizer_free(r->tok);
+    free(r->params);
+    dl_checkpoint_free(&r->ck);
+    for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
+    cli_swarm_args_free(&r->a.swarm);
+}
+
+int cmd_train(int argc, char **argv) {
+    train_run r;
+    memset(&r, 0, sizeof r);
+    int parsed = parse_args(argc, argv, &r.a);
+    if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
+    if (r.a.swarm.manifest_path && apply_manifest(&r.a)) {
+        cli_swarm_args_free(&r.a.swarm);
+        return DL_EXIT_USAGE;
+    }
+    /* Outputs first: a folder that cannot take a checkpoint is found now,
+     * not at the first save hours into the run. */
+    if (dl_trainer_check_outputs(r.a.ckdir, r.a.log)) {
+        fprintf(stderr, "dedloc train: %s\n", dl_error());
+        cli_swarm_args_free(&r.a.swarm);
+        return DL_EXIT_FAILURE;
+    }
+    int status = resume_checkpoint(&r);
+    if (!status) status = check_choices(&r);
+    if (!status) status = load_model(&r);
+    if (!status) status = settle_sizes(&r);
+    if (!status) status = settle_swarm(&r);
+    if (!status) status = settle_optimizer(&r);
+    if (!status) status = open_backend(&r);
+    dl_trainer_result res;
+    if (!status) status = run_training(&r, &res);
+    int exit_code = status > 0 ? status : DL_EXIT_FAILURE;
+    if (status < 0) fprintf(stderr, "dedloc train: %s\n", dl_error());
+    else if (status == 0) exit_code = report(&r, &res);
+    train_run_free(&r);
     return exit_code;
 }

@@ -1,9 +1,11 @@
 /* The swarm options shared by `dedloc train` and `dedloc aux`, and the
  * services around the step loop. */
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/opt_table.h"
 #include "cli/swarm_args.h"
 #include "collab/wirecodec.h"
 #include "dedloc/util.h"
@@ -14,29 +16,113 @@ enum {
     S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_DELAY, S_CORRUPT, S_ATTACK, S_LOG_BATCHES,
 };
 
-static const struct option swarm_opts[] = {
-    {"run-id", required_argument, NULL, S_RUN}, {"listen", required_argument, NULL, S_LISTEN},
-    {"announce", required_argument, NULL, S_ANNOUNCE}, {"initial-peers", required_argument, NULL, S_INITIAL},
-    {"identity", required_argument, NULL, S_IDENTITY}, {"client-mode", no_argument, NULL, S_CLIENT},
-    {"max-upload", required_argument, NULL, S_MAXUP}, {"bandwidth", required_argument, NULL, S_BW},
-    {"no-dht", no_argument, NULL, S_NODHT}, {"dht-bootstrap", required_argument, NULL, S_DHTBOOT},
-    {"expiry", required_argument, NULL, S_EXPIRY}, {"local-batch", required_argument, NULL, S_LOCAL},
-    {"min-peers", required_argument, NULL, S_MINPEERS}, {"data-shard", required_argument, NULL, S_SHARD},
-    {"compression", required_argument, NULL, S_COMP}, {"round-deadline", required_argument, NULL, S_DEADLINE},
-    {"join-wait", required_argument, NULL, S_JOINWAIT}, {"state-every", required_argument, NULL, S_STATE_EVERY},
-    {"linger", required_argument, NULL, S_LINGER}, {"aggregation", required_argument, NULL, S_AGG},
-    {"clip-tau", required_argument, NULL, S_TAU}, {"clip-iterations", required_argument, NULL, S_CLIPIT},
-    {"clip-ban-rounds", required_argument, NULL, S_CLIPBAN}, {"name", required_argument, NULL, S_NAME},
-    {"manifest", required_argument, NULL, S_MANIFEST}, {"token", required_argument, NULL, S_TOKEN},
-    {"delay-update", no_argument, NULL, S_DELAY},
-#ifdef DEDLOC_TEST_HOOKS
-    {"test-corrupt-at-step", required_argument, NULL, S_CORRUPT},
-    {"test-attack", required_argument, NULL, S_ATTACK},
-    {"test-log-batches", no_argument, NULL, S_LOG_BATCHES},
-#endif
-    {0, 0, 0, 0}};
+static int set_client_mode(void *settings, const char *arg) {
+    struct cli_swarm_args *a = settings;
+    a->net.client_mode = a->collab.client_mode = true;
+    return 0;
+}
 
-const struct option *cli_swarm_options(void) { return swarm_opts; }
+static int set_bandwidth(void *settings, const char *arg) {
+    struct cli_swarm_args *a = settings;
+    double v = 0;
+    int bad = cli_parse_double(arg, 0, 1e6, &v);
+    a->net.bandwidth_mbit = a->collab.bandwidth_mbit = v;
+    return bad;
+}
+
+static int set_dht_bootstrap(void *settings, const char *arg) {
+    struct cli_swarm_args *a = settings;
+    a->net.dht_bootstrap = arg;
+    a->net.use_dht = true;
+    return 0;
+}
+
+static int set_min_peers(void *settings, const char *arg) {
+    struct cli_swarm_args *a = settings;
+    double v;
+    if (cli_parse_double(arg, 1, DL_AVG_MAX_MEMBERS, &v)) return -1;
+    a->train.min_peers = (size_t)v;
+    return 0;
+}
+
+/* I/K: this peer takes micro-batches I, I+K, I+2K... of the stream. */
+static int set_data_shard(void *settings, const char *arg) {
+    struct cli_swarm_args *a = settings;
+    long i, k;
+    char tail;
+    if (sscanf(arg, "%ld/%ld%c", &i, &k, &tail) != 2 || k < 1 || i < 0 || i >= k || k > 4096) return -1;
+    a->train.shard_index = i;
+    a->train.shard_count = k;
+    return 0;
+}
+
+static int set_compression(void *settings, const char *arg) {
+    return dl_codec_from_name(arg, &((struct cli_swarm_args *)settings)->train.compression) ? -1 : 0;
+}
+
+static int set_aggregation(void *settings, const char *arg) {
+    return dl_aggregation_from_name(arg, &((struct cli_swarm_args *)settings)->train.aggregation) ? -1 : 0;
+}
+
+/* Shown on monitors' contributor boards: at most 63 characters. */
+static int set_name(void *settings, const char *arg) {
+    struct cli_swarm_args *a = settings;
+    a->train.display_name = arg;
+    return strlen(arg) >= 64 ? -1 : 0;
+}
+
+#ifdef DEDLOC_TEST_HOOKS
+static int set_test_attack(void *settings, const char *arg) {
+    struct cli_swarm_args *a = settings;
+    /* "none" is the default, not an attack to ask for */
+    if (dl_test_attack_from_name(arg, &a->train.test_attack) || a->train.test_attack == DL_TEST_ATTACK_NONE) return -1;
+    return 0;
+}
+#endif
+
+#define S_FIELD(f) offsetof(struct cli_swarm_args, f)
+/* In the order getopt_long lists the candidates of an ambiguous prefix. */
+static const struct cli_opt swarm_table[] = {
+    {"run-id", S_RUN, CLI_OPT_STRING, S_FIELD(net.run_id), 0, 0, NULL},
+    {"listen", S_LISTEN, CLI_OPT_STRING, S_FIELD(net.listen), 0, 0, NULL},
+    {"announce", S_ANNOUNCE, CLI_OPT_STRING, S_FIELD(net.announce), 0, 0, NULL},
+    {"initial-peers", S_INITIAL, CLI_OPT_STRING, S_FIELD(net.initial_peers), 0, 0, NULL},
+    {"identity", S_IDENTITY, CLI_OPT_STRING, S_FIELD(net.identity_path), 0, 0, NULL},
+    {"client-mode", S_CLIENT, CLI_OPT_ACTION, 0, 0, 0, set_client_mode},
+    {"max-upload", S_MAXUP, CLI_OPT_DOUBLE, S_FIELD(net.max_upload_mbit), 0.001, 1e6, NULL},
+    {"bandwidth", S_BW, CLI_OPT_SETTER, 0, 0, 0, set_bandwidth},
+    {"no-dht", S_NODHT, CLI_OPT_UNSET, S_FIELD(net.use_dht), 0, 0, NULL},
+    {"dht-bootstrap", S_DHTBOOT, CLI_OPT_SETTER, 0, 0, 0, set_dht_bootstrap},
+    {"expiry", S_EXPIRY, CLI_OPT_DOUBLE, S_FIELD(net.expiry_s), 0.5, 86400, NULL},
+    {"local-batch", S_LOCAL, CLI_OPT_INT64, S_FIELD(train.local_batch), 1, 1e12, NULL},
+    {"min-peers", S_MINPEERS, CLI_OPT_SETTER, 0, 0, 0, set_min_peers},
+    {"data-shard", S_SHARD, CLI_OPT_SETTER, 0, 0, 0, set_data_shard},
+    {"compression", S_COMP, CLI_OPT_SETTER, 0, 0, 0, set_compression},
+    {"round-deadline", S_DEADLINE, CLI_OPT_DOUBLE, S_FIELD(train.round_deadline_s), 1, 86400, NULL},
+    {"join-wait", S_JOINWAIT, CLI_OPT_DOUBLE, S_FIELD(train.join_wait_s), 0, 86400, NULL},
+    {"state-every", S_STATE_EVERY, CLI_OPT_INT64, S_FIELD(train.state_every), 1, 1e9, NULL},
+    {"linger", S_LINGER, CLI_OPT_DOUBLE, S_FIELD(train.linger_s), 0, 3600, NULL},
+    {"aggregation", S_AGG, CLI_OPT_SETTER, 0, 0, 0, set_aggregation},
+    {"clip-tau", S_TAU, CLI_OPT_DOUBLE, S_FIELD(train.clip_tau), 1e-30, 1e30, NULL},
+    {"clip-iterations", S_CLIPIT, CLI_OPT_INT, S_FIELD(train.clip_iterations), 1, 1000, NULL},
+    {"clip-ban-rounds", S_CLIPBAN, CLI_OPT_INT, S_FIELD(collab.clip_ban_rounds), 0, 1e6, NULL},
+    {"name", S_NAME, CLI_OPT_SETTER, 0, 0, 0, set_name},
+    {"manifest", S_MANIFEST, CLI_OPT_STRING, S_FIELD(manifest_path), 0, 0, NULL},
+    {"token", S_TOKEN, CLI_OPT_STRING, S_FIELD(net.token_path), 0, 0, NULL},
+    {"delay-update", S_DELAY, CLI_OPT_FLAG, S_FIELD(train.delay_update), 0, 0, NULL},
+#ifdef DEDLOC_TEST_HOOKS
+    {"test-corrupt-at-step", S_CORRUPT, CLI_OPT_INT64, S_FIELD(train.corrupt_at_step), 1, 1e12, NULL},
+    {"test-attack", S_ATTACK, CLI_OPT_SETTER, 0, 0, 0, set_test_attack},
+    {"test-log-batches", S_LOG_BATCHES, CLI_OPT_FLAG, S_FIELD(train.test_log_batches), 0, 0, NULL},
+#endif
+};
+enum { N_SWARM_OPTS = sizeof swarm_table / sizeof swarm_table[0] };
+
+const struct option *cli_swarm_options(void) {
+    static struct option opts[N_SWARM_OPTS + 1];
+    cli_opt_fill(swarm_table, N_SWARM_OPTS, opts);
+    return opts;
+}
 
 void cli_swarm_args_default(struct cli_swarm_args *a) {
     memset(a, 0, sizeof *a);
@@ -50,67 +136,16 @@ void cli_swarm_args_default(struct cli_swarm_args *a) {
     dl_collab_train_options_default(&a->train);
 }
 
-static int num(const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
 int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const char *cmd) {
     if (c < CLI_SWARM_OPT_BASE || c > S_LOG_BATCHES) return 1;
+    const struct cli_opt *e = cli_opt_find(swarm_table, N_SWARM_OPTS, c);
     a->any = true;
-    double v = 0;
-    int bad = 0;
+    if (!e) return 1;
     /* What a manifest decides may not be given beside it. */
     if (c == S_RUN || c == S_COMP || c == S_AGG || c == S_TAU || c == S_CLIPIT || c == S_CLIPBAN)
-        a->run_option_given = swarm_opts[c - CLI_SWARM_OPT_BASE].name;
-    switch (c) {
-    case S_RUN: a->net.run_id = arg; break;
-    case S_LISTEN: a->net.listen = arg; break;
-    case S_ANNOUNCE: a->net.announce = arg; break;
-    case S_INITIAL: a->net.initial_peers = arg; break;
-    case S_IDENTITY: a->net.identity_path = arg; break;
-    case S_CLIENT: a->net.client_mode = a->collab.client_mode = true; break;
-    case S_MAXUP: bad = num(arg, 0.001, 1e6, &a->net.max_upload_mbit); break;
-    case S_BW: bad = num(arg, 0, 1e6, &v); a->net.bandwidth_mbit = a->collab.bandwidth_mbit = v; break;
-    case S_NODHT: a->net.use_dht = false; break;
-    case S_DHTBOOT: a->net.dht_bootstrap = arg; a->net.use_dht = true; break;
-    case S_EXPIRY: bad = num(arg, 0.5, 86400, &a->net.expiry_s); break;
-    case S_LOCAL: bad = num(arg, 1, 1e12, &v); a->train.local_batch = (int64_t)v; break;
-    case S_MINPEERS: bad = num(arg, 1, DL_AVG_MAX_MEMBERS, &v); a->train.min_peers = (size_t)v; break;
-    case S_SHARD: {
-        long i, k;
-        char tail;
-        if (sscanf(arg, "%ld/%ld%c", &i, &k, &tail) != 2 || k < 1 || i < 0 || i >= k || k > 4096) bad = 1;
-        a->train.shard_index = i;
-        a->train.shard_count = k;
-        break;
-    }
-    case S_COMP: bad = dl_codec_from_name(arg, &a->train.compression); break;
-    case S_DEADLINE: bad = num(arg, 1, 86400, &a->train.round_deadline_s); break;
-    case S_JOINWAIT: bad = num(arg, 0, 86400, &a->train.join_wait_s); break;
-    case S_STATE_EVERY: bad = num(arg, 1, 1e9, &v); a->train.state_every = (int64_t)v; break;
-    case S_LINGER: bad = num(arg, 0, 3600, &a->train.linger_s); break;
-    case S_AGG: bad = dl_aggregation_from_name(arg, &a->train.aggregation); break;
-    case S_TAU: bad = num(arg, 1e-30, 1e30, &a->train.clip_tau); break;
-    case S_CLIPIT: bad = num(arg, 1, 1000, &v); a->train.clip_iterations = (int)v; break;
-    case S_CLIPBAN: bad = num(arg, 0, 1e6, &v); a->collab.clip_ban_rounds = (int)v; break;
-    case S_NAME: a->train.display_name = arg; bad = strlen(arg) >= 64; break;
-    case S_MANIFEST: a->manifest_path = arg; break;
-    case S_TOKEN: a->net.token_path = arg; break;
-    case S_DELAY: a->train.delay_update = true; break;
-    case S_CORRUPT: bad = num(arg, 1, 1e12, &v); a->train.corrupt_at_step = (int64_t)v; break;
-    case S_LOG_BATCHES: a->train.test_log_batches = true; break;
-    case S_ATTACK:
-        /* "none" is the default, not an attack to ask for */
-        bad = dl_test_attack_from_name(arg, &a->train.test_attack) || a->train.test_attack == DL_TEST_ATTACK_NONE;
-        break;
-    default: return 1;
-    }
-    if (bad) {
-        fprintf(stderr, "dedloc %s: bad value '%s' for --%s\n", cmd, arg, swarm_opts[c - CLI_SWARM_OPT_BASE].name);
+        a->run_option_given = e->name;
+    if (cli_opt_assign(e, a, arg)) {
+        fprintf(stderr, "dedloc %s: bad value '%s' for --%s\n", cmd, arg, e->name);
         return -1;
     }
     return 0;

@@ -10,17 +10,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/monitor.h"
-#include "dl_test.h"
+#include "dedloc/monitor.h"
 #include "dedloc/util.h"
+#include "dl_test.h"
 
 #define MAX_POINTS 64
-#define FILE_BOUND (MONITOR_HISTORY_FILE_FACTOR * MAX_POINTS)
+#define FILE_BOUND (DL_MONITOR_HISTORY_FILE_FACTOR * MAX_POINTS)
 
 static const char *path = "test_monitor_history.jsonl";
 
-static struct monitor_point point(size_t i) {
-    return (struct monitor_point){(double)i, (double)(i / 10), i % 7 ? 3.0 + 1.0 / (double)(i + 1) : -1,
+static struct dl_monitor_point point(size_t i) {
+    return (struct dl_monitor_point){(double)i, (double)(i / 10), i % 7 ? 3.0 + 1.0 / (double)(i + 1) : -1,
                                   (double)(i % 100), (double)(1 + i % 3)};
 }
 
@@ -37,7 +37,7 @@ static size_t file_lines(void) {
 
 /* In memory: bounded, in order, oldest (0) and newest (last) kept, values
  * exact, and every quarter of the run still has points (the shape). */
-static void check_points(const struct monitor_history *h, size_t fed, const char *what) {
+static void check_points(const struct dl_monitor_history *h, size_t fed, const char *what) {
     CHECK_MSG(h->count >= MAX_POINTS / 2 && h->count <= MAX_POINTS, "%s: %zu points in memory", what, h->count);
     if (h->count == 0) return;
     CHECK_MSG(h->points[0].time == 0, "%s: the oldest point is %g, not 0", what, h->points[0].time);
@@ -46,9 +46,9 @@ static void check_points(const struct monitor_history *h, size_t fed, const char
     bool ordered = true, exact = true;
     int quarters[4] = {0};
     for (size_t i = 0; i < h->count; i++) {
-        const struct monitor_point *p = &h->points[i];
+        const struct dl_monitor_point *p = &h->points[i];
         if (i && !(p->time > h->points[i - 1].time)) ordered = false;
-        struct monitor_point want = point((size_t)p->time);
+        struct dl_monitor_point want = point((size_t)p->time);
         if (memcmp(p, &want, sizeof want)) exact = false;
         int q = (int)(4 * p->time / (double)fed);
         if (q >= 0 && q < 4) quarters[q]++;
@@ -60,23 +60,23 @@ static void check_points(const struct monitor_history *h, size_t fed, const char
 
 int main(void) {
     /* Memory only: 200000 points into 64 slots. */
-    struct monitor_history h;
-    CHECK_OK(monitor_history_open(&h, NULL, MAX_POINTS));
+    struct dl_monitor_history h;
+    CHECK_OK(dl_monitor_history_open(&h, NULL, MAX_POINTS));
     for (size_t i = 0; i < 200000; i++) {
-        struct monitor_point p = point(i);
-        monitor_history_add(&h, &p);
+        struct dl_monitor_point p = point(i);
+        dl_monitor_history_add(&h, &p);
     }
     check_points(&h, 200000, "memory only");
-    monitor_history_close(&h);
+    dl_monitor_history_close(&h);
 
     /* With a file: 30000 points; the file never holds more than the bound. */
     unlink(path);
-    CHECK_OK(monitor_history_open(&h, path, MAX_POINTS));
+    CHECK_OK(dl_monitor_history_open(&h, path, MAX_POINTS));
     size_t worst_lines = 0;
     bool add_ok = true;
     for (size_t i = 0; i < 30000; i++) {
-        struct monitor_point p = point(i);
-        if (monitor_history_add(&h, &p)) add_ok = false;
+        struct dl_monitor_point p = point(i);
+        if (dl_monitor_history_add(&h, &p)) add_ok = false;
         if (i % 97 == 0) {
             size_t n = file_lines();
             if (n > worst_lines) worst_lines = n;
@@ -88,16 +88,16 @@ int main(void) {
     CHECK_MSG(h.compactions >= 30000 / FILE_BOUND / 2, "only %zu rewrites of the file", h.compactions);
     CHECK(h.file_lines == file_lines());
     check_points(&h, 30000, "with a file");
-    monitor_history_close(&h);
+    dl_monitor_history_close(&h);
     char tmp[128];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     CHECK(access(tmp, F_OK) != 0); /* no temporary file left behind */
 
     /* A restart reads it back: same bounds, same ends. */
-    CHECK_OK(monitor_history_open(&h, path, MAX_POINTS));
+    CHECK_OK(dl_monitor_history_open(&h, path, MAX_POINTS));
     check_points(&h, 30000, "after a restart");
     CHECK(file_lines() <= FILE_BOUND);
-    monitor_history_close(&h);
+    dl_monitor_history_close(&h);
 
     /* A long file from an older monitor (every point kept), with malformed
      * lines: read, downsampled, and rewritten at start. */
@@ -105,7 +105,7 @@ int main(void) {
     CHECK(f != NULL);
     if (f) {
         for (size_t i = 0; i < 50000; i++) {
-            struct monitor_point p = point(i);
+            struct dl_monitor_point p = point(i);
             fprintf(f, "{\"time\":%.17g,\"step\":%.17g,\"loss\":%.17g,\"samples_per_second\":%.17g,\"peers_alive\":%.17g}\n",
                     p.time, p.step, p.loss, p.samples_per_second, p.peers_alive);
             if (i == 100) fprintf(f, "{\"time\": \"garbage\"}\n");
@@ -113,11 +113,11 @@ int main(void) {
         }
         fclose(f);
     }
-    CHECK_OK(monitor_history_open(&h, path, MAX_POINTS));
+    CHECK_OK(dl_monitor_history_open(&h, path, MAX_POINTS));
     check_points(&h, 50000, "from a long file");
     CHECK_MSG(file_lines() == h.count, "the long file was not rewritten (%zu lines, %zu points)", file_lines(), h.count);
     CHECK(h.compactions == 1);
-    monitor_history_close(&h);
+    dl_monitor_history_close(&h);
     unlink(path);
     return dl_test_finish("test_monitor_history");
 }

@@ -7,13 +7,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/monitor.h"
 #include "dedloc/util.h"
+#include "dedloc/monitor.h"
 
 /* Halves the points, keeping every other one counted from the newest, and
  * the oldest: the chart still starts where the run started. From then on one
  * point in twice as many is kept. */
-static void downsample(struct monitor_history *h) {
+static void downsample(struct dl_monitor_history *h) {
     if (h->count < 3) return;
     size_t kept = 1; /* points[0] stays */
     for (size_t i = h->count % 2 ? 2 : 1; i < h->count; i += 2) h->points[kept++] = h->points[i];
@@ -25,7 +25,7 @@ static void downsample(struct monitor_history *h) {
 /* The last slot always holds the newest point; it is kept for good (the next
  * point appended after it) once it stands for `stride` points, so the points
  * kept are evenly spaced however long the run. */
-static void keep_point(struct monitor_history *h, const struct monitor_point *p) {
+static void keep_point(struct dl_monitor_history *h, const struct dl_monitor_point *p) {
     if (h->count > 1 && h->tail_age < h->stride) {
         h->points[h->count - 1] = *p;
         h->tail_age++;
@@ -45,7 +45,7 @@ static double number_of(const cJSON *o, const char *name, double lo, double hi, 
     return v->valuedouble;
 }
 
-static int parse_line(const char *line, struct monitor_point *p) {
+static int parse_line(const char *line, struct dl_monitor_point *p) {
     cJSON *o = cJSON_Parse(line);
     bool ok = o != NULL;
     if (o) {
@@ -59,7 +59,7 @@ static int parse_line(const char *line, struct monitor_point *p) {
     return ok ? 0 : -1;
 }
 
-static int write_point(FILE *f, const struct monitor_point *p) {
+static int write_point(FILE *f, const struct dl_monitor_point *p) {
     /* %.17g: a restarted monitor reads back the same numbers. */
     return fprintf(f,
                    "{\"time\":%.17g,\"step\":%.17g,\"loss\":%.17g,\"samples_per_second\":%.17g,\"peers_alive\":%.17g}\n",
@@ -70,7 +70,7 @@ static int write_point(FILE *f, const struct monitor_point *p) {
 
 /* Replaces the file by the points in memory (temporary file, fsync, rename:
  * a crash leaves the old file or the new one), then appends to the new one. */
-static int compact(struct monitor_history *h) {
+static int compact(struct dl_monitor_history *h) {
     size_t n = strlen(h->path) + 32;
     char *tmp = dl_malloc(n);
     if (!tmp) return -1;
@@ -97,9 +97,11 @@ static int compact(struct monitor_history *h) {
     return rc;
 }
 
-static bool over_bound(const struct monitor_history *h) { return h->file_lines > MONITOR_HISTORY_FILE_FACTOR * h->max; }
+static bool over_bound(const struct dl_monitor_history *h) {
+    return h->file_lines > DL_MONITOR_HISTORY_FILE_FACTOR * h->max;
+}
 
-int monitor_history_open(struct monitor_history *h, const char *path, size_t max) {
+int dl_monitor_history_open(struct dl_monitor_history *h, const char *path, size_t max) {
     memset(h, 0, sizeof *h);
     h->max = max < 16 ? 16 : max;
     h->stride = 1;
@@ -108,7 +110,7 @@ int monitor_history_open(struct monitor_history *h, const char *path, size_t max
     if (!path) return 0;
     h->path = dl_strdup(path);
     if (!h->path) {
-        monitor_history_close(h);
+        dl_monitor_history_close(h);
         return -1;
     }
     FILE *in = fopen(path, "r");
@@ -125,7 +127,7 @@ int monitor_history_open(struct monitor_history *h, const char *path, size_t max
                 bad++;
                 continue;
             }
-            struct monitor_point p;
+            struct dl_monitor_point p;
             if (parse_line(line, &p)) bad++;
             else keep_point(h, &p);
         }
@@ -143,11 +145,11 @@ int monitor_history_open(struct monitor_history *h, const char *path, size_t max
     if (!h->file && !(h->file = fopen(path, "a")))
         rc = dl_fail("cannot append to the history file %s: %s (check the directory and its permissions)", path,
                      strerror(errno));
-    if (rc) monitor_history_close(h);
+    if (rc) dl_monitor_history_close(h);
     return rc;
 }
 
-int monitor_history_add(struct monitor_history *h, const struct monitor_point *p) {
+int dl_monitor_history_add(struct dl_monitor_history *h, const struct dl_monitor_point *p) {
     keep_point(h, p);
     if (!h->file) return 0;
     if (write_point(h->file, p) || fflush(h->file)) return dl_fail("writing the history file: %s", strerror(errno));
@@ -160,7 +162,7 @@ int monitor_history_add(struct monitor_history *h, const struct monitor_point *p
     return 0;
 }
 
-void monitor_history_close(struct monitor_history *h) {
+void dl_monitor_history_close(struct dl_monitor_history *h) {
     if (h->file) fclose(h->file);
     free(h->points);
     free(h->path);

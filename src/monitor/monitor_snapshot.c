@@ -14,23 +14,17 @@
 #include <malloc.h>
 #endif
 
-#include "cli/export_hf.h"
-#include "cli/monitor.h"
-#include "cli/swarm_args.h"
 #include "dedloc/util.h"
+#include "monitor/monitor_internal.h"
 
-int monitor_snapshots_init(struct monitor_snapshots *m, const char *model, int64_t max_steps, double target_batch) {
+int dl_monitor_snapshots_init(struct dl_monitor_snapshots *m, const char *model, int64_t max_steps,
+                              double target_batch) {
     if (dl_albert_config_preset(model, &m->model) != 0) {
         dl_clear_error();
         if (dl_albert_config_load(model, &m->model)) return dl_fail_context("--model %s", model);
     }
     if (dl_param_layout_build(&m->model, &m->model_layout) || dl_train_layout_from_model(&m->model_layout, &m->layout))
         return -1;
-    bool tiny = !strcmp(model, "tiny");
-    int64_t steps = max_steps > 0 ? max_steps : tiny ? 300 : 125000;
-    /* What `dedloc train --model M --max-steps S` uses when no optimizer
-     * option is given; a resumed trainer overrides it with the ones it gets. */
-    m->opt = cli_train_opt_defaults(tiny, DL_OPT_LAMB, steps);
     if (dl_albert_config_to_json(&m->model, &m->config_json)) return -1;
     /* Run settings a resumed trainer adopts unless it is given others: only
      * what the monitor was told, so a trainer's own defaults apply otherwise. */
@@ -53,7 +47,7 @@ static bool due(const char *dir, int64_t every, uint64_t last, uint64_t epoch) {
     return dir && every > 0 && epoch >= next_due(last, every);
 }
 
-static void record_failure(struct monitor_state *s, const char *what) {
+static void record_failure(struct dl_monitor_state *s, const char *what) {
     DL_WARN("monitor", "%s: %s", what, dl_error());
     pthread_mutex_lock(&s->lock);
     s->snap.failures++;
@@ -61,9 +55,9 @@ static void record_failure(struct monitor_state *s, const char *what) {
     pthread_mutex_unlock(&s->lock);
 }
 
-static void save_checkpoint(struct monitor_state *s, const dl_optimizer *opt, float *params,
+static void save_checkpoint(struct dl_monitor_state *s, const dl_optimizer *opt, float *params,
                             const struct dl_collab_swarm_state *st, const char *hash_hex) {
-    struct monitor_snapshots *m = &s->snap;
+    struct dl_monitor_snapshots *m = &s->snap;
     dl_checkpoint ck;
     dl_checkpoint_view(&ck, opt, params);
     ck.model_config_json = m->config_json;
@@ -83,10 +77,10 @@ static void save_checkpoint(struct monitor_state *s, const dl_optimizer *opt, fl
     pthread_mutex_unlock(&s->lock);
 }
 
-static void save_export(struct monitor_state *s, const float *params, const struct dl_collab_swarm_state *st) {
-    struct monitor_snapshots *m = &s->snap;
+static void save_export(struct dl_monitor_state *s, const float *params, const struct dl_collab_swarm_state *st) {
+    struct dl_monitor_snapshots *m = &s->snap;
     char tok_name[4096];
-    if (cli_export_hf(m->export_dir, &m->model, params, m->tokenizer, m->run_json, tok_name, sizeof tok_name)) {
+    if (m->exporter.write(m->export_dir, &m->model, params, m->tokenizer, m->run_json, tok_name, sizeof tok_name)) {
         record_failure(s, "Hugging Face export of the swarm's state");
         return;
     }
@@ -99,8 +93,8 @@ static void save_export(struct monitor_state *s, const float *params, const stru
 }
 
 static void *worker(void *arg) {
-    struct monitor_state *s = arg;
-    struct monitor_snapshots *m = &s->snap;
+    struct dl_monitor_state *s = arg;
+    struct dl_monitor_snapshots *m = &s->snap;
     pthread_mutex_lock(&s->lock);
     uint64_t ck_last = m->checkpoint_epoch, ex_last = m->export_epoch;
     pthread_mutex_unlock(&s->lock);
@@ -160,8 +154,8 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-void monitor_snapshots_tick(struct monitor_state *s, uint64_t global_epoch) {
-    struct monitor_snapshots *m = &s->snap;
+void dl_monitor_snapshots_tick(struct dl_monitor_state *s, uint64_t global_epoch) {
+    struct dl_monitor_snapshots *m = &s->snap;
     if (!m->checkpoint_dir && !m->export_dir) return;
     pthread_mutex_lock(&s->lock);
     bool running = m->started && !m->finished, joinable = m->started && m->finished;
@@ -185,8 +179,8 @@ void monitor_snapshots_tick(struct monitor_state *s, uint64_t global_epoch) {
     m->started = true;
 }
 
-void monitor_snapshots_stop(struct monitor_state *s) {
-    struct monitor_snapshots *m = &s->snap;
+void dl_monitor_snapshots_stop(struct dl_monitor_state *s) {
+    struct dl_monitor_snapshots *m = &s->snap;
     if (m->started) {
         pthread_mutex_lock(&s->lock);
         bool running = !m->finished;

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "cli/monitor.h"
 #include "dedloc/util.h"
+#include "monitor/monitor_internal.h"
 
 /* Generated from the files of web/ and libjs-chart.js by cmake/embed_files.cmake. */
 struct dl_web_embedded {
@@ -77,7 +77,7 @@ static int by_samples_total(const void *a, const void *b) {
 }
 
 /* The monitor's checkpoints and exports: null when not asked for. */
-static void add_snapshots(cJSON *o, const struct monitor_snapshots *m) {
+static void add_snapshots(cJSON *o, const struct dl_monitor_snapshots *m) {
     if (!m->checkpoint_dir && !m->export_dir) {
         cJSON_AddNullToObject(o, "snapshots");
         return;
@@ -109,7 +109,7 @@ static void add_snapshots(cJSON *o, const struct monitor_snapshots *m) {
     }
 }
 
-static cJSON *status_json(struct monitor_state *s) {
+static cJSON *status_json(struct dl_monitor_state *s) {
     cJSON *o = cJSON_CreateObject();
     const struct dl_swarm_view *v = &s->view;
     double now = dl_wall_time();
@@ -123,7 +123,7 @@ static cJSON *status_json(struct monitor_state *s) {
     cJSON_AddNumberToObject(o, "eta_s", v->eta_s);
     cJSON_AddNumberToObject(o, "round_s", s->round_s);
     cJSON_AddNumberToObject(o, "peers_alive", (double)v->num_peers);
-    add_loss(o, "loss", monitor_mean_loss(s));
+    add_loss(o, "loss", dl_monitor_mean_loss(s));
     cJSON *peers = cJSON_AddArrayToObject(o, "peers");
     for (size_t i = 0; i < v->num_peers; i++) {
         const struct dl_swarm_peer *p = &v->peers[i];
@@ -143,7 +143,7 @@ static cJSON *status_json(struct monitor_state *s) {
         }
         double seen = now - p->time;
         cJSON_AddNumberToObject(e, "last_seen_s", seen > 0 ? seen : 0);
-        const struct dl_metrics *m = monitor_find_metrics(s, p->peer_id);
+        const struct dl_metrics *m = dl_monitor_find_metrics(s, p->peer_id);
         if (m) cJSON_AddItemToObject(e, "metrics", metrics_json(m));
         else cJSON_AddNullToObject(e, "metrics");
         cJSON_AddItemToArray(peers, e);
@@ -171,11 +171,11 @@ static cJSON *status_json(struct monitor_state *s) {
     return o;
 }
 
-static cJSON *history_json(struct monitor_state *s) {
+static cJSON *history_json(struct dl_monitor_state *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON *points = cJSON_AddArrayToObject(o, "points");
     for (size_t i = 0; i < s->history.count; i++) {
-        const struct monitor_point *p = &s->history.points[i];
+        const struct dl_monitor_point *p = &s->history.points[i];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "time", p->time);
         cJSON_AddNumberToObject(e, "step", p->step);
@@ -194,11 +194,11 @@ static void prom_metric(struct evbuffer *b, const char *name, const char *type, 
 /* Prometheus text exposition format 0.0.4. Peer ids are hex and metric
  * strings are printable ASCII without quotes or backslashes (checked when
  * the record is verified), so labels need no escaping. */
-static void prometheus_text(struct monitor_state *s, struct evbuffer *b) {
+static void prometheus_text(struct dl_monitor_state *s, struct evbuffer *b) {
     const struct dl_swarm_view *v = &s->view;
     prom_metric(b, "dedloc_step", "gauge", "Global step (epoch) of the collaboration.");
     evbuffer_add_printf(b, "dedloc_step %llu\n", (unsigned long long)v->global_epoch);
-    double loss = monitor_mean_loss(s);
+    double loss = dl_monitor_mean_loss(s);
     prom_metric(b, "dedloc_loss", "gauge", "Mean of the alive peers' last training losses.");
     if (loss >= 0) evbuffer_add_printf(b, "dedloc_loss %.9g\n", loss);
     else evbuffer_add_printf(b, "dedloc_loss NaN\n");
@@ -241,7 +241,7 @@ static void send_static(struct evhttp_request *req, const char *name) {
 }
 
 static void handle(struct evhttp_request *req, void *arg) {
-    struct monitor_state *s = arg;
+    struct dl_monitor_state *s = arg;
     const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
     if (!path) path = "/";
     if (!strcmp(path, "/") || !strcmp(path, "/index.html")) {
@@ -276,7 +276,7 @@ static void handle(struct evhttp_request *req, void *arg) {
     evhttp_send_error(req, 404, "no such page (try /, /api/status, /api/history, /metrics)");
 }
 
-struct evhttp *monitor_http_start(struct event_base *base, const char *host, int port, struct monitor_state *s,
+struct evhttp *dl_monitor_http_start(struct event_base *base, const char *host, int port, struct dl_monitor_state *s,
                                   int *bound_port) {
     struct evhttp *http = evhttp_new(base);
     if (!http) {
