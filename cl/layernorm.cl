@@ -5,7 +5,7 @@
 #ifdef DL_ROW_LANES
 /* One item per row (DL_ROW_LANES): part holds the 16 lanes' shares of the
  * row sum. */
-inline void layernorm_row_finish(__global float *out, __global float *mean_out,
+static inline void layernorm_row_finish(__global float *out, __global float *mean_out,
                                  __global float *rstd_out, __global const float *x,
                                  __global const float *params, int gamma_off, int beta_off,
                                  int r, int C, float eps, float16 part) {
@@ -108,7 +108,7 @@ __kernel void layernorm_backward_input(__global float *dx, __global const float 
  * in part: mean, biased variance, the normalized row, and the row's mean and
  * 1/std for the backward pass. Every item of the group calls it (it holds
  * the group's barriers). */
-inline void layernorm_row_finish(__global float *out, __global float *mean_out,
+static inline void layernorm_row_finish(__global float *out, __global float *mean_out,
                                  __global float *rstd_out, __global const float *x,
                                  __global const float *params, int gamma_off, int beta_off,
                                  int r, int C, float eps, float part, __local float *scratch) {
@@ -204,7 +204,7 @@ __kernel void layernorm_backward_input(__global float *dx, __global const float 
  * gradient dx is that Linear's output gradient): dbias += sum_r dx. Each sum
  * in bias_backward's order, so the bits are those of the two kernels. With
  * has_bias 0, dx is not read: layernorm_backward_params. */
-inline void layernorm_params_column(__global float *grads, __global const float *dy,
+static inline void layernorm_params_column(__global float *grads, __global const float *dy,
                                     __global const float *in, __global const float *mean,
                                     __global const float *rstd, __global const float *dx,
                                     int gamma_off, int beta_off, int bias_off, int has_bias,
@@ -224,7 +224,7 @@ inline void layernorm_params_column(__global float *grads, __global const float 
 
 #if DL_COL_VEC > 1
 /* The same sums for DL_COL_VEC adjacent columns from c0, element by element. */
-inline void layernorm_params_vector(__global float *grads, __global const float *dy,
+static inline void layernorm_params_vector(__global float *grads, __global const float *dy,
                                     __global const float *in, __global const float *mean,
                                     __global const float *rstd, __global const float *dx,
                                     int gamma_off, int beta_off, int bias_off, int has_bias,
@@ -243,7 +243,7 @@ inline void layernorm_params_vector(__global float *grads, __global const float 
 }
 #endif
 
-inline void layernorm_params_item(__global float *grads, __global const float *dy,
+static inline void layernorm_params_item(__global float *grads, __global const float *dy,
                                   __global const float *in, __global const float *mean,
                                   __global const float *rstd, __global const float *dx,
                                   int gamma_off, int beta_off, int bias_off, int has_bias,

@@ -49,10 +49,19 @@ static float *download(const dl_buffer *b, size_t floats) {
 static bool cpu_shape;
 enum { COL_VEC = 16 };
 
+/* The work-group of the row kernels, as the model sizes it: 16 in the CPU
+ * shape; in the GPU shape 32, which divides none of the row lengths, so
+ * every strided loop has a ragged end. The kernels are built for exactly
+ * the group they are launched with (their local scratch holds
+ * DL_ROW_GROUP floats, one per item). */
+static int row_group(void) { return cpu_shape ? 16 : 32; }
+
 static cl_kernel kernel(const char *file, const char *name) {
     cl_kernel k = NULL;
-    CHECK_OK(dl_kernel_create(dev, file, cpu_shape ? "-DDL_ROW_GROUP=16 -DDL_COL_VEC=16 -DDL_ROW_LANES" : "",
-                              name, &k));
+    char opts[96];
+    snprintf(opts, sizeof opts, "-DDL_ROW_GROUP=%d%s", row_group(),
+             cpu_shape ? " -DDL_COL_VEC=16 -DDL_ROW_LANES" : "");
+    CHECK_OK(dl_kernel_create(dev, file, opts, name, &k));
     return k;
 }
 
@@ -62,11 +71,9 @@ static void launch(cl_kernel k, int dims, size_t g0, size_t g1) {
     CHECK_OK(dl_device_finish(dev));
 }
 
-/* A row kernel: one work-group per row. ROW_GROUP is not a divisor of the
- * row lengths, so every strided loop has a ragged end. */
-enum { ROW_GROUP = 32 };
+/* A row kernel: one work-group of row_group() items per row. */
 static void launch_group_rows(cl_kernel k, int rows) {
-    size_t global = (size_t)rows * ROW_GROUP, local = ROW_GROUP;
+    size_t global = (size_t)rows * (size_t)row_group(), local = (size_t)row_group();
     CHECK_OK(dl_launch(dev, k, 1, &global, &local));
     CHECK_OK(dl_device_finish(dev));
 }
