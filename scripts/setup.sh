@@ -30,6 +30,9 @@ PACKAGES=(
   chromium
   # static analysis, run by the tests static/cppcheck and static/clang-tidy
   cppcheck clang-tidy
+  # kernels through a strict OpenCL C front end (portability/strict_compile) and
+  # under a race and bounds checker that presents a GPU (ctest -L oclgrind)
+  clang llvm oclgrind
   # the swarm tests and demo read JSON-lines logs; the demo plots the loss
   jq gnuplot-nox
 )
