@@ -10,14 +10,14 @@
 #define GELU_GRAD(x, t) \
     (0.5f * (1.0f + (t)) + 0.5f * (x) * (1.0f - (t) * (t)) * GELU_K * (1.0f + 3.0f * GELU_A * (x) * (x)))
 
-inline float gelu_new(float x) { return 0.5f * x * (1.0f + tanh(GELU_INNER(x))); }
-inline float gelu_new_grad(float x) {
+static inline float gelu_new(float x) { return 0.5f * x * (1.0f + tanh(GELU_INNER(x))); }
+static inline float gelu_new_grad(float x) {
     float t = tanh(GELU_INNER(x));
     return GELU_GRAD(x, t);
 }
 #if DL_COL_VEC > 1
-inline colvec_t gelu_new_vec(colvec_t x) { return 0.5f * x * (1.0f + tanh(GELU_INNER(x))); }
-inline colvec_t gelu_new_grad_vec(colvec_t x) {
+static inline colvec_t gelu_new_vec(colvec_t x) { return 0.5f * x * (1.0f + tanh(GELU_INNER(x))); }
+static inline colvec_t gelu_new_grad_vec(colvec_t x) {
     colvec_t t = tanh(GELU_INNER(x));
     return GELU_GRAD(x, t);
 }

@@ -3,7 +3,7 @@
  * (ushort) storage while computing in fp32: build with -DDL_STORE_F16 or
  * -DDL_STORE_BF16 to switch. */
 /* fp32 -> bf16, round to nearest even, NaN kept quiet (as src/util/half.c). */
-inline ushort dl_to_bf16(float v) {
+static inline ushort dl_to_bf16(float v) {
     uint x = as_uint(v);
     if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return (ushort)((x >> 16) | 0x40u);
     return (ushort)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
@@ -67,7 +67,7 @@ typedef float4 colvec_t;
 #ifndef DL_ROW_GROUP
 #define DL_ROW_GROUP 256
 #endif
-inline float dl_group_sum(float v, __local float *scratch) {
+static inline float dl_group_sum(float v, __local float *scratch) {
     int lid = get_local_id(0), n = get_local_size(0);
     scratch[lid] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -79,7 +79,7 @@ inline float dl_group_sum(float v, __local float *scratch) {
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
 }
-inline float dl_group_max(float v, __local float *scratch) {
+static inline float dl_group_max(float v, __local float *scratch) {
     int lid = get_local_id(0), n = get_local_size(0);
     scratch[lid] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -122,13 +122,13 @@ inline float dl_group_max(float v, __local float *scratch) {
         (acc) = vload16(0, lanes_);                                          \
     } while (0)
 /* dl_group_sum's and dl_group_max's trees over 16 items. */
-inline float dl_lanes_sum(float16 v) {
+static inline float dl_lanes_sum(float16 v) {
     float8 a = v.lo + v.hi;
     float4 b = a.lo + a.hi;
     float2 c = b.lo + b.hi;
     return c.lo + c.hi;
 }
-inline float dl_lanes_max(float16 v) {
+static inline float dl_lanes_max(float16 v) {
     float8 a = fmax(v.lo, v.hi);
     float4 b = fmax(a.lo, a.hi);
     float2 c = fmax(b.lo, b.hi);

@@ -19,8 +19,8 @@ __kernel void bias_residual_add(__global float *out, __global const float *resid
 }
 
 /* grads[bias_off + c] += sum_r dy[r, c] */
-inline void bias_backward_column(__global float *grads, __global const float *dy, int bias_off,
-                                 int rows, int C, int c) {
+static inline void bias_backward_column(__global float *grads, __global const float *dy, int bias_off,
+                                        int rows, int C, int c) {
     float sum = 0.0f;
     DL_FOR_REDUCE(r, rows) sum += dy[(size_t)r * C + c];
     grads[bias_off + c] += sum;

@@ -19,7 +19,7 @@ typedef half hval_t;
 #else
 typedef float hval_t;
 /* v rounded to the nearest half (ties to even; overflow gives Inf), as fp32. */
-inline float dl_round_half(float v) {
+static inline float dl_round_half(float v) {
     ushort bits;
     vstore_half_rte(v, 0, (__private half *)&bits);
     return vload_half(0, (__private const half *)&bits);

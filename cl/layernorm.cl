@@ -5,10 +5,10 @@
 #ifdef DL_ROW_LANES
 /* One item per row (DL_ROW_LANES): part holds the 16 lanes' shares of the
  * row sum. */
-inline void layernorm_row_finish(__global float *out, __global float *mean_out,
-                                 __global float *rstd_out, __global const float *x,
-                                 __global const float *params, int gamma_off, int beta_off,
-                                 int r, int C, float eps, float16 part) {
+static inline void layernorm_row_finish(__global float *out, __global float *mean_out,
+                                        __global float *rstd_out, __global const float *x,
+                                        __global const float *params, int gamma_off, int beta_off,
+                                        int r, int C, float eps, float16 part) {
     float mean = dl_lanes_sum(part) / C;
     float16 sq = 0.0f;
     DL_FOR_VECS(c, C) {
@@ -108,10 +108,10 @@ __kernel void layernorm_backward_input(__global float *dx, __global const float 
  * in part: mean, biased variance, the normalized row, and the row's mean and
  * 1/std for the backward pass. Every item of the group calls it (it holds
  * the group's barriers). */
-inline void layernorm_row_finish(__global float *out, __global float *mean_out,
-                                 __global float *rstd_out, __global const float *x,
-                                 __global const float *params, int gamma_off, int beta_off,
-                                 int r, int C, float eps, float part, __local float *scratch) {
+static inline void layernorm_row_finish(__global float *out, __global float *mean_out,
+                                        __global float *rstd_out, __global const float *x,
+                                        __global const float *params, int gamma_off, int beta_off,
+                                        int r, int C, float eps, float part, __local float *scratch) {
     int lid = get_local_id(0), n = get_local_size(0);
     float mean = dl_group_sum(part, scratch) / C;
     part = 0.0f;
@@ -204,11 +204,11 @@ __kernel void layernorm_backward_input(__global float *dx, __global const float 
  * gradient dx is that Linear's output gradient): dbias += sum_r dx. Each sum
  * in bias_backward's order, so the bits are those of the two kernels. With
  * has_bias 0, dx is not read: layernorm_backward_params. */
-inline void layernorm_params_column(__global float *grads, __global const float *dy,
-                                    __global const float *in, __global const float *mean,
-                                    __global const float *rstd, __global const float *dx,
-                                    int gamma_off, int beta_off, int bias_off, int has_bias,
-                                    int rows, int C, int c) {
+static inline void layernorm_params_column(__global float *grads, __global const float *dy,
+                                           __global const float *in, __global const float *mean,
+                                           __global const float *rstd, __global const float *dx,
+                                           int gamma_off, int beta_off, int bias_off, int has_bias,
+                                           int rows, int C, int c) {
     float dg = 0.0f, db = 0.0f, dbias = 0.0f;
     DL_FOR_REDUCE(r, rows) {
         size_t i = (size_t)r * C + c;
@@ -224,11 +224,11 @@ inline void layernorm_params_column(__global float *grads, __global const float 
 
 #if DL_COL_VEC > 1
 /* The same sums for DL_COL_VEC adjacent columns from c0, element by element. */
-inline void layernorm_params_vector(__global float *grads, __global const float *dy,
-                                    __global const float *in, __global const float *mean,
-                                    __global const float *rstd, __global const float *dx,
-                                    int gamma_off, int beta_off, int bias_off, int has_bias,
-                                    int rows, int C, int c0) {
+static inline void layernorm_params_vector(__global float *grads, __global const float *dy,
+                                           __global const float *in, __global const float *mean,
+                                           __global const float *rstd, __global const float *dx,
+                                           int gamma_off, int beta_off, int bias_off, int has_bias,
+                                           int rows, int C, int c0) {
     colvec_t dg = 0.0f, db = 0.0f, dbias = 0.0f;
     DL_FOR_REDUCE(r, rows) {
         size_t i = (size_t)r * C + c0;
@@ -243,11 +243,11 @@ inline void layernorm_params_vector(__global float *grads, __global const float 
 }
 #endif
 
-inline void layernorm_params_item(__global float *grads, __global const float *dy,
-                                  __global const float *in, __global const float *mean,
-                                  __global const float *rstd, __global const float *dx,
-                                  int gamma_off, int beta_off, int bias_off, int has_bias,
-                                  int rows, int C) {
+static inline void layernorm_params_item(__global float *grads, __global const float *dy,
+                                         __global const float *in, __global const float *mean,
+                                         __global const float *rstd, __global const float *dx,
+                                         int gamma_off, int beta_off, int bias_off, int has_bias,
+                                         int rows, int C) {
 #if DL_COL_VEC > 1
     int c0 = get_global_id(0) * DL_COL_VEC;
     if (c0 + DL_COL_VEC <= C) {

@@ -11,16 +11,19 @@ __kernel void cross_entropy_forward_backward(__global float *logits, __global co
     if (r >= rows) return;
     __global float *x = logits + (size_t)r * V;
     int target = targets[row0 + r];
-    /* read before any item overwrites the row with its gradient */
-    float x_target = x[target];
     float mx = -INFINITY;
     DL_FOR_ROW(j, lid, n, V) mx = fmax(mx, x[j]);
     mx = dl_group_max(mx, scratch);
     float part = 0.0f;
     DL_FOR_ROW(j, lid, n, V) part += exp(x[j] - mx);
     float log_sum = log(dl_group_sum(part, scratch));
-    if (lid == 0) losses[row0 + r] = log_sum - (x_target - mx);
+    if (lid == 0) losses[row0 + r] = log_sum - (x[target] - mx);
     if (!want_grad) return;
+    /* The gradient overwrites the row in place, x[target] included, which
+     * item 0 has just read and which another item may write: the barriers
+     * of dl_group_sum fence only local memory, so this one orders the
+     * group's global reads of the row before any write to it. */
+    barrier(CLK_GLOBAL_MEM_FENCE);
     DL_FOR_ROW(j, lid, n, V) {
         float p = exp(x[j] - mx - log_sum);
         x[j] = (p - (j == target ? 1.0f : 0.0f)) * grad_scale;

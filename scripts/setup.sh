@@ -30,6 +30,11 @@ PACKAGES=(
   chromium
   # static analysis, run by the tests static/cppcheck and static/clang-tidy
   cppcheck clang-tidy
+  # kernels through a strict OpenCL C front end (portability/strict_compile) and
+  # under a race and bounds checker that presents a GPU (ctest -L oclgrind)
+  clang llvm oclgrind
+  # fetches Intel's OpenCL CPU runtime from PyPI (scripts/intel_opencl.sh)
+  python3-pip
   # the swarm tests and demo read JSON-lines logs; the demo plots the loss
   jq gnuplot-nox
 )
@@ -54,3 +59,10 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
   -DDEDLOC_TEST_HOOKS=${DEDLOC_TEST_HOOKS:-ON} ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "setup: built $BUILD_DIR/dedloc"
+# Intel's OpenCL CPU runtime, a second vendor's OpenCL for the intel/* tests,
+# into the build tree (pinned wheels from PyPI; DEDLOC_INTEL_OPENCL=0 skips
+# it, and those tests then report a skip with the reason).
+if [ "${DEDLOC_INTEL_OPENCL:-1}" != 0 ]; then
+  scripts/intel_opencl.sh "$BUILD_DIR/opencl-intel" ||
+    echo "setup: Intel's OpenCL runtime was not installed; the intel/* tests will be skipped"
+fi

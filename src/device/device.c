@@ -1,6 +1,7 @@
 /* OpenCL discovery and opening a device: the device list, the selector
  * (index or name part), the context and queue, and OpenCL error names with
  * advice for the user. */
+#include <clblast_c.h>
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,11 @@ int dl_device_open_ex(const char *selector, unsigned flags, dl_device **out) {
 void dl_device_close(dl_device *dev) {
     if (!dev) return;
     clFinish(dev->queue);
+    /* CLBlast keeps the programs it built in a process-wide cache that it
+     * would release only at exit, after the OpenCL runtime may have torn
+     * itself down (Oclgrind then aborts with a corrupted heap); its entries
+     * for this context can never be used again anyway. */
+    CLBlastClearCache();
     for (size_t i = 0; i < sizeof dev->convert_kernels / sizeof *dev->convert_kernels; i++)
         if (dev->convert_kernels[i]) clReleaseKernel(dev->convert_kernels[i]);
     for (dl_program_entry *e = dev->programs, *next; e; e = next) {

@@ -267,16 +267,15 @@ static void gemm_describe(const dl_gemm_args *g, size_t batch, char *what, size_
              g->trans_a ? " A^T" : "", g->trans_b ? " B^T" : "", batch);
 }
 
-/* An outer batch on CLBlast: one batched call with an offset per item. */
+/* An outer batch of fp32 GEMMs on CLBlast: one batched call with an offset
+ * per item (half GEMMs: gemm_clblast_half_outer). */
 static int gemm_clblast_outer(dl_device *dev, const dl_gemm_args *g, size_t batch, size_t outer) {
     size_t count = batch * outer;
     size_t *offs = dl_malloc(dl_mul_size(count, 3 * sizeof *offs));
     float *scalars = dl_malloc(dl_mul_size(count, 2 * sizeof *scalars));
-    cl_half *halves = dl_malloc(dl_mul_size(count, 2 * sizeof *halves));
-    if (!offs || !scalars || !halves) {
+    if (!offs || !scalars) {
         free(offs);
         free(scalars);
-        free(halves);
         return -1;
     }
     size_t *ao = offs, *bo = offs + count, *co = offs + 2 * count;
@@ -288,28 +287,48 @@ static int gemm_clblast_outer(dl_device *dev, const dl_gemm_args *g, size_t batc
             co[j] = g->c_off + o * g->c_outer + i * g->c_stride;
             scalars[j] = g->alpha;
             scalars[count + j] = g->beta;
-            halves[j] = dl_f32_to_f16(g->alpha);
-            halves[count + j] = dl_f32_to_f16(g->beta);
         }
     CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
     CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
     cl_command_queue q = dev->queue;
-    CLBlastStatusCode st;
-    if (g->type == DL_GEMM_F32)
-        st = CLBlastSgemmBatched(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, scalars, g->a->mem, ao,
-                                 g->lda, g->b->mem, bo, g->ldb, scalars + count, g->c->mem, co, g->ldc,
-                                 count, &q, NULL);
-    else
-        st = CLBlastHgemmBatched(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, halves, g->a->mem, ao,
-                                 g->lda, g->b->mem, bo, g->ldb, halves + count, g->c->mem, co, g->ldc,
-                                 count, &q, NULL);
+    CLBlastStatusCode st =
+        CLBlastSgemmBatched(CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, scalars, g->a->mem, ao,
+                            g->lda, g->b->mem, bo, g->ldb, scalars + count, g->c->mem, co, g->ldc,
+                            count, &q, NULL);
     free(offs);
     free(scalars);
-    free(halves);
     if (st == CLBlastSuccess) return 0;
     char what[160];
     gemm_describe(g, count, what, sizeof what);
     return clblast_check(st, what);
+}
+
+/* An outer batch of half GEMMs: one strided-batched call per outer item.
+ * CLBlastHgemmBatched (the per-item-offset form gemm_clblast_outer uses for
+ * fp32) gave results off by a factor of about 128 on Intel's OpenCL CPU
+ * runtime with Debian's CLBlast 1.5.3, as if it read the per-item half
+ * alphas as floats; the strided-batched call takes one alpha by value and
+ * is right there (tests/device/test_gemm_half, the attention cases). */
+static int gemm_clblast_half_outer(dl_device *dev, const dl_gemm_args *g, size_t batch,
+                                   size_t outer) {
+    CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
+    cl_command_queue q = dev->queue;
+    cl_half alpha = dl_f32_to_f16(g->alpha), beta = dl_f32_to_f16(g->beta);
+    for (size_t o = 0; o < outer; o++) {
+        size_t ao = g->a_off + o * g->a_outer, bo = g->b_off + o * g->b_outer,
+               co = g->c_off + o * g->c_outer;
+        CLBlastStatusCode st = CLBlastHgemmStridedBatched(
+            CLBlastLayoutRowMajor, ta, tb, g->m, g->n, g->k, alpha, g->a->mem, ao, g->lda,
+            g->a_stride, g->b->mem, bo, g->ldb, g->b_stride, beta, g->c->mem, co, g->ldc,
+            g->c_stride, batch, &q, NULL);
+        if (st != CLBlastSuccess) {
+            char what[160];
+            gemm_describe(g, batch, what, sizeof what);
+            return clblast_check(st, what);
+        }
+    }
+    return 0;
 }
 
 int dl_gemm(dl_device *dev, const dl_gemm_args *g) {
@@ -336,6 +355,7 @@ int dl_gemm(dl_device *dev, const dl_gemm_args *g) {
     if (dev->gemm_backend == DL_GEMM_OPENBLAS && g->type == DL_GEMM_F32)
         return gemm_host_blas(dev, g, batch, outer);
 #endif
+    if (outer > 1 && g->type == DL_GEMM_F16) return gemm_clblast_half_outer(dev, g, batch, outer);
     if (outer > 1) return gemm_clblast_outer(dev, g, batch, outer);
     CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
     CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;

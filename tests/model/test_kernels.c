@@ -6,7 +6,10 @@
  * shaped for a GPU (a work-group per row, an item per column or element) and
  * shaped for a CPU as the model builds them there (an item per row with 16
  * lanes, 16 columns or elements per item; cl/common.cl), the sizes leaving a
- * ragged end in both. */
+ * ragged end in both. Beside the random inputs, the row kernels meet inputs
+ * that only a numerically safe form survives in fp32 (huge and fully masked
+ * scores, rows far from zero, huge logits): a softmax or cross-entropy
+ * without its max shift, or a one-pass variance, fails them. */
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +52,19 @@ static float *download(const dl_buffer *b, size_t floats) {
 static bool cpu_shape;
 enum { COL_VEC = 16 };
 
+/* The work-group of the row kernels, as the model sizes it: 16 in the CPU
+ * shape; in the GPU shape 32, which divides none of the row lengths, so
+ * every strided loop has a ragged end. The kernels are built for exactly
+ * the group they are launched with (their local scratch holds
+ * DL_ROW_GROUP floats, one per item). */
+static int row_group(void) { return cpu_shape ? 16 : 32; }
+
 static cl_kernel kernel(const char *file, const char *name) {
     cl_kernel k = NULL;
-    CHECK_OK(dl_kernel_create(dev, file, cpu_shape ? "-DDL_ROW_GROUP=16 -DDL_COL_VEC=16 -DDL_ROW_LANES" : "",
-                              name, &k));
+    char opts[96];
+    snprintf(opts, sizeof opts, "-DDL_ROW_GROUP=%d%s", row_group(),
+             cpu_shape ? " -DDL_COL_VEC=16 -DDL_ROW_LANES" : "");
+    CHECK_OK(dl_kernel_create(dev, file, opts, name, &k));
     return k;
 }
 
@@ -62,11 +74,9 @@ static void launch(cl_kernel k, int dims, size_t g0, size_t g1) {
     CHECK_OK(dl_device_finish(dev));
 }
 
-/* A row kernel: one work-group per row. ROW_GROUP is not a divisor of the
- * row lengths, so every strided loop has a ragged end. */
-enum { ROW_GROUP = 32 };
+/* A row kernel: one work-group of row_group() items per row. */
 static void launch_group_rows(cl_kernel k, int rows) {
-    size_t global = (size_t)rows * ROW_GROUP, local = ROW_GROUP;
+    size_t global = (size_t)rows * (size_t)row_group(), local = (size_t)row_group();
     CHECK_OK(dl_launch(dev, k, 1, &global, &local));
     CHECK_OK(dl_device_finish(dev));
 }
@@ -243,6 +253,55 @@ static void test_residual_layernorm(void) {
     clReleaseKernel(k); clReleaseKernel(kp);
 }
 
+/* LayerNorm of rows far from zero (offset 1000, spread about 2, as a
+ * residual stream can drift): a one-pass variance, E[x^2] - E[x]^2 in fp32,
+ * loses the variance here (x^2 ~ 1e6 has an ulp of 0.06; the sums reach
+ * 4e7, ulp 4, against a variance of 4) and fails; the two-pass form only
+ * rounds the mean's sum: at most C * 2^-24 * 1000 / std ~ 1e-3 on xhat over
+ * 37 columns, 3e-4 typically. Both the plain and the fused residual form. */
+static void test_layernorm_offset(void) {
+    int rows = 5, C = 37;
+    size_t n = (size_t)rows * C;
+    float *x = randn(n, 2.0f), *params = randn(2 * (size_t)C, 1.0f);
+    for (size_t i = 0; i < n; i++) x[i] += (i / (size_t)C) % 2 ? -1000.0f : 1000.0f;
+    double *xd = malloc(n * sizeof *xd), *pd = malloc(2 * (size_t)C * sizeof *pd),
+           *yd = malloc(n * sizeof *yd);
+    for (size_t i = 0; i < n; i++) xd[i] = x[i];
+    for (int i = 0; i < 2 * C; i++) pd[i] = params[i];
+    ln_ref(xd, pd, pd + C, yd, rows, C, 1e-12);
+    dl_buffer in = upload(x, n * 4), pb = upload(params, 2 * (size_t)C * 4), out = poisoned(n),
+              mean = poisoned((size_t)rows), rstd = poisoned((size_t)rows);
+    cl_kernel k = kernel("layernorm.cl", "layernorm_forward");
+    int goff = 0, boff = C;
+    float eps = 1e-12f;
+    DL_ARG(k, 0, out.mem); DL_ARG(k, 1, mean.mem); DL_ARG(k, 2, rstd.mem); DL_ARG(k, 3, in.mem);
+    DL_ARG(k, 4, pb.mem); DL_ARG(k, 5, goff); DL_ARG(k, 6, boff); DL_ARG(k, 7, rows);
+    DL_ARG(k, 8, C); DL_ARG(k, 9, eps);
+    launch_rows(k, rows);
+    float *y = download(&out, n);
+    double e = max_err(y, yd, n);
+    CHECK_MSG(e < 2e-3, "layernorm forward at offset 1000: err %g", e);
+
+    /* the fused form: residual 0, bias 0, the offset in pre */
+    float *zeros = calloc(n + (size_t)C, sizeof *zeros), *fused = malloc((3 * (size_t)C) * sizeof *fused);
+    for (int c = 0; c < C; c++) fused[c] = 0.0f, fused[C + c] = params[c], fused[2 * C + c] = params[C + c];
+    dl_buffer pre = upload(x, n * 4), res = upload(zeros, n * 4), fb = upload(fused, 3 * (size_t)C * 4),
+              out2 = poisoned(n);
+    cl_kernel kf = kernel("layernorm.cl", "bias_residual_layernorm_forward");
+    int bias_off = 0, gamma_off = C, beta_off = 2 * C;
+    DL_ARG(kf, 0, out2.mem); DL_ARG(kf, 1, mean.mem); DL_ARG(kf, 2, rstd.mem); DL_ARG(kf, 3, pre.mem);
+    DL_ARG(kf, 4, res.mem); DL_ARG(kf, 5, fb.mem); DL_ARG(kf, 6, bias_off); DL_ARG(kf, 7, gamma_off);
+    DL_ARG(kf, 8, beta_off); DL_ARG(kf, 9, rows); DL_ARG(kf, 10, C); DL_ARG(kf, 11, eps);
+    launch_rows(kf, rows);
+    float *y2 = download(&out2, n);
+    e = max_err(y2, yd, n);
+    CHECK_MSG(e < 2e-3, "residual layernorm forward at offset 1000: err %g", e);
+    free(x); free(params); free(xd); free(pd); free(yd); free(y); free(zeros); free(fused); free(y2);
+    dl_buffer *all[] = {&in, &pb, &out, &mean, &rstd, &pre, &res, &fb, &out2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dl_buffer_free(dev, all[i]);
+    clReleaseKernel(k); clReleaseKernel(kf);
+}
+
 /* ---- elementwise activations ---- */
 static double gelu_ref(double x) {
     return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -367,6 +426,44 @@ static void test_softmax(int T) {
     clReleaseKernel(k); clReleaseKernel(kb);
 }
 
+/* Scores a softmax must shift by the row maximum to survive in fp32
+ * (sqrt_d = 1, so the scaled scores are exactly the inputs): sequence 0
+ * around +100 (exp overflows to Inf without the shift), sequence 1 around
+ * -200 (every exp underflows to 0), sequence 2 fully masked (every score
+ * -FLT_MAX: uniform, as torch gives; 0 / 0 without the shift). The shifted
+ * differences are exact (Sterbenz), so the usual 1e-6 holds. */
+static void test_softmax_extreme(void) {
+    int B = 3, heads = 2, T = 19, rows = B * heads * T;
+    size_t n = (size_t)rows * T;
+    float sqrt_d = 1.0f;
+    int mask[3 * 19];
+    for (int i = 0; i < B * T; i++) mask[i] = i / T != 2 && !(i / T == 0 && i % T == 17);
+    float *s = randn(n, 3.0f);
+    for (size_t i = 0; i < n; i++) {
+        int b = (int)(i / ((size_t)heads * T * T));
+        s[i] += b == 0 ? 100.0f : b == 1 ? -200.0f : 0.0f;
+    }
+    double *sd = malloc(n * sizeof *sd), *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) sd[i] = s[i];
+    softmax_ref(sd, mask, p, B, heads, T, sqrt_d);
+    dl_buffer att = upload(s, n * 4), m = upload(mask, sizeof mask);
+    cl_kernel k = kernel("softmax.cl", "attention_softmax_forward");
+    DL_ARG(k, 0, att.mem); DL_ARG(k, 1, m.mem); DL_ARG(k, 2, rows); DL_ARG(k, 3, heads);
+    DL_ARG(k, 4, T); DL_ARG(k, 5, sqrt_d);
+    launch_rows(k, rows);
+    float *got = download(&att, n);
+    double e = max_err(got, p, n);
+    CHECK_MSG(e < 1e-6, "softmax forward on extreme scores: err %g", e);
+    /* the fully masked rows: every key 1/T */
+    int uniform_bad = 0;
+    for (size_t i = (size_t)2 * heads * T * T; i < n; i++)
+        uniform_bad += !(fabs(got[i] - 1.0 / T) < 1e-7);
+    CHECK_MSG(uniform_bad == 0, "softmax of fully masked rows: %d keys not 1/T", uniform_bad);
+    free(s); free(sd); free(p); free(got);
+    dl_buffer_free(dev, &att); dl_buffer_free(dev, &m);
+    clReleaseKernel(k);
+}
+
 /* ---- cross-entropy ---- */
 /* Rows 2.. of the targets and losses (row0 = 2, as the MLM decoder's later
  * chunks read them): the first two losses stay poisoned. */
@@ -414,6 +511,45 @@ static void test_cross_entropy(void) {
     CHECK_MSG(le < 1e-6, "cross-entropy loss err %g", le);
     CHECK_MSG(ge < 1e-5, "cross-entropy gradient vs finite differences: %g", ge);
     free(x); free(all_losses); free(g);
+    dl_buffer_free(dev, &logits); dl_buffer_free(dev, &t); dl_buffer_free(dev, &losses);
+    clReleaseKernel(k);
+}
+
+/* Logits a cross-entropy must shift by the row maximum to survive in
+ * fp32: row 0 around +1000 (exp overflows), row 1 around -1000 (every exp
+ * underflows: log 0), row 2 near zero but for one logit of 30000 that is not
+ * the target (loss about 30000, its gradient -1 at the target and +1 at the
+ * large logit). Loss and gradient against double, as in test_cross_entropy. */
+static void test_cross_entropy_extreme(void) {
+    int rows = 3, V = 37, row0 = 0;
+    size_t n = (size_t)rows * V;
+    float *x = randn(n, 3.0f), scale = 0.5f;
+    for (int j = 0; j < V; j++) x[j] += 1000.0f, x[V + j] -= 1000.0f;
+    x[2 * V + 5] = 30000.0f;
+    int targets[3] = {36, 0, 11};
+    dl_buffer logits = upload(x, n * 4), t = upload(targets, sizeof targets),
+              losses = poisoned((size_t)rows);
+    cl_kernel k = kernel("loss.cl", "cross_entropy_forward_backward");
+    int want = 1;
+    DL_ARG(k, 0, logits.mem); DL_ARG(k, 1, t.mem); DL_ARG(k, 2, losses.mem); DL_ARG(k, 3, rows);
+    DL_ARG(k, 4, V); DL_ARG(k, 5, scale); DL_ARG(k, 6, want); DL_ARG(k, 7, row0);
+    launch_group_rows(k, rows);
+    float *l = download(&losses, (size_t)rows), *g = download(&logits, n);
+    double le = 0, ge = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * V;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < V; j++) mx = fmax(mx, row[j]);
+        for (int j = 0; j < V; j++) sum += exp((double)row[j] - mx);
+        le = dl_test_worse(le, rel_diff(l[r], log(sum) + mx - row[targets[r]]));
+        for (int j = 0; j < V; j++) {
+            double want_g = scale * (exp((double)row[j] - mx) / sum - (j == targets[r]));
+            ge = dl_test_worse(ge, dl_test_diff(g[(size_t)r * V + j], want_g));
+        }
+    }
+    CHECK_MSG(le < 1e-6, "cross-entropy loss on extreme logits: err %g", le);
+    CHECK_MSG(ge < 1e-6, "cross-entropy gradient on extreme logits: err %g", ge);
+    free(x); free(l); free(g);
     dl_buffer_free(dev, &logits); dl_buffer_free(dev, &t); dl_buffer_free(dev, &losses);
     clReleaseKernel(k);
 }
@@ -558,13 +694,16 @@ int main(void) {
     for (int shape = 0; shape < 2; shape++) {
         cpu_shape = shape == 1;
         test_layernorm();
+        test_layernorm_offset();
         test_residual_layernorm();
         test_unary("gelu_forward", "gelu_backward", gelu_ref, false);
         test_unary("tanh_forward", "tanh_backward", tanh, true);
         test_bias_gelu();
         test_softmax(11);
         test_softmax(37);
+        test_softmax_extreme();
         test_cross_entropy();
+        test_cross_entropy_extreme();
         test_embedding();
         test_elementwise();
     }

@@ -30,6 +30,10 @@ static void check_estimate(const char *preset, int B, int T, dl_precision p, boo
     dl_albert_config cfg;
     CHECK_OK(dl_albert_config_preset(preset, &cfg));
     dl_model_options o = {.max_batch = B, .max_seq = T, .precision = p, .recompute = recompute};
+    /* fp16 computes in half where the device reports cl_khr_fp16, and the
+     * model then allocates the half weights and GEMM scratch too: the
+     * estimate is told so, as `train --batch auto` tells it. */
+    CHECK_OK(dl_model_fp16_compute(dl_device_get_info(device), p, &o.fp16_compute_elem));
     dl_model_memory est;
     CHECK_OK(dl_model_memory_estimate(&cfg, &o, &est));
     size_t reported = 0, used = allocated_by_create(&cfg, &o, &reported);
