@@ -19,7 +19,6 @@
 
 #include "cli/bench.h"
 #include "cli/commands.h"
-#include "collab/wirecodec.h"
 #include "dedloc/collab.h"
 #include "dedloc/util.h"
 

@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
-#include "collab/wirecodec.h"
 #include "dedloc/collab.h"
 #include "dedloc/model.h"
 #include "dedloc/util.h"

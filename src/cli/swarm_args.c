@@ -7,7 +7,6 @@
 
 #include "cli/opt_table.h"
 #include "cli/swarm_args.h"
-#include "collab/wirecodec.h"
 #include "dedloc/util.h"
 
 enum {

@@ -43,9 +43,6 @@ declare -A known=(
     ["src/cli/allreduce_member.c collab/collab_internal.h"]="the allreduce bench member drives the round's internals"
     ["src/cli/allreduce_member.c collab/round_async.h"]="the allreduce bench member drives the round's internals"
     ["src/cli/allreduce_member.c collab/wirecodec.h"]="the allreduce bench member drives the round's internals"
-    ["src/cli/bench_allreduce.c collab/wirecodec.h"]="bench allreduce names the wire codecs"
-    ["src/cli/cmd_run.c collab/wirecodec.h"]="dedloc run init parses the compression name"
-    ["src/cli/swarm_args.c collab/wirecodec.h"]="the swarm options parse the compression name"
 )
 
 breaches=0
