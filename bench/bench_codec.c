@@ -1,6 +1,7 @@
 /* Wire codec throughput: encode and decode speed of each averaging codec on
  * one core, in GB/s of fp32 input (4 bytes per value), over a vector cut into
- * chunks as the all-reduce cuts it.
+ * chunks as the all-reduce cuts it, on every implementation (path) this CPU
+ * has: scalar, and the vector one where cpuid reports it.
  *
  *   build/bench_codec [--elements N] [--chunk N] [--seconds S] [--json]
  *
@@ -20,7 +21,7 @@ struct codec_result {
     double encode_gbs, decode_gbs, ratio;
 };
 
-static int measure(int codec, const float *x, float *y, uint8_t *wire, size_t elements, size_t chunk,
+static int measure(enum dl_codec_path path, int codec, const float *x, float *y, uint8_t *wire, size_t elements, size_t chunk,
                    double min_seconds, struct codec_result *r) {
     size_t chunks = (elements + chunk - 1) / chunk, stride = dl_codec_size(codec, chunk);
     size_t wire_bytes = 0;
@@ -31,8 +32,8 @@ static int measure(int codec, const float *x, float *y, uint8_t *wire, size_t el
             for (size_t c = 0; c < chunks; c++) {
                 size_t off = c * chunk, n = elements - off < chunk ? elements - off : chunk;
                 size_t size = dl_codec_size(codec, n);
-                int rc = phase == 0 ? dl_codec_encode(codec, x + off, n, wire + c * stride)
-                                    : dl_codec_decode(codec, wire + c * stride, size, n, y + off);
+                int rc = phase == 0 ? dl_codec_encode_path(path, codec, x + off, n, wire + c * stride)
+                                    : dl_codec_decode_path(path, codec, wire + c * stride, size, n, y + off);
                 if (rc) return -1;
                 if (phase == 0 && reps == 0) wire_bytes += size;
             }
@@ -91,23 +92,38 @@ int main(int argc, char **argv) {
     dl_rng rng;
     dl_rng_seed(&rng, 1);
     for (size_t i = 0; i < elements; i++) x[i] = 1e-3f * dl_rng_normal(&rng);
-    struct codec_result r[3];
-    for (int c = 0; c <= DL_CODEC_UINT8; c++)
-        if (measure(c, x, y, wire, elements, chunk, seconds, &r[c])) {
-            fprintf(stderr, "bench_codec: %s: %s\n", dl_codec_name(c), dl_error());
-            return 1;
-        }
+    struct codec_result r[DL_CODEC_PATH_COUNT][DL_CODEC_COUNT];
+    bool have[DL_CODEC_PATH_COUNT];
+    for (int p = 0; p < DL_CODEC_PATH_COUNT; p++) {
+        have[p] = dl_codec_path_available(p);
+        for (int c = 0; have[p] && c < DL_CODEC_COUNT; c++)
+            if (measure(p, c, x, y, wire, elements, chunk, seconds, &r[p][c])) {
+                fprintf(stderr, "bench_codec: %s on %s: %s\n", dl_codec_name(c), dl_codec_path_name(p), dl_error());
+                return 1;
+            }
+    }
     if (json) {
-        printf("{\"bench\":\"codec\",\"elements\":%zu,\"chunk\":%zu,\"codecs\":[", elements, chunk);
-        for (int c = 0; c <= DL_CODEC_UINT8; c++)
-            printf("%s{\"codec\":\"%s\",\"encode_gbs\":%.3f,\"decode_gbs\":%.3f,\"ratio\":%.3f}", c ? "," : "",
-                   dl_codec_name(c), r[c].encode_gbs, r[c].decode_gbs, r[c].ratio);
+        printf("{\"bench\":\"codec\",\"elements\":%zu,\"chunk\":%zu,\"best_path\":\"%s\",\"codecs\":[", elements,
+               chunk, dl_codec_path_name(dl_codec_best_path()));
+        bool first = true;
+        for (int p = 0; p < DL_CODEC_PATH_COUNT; p++)
+            for (int c = 0; have[p] && c < DL_CODEC_COUNT; c++) {
+                printf("%s{\"codec\":\"%s\",\"path\":\"%s\",\"encode_gbs\":%.3f,\"decode_gbs\":%.3f,"
+                       "\"ratio\":%.3f}",
+                       first ? "" : ",", dl_codec_name(c), dl_codec_path_name(p), r[p][c].encode_gbs,
+                       r[p][c].decode_gbs, r[p][c].ratio);
+                first = false;
+            }
         printf("]}\n");
     } else {
-        printf("%zu fp32 values in chunks of %zu, one thread; GB/s of fp32 input\n", elements, chunk);
-        printf("%-6s %12s %12s %8s\n", "codec", "encode GB/s", "decode GB/s", "ratio");
-        for (int c = 0; c <= DL_CODEC_UINT8; c++)
-            printf("%-6s %12.2f %12.2f %8.2f\n", dl_codec_name(c), r[c].encode_gbs, r[c].decode_gbs, r[c].ratio);
+        printf("%zu fp32 values in chunks of %zu, one thread; GB/s of fp32 input; best path here: %s\n", elements,
+               chunk, dl_codec_path_name(dl_codec_best_path()));
+        printf("%-6s %-7s %12s %12s %8s\n", "codec", "path", "encode GB/s", "decode GB/s", "ratio");
+        for (int c = 0; c < DL_CODEC_COUNT; c++)
+            for (int p = 0; p < DL_CODEC_PATH_COUNT; p++)
+                if (have[p])
+                    printf("%-6s %-7s %12.2f %12.2f %8.2f\n", dl_codec_name(c), dl_codec_path_name(p),
+                           r[p][c].encode_gbs, r[p][c].decode_gbs, r[p][c].ratio);
     }
     free(x);
     free(y);
