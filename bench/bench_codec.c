@@ -1,7 +1,10 @@
 /* Wire codec throughput: encode and decode speed of each averaging codec on
  * one core, in GB/s of fp32 input (4 bytes per value), over a vector cut into
  * chunks as the all-reduce cuts it, on every implementation (path) this CPU
- * has: scalar, and the vector one where cpuid reports it.
+ * has: scalar, and the vector one where cpuid reports it. Also the reduce's
+ * step per contribution: decoding straight into a double sum (accum), and
+ * decoding into floats then adding (dec+add, the unfused way), in GB/s of
+ * fp32 values.
  *
  *   build/bench_codec [--elements N] [--chunk N] [--seconds S] [--json]
  *
@@ -18,22 +21,35 @@
 #include "dedloc/util.h"
 
 struct codec_result {
-    double encode_gbs, decode_gbs, ratio;
+    double encode_gbs, decode_gbs, accumulate_gbs, decode_add_gbs, ratio;
 };
 
-static int measure(enum dl_codec_path path, int codec, const float *x, float *y, uint8_t *wire, size_t elements, size_t chunk,
-                   double min_seconds, struct codec_result *r) {
+/* The reduce's step as it was: decode into a chunk of floats, then add. */
+static int decode_then_add(enum dl_codec_path path, int codec, const uint8_t *in, size_t size, size_t n, float *tmp,
+                           double *acc) {
+    if (dl_codec_decode_path(path, codec, in, size, n, tmp)) return -1;
+    for (size_t e = 0; e < n; e++) acc[e] += 0.5 * (double)tmp[e];
+    return 0;
+}
+
+/* Phases: encode, decode, the reduce's fused decode-and-add into a chunk of
+ * doubles, and decode then add (the unfused step, for comparison). */
+static int measure(enum dl_codec_path path, int codec, const float *x, float *y, uint8_t *wire, double *acc,
+                   size_t elements, size_t chunk, double min_seconds, struct codec_result *r) {
     size_t chunks = (elements + chunk - 1) / chunk, stride = dl_codec_size(codec, chunk);
     size_t wire_bytes = 0;
-    for (int phase = 0; phase < 2; phase++) {
+    for (int phase = 0; phase < 4; phase++) {
         int reps = 0;
         double t0 = dl_now(), t;
         do {
             for (size_t c = 0; c < chunks; c++) {
                 size_t off = c * chunk, n = elements - off < chunk ? elements - off : chunk;
                 size_t size = dl_codec_size(codec, n);
-                int rc = phase == 0 ? dl_codec_encode_path(path, codec, x + off, n, wire + c * stride)
-                                    : dl_codec_decode_path(path, codec, wire + c * stride, size, n, y + off);
+                const uint8_t *in = wire + c * stride;
+                int rc = phase == 0   ? dl_codec_encode_path(path, codec, x + off, n, wire + c * stride)
+                         : phase == 1 ? dl_codec_decode_path(path, codec, in, size, n, y + off)
+                         : phase == 2 ? dl_codec_decode_accumulate_path(path, codec, in, size, n, 0.5, acc)
+                                      : decode_then_add(path, codec, in, size, n, y, acc);
                 if (rc) return -1;
                 if (phase == 0 && reps == 0) wire_bytes += size;
             }
@@ -41,10 +57,8 @@ static int measure(enum dl_codec_path path, int codec, const float *x, float *y,
             t = dl_now() - t0;
         } while (t < min_seconds);
         double gbs = 4.0 * (double)elements * reps / t / 1e9;
-        if (phase == 0)
-            r->encode_gbs = gbs;
-        else
-            r->decode_gbs = gbs;
+        double *slot[] = {&r->encode_gbs, &r->decode_gbs, &r->accumulate_gbs, &r->decode_add_gbs};
+        *slot[phase] = gbs;
     }
     r->ratio = 4.0 * (double)elements / (double)wire_bytes;
     return 0;
@@ -82,7 +96,8 @@ int main(int argc, char **argv) {
     size_t chunks = (elements + chunk - 1) / chunk;
     float *x = dl_malloc(dl_mul_size(elements, 4)), *y = dl_malloc(dl_mul_size(elements, 4));
     uint8_t *wire = dl_malloc(dl_mul_size(chunks, dl_codec_size(DL_CODEC_NONE, chunk)));
-    if (!x || !y || !wire) {
+    double *acc = dl_calloc(chunk, sizeof(double));
+    if (!x || !y || !wire || !acc) {
         fprintf(stderr, "bench_codec: %s\n", dl_error());
         return 1;
     }
@@ -97,7 +112,7 @@ int main(int argc, char **argv) {
     for (int p = 0; p < DL_CODEC_PATH_COUNT; p++) {
         have[p] = dl_codec_path_available(p);
         for (int c = 0; have[p] && c < DL_CODEC_COUNT; c++)
-            if (measure(p, c, x, y, wire, elements, chunk, seconds, &r[p][c])) {
+            if (measure(p, c, x, y, wire, acc, elements, chunk, seconds, &r[p][c])) {
                 fprintf(stderr, "bench_codec: %s on %s: %s\n", dl_codec_name(c), dl_codec_path_name(p), dl_error());
                 return 1;
             }
@@ -109,24 +124,27 @@ int main(int argc, char **argv) {
         for (int p = 0; p < DL_CODEC_PATH_COUNT; p++)
             for (int c = 0; have[p] && c < DL_CODEC_COUNT; c++) {
                 printf("%s{\"codec\":\"%s\",\"path\":\"%s\",\"encode_gbs\":%.3f,\"decode_gbs\":%.3f,"
-                       "\"ratio\":%.3f}",
+                       "\"accumulate_gbs\":%.3f,\"decode_add_gbs\":%.3f,\"ratio\":%.3f}",
                        first ? "" : ",", dl_codec_name(c), dl_codec_path_name(p), r[p][c].encode_gbs,
-                       r[p][c].decode_gbs, r[p][c].ratio);
+                       r[p][c].decode_gbs, r[p][c].accumulate_gbs, r[p][c].decode_add_gbs, r[p][c].ratio);
                 first = false;
             }
         printf("]}\n");
     } else {
         printf("%zu fp32 values in chunks of %zu, one thread; GB/s of fp32 input; best path here: %s\n", elements,
                chunk, dl_codec_path_name(dl_codec_best_path()));
-        printf("%-6s %-7s %12s %12s %8s\n", "codec", "path", "encode GB/s", "decode GB/s", "ratio");
+        printf("%-6s %-7s %12s %12s %12s %12s %8s\n", "codec", "path", "encode GB/s", "decode GB/s", "accum GB/s",
+               "dec+add GB/s", "ratio");
         for (int c = 0; c < DL_CODEC_COUNT; c++)
             for (int p = 0; p < DL_CODEC_PATH_COUNT; p++)
                 if (have[p])
-                    printf("%-6s %-7s %12.2f %12.2f %8.2f\n", dl_codec_name(c), dl_codec_path_name(p),
-                           r[p][c].encode_gbs, r[p][c].decode_gbs, r[p][c].ratio);
+                    printf("%-6s %-7s %12.2f %12.2f %12.2f %12.2f %8.2f\n", dl_codec_name(c), dl_codec_path_name(p),
+                           r[p][c].encode_gbs, r[p][c].decode_gbs, r[p][c].accumulate_gbs, r[p][c].decode_add_gbs,
+                           r[p][c].ratio);
     }
     free(x);
     free(y);
     free(wire);
+    free(acc);
     return 0;
 }

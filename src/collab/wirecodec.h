@@ -42,6 +42,16 @@ int dl_codec_encode(enum dl_codec codec, const float *x, size_t n, uint8_t *out)
  * failure. */
 int dl_codec_decode(enum dl_codec codec, const uint8_t *in, size_t size, size_t n, float *out);
 
+/* The reduce's step for one contribution, without a decoded copy:
+ * acc[i] += weight * (double)value_i for the n values dl_codec_decode would
+ * give, each a multiply then an add in double (the same bits as decoding
+ * first). Refuses exactly what dl_codec_decode refuses, before acc is
+ * touched, so a bad chunk leaves the sum as it was. */
+int dl_codec_decode_accumulate(enum dl_codec codec, const uint8_t *in, size_t size, size_t n, double weight,
+                               double *acc);
+/* out[i] = (float)(acc[i] / total): the reduce's last step. */
+void dl_codec_mean(const double *acc, size_t n, double total, float *out);
+
 /* Implementations of the codecs. Every path gives the same bytes and the
  * same floats as the scalar one, on every input (the sums that define a
  * uint8 codebook run in index order in all of them); they differ only in
@@ -58,5 +68,8 @@ enum dl_codec_path dl_codec_best_path(void);
 int dl_codec_encode_path(enum dl_codec_path path, enum dl_codec codec, const float *x, size_t n, uint8_t *out);
 int dl_codec_decode_path(enum dl_codec_path path, enum dl_codec codec, const uint8_t *in, size_t size, size_t n,
                          float *out);
+int dl_codec_decode_accumulate_path(enum dl_codec_path path, enum dl_codec codec, const uint8_t *in, size_t size,
+                                    size_t n, double weight, double *acc);
+int dl_codec_mean_path(enum dl_codec_path path, const double *acc, size_t n, double total, float *out);
 
 #endif

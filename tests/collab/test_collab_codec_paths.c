@@ -113,13 +113,96 @@ static size_t fill_edges(float *x, size_t cap) {
     return n;
 }
 
+/* The reduce's fused step against decoding then adding, as the reduce did:
+ * the same sum bits, and a refused chunk leaves the sum untouched. */
+static void check_accumulate(enum dl_codec_path path, const float *x, size_t n, const char *what) {
+    double *want = malloc(8 * n + 8), *got = malloc(8 * n + 8), weight = 0.3715;
+    float *y = malloc(4 * n + 4), *mean_want = malloc(4 * n + 4), *mean_got = malloc(4 * n + 4);
+    for (int c = 0; c < DL_CODEC_COUNT; c++) {
+        size_t size = dl_codec_size(c, n);
+        uint8_t *wire = malloc(size + 1);
+        if (dl_codec_encode_path(DL_CODEC_PATH_SCALAR, c, x, n, wire)) {
+            free(wire);
+            continue;
+        }
+        for (size_t i = 0; i < n; i++) want[i] = got[i] = 0.01 * (double)i - 1.5;
+        CHECK_OK(dl_codec_decode_path(DL_CODEC_PATH_SCALAR, c, wire, size, n, y));
+        for (size_t i = 0; i < n; i++) want[i] += weight * (double)y[i];
+        int rc = dl_codec_decode_accumulate_path(path, c, wire, size, n, weight, got);
+        CHECK_MSG(rc == 0 && !memcmp(want, got, 8 * n), "%s: %s accumulate on %s differs from decode then add",
+                  what, dl_codec_name(c), dl_codec_path_name(path));
+        double total = 2.75;
+        CHECK_OK(dl_codec_mean_path(DL_CODEC_PATH_SCALAR, want, n, total, mean_want));
+        CHECK_OK(dl_codec_mean_path(path, got, n, total, mean_got));
+        size_t mean_off = 0;
+        for (size_t i = 0; i < n; i++) {
+            float ref = (float)(want[i] / total);
+            mean_off += memcmp(&ref, &mean_want[i], 4) != 0 || memcmp(&ref, &mean_got[i], 4) != 0;
+        }
+        CHECK_MSG(mean_off == 0, "%s: mean on %s differs from (float)(acc / total) in %zu places", what,
+                  dl_codec_path_name(path), mean_off);
+        /* Break the chunk's last value (or a codebook entry): refused, sum kept. */
+        if (n && c == DL_CODEC_NONE) memcpy(wire + 4 * (n - 1), &(float){INFINITY}, 4);
+        if (n && c == DL_CODEC_FP16) wire[2 * n - 1] |= 0x7c;
+        if (c == DL_CODEC_UINT8) memcpy(wire + 4 * 255, &(float){NAN}, 4);
+        if (n || c == DL_CODEC_UINT8) {
+            memcpy(got, want, 8 * n);
+            rc = dl_codec_decode_accumulate_path(path, c, wire, size, n, weight, got);
+            CHECK_MSG(rc == -1 && !memcmp(want, got, 8 * n), "%s: %s accumulate on %s of a bad chunk", what,
+                      dl_codec_name(c), dl_codec_path_name(path));
+        }
+        CHECK(dl_codec_decode_accumulate_path(path, c, wire, size + 1, n, weight, got) == -1);
+        free(wire);
+    }
+    free(want);
+    free(got);
+    free(y);
+    free(mean_want);
+    free(mean_got);
+}
+
+/* Sums whose mean is exactly halfway between two floats (so the final
+ * rounding is a tie) or one double ulp off it: only a true division by the
+ * total, rounded once to float, gives the scalar's bits. */
+static void check_mean_ties(enum dl_codec_path path) {
+    dl_rng rng;
+    dl_rng_seed(&rng, 12);
+    size_t n = 4099;
+    double *acc = malloc(8 * n);
+    float *want = malloc(4 * n), *got = malloc(4 * n);
+    const double totals[] = {3, 7, 0.75, 12345};
+    for (int t = 0; t < 4; t++) {
+        for (size_t i = 0; i < n; i++) {
+            float f = ldexpf(1 + dl_rng_uniform(&rng), (int)dl_rng_below(&rng, 60) - 30);
+            double mid = ((double)f + (double)nextafterf(f, INFINITY)) / 2;
+            acc[i] = mid * totals[t];
+            if (i % 3 == 1) acc[i] = nextafter(acc[i], 0);
+            if (i % 3 == 2) acc[i] = nextafter(acc[i], INFINITY);
+        }
+        CHECK_OK(dl_codec_mean_path(DL_CODEC_PATH_SCALAR, acc, n, totals[t], want));
+        CHECK_OK(dl_codec_mean_path(path, acc, n, totals[t], got));
+        size_t off = 0;
+        for (size_t i = 0; i < n; i++) {
+            float ref = (float)(acc[i] / totals[t]);
+            off += memcmp(&ref, &want[i], 4) != 0 || memcmp(&ref, &got[i], 4) != 0;
+        }
+        CHECK_MSG(off == 0, "mean on %s of sums at float ties, total %g: %zu of %zu differ",
+                  dl_codec_path_name(path), totals[t], off, n);
+    }
+    free(acc);
+    free(want);
+    free(got);
+}
+
 static void test_path(enum dl_codec_path path) {
+    check_mean_ties(path);
     dl_rng rng;
     dl_rng_seed(&rng, 11);
     size_t cap = 8 * 0x7c00 + 64;
     float *x = malloc(4 * cap);
     size_t n_edges = fill_edges(x, cap);
     check_both(path, x, n_edges, "all fp16 values and ties");
+    check_accumulate(path, x, n_edges, "all fp16 values and ties");
 
     /* Every tail length after the 8-, 16- and 32-wide blocks, from an
      * unaligned start. */
@@ -128,6 +211,7 @@ static void test_path(enum dl_codec_path path) {
         for (size_t i = 0; i < n; i++) x[i + 1] = 1e-3f * dl_rng_normal(&rng);
         snprintf(what, sizeof what, "normal n=%zu", n);
         check_both(path, x + 1, n, what);
+        check_accumulate(path, x + 1, n, what);
     }
     /* Random bit patterns in fp16's range and beyond; a NaN or Inf planted
      * at every position of short vectors (the refusal must name the same
@@ -199,6 +283,7 @@ static void test_path(enum dl_codec_path path) {
     float *g = malloc(4 * big);
     for (size_t i = 0; i < big; i++) g[i] = 1e-3f * dl_rng_normal(&rng) * (dl_rng_below(&rng, 500) ? 1.0f : 1e3f);
     check_both(path, g, big, "gradient chunk");
+    check_accumulate(path, g, big, "gradient chunk");
     for (size_t i = 0; i < big; i++) g[i] = 42.5f;
     check_both(path, g, big, "constant chunk");
     for (size_t i = 0; i < big; i++) g[i] = i % 3 ? FLT_MAX : -FLT_MAX;
