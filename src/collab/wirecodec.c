@@ -198,6 +198,7 @@ static const struct codec_kernels scalar_kernels = {
     accumulate_f16_all_scalar, mean_all_scalar,           check_f32_wire_all_scalar, check_f16_wire_all_scalar};
 
 #if DL_CODEC_HAVE_X86
+#include <cpuid.h>
 #include <immintrin.h>
 
 /* AVX2 + F16C, compiled for those instructions only here (target
@@ -358,6 +359,25 @@ static const struct codec_kernels avx2_kernels = {
     check_f16_wire_avx2};
 #endif
 
+#if DL_CODEC_HAVE_X86
+/* cpuid itself rather than __builtin_cpu_supports("f16c"), which not every
+ * compiler knows: AVX and F16C (leaf 1), AVX2 (leaf 7), and the OS saving
+ * the YMM registers (OSXSAVE, then XCR0 bits 1 and 2). */
+static bool cpu_has_avx2_f16c(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned osxsave = 1u << 27, avx = 1u << 28, f16c = 1u << 29;
+    if ((c & (osxsave | avx | f16c)) != (osxsave | avx | f16c)) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    if ((xcr0_lo & 6u) != 6u) return false;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b & (1u << 5)) != 0;
+}
+#endif
+
 const char *dl_codec_path_name(enum dl_codec_path path) {
     switch (path) {
     case DL_CODEC_PATH_SCALAR: return "scalar";
@@ -370,7 +390,7 @@ bool dl_codec_path_available(enum dl_codec_path path) {
     switch (path) {
     case DL_CODEC_PATH_SCALAR: return true;
 #if DL_CODEC_HAVE_X86
-    case DL_CODEC_PATH_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    case DL_CODEC_PATH_AVX2: return cpu_has_avx2_f16c();
 #endif
     default: return false;
     }
