@@ -222,17 +222,20 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     uint8_t mask[32] = {0};
     for (size_t j = 0; j < r->g.n; j++) {
         if (!usable[j]) continue;
-        float *into = clip ? decoded + count * (size_t)len : r->tmp;
-        if (dl_codec_decode(r->g.codec, contrib[j] + DL_AVG_CHUNK_HEADER, enc, (size_t)len, into)) {
+        double w = equal ? 1.0 : header_weight[j];
+        const uint8_t *wire = contrib[j] + DL_AVG_CHUNK_HEADER;
+        /* Without clipping each contribution goes from its wire bytes
+         * straight into the double sum, in member order; a chunk that does
+         * not decode leaves the sum untouched. */
+        int rc = clip ? dl_codec_decode(r->g.codec, wire, enc, (size_t)len, decoded + count * (size_t)len)
+                      : dl_codec_decode_accumulate(r->g.codec, wire, enc, (size_t)len, w, r->acc);
+        if (rc) {
             bad[j] = true;
             continue;
         }
-        double w = equal ? 1.0 : header_weight[j];
         if (clip) {
             who[count] = j;
             weights[count] = w;
-        } else {
-            for (size_t e = 0; e < len; e++) r->acc[e] += w * (double)into[e];
         }
         total += w;
         samples += header_weight[j];
@@ -248,7 +251,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
         free(decoded);
         if (rc) return -1;
     } else {
-        for (size_t e = 0; e < len; e++) r->tmp[e] = (float)(r->acc[e] / total);
+        dl_codec_mean(r->acc, (size_t)len, total, r->tmp);
     }
     uint8_t *msg = dl_malloc(DL_AVG_RESULT_HEADER + enc);
     if (!msg) return -1;

@@ -22,6 +22,7 @@
 #ifndef DEDLOC_COLLAB_WIRECODEC_H
 #define DEDLOC_COLLAB_WIRECODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,5 +41,35 @@ int dl_codec_encode(enum dl_codec codec, const float *x, size_t n, uint8_t *out)
  * non-finite codebook or any non-finite output. out may be partly written on
  * failure. */
 int dl_codec_decode(enum dl_codec codec, const uint8_t *in, size_t size, size_t n, float *out);
+
+/* The reduce's step for one contribution, without a decoded copy:
+ * acc[i] += weight * (double)value_i for the n values dl_codec_decode would
+ * give, each a multiply then an add in double (the same bits as decoding
+ * first). Refuses exactly what dl_codec_decode refuses, before acc is
+ * touched, so a bad chunk leaves the sum as it was. */
+int dl_codec_decode_accumulate(enum dl_codec codec, const uint8_t *in, size_t size, size_t n, double weight,
+                               double *acc);
+/* out[i] = (float)(acc[i] / total): the reduce's last step. */
+void dl_codec_mean(const double *acc, size_t n, double total, float *out);
+
+/* Implementations of the codecs. Every path gives the same bytes and the
+ * same floats as the scalar one, on every input (the sums that define a
+ * uint8 codebook run in index order in all of them); they differ only in
+ * speed. dl_codec_encode/decode use the best path this CPU has. */
+enum dl_codec_path {
+    DL_CODEC_PATH_SCALAR, /* portable C, any CPU */
+    DL_CODEC_PATH_AVX2,   /* x86-64 with AVX2 and F16C, checked at run time */
+    DL_CODEC_PATH_COUNT
+};
+const char *dl_codec_path_name(enum dl_codec_path path);
+bool dl_codec_path_available(enum dl_codec_path path);
+enum dl_codec_path dl_codec_best_path(void);
+/* dl_codec_encode/decode on a given path; -1 (dl_fail) if this CPU lacks it. */
+int dl_codec_encode_path(enum dl_codec_path path, enum dl_codec codec, const float *x, size_t n, uint8_t *out);
+int dl_codec_decode_path(enum dl_codec_path path, enum dl_codec codec, const uint8_t *in, size_t size, size_t n,
+                         float *out);
+int dl_codec_decode_accumulate_path(enum dl_codec_path path, enum dl_codec codec, const uint8_t *in, size_t size,
+                                    size_t n, double weight, double *acc);
+int dl_codec_mean_path(enum dl_codec_path path, const double *acc, size_t n, double total, float *out);
 
 #endif
