@@ -15,6 +15,7 @@
 #ifdef DEDLOC_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+#include <omp.h>
 #endif
 
 bool dl_bf16_gemm_supported(const dl_device *dev, char *why, size_t size) {
@@ -46,8 +47,18 @@ bool dl_bf16_gemm_supported(const dl_device *dev, char *why, size_t size) {
 }
 
 #ifdef DEDLOC_HAVE_DNNL
+/* Products below this many flops run on one thread. oneDNN threads with
+ * OpenMP, whose threads wait at each of a product's barriers by spinning:
+ * when the cores are shared (PoCL's own threads, other processes), a
+ * spinning thread waits for one that is not running, and the tiny model's
+ * GEMMs (16-67 MFLOP) took 60-130 ms each on 2 threads against 2-6 ms on
+ * one under load (bench/RESULTS.md). sahajBERT's linear layers (2-8 GFLOP)
+ * keep OpenMP's default thread count. */
+enum { ONE_THREAD_FLOPS = 1 << 28 };
+
 struct dl_bf16_gemm {
     dl_device *dev;
+    int threads;                  /* OpenMP's default, read at create */
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     /* The weights rounded once per upload (dl_bf16_gemm_set_weights). */
@@ -70,6 +81,7 @@ int dl_bf16_gemm_create(dl_device *dev, dl_bf16_gemm **out) {
     dl_bf16_gemm *h = dl_calloc(1, sizeof *h);
     if (!h) return -1;
     h->dev = dev;
+    h->threads = omp_get_max_threads();
     if (dnnl_check(dnnl_engine_create(&h->engine, dnnl_cpu, 0), "creating the CPU engine") ||
         dnnl_check(dnnl_stream_create(&h->stream, h->engine, dnnl_stream_default_flags),
                    "creating a stream")) {
@@ -270,6 +282,8 @@ int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
     float *c = (float *)mp.ptr[ic] + g->c_off;
     const uint16_t *b16 = h->weights + g->b_off;
     size_t ldb16 = g->ldb;
+    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    omp_set_num_threads(flops < ONE_THREAD_FLOPS ? 1 : h->threads);
     int rc = round_matrix(h, a, g->m, g->k, g->lda, g->trans_a, h->a_scratch);
     if (!rc && !b_ready) {
         rc = round_matrix(h, (const float *)mp.ptr[ib] + g->b_off, g->k, g->n, g->ldb, g->trans_b, h->b_scratch);

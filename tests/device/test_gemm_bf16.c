@@ -12,7 +12,7 @@
  *   (k + 2) e S + 2e |beta c|. This one fails if the operands were rounded
  *   any other way or not at all, and either fails for a wrong transpose;
  * - most elements must sit farther from the unrounded product than fp32
- *   arithmetic would (k + 2) e S: the product really ran in bf16.
+ *   arithmetic could, (k + 2) e S: the product really ran in bf16.
  * Elements of C outside the product (padding) are poisoned and must come
  * back untouched.
  *
@@ -133,6 +133,8 @@ static void run_all(dl_bf16_gemm *h, dl_device *dev) {
         {19, 23, 301, true, true, false, 0.5f, -0.75f},
         {64, 96, 128, false, true, false, 2.0f, 0.0f},
         {1, 17, 9, false, false, false, 1.0f, 0.0f},
+        /* past gemm_bf16.c's one-thread limit (2^28 flops): oneDNN's threads */
+        {515, 521, 517, false, true, true, 1.0f, 1.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bf16_case *bc = &cases[i];
@@ -143,9 +145,10 @@ static void run_all(dl_bf16_gemm *h, dl_device *dev) {
                bc->weights ? " weights" : "", bc->alpha, bc->beta, r.near_fp32, r.elements, r.off_exact,
                r.off_rounded, r.poisoned);
         CHECK_MSG(r.off_exact == 0 && r.off_rounded == 0 && r.poisoned == 0, "case %zu: elements off", i);
-        /* a product with k >= 9 random terms lands within fp32's bound of
-         * the unrounded result only by chance */
-        CHECK_MSG(r.near_fp32 * 4 < r.elements, "case %zu: %d of %d elements as close as fp32 would be",
+        /* fp32 arithmetic would put every element within that bound; bf16
+         * operands put most outside (a fifth inside at k = 517, where the
+         * worst-case fp32 bound has grown with k) */
+        CHECK_MSG(r.near_fp32 * 2 < r.elements, "case %zu: %d of %d elements as close as fp32 would be",
                   i, r.near_fp32, r.elements);
     }
 }
