@@ -113,8 +113,11 @@ static case_result run_case(dl_bf16_gemm *h, dl_device *dev, const bf16_case *bc
             if (diff_exact <= fp32_err) res.near_fp32++;
             res.elements++;
         }
-    for (size_t i = 0; i < c_len; i++)
-        if (!inside[i] && memcmp(&got[i], &poison, 4)) res.poisoned++;
+    for (size_t i = 0; i < c_len; i++) {
+        uint32_t bits;
+        memcpy(&bits, &got[i], 4);
+        if (!inside[i] && bits != poison) res.poisoned++;
+    }
     dl_buffer_free(dev, &da);
     dl_buffer_free(dev, &db);
     dl_buffer_free(dev, &dc);
