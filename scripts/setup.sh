@@ -22,6 +22,8 @@ PACKAGES=(
   libutf8proc-dev libpcre2-dev libcjson-dev libxxhash-dev
   # benchmarks compare CPU GEMM with OpenBLAS
   libopenblas-dev
+  # bf16 GEMMs on CPUs with AVX512-BF16 (--precision bf16)
+  libdnnl-dev
   # the network test lab (namespaces, veth, tc)
   iproute2
   # the monitor page's charts (embedded into the binary: the page works offline)

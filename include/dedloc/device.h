@@ -221,6 +221,30 @@ size_t dl_half_gemm_scratch_bytes(const dl_half_gemm *h);
  * index it). */
 int dl_half_gemm_run(dl_half_gemm *h, const dl_gemm_args *g, const dl_buffer *b_ready);
 
+/* ---- bf16 compute of fp32 GEMMs on CPUs (src/device/gemm_bf16.c) ----
+ * A GEMM on fp32 buffers whose A and B are rounded to bf16 (round to nearest
+ * even) and multiplied by oneDNN with fp32 accumulation: C = alpha * A B +
+ * beta * C, C fp32. Only on a CPU device whose buffers are host memory and
+ * whose GEMMs run on the host (dl_device_gemm_backend OpenBLAS), in a build
+ * with oneDNN, on a CPU with the AVX512-BF16 instructions (oneDNN decides;
+ * DNNL_MAX_CPU_ISA can take them away). Batched products (attention) run
+ * through dl_gemm in fp32. */
+typedef struct dl_bf16_gemm dl_bf16_gemm;
+/* Whether dev can; if not, why (may be NULL) gets the reason. */
+bool dl_bf16_gemm_supported(const dl_device *dev, char *why, size_t size);
+int dl_bf16_gemm_create(dl_device *dev, dl_bf16_gemm **out);
+void dl_bf16_gemm_free(dl_bf16_gemm *h);
+/* Rounds n host values once: the weights, as uploaded after each optimizer
+ * step, for the products that name them as B (below). */
+int dl_bf16_gemm_set_weights(dl_bf16_gemm *h, const float *values, size_t n);
+/* Runs g (type DL_GEMM_F32) in bf16; blocks until done. b_weights: g's B
+ * buffer holds the values last given to dl_bf16_gemm_set_weights, so the
+ * product reads their rounded copy (with g's B offsets) instead of rounding
+ * B again. */
+int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights);
+/* Host bytes the rounded weights and operand scratch hold. */
+size_t dl_bf16_gemm_host_bytes(const dl_bf16_gemm *h);
+
 /* ---- GEMM timing (src/device/gemm_timing.c) ----
  * Shapes and timing shared by `dedloc bench gemm` and `dedloc tune`.
  * Row-major C[m x n] = op(A)[m x k] * op(B)[k x n], batch times. Linear layers

@@ -137,7 +137,9 @@ typedef enum {
     DL_PRECISION_FP16 = 1,  /* fp16 storage of weights and kept activations; half GEMMs
                              * where the device has cl_khr_fp16 (dl_model_compute_name),
                              * fp32 arithmetic elsewhere */
-    DL_PRECISION_BF16 = 2,  /* bf16 storage, fp32 arithmetic */
+    DL_PRECISION_BF16 = 2,  /* bf16 storage; bf16 GEMMs with fp32 accumulation on CPUs
+                             * with AVX512-BF16 (dl_model_compute_name), fp32
+                             * arithmetic elsewhere */
 } dl_precision;
 
 /* "fp32", "fp16", "bf16"; -1 for anything else. */
@@ -270,7 +272,10 @@ typedef struct dl_op_profile {
  * optimizer stay fp32); "fp16-emulated" (the test-only emulation of that,
  * DEDLOC_FP16_COMPUTE=emulate; see dl_half_gemm in device.h). The variable
  * DEDLOC_FP16_COMPUTE=auto|off|require, read by dl_model_create, chooses;
- * require refuses a device without cl_khr_fp16. */
+ * require refuses a device without cl_khr_fp16. "bf16" (--precision bf16 on
+ * a CPU device with host GEMMs and AVX512-BF16, in a build with oneDNN: the
+ * linear layers' operands rounded to bf16, fp32 accumulation; see
+ * dl_bf16_gemm in device.h); DEDLOC_BF16_COMPUTE=auto|off|require chooses. */
 const char *dl_model_compute_name(const dl_model *model);
 
 /* Turns profiling on or off; either way the table is cleared. */

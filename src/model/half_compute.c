@@ -91,6 +91,6 @@ int model_half_gemm(dl_model *m, const dl_gemm_args *g) {
 }
 
 const char *dl_model_compute_name(const dl_model *m) {
-    if (!m->half) return "fp32";
+    if (!m->half) return m->bf16 ? "bf16" : "fp32";
     return dl_half_gemm_emulated(m->half) ? "fp16-emulated" : "fp16";
 }

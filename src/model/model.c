@@ -276,6 +276,7 @@ void dl_model_free(dl_model *m) {
         }
     }
     model_half_close(m);
+    model_bf16_close(m);
     release_kernels(&m->k);
     free(m->hidden);
     free(m->layers);
@@ -323,7 +324,7 @@ int dl_model_create_with(dl_device *dev, const dl_albert_config *cfg, const dl_m
     m->max_batch = max_batch;
     m->max_seq = max_seq;
     if (dl_param_layout_build(cfg, &m->layout) || fill_offsets(m) || create_kernels(m) ||
-        model_half_open(m))
+        model_half_open(m) || model_bf16_open(m))
         goto fail;
     m->hidden = dl_calloc((size_t)m->layer_count + 1, sizeof *m->hidden);
     m->layers = dl_calloc((size_t)m->layer_count, sizeof *m->layers);
@@ -368,8 +369,10 @@ int dl_model_set_params(dl_model *m, const float *params) {
         rounded[i] = m->precision == DL_PRECISION_FP16 ? dl_f16_to_f32(dl_f32_to_f16(params[i]))
                                                        : dl_bf16_to_f32(dl_f32_to_bf16(params[i]));
     int rc = dl_buffer_upload(m->dev, &m->params, 0, rounded, m->layout.total * sizeof(float));
+    if (!rc) rc = model_half_params(m);
+    if (!rc) rc = model_bf16_params(m, rounded);
     free(rounded);
-    return rc ? rc : model_half_params(m);
+    return rc;
 }
 
 static int storage_kernel(dl_model *m, cl_kernel k, const dl_buffer *dst, const dl_buffer *src,

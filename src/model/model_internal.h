@@ -101,6 +101,8 @@ struct dl_model {
     /* fp16 compute (half_compute.c): NULL unless --precision fp16 runs half GEMMs */
     dl_half_gemm *half;
     dl_buffer params_half;        /* the weights rounded for half GEMMs */
+    /* bf16 compute (bf16_compute.c): NULL unless --precision bf16 runs bf16 GEMMs */
+    dl_bf16_gemm *bf16;
     /* per-op profile (profile.c); off unless `bench step --profile` */
     bool profiling;
     dl_op_profile *profile;
@@ -167,6 +169,13 @@ void model_half_close(dl_model *m);
 int model_half_params(dl_model *m);
 size_t model_half_bytes(const dl_model *m);
 int model_half_gemm(dl_model *m, const dl_gemm_args *g);
+
+/* bf16 compute (bf16_compute.c): open chooses it from the precision, the
+ * device and DEDLOC_BF16_COMPUTE (logging once why not, when not); params
+ * rounds the host weights after each upload. */
+int model_bf16_open(dl_model *m);
+void model_bf16_close(dl_model *m);
+int model_bf16_params(dl_model *m, const float *params);
 
 /* Enqueues a 1- or 2-D launch with the model's fixed work-group size. */
 int model_launch(dl_model *m, cl_kernel k, int dims, const size_t *global);

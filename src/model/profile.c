@@ -57,6 +57,7 @@ int model_profile_end(dl_model *m, const char *name, double t0) {
 
 int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g) {
     double t0 = model_profile_begin(m);
-    if (m->half ? model_half_gemm(m, g) : dl_gemm(m->dev, g)) return -1;
+    int rc = m->half ? model_half_gemm(m, g) : m->bf16 ? dl_bf16_gemm_run(m->bf16, g, g->b == &m->params) : dl_gemm(m->dev, g);
+    if (rc) return -1;
     return model_profile_end(m, what, t0);
 }

@@ -1,0 +1,318 @@
+/* bf16 compute of fp32 GEMMs on a CPU device whose buffers are host memory:
+ * A and B are rounded to bf16 (round to nearest even) by a oneDNN reorder,
+ * oneDNN's matmul multiplies them with fp32 accumulation, and the fp32
+ * result lands in C as alpha * product + beta * C. On CPUs with the
+ * AVX512-BF16 dot-product instructions this runs about twice the fp32 rate
+ * (bench/RESULTS.md). oneDNN's fpmath_mode bf16 on an fp32 matmul would
+ * avoid the explicit rounding, but oneDNN 2.6 ignores it for matmul on these
+ * CPUs (the fp32 kernel runs; measured), hence the reorders. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dedloc/util.h"
+#include "device/device_internal.h"
+
+#ifdef DEDLOC_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <omp.h>
+#endif
+
+bool dl_bf16_gemm_supported(const dl_device *dev, char *why, size_t size) {
+    if (!why) size = 0;
+#ifdef DEDLOC_HAVE_DNNL
+    if (!dev->info.is_cpu || !dev->info.unified_memory) {
+        snprintf(why, size, "%s is not a CPU device with host-memory buffers", dev->info.name);
+        return false;
+    }
+    if (dev->gemm_backend != DL_GEMM_OPENBLAS) {
+        snprintf(why, size, "GEMMs on %s run through CLBlast (DEDLOC_GEMM_BACKEND), not on the host",
+                 dev->info.name);
+        return false;
+    }
+    /* The ISA values nest as bit sets: avx512_core_bf16's bits are in AMX's. */
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if (((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) != (unsigned)dnnl_cpu_isa_avx512_core_bf16) {
+        snprintf(why, size, "the CPU has no AVX512-BF16 dot-product instructions (oneDNN ISA %s%s)",
+                 dnnl_cpu_isa2str(isa), getenv("DNNL_MAX_CPU_ISA") ? ", limited by DNNL_MAX_CPU_ISA" : "");
+        return false;
+    }
+    if (size) why[0] = 0;
+    return true;
+#else
+    (void)dev;
+    snprintf(why, size, "this build has no oneDNN (install libdnnl-dev and rebuild)");
+    return false;
+#endif
+}
+
+#ifdef DEDLOC_HAVE_DNNL
+/* Products below this many flops run on one thread. oneDNN threads with
+ * OpenMP, whose threads wait at each of a product's barriers by spinning:
+ * when the cores are shared (PoCL's own threads, other processes), a
+ * spinning thread waits for one that is not running, and the tiny model's
+ * GEMMs (16-67 MFLOP) took 60-130 ms each on 2 threads against 2-6 ms on
+ * one under load (bench/RESULTS.md). sahajBERT's linear layers (2-8 GFLOP)
+ * keep OpenMP's default thread count. */
+enum { ONE_THREAD_FLOPS = 1 << 28 };
+
+struct dl_bf16_gemm {
+    dl_device *dev;
+    int threads;                  /* OpenMP's default, read at create */
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    /* The weights rounded once per upload (dl_bf16_gemm_set_weights). */
+    uint16_t *weights;
+    size_t weights_len, weights_set;
+    /* A and B of one product, rounded; grown as needed. */
+    uint16_t *a_scratch, *b_scratch;
+    size_t a_cap, b_cap;
+};
+
+static int dnnl_check(dnnl_status_t st, const char *what) {
+    if (st == dnnl_success) return 0;
+    return dl_fail("oneDNN %s: %s", what, dnnl_status2str(st));
+}
+
+int dl_bf16_gemm_create(dl_device *dev, dl_bf16_gemm **out) {
+    *out = NULL;
+    char why[256];
+    if (!dl_bf16_gemm_supported(dev, why, sizeof why)) return dl_fail("bf16 compute: %s", why);
+    dl_bf16_gemm *h = dl_calloc(1, sizeof *h);
+    if (!h) return -1;
+    h->dev = dev;
+    h->threads = omp_get_max_threads();
+    if (dnnl_check(dnnl_engine_create(&h->engine, dnnl_cpu, 0), "creating the CPU engine") ||
+        dnnl_check(dnnl_stream_create(&h->stream, h->engine, dnnl_stream_default_flags),
+                   "creating a stream")) {
+        dl_bf16_gemm_free(h);
+        return -1;
+    }
+    *out = h;
+    return 0;
+}
+
+void dl_bf16_gemm_free(dl_bf16_gemm *h) {
+    if (!h) return;
+    if (h->stream) dnnl_stream_destroy(h->stream);
+    if (h->engine) dnnl_engine_destroy(h->engine);
+    free(h->weights);
+    free(h->a_scratch);
+    free(h->b_scratch);
+    free(h);
+}
+
+size_t dl_bf16_gemm_host_bytes(const dl_bf16_gemm *h) {
+    return h ? (h->weights_len + h->a_cap + h->b_cap) * sizeof(uint16_t) : 0;
+}
+
+int dl_bf16_gemm_set_weights(dl_bf16_gemm *h, const float *values, size_t n) {
+    if (n > h->weights_len) {
+        uint16_t *grown = dl_malloc(dl_mul_size(n, sizeof *grown));
+        if (!grown) return -1;
+        free(h->weights);
+        h->weights = grown;
+        h->weights_len = n;
+    }
+    dl_f32_to_bf16_array(h->weights, values, n);
+    h->weights_set = n;
+    return 0;
+}
+
+static int grow(uint16_t **p, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    uint16_t *grown = dl_malloc(dl_mul_size(need, sizeof *grown));
+    if (!grown) return -1;
+    free(*p);
+    *p = grown;
+    *cap = need;
+    return 0;
+}
+
+/* A rows x cols matrix (as the product reads it) stored with leading
+ * dimension ld, transposed in memory when trans. */
+static int matrix_desc(dnnl_memory_desc_t *md, size_t rows, size_t cols, size_t ld, bool trans,
+                       dnnl_data_type_t type) {
+    dnnl_dims_t dims = {(dnnl_dim_t)rows, (dnnl_dim_t)cols};
+    dnnl_dims_t strides = {trans ? 1 : (dnnl_dim_t)ld, trans ? (dnnl_dim_t)ld : 1};
+    return dnnl_check(dnnl_memory_desc_init_by_strides(md, 2, dims, type, strides), "describing a matrix");
+}
+
+static int execute(dl_bf16_gemm *h, const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args,
+                   const char *what) {
+    dnnl_primitive_t prim = NULL;
+    /* oneDNN's primitive cache keeps the generated code of every shape seen,
+     * so creating the primitive again for a known shape is cheap. */
+    int rc = dnnl_check(dnnl_primitive_create(&prim, pd), what) ||
+             dnnl_check(dnnl_primitive_execute(prim, h->stream, nargs, args), what) ||
+             dnnl_check(dnnl_stream_wait(h->stream), what);
+    if (prim) dnnl_primitive_destroy(prim);
+    return rc ? -1 : 0;
+}
+
+static int make_memory(dl_bf16_gemm *h, dnnl_memory_t *mem, const dnnl_memory_desc_t *md, const void *ptr) {
+    return dnnl_check(dnnl_memory_create(mem, md, h->engine, (void *)ptr), "wrapping a matrix");
+}
+
+/* Rounds a rows x cols fp32 matrix into dense bf16 of the same orientation
+ * (the leading dimension becomes the row or column length). */
+static int round_matrix(dl_bf16_gemm *h, const float *src, size_t rows, size_t cols, size_t ld, bool trans,
+                        uint16_t *dst) {
+    dnnl_memory_desc_t src_md, dst_md;
+    if (matrix_desc(&src_md, rows, cols, ld, trans, dnnl_f32) ||
+        matrix_desc(&dst_md, rows, cols, trans ? rows : cols, trans, dnnl_bf16))
+        return -1;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_memory_t sm = NULL, dm = NULL;
+    int rc = dnnl_check(dnnl_reorder_primitive_desc_create(&pd, &src_md, h->engine, &dst_md, h->engine, NULL),
+                        "rounding to bf16") ||
+             make_memory(h, &sm, &src_md, src) || make_memory(h, &dm, &dst_md, dst);
+    if (!rc) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, sm}, {DNNL_ARG_TO, dm}};
+        rc = execute(h, pd, 2, args, "rounding to bf16");
+    }
+    if (sm) dnnl_memory_destroy(sm);
+    if (dm) dnnl_memory_destroy(dm);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return rc ? -1 : 0;
+}
+
+/* C = alpha * A B + beta * C on bf16 operands with fp32 accumulation. */
+static int matmul(dl_bf16_gemm *h, const dl_gemm_args *g, const uint16_t *a, size_t lda, const uint16_t *b,
+                  size_t ldb, float *c) {
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    if (matrix_desc(&a_md, g->m, g->k, lda, g->trans_a, dnnl_bf16) ||
+        matrix_desc(&b_md, g->k, g->n, ldb, g->trans_b, dnnl_bf16) ||
+        matrix_desc(&c_md, g->m, g->n, g->ldc, false, dnnl_f32))
+        return -1;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_memory_t am = NULL, bm = NULL, cm = NULL;
+    dnnl_matmul_desc_t desc;
+    int rc = dnnl_check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md), "describing a bf16 matmul") ||
+             dnnl_check(dnnl_primitive_attr_create(&attr), "creating matmul attributes");
+    if (!rc && g->alpha != 1.0f)
+        rc = dnnl_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha), "setting alpha");
+    if (!rc && g->beta != 0.0f)
+        rc = dnnl_check(dnnl_post_ops_create(&ops), "creating post-ops") ||
+             dnnl_check(dnnl_post_ops_append_sum(ops, g->beta), "adding beta * C") ||
+             dnnl_check(dnnl_primitive_attr_set_post_ops(attr, ops), "setting post-ops");
+    if (!rc)
+        rc = dnnl_check(dnnl_primitive_desc_create(&pd, &desc, attr, h->engine, NULL),
+                        "creating a bf16 matmul (the CPU may lack bf16 support)") ||
+             make_memory(h, &am, &a_md, a) || make_memory(h, &bm, &b_md, b) || make_memory(h, &cm, &c_md, c);
+    if (!rc) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+        rc = execute(h, pd, 3, args, "running a bf16 matmul");
+    }
+    if (am) dnnl_memory_destroy(am);
+    if (bm) dnnl_memory_destroy(bm);
+    if (cm) dnnl_memory_destroy(cm);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return rc ? -1 : 0;
+}
+
+/* Maps each distinct buffer once (B and C may share one, as A and B may). */
+struct maps {
+    const dl_buffer *buf[3];
+    cl_map_flags flags[3];
+    void *ptr[3];
+    int count;
+};
+
+static int map_slot(struct maps *mp, const dl_buffer *b, cl_map_flags flags) {
+    for (int i = 0; i < mp->count; i++)
+        if (mp->buf[i]->mem == b->mem) {
+            mp->flags[i] |= flags;
+            return i;
+        }
+    mp->buf[mp->count] = b;
+    mp->flags[mp->count] = flags;
+    mp->ptr[mp->count] = NULL;
+    return mp->count++;
+}
+
+static void unmap_all(dl_device *dev, struct maps *mp) {
+    for (int i = 0; i < mp->count; i++)
+        if (mp->ptr[i]) clEnqueueUnmapMemObject(dev->queue, mp->buf[i]->mem, mp->ptr[i], 0, NULL, NULL);
+}
+
+int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
+    size_t batch = g->batch_count ? g->batch_count : 1, outer = g->outer_count ? g->outer_count : 1;
+    /* Batched products (attention's, a few percent of the step's flops)
+     * stay fp32 on the host path. */
+    if (batch > 1 || outer > 1 || g->m == 0 || g->n == 0 || g->k == 0) return dl_gemm(h->dev, g);
+    if (g->type != DL_GEMM_F32) return dl_fail("bf16 compute: the operands must be fp32 buffers");
+    /* dl_gemm's shape and bounds checks, on an empty fp32 product of the same
+     * layout, would cost a map; check the spans here instead. */
+    size_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
+    size_t b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
+    if (g->lda < a_cols || g->ldb < b_cols || g->ldc < g->n)
+        return dl_fail("bf16 GEMM %zux%zux%zu: a leading dimension is smaller than its matrix's columns",
+                       g->m, g->n, g->k);
+    size_t a_need = g->a_off + (a_rows - 1) * g->lda + a_cols, b_need = g->b_off + (b_rows - 1) * g->ldb + b_cols,
+           c_need = g->c_off + (g->m - 1) * g->ldc + g->n;
+    bool b_ready = b_weights;
+    if (b_ready && !h->weights_set) return dl_fail("bf16 GEMM: B is the weights, but none were set");
+    if (a_need > g->a->size / 4 || c_need > g->c->size / 4 ||
+        b_need > (b_ready ? h->weights_set : g->b->size / 4))
+        return dl_fail("bf16 GEMM %zux%zux%zu: a matrix does not fit its buffer", g->m, g->n, g->k);
+    if (grow(&h->a_scratch, &h->a_cap, g->m * g->k) || (!b_ready && grow(&h->b_scratch, &h->b_cap, g->k * g->n)))
+        return -1;
+
+    /* The kernels queued before wrote the inputs: the blocking maps wait for
+     * them; the queued unmaps order the kernels after. */
+    struct maps mp = {.count = 0};
+    int ia = map_slot(&mp, g->a, CL_MAP_READ), ib = b_ready ? -1 : map_slot(&mp, g->b, CL_MAP_READ);
+    int ic = map_slot(&mp, g->c, CL_MAP_READ | CL_MAP_WRITE);
+    for (int i = 0; i < mp.count; i++) {
+        cl_int err;
+        mp.ptr[i] = clEnqueueMapBuffer(h->dev->queue, mp.buf[i]->mem, CL_TRUE, mp.flags[i], 0, mp.buf[i]->size,
+                                       0, NULL, NULL, &err);
+        if (dl_cl_check(err, "clEnqueueMapBuffer (bf16 GEMM)")) {
+            mp.ptr[i] = NULL;
+            unmap_all(h->dev, &mp);
+            return -1;
+        }
+    }
+    const float *a = (const float *)mp.ptr[ia] + g->a_off;
+    float *c = (float *)mp.ptr[ic] + g->c_off;
+    const uint16_t *b16 = h->weights + g->b_off;
+    size_t ldb16 = g->ldb;
+    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    omp_set_num_threads(flops < ONE_THREAD_FLOPS ? 1 : h->threads);
+    int rc = round_matrix(h, a, g->m, g->k, g->lda, g->trans_a, h->a_scratch);
+    if (!rc && !b_ready) {
+        rc = round_matrix(h, (const float *)mp.ptr[ib] + g->b_off, g->k, g->n, g->ldb, g->trans_b, h->b_scratch);
+        b16 = h->b_scratch;
+        ldb16 = g->trans_b ? g->k : g->n;
+    }
+    if (!rc) rc = matmul(h, g, h->a_scratch, g->trans_a ? g->m : g->k, b16, ldb16, c);
+    unmap_all(h->dev, &mp);
+    if (rc)
+        return dl_fail_context("bf16 GEMM %zux%zux%zu%s%s", g->m, g->n, g->k, g->trans_a ? " A^T" : "",
+                               g->trans_b ? " B^T" : "");
+    return 0;
+}
+#else
+struct dl_bf16_gemm {
+    int unused;
+};
+
+int dl_bf16_gemm_create(dl_device *dev, dl_bf16_gemm **out) {
+    (void)dev;
+    *out = NULL;
+    return dl_fail("bf16 compute: this build has no oneDNN (install libdnnl-dev and rebuild)");
+}
+void dl_bf16_gemm_free(dl_bf16_gemm *h) { free(h); }
+size_t dl_bf16_gemm_host_bytes(const dl_bf16_gemm *h) { return 0; }
+int dl_bf16_gemm_set_weights(dl_bf16_gemm *h, const float *values, size_t n) {
+    return dl_fail("bf16 compute: this build has no oneDNN");
+}
+int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
+    return dl_fail("bf16 compute: this build has no oneDNN");
+}
+#endif
