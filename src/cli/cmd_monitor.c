@@ -142,25 +142,7 @@ static int parse_args(int argc, char **argv, struct monitor_args *m) {
     m->keep = 3;
     m->model = "tiny";
     m->manifest_path = "";
-    struct option opts[N_MONITOR_OPTS + 1];
-    cli_opt_fill(monitor_opts, N_MONITOR_OPTS, opts);
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        const struct cli_opt *e = cli_opt_find(monitor_opts, N_MONITOR_OPTS, c);
-        if (c == O_HELP) {
-            help(stdout);
-            return 1;
-        }
-        if (!e) {
-            help(stderr);
-            return -1;
-        }
-        if (cli_opt_assign(e, m, optarg)) {
-            fprintf(stderr, "dedloc monitor: bad value '%s' for --%s\n", optarg, e->name);
-            return -1;
-        }
-    }
-    return 0;
+    return cli_opt_parse(monitor_opts, N_MONITOR_OPTS, O_HELP, argc, argv, m, "monitor", help);
 }
 
 /* --manifest: the run id, key and target batch come from it, and the model

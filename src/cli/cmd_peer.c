@@ -290,25 +290,7 @@ static int parse_args(int argc, char **argv, struct peer_args *p) {
     p->fake_loss = -1;
     p->name = "";
     p->format = -1;
-    struct option opts[N_PEER_OPTS + 1];
-    cli_opt_fill(peer_opts, N_PEER_OPTS, opts);
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        const struct cli_opt *e = cli_opt_find(peer_opts, N_PEER_OPTS, c);
-        if (c == O_HELP) {
-            help(stdout);
-            return 1;
-        }
-        if (!e) {
-            help(stderr);
-            return -1;
-        }
-        if (cli_opt_assign(e, p, optarg)) {
-            fprintf(stderr, "dedloc peer: bad value '%s' for --%s\n", optarg, e->name);
-            return -1;
-        }
-    }
-    return 0;
+    return cli_opt_parse(peer_opts, N_PEER_OPTS, O_HELP, argc, argv, p, "peer", help);
 }
 
 int cmd_peer(int argc, char **argv) {

@@ -83,3 +83,30 @@ int cli_opt_assign(const struct cli_opt *e, void *settings, const char *arg) {
     }
     return -1;
 }
+
+int cli_opt_parse(const struct cli_opt *table, size_t n, int help_id, int argc, char **argv, void *settings,
+                  const char *cmd, void (*help)(FILE *)) {
+    struct option opts[CLI_OPT_MAX + 1];
+    if (n > CLI_OPT_MAX) {
+        fprintf(stderr, "dedloc %s: %zu options, more than the parser's %d\n", cmd, n, CLI_OPT_MAX);
+        return -1;
+    }
+    cli_opt_fill(table, n, opts);
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        const struct cli_opt *e = cli_opt_find(table, n, c);
+        if (c == help_id || c == 'h') {
+            help(stdout);
+            return 1;
+        }
+        if (!e) {
+            help(stderr);
+            return -1;
+        }
+        if (cli_opt_assign(e, settings, optarg)) {
+            fprintf(stderr, "dedloc %s: bad value '%s' for --%s\n", cmd, optarg, e->name);
+            return -1;
+        }
+    }
+    return 0;
+}

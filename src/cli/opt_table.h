@@ -9,6 +9,7 @@
 
 #include <getopt.h>
 #include <stddef.h>
+#include <stdio.h>
 
 enum cli_opt_kind {
     CLI_OPT_FLAG,    /* no argument: the bool field becomes true */
@@ -44,6 +45,14 @@ const struct cli_opt *cli_opt_find(const struct cli_opt *table, size_t n, int id
  * says. 0, or -1 for a malformed or out-of-range value (nothing printed,
  * nothing stored). */
 int cli_opt_assign(const struct cli_opt *e, void *settings, const char *arg);
+/* Parses argv with table (at most CLI_OPT_MAX entries) into settings: the
+ * option whose id is help_id prints help to stdout and returns 1; an unknown
+ * option prints help to stderr, a bad value "dedloc CMD: bad value 'V' for
+ * --NAME"; both return -1. 0 when every option was stored. Leaves optind
+ * at the first operand. */
+#define CLI_OPT_MAX 96
+int cli_opt_parse(const struct cli_opt *table, size_t n, int help_id, int argc, char **argv, void *settings,
+                  const char *cmd, void (*help)(FILE *));
 /* The parsers behind the numeric kinds, for setters: 0 or -1. */
 int cli_parse_double(const char *s, double lo, double hi, double *out);
 int cli_parse_llong(const char *s, long long lo, long long hi, long long *out);
