@@ -146,6 +146,30 @@ static bool parse_redirect(const uint8_t *data, size_t size, const char *leader,
     return strcmp(to, leader) < 0;
 }
 
+/* Whether our view shows a peer past `epoch` whose word a quorum backs (a
+ * non-client peer that claims it alone proves no group completed), and how
+ * many others are at `epoch`. */
+static bool peer_past_epoch(struct dl_collab *c, uint64_t epoch, size_t *others_at_epoch) {
+    struct dl_swarm_view view;
+    *others_at_epoch = 0;
+    if (dl_net_swarm_view(c->net, &view)) return false;
+    dl_collab_drop_gone(c, &view);
+    bool ahead = false;
+    for (size_t i = 0; i < view.num_peers; i++) {
+        const struct dl_swarm_peer *p = &view.peers[i];
+        if (p->is_self || dl_bans_is_banned(&c->bans, p->peer_id)) continue;
+        if (p->epoch > epoch && !p->client_mode && !p->epoch_unbacked) ahead = true;
+        if (p->epoch == epoch) (*others_at_epoch)++;
+    }
+    dl_swarm_view_free(&view);
+    return ahead;
+}
+
+static void why_past_epoch(uint64_t epoch, char *why, size_t why_size) {
+    snprintf(why, why_size, "a peer is already past epoch %llu: keep the gradient and take the swarm's state",
+             (unsigned long long)epoch);
+}
+
 /* Why a leader whose window has ended must not complete its group, or NULL.
  * A step taken at `epoch` by a group that misses peers which completed the
  * same epoch elsewhere would split the swarm's weights: so a leader whose
@@ -153,22 +177,9 @@ static bool parse_redirect(const uint8_t *data, size_t size, const char *leader,
  * leader that nobody joined does not step alone while its view shows other
  * peers at its epoch (they are in another group, or it will form again). */
 static const char *must_not_close(struct dl_collab *c, uint64_t epoch, size_t count, char *why, size_t why_size) {
-    struct dl_swarm_view view;
-    if (dl_net_swarm_view(c->net, &view)) return NULL;
-    dl_collab_drop_gone(c, &view);
     size_t others = 0;
-    bool ahead = false;
-    for (size_t i = 0; i < view.num_peers; i++) {
-        const struct dl_swarm_peer *p = &view.peers[i];
-        if (p->is_self || dl_bans_is_banned(&c->bans, p->peer_id)) continue;
-        /* A peer past the epoch on its word alone (no quorum backs it) proves no group completed. */
-        if (p->epoch > epoch && !p->client_mode && !p->epoch_unbacked) ahead = true;
-        if (p->epoch == epoch) others++;
-    }
-    dl_swarm_view_free(&view);
-    if (ahead)
-        snprintf(why, why_size, "a peer is already past epoch %llu: keep the gradient and take the swarm's state",
-                 (unsigned long long)epoch);
+    if (peer_past_epoch(c, epoch, &others))
+        why_past_epoch(epoch, why, why_size);
     else if (count == 1 && others > 0)
         snprintf(why, why_size, "nobody joined although %zu other peer(s) are at epoch %llu: keep the gradient for "
                  "the next round", others, (unsigned long long)epoch);
@@ -283,6 +294,18 @@ static int lead(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
                 return join(c, r, opt, lowest);
             }
             if (!expected_given && now_expected > expected) expected = now_expected;
+        }
+        /* A peer already past our epoch means this group can never close
+         * (must_not_close below refuses it): waiting out the window would
+         * only keep us from taking the swarm's state, and keep the peers
+         * ahead waiting for us at the previous epoch. */
+        size_t others_now = 0;
+        if (peer_past_epoch(c, opt->epoch, &others_now)) {
+            char ahead_why[200];
+            why_past_epoch(opt->epoch, ahead_why, sizeof ahead_why);
+            for (size_t i = 1; i < count; i++) dl_round_respond_text(r, joins[i].token, ahead_why);
+            free(joins);
+            return dl_round_fail(r, DL_AVG_NO_GROUP, "%s", ahead_why);
         }
         struct dl_avg_event *ev = dl_round_wait_events(r, fmin(close_at, dl_now() + LEADER_RECHECK_S));
         while (ev) {
