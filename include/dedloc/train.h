@@ -85,6 +85,17 @@ typedef struct dl_opt_config {
 /* sahajBERT's optimizer: LAMB lr 0.00176, betas (0.9, 0.999), eps 1e-6,
  * weight decay 0.01, clamp 10000, debias, clip 1.0, warmup 5000 of 125000. */
 dl_opt_config dl_opt_config_sahajbert(void);
+/* The default optimizer of a preset for a run of max_steps steps: sahajBERT's
+ * recipe for sahajbert (and any other model), scaled down for tiny
+ * (warmup over a tenth of the run, linear decay to zero at max_steps, AdamW
+ * at 0.005, LAMB at the largest rate up to 0.1 whose relative step stays
+ * at or below 0.01 at every step of that schedule: stable for any length). */
+dl_opt_config dl_opt_config_preset(bool tiny, dl_opt_kind kind, int64_t max_steps);
+/* The largest step the schedule of c reaches: max over t of lr(t), times
+ * LAMB's bias correction sqrt(1 - beta2^t) / (1 - beta1^t) with debias. For
+ * LAMB this is the fraction of each tensor's norm it moves in one step, the
+ * number that decides whether a run stays stable. */
+double dl_opt_peak_step(const dl_opt_config *c);
 /* "lamb" / "adamw" -> kind; -1 if unknown (error recorded). */
 int dl_opt_kind_parse(const char *name, dl_opt_kind *kind);
 const char *dl_opt_kind_name(dl_opt_kind kind);
@@ -174,6 +185,39 @@ bool dl_loss_scale_update(dl_loss_scale *ls, bool grad_finite);
 /* Divides a gradient computed from a scaled loss by the scale (x * (1/scale),
  * exact: the scale is a power of two) and reports whether it is finite. */
 bool dl_loss_scale_unscale(const dl_loss_scale *ls, float *grad, size_t n);
+
+/* ---- loss watch ----------------------------------------------------------------
+ * Tells a run that diverges from one that is noisy: the median loss over the
+ * last `window` steps is compared with the best such median seen so far; a
+ * median above factor times the best (and above it by min_rise, so a loss
+ * near zero does not alarm on noise) starts an episode, which ends when the
+ * median is back within half that margin. dl_loss_watch_add returns true
+ * once, at the start of each episode; a non-finite loss counts as a rise.
+ * A zeroed struct is ready to use with the defaults (window 20, factor 1.5,
+ * min_rise 0.5 nats); set the fields before the first add to change them. */
+enum { DL_LOSS_WATCH_MAX_WINDOW = 64 };
+
+typedef struct dl_loss_watch {
+    int window;            /* steps per median (0: 20; at most DL_LOSS_WATCH_MAX_WINDOW) */
+    double factor;         /* (<= 1: 1.5) */
+    double min_rise;       /* (<= 0: 0.5) */
+    double ring[DL_LOSS_WATCH_MAX_WINDOW]; /* the last window losses */
+    int64_t count;         /* losses added */
+    int64_t last_step;
+    double median;         /* over the last window (once count >= window) */
+    double best;           /* the lowest median so far ... */
+    int64_t best_step;     /* ... at the end of this step */
+    bool has_best;
+    bool alarmed;          /* inside an episode */
+    int64_t alarms;        /* episodes so far */
+} dl_loss_watch;
+
+/* Records the loss of one step; true when this step starts an episode. */
+bool dl_loss_watch_add(dl_loss_watch *w, int64_t step, double loss);
+/* The warning to print at the start of an episode: what rose, from when, and
+ * what to change (lr is the rate the step used). Plain ASCII, no quotes or
+ * backslashes, so it can go into a JSON string as it is. */
+void dl_loss_watch_describe(const dl_loss_watch *w, double lr, char *out, size_t size);
 
 /* ---- checkpoints -----------------------------------------------------------------
  * One safetensors file per checkpoint (format in docs/checkpoint.md): master

@@ -190,9 +190,10 @@ static cJSON *manifest_body(const struct init_args *a, const char *run_id) {
     cJSON_AddNumberToObject(o, "shuffle_buffer", a->given[R_SHUFFLE] ? v[R_SHUFFLE] : 10000);
     cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
     cJSON_AddStringToObject(opt, "name", a->optimizer);
-    cJSON_AddNumberToObject(opt, "lr", a->given[R_LR] ? v[R_LR] : tiny ? (lamb ? 0.1 : 0.005) : 0.00176);
-    cJSON_AddNumberToObject(opt, "warmup_steps", a->given[R_WARMUP] ? v[R_WARMUP] : tiny ? floor(steps / 10) : 5000);
-    cJSON_AddNumberToObject(opt, "total_steps", a->given[R_TOTAL] ? v[R_TOTAL] : tiny ? steps : 125000);
+    dl_opt_config preset = dl_opt_config_preset(tiny, lamb ? DL_OPT_LAMB : DL_OPT_ADAMW, (int64_t)steps);
+    cJSON_AddNumberToObject(opt, "lr", a->given[R_LR] ? v[R_LR] : preset.lr);
+    cJSON_AddNumberToObject(opt, "warmup_steps", a->given[R_WARMUP] ? v[R_WARMUP] : (double)preset.warmup_steps);
+    cJSON_AddNumberToObject(opt, "total_steps", a->given[R_TOTAL] ? v[R_TOTAL] : (double)preset.total_steps);
     cJSON_AddNumberToObject(opt, "weight_decay", a->given[R_WD] ? v[R_WD] : 0.01);
     cJSON_AddNumberToObject(opt, "max_grad_norm", a->given[R_CLIP] ? v[R_CLIP] : 1.0);
     cJSON_AddStringToObject(o, "compression", a->compression);

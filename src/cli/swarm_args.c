@@ -230,20 +230,6 @@ done:
 }
 
 dl_opt_config cli_train_opt_defaults(bool tiny, dl_opt_kind kind, int64_t max_steps) {
-    dl_opt_config opt = dl_opt_config_sahajbert();
-    opt.kind = kind;
-    /* tiny + LAMB: 0.1. LAMB scales each tensor's step to its norm, and
-     * tensors that start at zero (biases) move by about the rate per step,
-     * so a run of a few hundred steps needs a large rate to move at all:
-     * in 60 steps of 32 samples 0.005 moved the loss 9.73 -> 9.60, 0.1
-     * moves it to 8.92; over 300 steps (scripts/demo.sh) it ends where 0.05
-     * does, without climbing back (docs/training.md has the numbers).
-     * AdamW's rate is absolute: tiny keeps 0.005 there. */
-    if (tiny) opt.lr = kind == DL_OPT_LAMB ? 0.1 : 0.005;
-    opt.weight_decay = 0.01;
-    opt.max_grad_norm = 1.0;
-    opt.total_steps = tiny ? max_steps : 125000;
-    opt.warmup_steps = tiny ? max_steps / 10 : 5000;
-    if (kind == DL_OPT_ADAMW) opt.eps = 1e-8;
-    return opt;
+    /* The recipe lives with the optimizer (dl_opt_config_preset, docs/training.md). */
+    return dl_opt_config_preset(tiny, kind, max_steps);
 }

@@ -109,6 +109,7 @@ struct loop_report {
     double step_start;
     double compute_s;              /* in micro-batches since the step started */
     double samples_contributed;    /* our samples that went into completed rounds */
+    dl_loss_watch loss_watch;      /* our loss, for the warning of a run that diverges */
 };
 
 typedef struct loop_state {

@@ -114,6 +114,13 @@ void loop_log_step(loop_state *st, const struct dl_avg_result *r, const dl_opt_s
     /* Exact mode: compute that ran while this step's round matchmade. */
     cJSON_AddNumberToObject(o, "matchmaking_overlap_s", st->early.overlap_s);
     cJSON_AddNumberToObject(o, "matchmaking_overlap_micro_batches", (double)st->early.overlap_micro);
+    /* Once per episode of sharply rising loss, in the log and on stderr. */
+    if (losses && dl_loss_watch_add(&st->report.loss_watch, st->model.opt.step, losses[0])) {
+        char warning[512];
+        dl_loss_watch_describe(&st->report.loss_watch, info ? info->lr : 0, warning, sizeof warning);
+        DL_WARN("collab", "%s", warning);
+        cJSON_AddStringToObject(o, "warning", warning);
+    }
     emit(st, o);
 }
 

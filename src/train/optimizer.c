@@ -40,6 +40,70 @@ dl_opt_config dl_opt_config_sahajbert(void) {
     return c;
 }
 
+/* The largest LAMB step, relative to each tensor's norm, that the tiny
+ * recipe lets its schedule reach. LAMB moves every tensor by
+ * lr * bias_correction(t) times its own norm, whatever the gradient, so the
+ * rate is a fraction of the weights changed per step, and steps compound:
+ * the tiny model on the demo corpus held a relative step of 0.02 for a
+ * hundred steps (lr 0.1 over 300 steps) and diverged after a hundred steps
+ * near 0.05 (lr 0.1 over 3000 steps, where warmup ends at step 300 and the
+ * bias correction has grown to 0.5). 0.01 leaves a margin of five below
+ * that. */
+#define TINY_LAMB_MAX_STEP 0.01
+/* tiny + LAMB never goes above this peak rate (short runs reach it). */
+#define TINY_LAMB_MAX_LR 0.1
+
+double dl_opt_peak_step(const dl_opt_config *c) {
+    /* Step t (from 1) uses the schedule at t - 1, the optimizer steps taken
+     * before it (dl_optimizer_step), and the bias correction of t:
+     * lr(t - 1) * sqrt(1 - beta2^t) / (1 - beta1^t) for LAMB with debias,
+     * lr(t - 1) for the rest. Past warmup the schedule only falls, so once the bias
+     * correction has converged to 1 (0.999^t < 1e-15 for t > 35000) nothing
+     * later can be larger: the scan stops there. */
+    int64_t end = c->total_steps > 0 ? c->total_steps : c->warmup_steps + 1;
+    int64_t settled = (c->warmup_steps > 0 ? c->warmup_steps : 0) + 50000;
+    if (end > settled) end = settled;
+    if (end < 1) end = 1;
+    bool debias = c->kind == DL_OPT_LAMB && c->debias;
+    double b1_t = 1.0, b2_t = 1.0, peak = 0.0;
+    for (int64_t t = 1; t <= end; t++) {
+        b1_t *= c->beta1;
+        b2_t *= c->beta2;
+        double step = dl_schedule_linear_warmup(c->lr, t - 1, c->warmup_steps, c->total_steps);
+        if (debias) step *= sqrt(1.0 - b2_t) / (1.0 - b1_t);
+        if (step > peak) peak = step;
+    }
+    return peak;
+}
+
+dl_opt_config dl_opt_config_preset(bool tiny, dl_opt_kind kind, int64_t max_steps) {
+    dl_opt_config opt = dl_opt_config_sahajbert();
+    opt.kind = kind;
+    opt.weight_decay = 0.01;
+    opt.max_grad_norm = 1.0;
+    opt.total_steps = tiny ? max_steps : 125000;
+    opt.warmup_steps = tiny ? max_steps / 10 : 5000;
+    if (kind == DL_OPT_ADAMW) opt.eps = 1e-8;
+    if (!tiny) return opt;
+    if (kind == DL_OPT_ADAMW) {
+        /* AdamW's rate is absolute, per element. */
+        opt.lr = 0.005;
+        return opt;
+    }
+    /* LAMB: tensors that start at zero (biases) move by about the rate per
+     * step, so a run of a few hundred steps wants a large rate to move at
+     * all; a long run at that rate diverges. The peak rate is therefore the
+     * largest (up to TINY_LAMB_MAX_LR) whose schedule keeps the relative
+     * step at or below TINY_LAMB_MAX_STEP at every step: about 0.04 over
+     * 300 steps, 0.017 over 3000, 0.01 for long runs. The relative step is
+     * linear in the peak rate, so one scan at rate 1 finds it. */
+    opt.lr = 1.0;
+    double unit_peak = dl_opt_peak_step(&opt);
+    opt.lr = unit_peak > 0 ? TINY_LAMB_MAX_STEP / unit_peak : TINY_LAMB_MAX_LR;
+    if (opt.lr > TINY_LAMB_MAX_LR) opt.lr = TINY_LAMB_MAX_LR;
+    return opt;
+}
+
 int dl_opt_kind_parse(const char *name, dl_opt_kind *kind) {
     if (!strcmp(name, "lamb")) {
         *kind = DL_OPT_LAMB;

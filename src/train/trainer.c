@@ -67,6 +67,7 @@ typedef struct {
     double accum_start;       /* when this accumulation began */
     double last_micro_line;   /* when the last micro-batch progress line was printed (not a terminal) */
     bool micro_line_open;     /* a terminal's live line holds micro-batch progress */
+    dl_loss_watch loss_watch; /* warns once per episode of a sharply rising loss */
 } loop_state;
 
 static void format_duration(double s, char *out, size_t size) {
@@ -88,6 +89,7 @@ typedef struct {
     float grad_norm;
     int64_t samples, dropped;
     char hash[17];
+    char warning[512];  /* "" unless this step starts an episode of rising loss */
 } step_record;
 
 /* Saves the state at the last step boundary. A failed save (disk full...)
@@ -154,9 +156,10 @@ static void report(loop_state *st, const step_record *r, dl_trainer_result *res)
         fprintf(st->log,
                 "{\"step\": %" PRId64 ", \"loss\": %.7g, \"mlm_loss\": %.7g, \"sop_loss\": %.7g, \"lr\": %.9g, "
                 "\"samples\": %" PRId64 ", \"samples_per_second\": %.4g, \"grad_norm\": %.7g, "
-                "\"loss_scale\": %.9g, \"dropped_micro_batches\": %" PRId64 ", \"param_hash\": \"%s\"}\n",
+                "\"loss_scale\": %.9g, \"dropped_micro_batches\": %" PRId64 ", \"param_hash\": \"%s\"%s%s%s}\n",
                 step, r->loss, r->mlm, r->sop, r->lr, st->progress.samples, r->sps, r->grad_norm,
-                (double)st->ls.scale, r->dropped, r->hash);
+                (double)st->ls.scale, r->dropped, r->hash, r->warning[0] ? ", \"warning\": \"" : "", r->warning,
+                r->warning[0] ? "\"" : "");
         if (fflush(st->log) != 0 || ferror(st->log)) {
             res->log_failed = true;
             if (st->tty && o->progress) fputc('\n', o->progress);
@@ -391,6 +394,11 @@ int dl_trainer_run(const dl_trainer_options *o, const dl_opt_config *opt_config,
         r.sps = now > step_start ? (double)r.samples / (now - step_start) : 0;
         step_start = now;
         dl_hash64_hex(dl_hash64(params, layout->total * sizeof(float), 0), r.hash);
+        if (dl_loss_watch_add(&st.loss_watch, st.opt.step, r.loss)) {
+            dl_loss_watch_describe(&st.loss_watch, r.lr, r.warning, sizeof r.warning);
+            if (st.tty && o->progress) fputc('\n', o->progress);
+            DL_WARN("train", "%s", r.warning);
+        }
         int64_t run_steps = st.opt.step - st.start_step;
         if (run_steps <= LOSS_WINDOW) st.first_losses[run_steps - 1] = (float)r.loss;
         st.last_losses[(run_steps - 1) % LOSS_WINDOW] = (float)r.loss;
