@@ -193,13 +193,14 @@ bool dl_loss_scale_unscale(const dl_loss_scale *ls, float *grad, size_t n);
  * near zero does not alarm on noise) starts an episode, which ends when the
  * median is back within half that margin. dl_loss_watch_add returns true
  * once, at the start of each episode; a non-finite loss counts as a rise.
- * A zeroed struct is ready to use with the defaults (window 20, factor 1.5,
- * min_rise 0.5 nats); set the fields before the first add to change them. */
+ * A zeroed struct is ready to use with the defaults (window 10, factor 1.3,
+ * min_rise 0.5 nats: on the tiny run that diverged, a warning 25 steps
+ * before the loss passed 20); set the fields before the first add to change them. */
 enum { DL_LOSS_WATCH_MAX_WINDOW = 64 };
 
 typedef struct dl_loss_watch {
-    int window;            /* steps per median (0: 20; at most DL_LOSS_WATCH_MAX_WINDOW) */
-    double factor;         /* (<= 1: 1.5) */
+    int window;            /* steps per median (0: 10; at most DL_LOSS_WATCH_MAX_WINDOW) */
+    double factor;         /* (<= 1: 1.3) */
     double min_rise;       /* (<= 0: 0.5) */
     double ring[DL_LOSS_WATCH_MAX_WINDOW]; /* the last window losses */
     int64_t count;         /* losses added */

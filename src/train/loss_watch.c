@@ -9,8 +9,8 @@
 
 #include "dedloc/train.h"
 
-enum { DEFAULT_WINDOW = 20 };
-#define DEFAULT_FACTOR 1.5
+enum { DEFAULT_WINDOW = 10 };
+#define DEFAULT_FACTOR 1.3
 #define DEFAULT_MIN_RISE 0.5
 
 static int window_of(const dl_loss_watch *w) {
@@ -24,7 +24,7 @@ static int compare_double(const void *a, const void *b) {
 }
 
 /* The median, not the mean: one wild micro-batch (a batch of odd text)
- * moves a mean of 20 steps by a lot and a median not at all, while a run
+ * moves a mean of 10 steps by a lot and a median not at all, while a run
  * that diverges moves both. A NaN sorts as the largest (it is a rise). */
 static double window_median(const dl_loss_watch *w, int n) {
     double sorted[DL_LOSS_WATCH_MAX_WINDOW];
