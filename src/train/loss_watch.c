@@ -27,7 +27,7 @@ static int compare_double(const void *a, const void *b) {
  * moves a mean of 10 steps by a lot and a median not at all, while a run
  * that diverges moves both. A NaN sorts as the largest (it is a rise). */
 static double window_median(const dl_loss_watch *w, int n) {
-    double sorted[DL_LOSS_WATCH_MAX_WINDOW];
+    double sorted[DL_LOSS_WATCH_MAX_WINDOW] = {0};
     for (int i = 0; i < n; i++) sorted[i] = isnan(w->ring[i]) ? INFINITY : w->ring[i];
     qsort(sorted, (size_t)n, sizeof sorted[0], compare_double);
     return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
