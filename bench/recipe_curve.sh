@@ -43,6 +43,7 @@ CMD=("$BIN" train --model tiny --data "$DATA" --seq 64 --batch 8 --target-batch 
 echo "recipe_curve: ${CMD[*]}" >&2
 LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 START=$(date +%s)
+STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 STATUS=0
 "${CMD[@]}" 2> "$OUT/train.err" || STATUS=$?
 ELAPSED=$(( $(date +%s) - START ))
@@ -50,14 +51,15 @@ LOAD_END=$(cut -d' ' -f1 /proc/loadavg)
 touch "$OUT/train.jsonl"
 echo "step,loss,mlm_loss,sop_loss,lr,grad_norm" > "$OUT/curve.csv"
 jq -r 'select(.step != null) | [.step, .loss, .mlm_loss, .sop_loss, .lr, .grad_norm] | @csv' "$OUT/train.jsonl" >> "$OUT/curve.csv"
-ERROR=$(grep -m1 -i 'error' "$OUT/train.err" || true)
-jq -s --arg cmd "${CMD[*]}" --arg date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" --arg error "$ERROR" \
+ERROR=""
+if [ "$STATUS" != 0 ]; then ERROR=$(grep -v '^\s*$' "$OUT/train.err" | tail -n 1 || true); fi
+jq -s --arg cmd "${CMD[*]}" --arg started "$STARTED" --arg finished "$(date -u +%Y-%m-%dT%H:%M:%SZ)" --arg error "$ERROR" \
       --argjson status "$STATUS" --argjson elapsed "$ELAPSED" --argjson steps "$STEPS" \
       --arg load "$LOAD_START -> $LOAD_END" '
   def mean: if length > 0 then add / length else null end;
   (map(select(.step != null))) as $r
   | ($r | map(.loss)) as $l
-  | {command: $cmd, date: $date, load_average: $load, elapsed_s: $elapsed, steps_asked: $steps,
+  | {command: $cmd, started: $started, finished: $finished, load_average: $load, elapsed_s: $elapsed, steps_asked: $steps,
      steps_done: ($r | length), exit_status: $status, error: $error,
      first_loss: ($l[0]), final_loss: ($l[-1]), min_loss: ($l | min), max_loss: ($l | max),
      max_loss_step: (if ($r | length) > 0 then ($r | max_by(.loss) | .step) else null end),
