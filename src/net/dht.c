@@ -51,6 +51,13 @@ static void on_put_done(bool ok, void *user) {
     if (!ok) DL_DEBUG("net", "DHT: announcement not stored yet");
 }
 
+/* True when --listen named one host (not a wildcard, not client mode): the
+ * host the DHT node should keep to, and cannot (below). */
+static bool listen_names_host(const struct dl_net *net) {
+    const char *a = net->listen_addr;
+    return a[0] && strncmp(a, "0.0.0.0:", 8) && strncmp(a, "[::]:", 5);
+}
+
 int dl_dht_start(struct dl_net *net) {
     struct dl_dht *d = dl_calloc(1, sizeof *d);
     if (!d) return -1;
@@ -100,6 +107,16 @@ int dl_dht_start(struct dl_net *net) {
     d->next_put = d->next_get = d->started;
     net->dht = d;
     DL_INFO("net", "DHT node on UDP port %d", net->dht_port);
+    /* OpenDHT's C API (opendht_c.h, 2.4) takes a port and nothing else: its
+     * node binds 0.0.0.0 and [::] on it. Binding one host needs its C++ API
+     * (DhtRunner::run with two SockAddr), which a C11 program cannot call;
+     * so a peer told to keep to one host says where its DHT is open instead
+     * (docs/protocol.md, "DHT discovery"). */
+    if (listen_names_host(net))
+        DL_WARN("net", "--listen %s names one host, but the DHT node is open on every address (UDP port %d "
+                "of 0.0.0.0 and [::]): OpenDHT's C library cannot bind one host. Pass --no-dht to keep this "
+                "peer to %s (it then finds peers through --initial-peers only)",
+                net->listen_addr, net->dht_port, net->listen_addr);
     return 0;
 }
 
