@@ -352,6 +352,7 @@ struct dl_metrics {
     char vendor[DL_METRICS_TEXT];
     char precision[16];             /* "fp32", "fp16", ... */
     char name[DL_METRICS_TEXT];     /* display name the contributor chose ("" = none) */
+    double target_batch;            /* samples per global step the trainer aims at; 0 = not said */
 };
 
 /* Signs m (time set to now) and serves it to whoever asks from now on. The
@@ -365,6 +366,16 @@ int dl_net_publish_metrics(dl_net *net, const struct dl_metrics *m);
 typedef void (*dl_net_metrics_fn)(void *user, const char *peer_id, int status, const struct dl_metrics *m);
 uint64_t dl_net_fetch_metrics(dl_net *net, const char *peer_id, double timeout_s, dl_net_metrics_fn callback,
                               void *user);
+
+/* A client-mode peer cannot be dialled, so nobody who dials out only (a
+ * monitor) reaches it: every peer relays the record of a peer it is
+ * connected to under DL_NET_METHOD_METRICS_RELAY (payload: that peer's hex
+ * id; the answer is the owner's signed record as it is). This asks
+ * relay_peer_id for peer_id's record; the callback is dl_net_fetch_metrics'
+ * (verified against peer_id). */
+#define DL_NET_METHOD_METRICS_RELAY "dedloc.metrics.relay"
+uint64_t dl_net_fetch_metrics_via(dl_net *net, const char *relay_peer_id, const char *peer_id, double timeout_s,
+                                  dl_net_metrics_fn callback, void *user);
 
 /* Checks a metrics blob: signature by expected_peer_id's key (NULL: any),
  * run, size and bounds. 0 with *m filled, or -1 with the reason. */

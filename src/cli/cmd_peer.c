@@ -164,7 +164,7 @@ static int parse_roles(const char *list, unsigned *mask) {
 #ifdef DEDLOC_TEST_HOOKS
 /* Test builds: a metrics record like a trainer's, for the monitor tests. */
 static void publish_fake_metrics(dl_net *net, uint64_t epoch, double loss, double sps, double uptime,
-                                 const char *name) {
+                                 const char *name, double target_batch) {
     struct dl_metrics m;
     memset(&m, 0, sizeof m);
     m.step = epoch;
@@ -176,6 +176,7 @@ static void publish_fake_metrics(dl_net *net, uint64_t epoch, double loss, doubl
     snprintf(m.vendor, sizeof m.vendor, "dedloc-test");
     snprintf(m.precision, sizeof m.precision, "fp32");
     snprintf(m.name, sizeof m.name, "%s", name);
+    m.target_batch = target_batch;
     if (dl_net_publish_metrics(net, &m)) fprintf(stderr, "dedloc peer: %s\n", dl_error());
 }
 #endif
@@ -375,7 +376,8 @@ int cmd_peer(int argc, char **argv) {
             dl_net_publish_progress(net, fake_epoch, fake_samples + fake_sps * (now - start), fake_sps);
 #ifdef DEDLOC_TEST_HOOKS
             if (args.fake_loss >= 0)
-                publish_fake_metrics(net, fake_epoch, args.fake_loss, fake_sps, now - start, args.name);
+                publish_fake_metrics(net, fake_epoch, args.fake_loss, fake_sps, now - start, args.name,
+                                     cfg.target_batch);
 #endif
             next_publish = now + 1.0;
         }

@@ -63,6 +63,9 @@ void dl_net_send_revocations(struct dl_net *net, struct dl_conn *c, struct dl_co
  * forged one bans the sender. */
 void dl_net_on_revocations(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size);
 
+/* metrics.c: serves the metrics relay (every peer but a fetch-only one). */
+int dl_net_metrics_start(struct dl_net *net);
+
 /* dht.c */
 int dl_dht_start(struct dl_net *net);
 void dl_dht_tick(struct dl_net *net, double now);

@@ -11,7 +11,10 @@
 #include "net/above_conn.h"
 
 static const char METRICS_CONTEXT[] = "dedloc-metrics-v1";
-#define METRICS_FIELDS 14
+/* Field 13, the target batch, came later (it was a reserved nil): records
+ * of 14 fields with a nil there stay valid and read as "not said". */
+#define METRICS_FIELDS 15
+#define METRICS_MIN_FIELDS 13
 
 /* Printable ASCII only: the strings end up in HTML, JSON and Prometheus
  * labels, where control characters and quotes-by-encoding tricks do harm. */
@@ -31,6 +34,8 @@ static int check_bounds(const struct dl_metrics *m) {
         return dl_fail("metrics record: samples total %g out of range", m->samples_total);
     if (!(m->uptime_s >= 0 && m->uptime_s <= 1e10)) return dl_fail("metrics record: uptime %g out of range", m->uptime_s);
     if (m->step > (uint64_t)1 << 53) return dl_fail("metrics record: step out of range");
+    if (!(m->target_batch >= 0 && m->target_batch <= 1e12))
+        return dl_fail("metrics record: target batch %g out of range", m->target_batch);
     return check_text(m->device, "device") || check_text(m->vendor, "vendor") ||
                    check_text(m->precision, "precision") || check_text(m->name, "name")
                ? -1
@@ -56,6 +61,7 @@ static uint8_t *metrics_sign(const struct dl_metrics *m, const char *run_id, con
     dl_pack_str(pk, m->vendor);
     dl_pack_str(pk, m->precision);
     dl_pack_str(pk, m->name);
+    msgpack_pack_double(pk, m->target_batch);
     msgpack_pack_nil(pk); /* reserved for later fields */
     size_t nbytes;
     uint8_t *bytes = dl_enc_finish(&body, &nbytes);
@@ -66,7 +72,7 @@ static int decode_metrics_body(const uint8_t *bytes, size_t nbytes, struct dl_me
                                char *run_id, size_t run_id_cap) {
     struct dl_dec d;
     const char *what = "metrics record";
-    if (dl_dec_begin(&d, bytes, nbytes, METRICS_FIELDS - 1, what)) return -1;
+    if (dl_dec_begin(&d, bytes, nbytes, METRICS_MIN_FIELDS, what)) return -1;
     uint32_t version = 0;
     int bad = dl_dec_u32(&d, 0, &version, what) || dl_dec_bin_exact(&d, 1, pk, DL_WIRE_PK, what) ||
               dl_dec_str(&d, 2, run_id, run_id_cap, what) || dl_dec_f64(&d, 3, &m->time, what) ||
@@ -76,6 +82,9 @@ static int decode_metrics_body(const uint8_t *bytes, size_t nbytes, struct dl_me
               dl_dec_str(&d, 10, m->vendor, sizeof m->vendor, what) ||
               dl_dec_str(&d, 11, m->precision, sizeof m->precision, what) ||
               dl_dec_str(&d, 12, m->name, sizeof m->name, what);
+    /* The target batch: a number, or nil / absent (a record from before it). */
+    if (!bad && d.count > 13 && d.fields[13].type != MSGPACK_OBJECT_NIL)
+        bad = dl_dec_f64(&d, 13, &m->target_batch, what);
     dl_dec_end(&d);
     if (bad) return -1;
     if (version != 1) return dl_fail("metrics record: version %u, expected 1", version);
@@ -159,16 +168,109 @@ static void on_metrics_response(void *user, uint64_t request_id, int status, con
     free(ctx);
 }
 
-uint64_t dl_net_fetch_metrics(dl_net *net, const char *peer_id, double timeout_s, dl_net_metrics_fn callback,
-                              void *user) {
+/* Asks `ask` for the record of peer_id: peer_id itself, or a relay. */
+static uint64_t fetch_from(dl_net *net, const char *ask, const char *peer_id, double timeout_s,
+                           dl_net_metrics_fn callback, void *user) {
     struct fetch_ctx *ctx = dl_calloc(1, sizeof *ctx);
     if (!ctx) return 0;
     ctx->net = net;
     snprintf(ctx->peer_id, sizeof ctx->peer_id, "%s", peer_id);
     ctx->callback = callback;
     ctx->user = user;
+    bool relayed = strcmp(ask, peer_id) != 0;
     /* Once queued, the response callback runs exactly once and frees ctx. */
-    uint64_t id = dl_net_request(net, peer_id, DL_NET_METHOD_METRICS, "", 0, timeout_s, on_metrics_response, ctx);
+    uint64_t id = relayed ? dl_net_request(net, ask, DL_NET_METHOD_METRICS_RELAY, peer_id, strlen(peer_id), timeout_s,
+                                           on_metrics_response, ctx)
+                          : dl_net_request(net, peer_id, DL_NET_METHOD_METRICS, "", 0, timeout_s, on_metrics_response,
+                                           ctx);
     if (!id) free(ctx);
     return id;
+}
+
+uint64_t dl_net_fetch_metrics(dl_net *net, const char *peer_id, double timeout_s, dl_net_metrics_fn callback,
+                              void *user) {
+    return fetch_from(net, peer_id, peer_id, timeout_s, callback, user);
+}
+
+uint64_t dl_net_fetch_metrics_via(dl_net *net, const char *relay_peer_id, const char *peer_id, double timeout_s,
+                                  dl_net_metrics_fn callback, void *user) {
+    if (strlen(peer_id) != DL_PEER_ID_HEX - 1) {
+        dl_fail("metrics relay: '%s' is not a peer id", peer_id);
+        return 0;
+    }
+    return fetch_from(net, relay_peer_id, peer_id, timeout_s, callback, user);
+}
+
+/* ---- the relay ------------------------------------------------------------------
+ * A client-mode peer (behind NAT) is never dialled, so a monitor, which
+ * dials out only too, can never ask it for its record. A peer it is
+ * connected to can: the relay asks over that connection and passes the
+ * answer on as it is. The record is signed by its owner and checked by
+ * the asker, so the relay can drop it but not change it. The relay keeps
+ * nothing; at most METRICS_RELAYS_MAX are under way at once (the rest are
+ * refused), each for at most METRICS_RELAY_TIMEOUT_S. */
+enum { METRICS_RELAYS_MAX = 64 };
+#define METRICS_RELAY_TIMEOUT_S 2.0
+
+struct relay_ctx {
+    dl_net *net;
+    uint64_t token;
+};
+
+static void relay_refuse(dl_net *net, uint64_t token, const char *why) {
+    dl_net_respond(net, token, DL_NET_REMOTE_ERROR, why, strlen(why));
+}
+
+/* On the network thread, like the handler: metrics_relays needs no lock. */
+static void on_relay_response(void *user, uint64_t request_id, int status, const uint8_t *payload, size_t size) {
+    struct relay_ctx *ctx = user;
+    ctx->net->metrics_relays--;
+    if (status == DL_NET_OK && size <= DL_METRICS_MAX_BYTES)
+        dl_net_respond(ctx->net, ctx->token, DL_NET_OK, payload, size);
+    else
+        relay_refuse(ctx->net, ctx->token, status == DL_NET_OK ? "record too large" : dl_net_status_name(status));
+    free(ctx);
+}
+
+static void serve_relay(void *user, dl_net *net, const struct dl_net_incoming *request) {
+    char target[DL_PEER_ID_HEX];
+    bool hex = request->size == DL_PEER_ID_HEX - 1;
+    for (size_t i = 0; hex && i < request->size; i++) {
+        uint8_t c = request->payload[i];
+        hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    }
+    if (!hex) {
+        relay_refuse(net, request->token, "expected the hex peer id of the peer whose record to relay");
+        return;
+    }
+    memcpy(target, request->payload, DL_PEER_ID_HEX - 1);
+    target[DL_PEER_ID_HEX - 1] = 0;
+    if (!strcmp(target, net->id.peer_id)) {
+        serve_metrics(user, net, request); /* our own */
+        return;
+    }
+    if (net->metrics_relays >= METRICS_RELAYS_MAX) {
+        relay_refuse(net, request->token, "too many relays under way");
+        return;
+    }
+    struct relay_ctx *ctx = dl_calloc(1, sizeof *ctx);
+    if (!ctx) {
+        relay_refuse(net, request->token, "out of memory");
+        return;
+    }
+    ctx->net = net;
+    ctx->token = request->token;
+    double timeout = request->deadline_s * 0.8;
+    if (!(timeout <= METRICS_RELAY_TIMEOUT_S)) timeout = METRICS_RELAY_TIMEOUT_S;
+    if (timeout < 0.05) timeout = 0.05;
+    net->metrics_relays++;
+    if (!dl_net_request(net, target, DL_NET_METHOD_METRICS, "", 0, timeout, on_relay_response, ctx)) {
+        net->metrics_relays--;
+        free(ctx);
+        relay_refuse(net, request->token, "cannot ask that peer");
+    }
+}
+
+int dl_net_metrics_start(struct dl_net *net) {
+    return dl_net_set_handler(net, DL_NET_METHOD_METRICS_RELAY, serve_relay, NULL);
 }

@@ -364,6 +364,7 @@ int dl_net_start(const struct dl_net_config *config, dl_net **out) {
     }
     struct timeval tick = {0, (suseconds_t)(DL_NET_TICK_S * 1e6)};
     event_add(net->tick_ev, &tick);
+    if (!net->cfg.fetch_only && dl_net_metrics_start(net)) goto fail;
     if (net->cfg.use_dht && dl_dht_start(net)) goto fail;
     dl_net_publish_record(net, false);
     net->next_publish = dl_now() + net->cfg.min_refresh_s;

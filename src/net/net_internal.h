@@ -205,6 +205,7 @@ struct dl_net {
     uint64_t next_request_id;
     uint8_t *metrics_blob;            /* our signed metrics record (src/net/metrics.c), or NULL */
     size_t metrics_size;
+    int metrics_relays;               /* relays of other peers' records under way (network thread) */
 
     struct dl_conn *conns;
     size_t num_conns;

@@ -151,6 +151,68 @@ static void on_fetched(void *user, const char *peer_id, int status, const struct
     f->done = 1;
 }
 
+struct raw_answer {
+    volatile int done;
+    int status;
+    char text[128];
+};
+
+static void on_raw(void *user, uint64_t id, int status, const uint8_t *payload, size_t size) {
+    struct raw_answer *r = user;
+    r->status = status;
+    snprintf(r->text, sizeof r->text, "%.*s", (int)(size < 100 ? size : 100), payload ? (const char *)payload : "");
+    r->done = 1;
+}
+
+/* A client-mode peer c (it dials a; nobody dials it): b asks a, the relay,
+ * for c's record and gets it as c signed it (its target batch too). (c may
+ * dial b as well, so b is not shown unable to ask c directly: the monitor
+ * test has a peer that truly cannot, the monitor.) Bad asks get an error,
+ * not a record. */
+static void check_relay(dl_net *a, dl_net *b, const struct dl_net_config *ca) {
+    struct dl_net_config cc = *ca;
+    cc.listen = "";
+    cc.client_mode = true;
+    cc.initial_peers = dl_net_listen_address(a);
+    dl_net *c = NULL;
+    CHECK_OK(dl_net_start(&cc, &c));
+    if (!c) return;
+    struct dl_metrics m;
+    memset(&m, 0, sizeof m);
+    m.samples_total = 77;
+    m.loss = -1;
+    m.target_batch = 48;
+    snprintf(m.name, sizeof m.name, "carol");
+    CHECK_OK(dl_net_publish_metrics(c, &m));
+    struct fetched f = {0};
+    for (int attempt = 0; attempt < 100; attempt++) {
+        f.done = 0;
+        CHECK(dl_net_fetch_metrics_via(b, dl_net_peer_id(a), dl_net_peer_id(c), 2.0, on_fetched, &f) != 0);
+        for (int i = 0; i < 300 && !f.done; i++) usleep(10000);
+        if (f.done && f.status == DL_NET_OK) break;
+        usleep(50000); /* c not connected to a yet */
+    }
+    CHECK_MSG(f.done && f.status == DL_NET_OK, "relayed fetch: status %d", f.status);
+    CHECK(!strcmp(f.m.peer_id, dl_net_peer_id(c)) && !strcmp(f.m.name, "carol") && f.m.samples_total == 77 &&
+          f.m.target_batch == 48);
+    /* The relay's own record, asked through itself. */
+    f.done = 0;
+    CHECK(dl_net_fetch_metrics_via(b, dl_net_peer_id(a), dl_net_peer_id(a), 2.0, on_fetched, &f) != 0);
+    for (int i = 0; i < 300 && !f.done; i++) usleep(10000);
+    CHECK(f.done && f.status == DL_NET_OK && !strcmp(f.m.name, "dave"));
+    /* Not a peer id; a peer nobody knows: errors, and a still serving. */
+    const char *bad[2] = {"../not-hex", "0123456789abcdef0123456789abcdef"};
+    for (int k = 0; k < 2; k++) {
+        struct raw_answer r = {0};
+        CHECK(dl_net_request(b, dl_net_peer_id(a), DL_NET_METHOD_METRICS_RELAY, bad[k], strlen(bad[k]), 2.0, on_raw,
+                             &r) != 0);
+        for (int i = 0; i < 300 && !r.done; i++) usleep(10000);
+        CHECK_MSG(r.done && r.status == DL_NET_REMOTE_ERROR, "relay of '%s': status %d (%s)", bad[k], r.status,
+                  r.text);
+    }
+    dl_net_stop(c);
+}
+
 static void check_round_trip(void) {
     struct dl_net_config ca, cb;
     dl_net_config_default(&ca);
@@ -196,6 +258,7 @@ static void check_round_trip(void) {
     CHECK(dl_net_fetch_metrics(a, dl_net_peer_id(b), 2.0, on_fetched, &f) != 0);
     for (int i = 0; i < 300 && !f.done; i++) usleep(10000);
     CHECK(f.done && f.status != DL_NET_OK);
+    check_relay(a, b, &ca);
     dl_net_stop(b);
     dl_net_stop(a);
 }
