@@ -61,6 +61,13 @@ int dl_monitor_history_add(struct dl_monitor_history *h, const struct dl_monitor
 /* Closes the file and frees the points; h may be zeroed or closed already. */
 void dl_monitor_history_close(struct dl_monitor_history *h);
 
+/* The folder (created) where a monitor of run_id keeps its files unless told
+ * otherwise: $XDG_STATE_HOME/dedloc/monitor/RUN (else
+ * ~/.local/state/dedloc/monitor/RUN), RUN being the run id with anything
+ * but letters, digits, '.', '-' and '_' replaced, plus a hash of the run id
+ * when it was. 0, or -1 with dl_fail(). */
+int dl_monitor_state_dir(const char *run_id, char *out, size_t size);
+
 /* ==== the monitor ==== */
 
 /* How the monitor writes a Hugging Face export of the swarm's state. The

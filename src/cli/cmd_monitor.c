@@ -28,7 +28,8 @@ static void help(FILE *out) {
             "  --initial-peers LIST     host:port,host:port of peers to join through\n"
             "  --listen-http ADDR:PORT  HTTP address (default 127.0.0.1:8080; port 0 = any)\n"
             "  --history FILE           JSON-lines history, appended and reloaded on restart\n"
-            "                           (default dedloc-monitor-history.jsonl)\n"
+            "                           (default: history.jsonl in a folder of the run id,\n"
+            "                           $XDG_STATE_HOME/dedloc/monitor/RUN or ~/.local/state/...)\n"
             "  --history-points N       points kept in memory, older ones downsampled (default 2048)\n"
             "  --sample-every S         seconds between history points (default 5)\n"
             "  --target-batch N         samples per global step, for the ETA (default 4096)\n"
@@ -134,7 +135,7 @@ static int parse_args(int argc, char **argv, struct monitor_args *m) {
     memset(m, 0, sizeof *m);
     dl_net_config_default(&m->net);
     m->listen_http = "127.0.0.1:8080";
-    m->history_path = "dedloc-monitor-history.jsonl";
+    m->history_path = NULL; /* a file of the run id's own (cmd_monitor) */
     m->sample_every = 5;
     m->duration = -1;
     m->points = 2048;
@@ -197,6 +198,18 @@ int cmd_monitor(int argc, char **argv) {
      * trainer overrides it with the ones it gets. */
     bool tiny = !strcmp(args.model, "tiny");
     int64_t opt_steps = args.max_steps > 0 ? (int64_t)args.max_steps : tiny ? 300 : 125000;
+    /* One history per run: a second run's chart must not continue the first's. */
+    char history_path[4200];
+    if (!args.history_path) {
+        char dir[4096];
+        if (dl_monitor_state_dir(args.net.run_id, dir, sizeof dir)) {
+            fprintf(stderr, "dedloc monitor: %s\n", dl_error());
+            return DL_EXIT_FAILURE;
+        }
+        snprintf(history_path, sizeof history_path, "%s/history.jsonl", dir);
+        args.history_path = history_path;
+    }
+    DL_INFO("monitor", "history of run '%s' in %s", args.net.run_id, args.history_path);
     struct dl_monitor_config mcfg = {
         .net = args.net,
         .http_host = http_host,

@@ -21,6 +21,7 @@ struct dl_monitor {
     int http_port;
     double sample_every, next_sample, end, last_epoch_change;
     uint64_t last_epoch;
+    size_t relay_turn;  /* which peer relays client-mode peers' records this tick */
 };
 
 const struct dl_metrics *dl_monitor_find_metrics(const struct dl_monitor_state *s, const char *peer_id) {
@@ -47,11 +48,35 @@ static void on_metrics(void *user, const char *peer_id, int status, const struct
     struct dl_monitor_state *s = user;
     if (status != DL_NET_OK || !m) return;
     pthread_mutex_lock(&s->lock);
-    struct dl_metrics *slot = (struct dl_metrics *)dl_monitor_find_metrics(s, peer_id);
-    if (!slot && s->num_metrics < DL_MONITOR_MAX_METRICS) slot = &s->metrics[s->num_metrics++];
-    /* Keep the newest only: a late answer must not roll a peer back. */
-    if (slot && (slot->peer_id[0] == 0 || m->time >= slot->time)) *slot = *m;
+    dl_monitor_board_note(s, m);
     pthread_mutex_unlock(&s->lock);
+}
+
+/* A metrics request for each peer in v. A client-mode peer (behind NAT) is
+ * dialled by nobody, so its record is asked of a peer that it dialled: one
+ * of the others, in turn from tick to tick, so a relay that does not hold
+ * a connection to it costs one miss, not every answer. */
+static void fetch_metrics(struct dl_monitor *l, const struct dl_swarm_view *v) {
+    size_t relays = 0;
+    for (size_t i = 0; i < v->num_peers; i++) relays += !v->peers[i].client_mode;
+    l->relay_turn++;
+    for (size_t i = 0; i < v->num_peers; i++) {
+        const struct dl_swarm_peer *p = &v->peers[i];
+        uint64_t id = 0;
+        if (!p->client_mode) {
+            id = dl_net_fetch_metrics(l->net, p->peer_id, 2.0, on_metrics, l->state);
+        } else if (relays) {
+            size_t k = (l->relay_turn + i) % relays;
+            for (size_t j = 0; j < v->num_peers; j++) {
+                if (v->peers[j].client_mode) continue;
+                if (k-- == 0) {
+                    id = dl_net_fetch_metrics_via(l->net, v->peers[j].peer_id, p->peer_id, 2.0, on_metrics, l->state);
+                    break;
+                }
+            }
+        }
+        if (!id && (!p->client_mode || relays)) DL_DEBUG("monitor", "metrics of %s: %s", p->peer_id, dl_error());
+    }
 }
 
 /* Once a second: a fresh view, a metrics request to each peer, maybe a
@@ -74,9 +99,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     for (size_t i = 0; i < v.num_peers; i++)
         if (!v.peers[i].is_self) v.peers[kept++] = v.peers[i];
     v.num_peers = kept;
-    for (size_t i = 0; i < v.num_peers; i++)
-        if (!dl_net_fetch_metrics(l->net, v.peers[i].peer_id, 2.0, on_metrics, s))
-            DL_DEBUG("monitor", "metrics of %s: %s", v.peers[i].peer_id, dl_error());
+    fetch_metrics(l, &v);
     pthread_mutex_lock(&s->lock);
     uint64_t epoch = v.global_epoch;
     if (v.global_epoch != l->last_epoch) {
@@ -89,8 +112,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     s->view_time = dl_wall_time();
     if (now >= l->next_sample) {
         l->next_sample = now + l->sample_every;
+        struct dl_monitor_header hd;
+        dl_monitor_header(s, s->view_time, &hd);
         struct dl_monitor_point p = {s->view_time, (double)v.global_epoch, dl_monitor_mean_loss(s),
-                                     v.samples_per_second, (double)v.num_peers};
+                                     hd.samples_per_second, (double)v.num_peers};
         if (dl_monitor_history_add(&s->history, &p)) DL_WARN("monitor", "%s", dl_error());
     }
     pthread_mutex_unlock(&s->lock);
@@ -106,6 +131,7 @@ static struct dl_monitor_state *state_new(const struct dl_monitor_config *cfg) {
     pthread_mutex_init(&state->lock, NULL);
     state->run_id = cfg->net.run_id;
     state->target_batch = cfg->net.target_batch;
+    state->target_given = cfg->run_target_batch > 0;
     struct dl_monitor_snapshots *snap = &state->snap;
     snap->checkpoint_dir = cfg->checkpoint_dir;
     snap->checkpoint_every = cfg->checkpoint_every;

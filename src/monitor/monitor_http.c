@@ -67,12 +67,20 @@ static cJSON *metrics_json(const struct dl_metrics *m) {
     cJSON_AddStringToObject(o, "vendor", m->vendor);
     cJSON_AddStringToObject(o, "precision", m->precision);
     cJSON_AddStringToObject(o, "name", m->name);
+    if (m->target_batch > 0) cJSON_AddNumberToObject(o, "target_batch", m->target_batch);
+    else cJSON_AddNullToObject(o, "target_batch");
     return o;
 }
 
-static int by_samples_total(const void *a, const void *b) {
-    double x = (*(const struct dl_metrics *const *)a)->samples_total;
-    double y = (*(const struct dl_metrics *const *)b)->samples_total;
+/* A contributor on the board: its latest record and its samples over all
+ * its sessions. */
+struct contributor {
+    const struct dl_metrics *m;
+    double samples;
+};
+
+static int by_samples(const void *a, const void *b) {
+    double x = ((const struct contributor *)a)->samples, y = ((const struct contributor *)b)->samples;
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
@@ -117,10 +125,13 @@ static cJSON *status_json(struct dl_monitor_state *s) {
     cJSON_AddStringToObject(o, "monitor_peer_id", s->peer_id);
     cJSON_AddNumberToObject(o, "time", s->view_time);
     cJSON_AddNumberToObject(o, "global_epoch", (double)v->global_epoch);
-    cJSON_AddNumberToObject(o, "target_batch", s->target_batch);
-    cJSON_AddNumberToObject(o, "collective_samples", v->collective_samples);
-    cJSON_AddNumberToObject(o, "samples_per_second", v->samples_per_second);
-    cJSON_AddNumberToObject(o, "eta_s", v->eta_s);
+    struct dl_monitor_header hd;
+    dl_monitor_header(s, now, &hd);
+    cJSON_AddNumberToObject(o, "target_batch", hd.target_batch);
+    cJSON_AddStringToObject(o, "target_source", hd.target_source);
+    cJSON_AddNumberToObject(o, "collective_samples", hd.collective_samples);
+    cJSON_AddNumberToObject(o, "samples_per_second", hd.samples_per_second);
+    cJSON_AddNumberToObject(o, "eta_s", hd.eta_s);
     cJSON_AddNumberToObject(o, "round_s", s->round_s);
     cJSON_AddNumberToObject(o, "peers_alive", (double)v->num_peers);
     add_loss(o, "loss", dl_monitor_mean_loss(s));
@@ -149,16 +160,17 @@ static cJSON *status_json(struct dl_monitor_state *s) {
         cJSON_AddItemToArray(peers, e);
     }
     /* Every contributor the monitor has heard of, alive or gone. */
-    const struct dl_metrics **order = dl_calloc(s->num_metrics + 1, sizeof *order);
+    struct contributor *order = dl_calloc(s->num_metrics + 1, sizeof *order);
     size_t ranked = order ? s->num_metrics : 0;
-    for (size_t i = 0; i < ranked; i++) order[i] = &s->metrics[i];
-    if (ranked) qsort(order, ranked, sizeof order[0], by_samples_total);
+    for (size_t i = 0; i < ranked; i++) order[i] = (struct contributor){&s->metrics[i], dl_monitor_contributed(s, i)};
+    if (ranked) qsort(order, ranked, sizeof order[0], by_samples);
     cJSON *board = cJSON_AddArrayToObject(o, "leaderboard");
     for (size_t i = 0; i < ranked; i++) {
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "peer_id", order[i]->peer_id);
-        cJSON_AddStringToObject(e, "name", order[i]->name);
-        cJSON_AddNumberToObject(e, "samples_total", order[i]->samples_total);
+        cJSON_AddStringToObject(e, "peer_id", order[i].m->peer_id);
+        cJSON_AddStringToObject(e, "name", order[i].m->name);
+        cJSON_AddStringToObject(e, "device", order[i].m->device);
+        cJSON_AddNumberToObject(e, "samples_total", order[i].samples);
         cJSON_AddItemToArray(board, e);
     }
     free(order);
@@ -204,10 +216,12 @@ static void prometheus_text(struct dl_monitor_state *s, struct evbuffer *b) {
     else evbuffer_add_printf(b, "dedloc_loss NaN\n");
     prom_metric(b, "dedloc_peers_alive", "gauge", "Peers with a live progress record.");
     evbuffer_add_printf(b, "dedloc_peers_alive %zu\n", v->num_peers);
+    struct dl_monitor_header hd;
+    dl_monitor_header(s, dl_wall_time(), &hd);
     prom_metric(b, "dedloc_samples_per_second", "gauge", "Collective training throughput.");
-    evbuffer_add_printf(b, "dedloc_samples_per_second %.9g\n", v->samples_per_second);
+    evbuffer_add_printf(b, "dedloc_samples_per_second %.9g\n", hd.samples_per_second);
     prom_metric(b, "dedloc_collective_samples", "gauge", "Samples accumulated towards the next step.");
-    evbuffer_add_printf(b, "dedloc_collective_samples %.9g\n", v->collective_samples);
+    evbuffer_add_printf(b, "dedloc_collective_samples %.9g\n", hd.collective_samples);
     prom_metric(b, "dedloc_round_seconds", "gauge", "Seconds between the last two global steps (0 = unknown).");
     evbuffer_add_printf(b, "dedloc_round_seconds %.9g\n", s->round_s);
     prom_metric(b, "dedloc_peer_samples_per_second", "gauge", "Throughput of one peer.");
@@ -218,10 +232,10 @@ static void prometheus_text(struct dl_monitor_state *s, struct evbuffer *b) {
     for (size_t i = 0; i < v->num_peers; i++)
         evbuffer_add_printf(b, "dedloc_peer_epoch{peer=\"%s\"} %llu\n", v->peers[i].peer_id,
                             (unsigned long long)v->peers[i].epoch);
-    prom_metric(b, "dedloc_peer_samples_total", "counter", "Samples one peer contributed since it joined.");
+    prom_metric(b, "dedloc_peer_samples_total", "counter", "Samples one peer contributed, over its restarts.");
     for (size_t i = 0; i < s->num_metrics; i++)
         evbuffer_add_printf(b, "dedloc_peer_samples_total{peer=\"%s\",name=\"%s\"} %.9g\n", s->metrics[i].peer_id,
-                            s->metrics[i].name, s->metrics[i].samples_total);
+                            s->metrics[i].name, dl_monitor_contributed(s, i));
     prom_metric(b, "dedloc_peer_loss", "gauge", "Last training loss one peer reported.");
     for (size_t i = 0; i < s->num_metrics; i++)
         if (s->metrics[i].loss >= 0)

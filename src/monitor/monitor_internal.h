@@ -55,11 +55,13 @@ struct dl_monitor_state {
     pthread_mutex_t lock;
     const char *run_id;
     char peer_id[DL_PEER_ID_HEX];
-    double target_batch;
+    double target_batch;                /* given (--target-batch, --manifest), else the default */
+    bool target_given;                  /* else the peers' announced target wins over the default */
     struct dl_swarm_view view;          /* latest, without us (an observer) */
     double view_time;                   /* wall clock of the view */
     struct dl_metrics metrics[DL_MONITOR_MAX_METRICS]; /* latest verified record per peer */
     double metrics_seen[DL_MONITOR_MAX_METRICS];       /* wall clock it arrived */
+    double banked[DL_MONITOR_MAX_METRICS];             /* samples of that peer's earlier sessions */
     size_t num_metrics;
     double round_s;                     /* seconds between the last two global steps; 0 = unknown */
     struct dl_monitor_history history;
@@ -70,6 +72,25 @@ struct dl_monitor_state {
 const struct dl_metrics *dl_monitor_find_metrics(const struct dl_monitor_state *s, const char *peer_id);
 /* Mean of the last losses of alive peers, -1 when none; lock held. */
 double dl_monitor_mean_loss(const struct dl_monitor_state *s);
+
+/* ---- the board and the header (monitor_board.c), lock held ---- */
+
+/* Takes a verified record into the peer's slot (a new slot for a new peer
+ * id, while there is room); an older record than the slot's is ignored; a
+ * record of a restarted peer banks the samples of its previous session. */
+void dl_monitor_board_note(struct dl_monitor_state *s, const struct dl_metrics *m);
+/* Samples metrics[i]'s peer contributed over all its sessions seen. */
+double dl_monitor_contributed(const struct dl_monitor_state *s, size_t i);
+
+/* The run's header as the page shows it. */
+struct dl_monitor_header {
+    double target_batch;        /* given, else what most alive peers announce, else the default */
+    const char *target_source;  /* "given", "peers" or "default" */
+    double collective_samples;  /* towards the next step, extrapolated to now, at most the target */
+    double samples_per_second;  /* over the alive peers, each as measured over its last step */
+    double eta_s;               /* 0: the target is reached (a round is forming); -1: no rate */
+};
+void dl_monitor_header(const struct dl_monitor_state *s, double now_wall, struct dl_monitor_header *h);
 
 /* Prepares the snapshots' model, layout and run settings (model: a preset or
  * a config.json; max_steps/target_batch <= 0: not given); m->opt is set by
