@@ -77,14 +77,16 @@ static bool is_string(const cJSON *o, const char *key, const char *want) {
     return cJSON_IsString(v) && !strcmp(v->valuestring, want);
 }
 
-/* Until carol is listed with her metrics and on the board (at most 20 s). */
+/* Until carol is listed with her metrics (uptime in the range: which
+ * session) and on the board, and sam with his (at most 20 s). */
 static cJSON *wait_for_carol(double min_uptime, double max_uptime) {
     double end = mono_now() + 20;
     while (mono_now() < end) {
         cJSON *s = get_json("/api/status");
         const cJSON *p = find_peer(s, peers[1].peer_id);
         const cJSON *m = item(p, "metrics");
-        if (cJSON_IsObject(m) && board_entry(s, peers[1].peer_id) && json_num(m, "uptime_s") >= min_uptime &&
+        bool sam = cJSON_IsObject(item(find_peer(s, peers[0].peer_id), "metrics"));
+        if (sam && cJSON_IsObject(m) && board_entry(s, peers[1].peer_id) && json_num(m, "uptime_s") >= min_uptime &&
             json_num(m, "uptime_s") <= max_uptime)
             return s;
         cJSON_Delete(s);
