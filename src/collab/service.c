@@ -364,7 +364,9 @@ enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const s
     c->cur = NULL;
     c->inbox.serial = 0;
     c->rounds_done++;
-    if (opt.epoch > c->last_epoch) c->last_epoch = opt.epoch;
+    /* Only a completed round closes its epoch: a failed one is retried at
+     * the same epoch, and joins for that retry must wait for it. */
+    if (r->status == DL_AVG_OK && opt.epoch > c->last_epoch) c->last_epoch = opt.epoch;
     bool keep = r->has_group && r->status == DL_AVG_OK && r->i_receive;
     if (keep) c->last = r;
     pthread_mutex_unlock(&c->lock);
