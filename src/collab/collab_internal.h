@@ -71,6 +71,10 @@ struct dl_collab {
     bool test_stalling;           /* tests only: DL_MISBEHAVE_STALL_LEADER latched */
 };
 
+/* roles.c: why an averaging request (inbox.h kind, its payload) from a peer
+ * whose admission token has `token_role` is refused, or NULL to take it. */
+const char *dl_collab_role_refusal(enum dl_role token_role, int kind, const uint8_t *payload, size_t size);
+
 /* matchmaking.c: forms the group of round r for service c (fills r->g,
  * r->me); 0 or -1 with r->status set. */
 int dl_matchmake(struct dl_collab *c, struct dl_round *r, const struct dl_avg_options *opt);
