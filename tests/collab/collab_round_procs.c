@@ -128,13 +128,15 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
     }
     argv[k++] = "--stall"; argv[k++] = "2";
     char liar_bw[32];
-    if (sc->victim_bandwidth > 0 && i == sc->victim) {
-        snprintf(liar_bw, sizeof liar_bw, "%g", sc->victim_bandwidth);
+    if (sc->victim_bandwidth > 0) {
+        /* The others declare 100 Mbit/s (an undeclared bandwidth would
+         * count as the median declared one: the liar's own). */
+        snprintf(liar_bw, sizeof liar_bw, "%g", i == sc->victim ? sc->victim_bandwidth : 100.0);
         argv[k++] = "--bandwidth"; argv[k++] = liar_bw;
     }
     if (sc->upload_mbit > 0) {
         argv[k++] = "--max-upload"; argv[k++] = up;
-        if (!(sc->victim_bandwidth > 0 && i == sc->victim)) {
+        if (!(sc->victim_bandwidth > 0)) {
             argv[k++] = "--bandwidth"; argv[k++] = up;
         }
     }
