@@ -254,7 +254,8 @@ int bench_allreduce_member(int argc, char **argv) {
     struct vector_model vm = {false, 0, 0};
     enum { O_LISTEN = 256, O_INITIAL, O_SIZE, O_SEED, O_WEIGHT, O_COMP, O_DEADLINE, O_STALL, O_ROUNDS,
            O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT, O_DELAY, O_LINGER, O_AGG, O_TAU, O_ITERS,
-           O_CWARN, O_CBAN, O_ATTACK, O_COMMON, O_SPREAD, O_REPLAY, O_JOINW, O_HANDOVER, O_SAME_EPOCH };
+           O_CWARN, O_CBAN, O_ATTACK, O_COMMON, O_SPREAD, O_REPLAY, O_JOINW, O_HANDOVER, O_SAME_EPOCH,
+           O_IDENTITY, O_TOKEN, O_RUN_KEY };
     bool same_epoch = false; /* every round retries epoch 1 with round 0's vector */
 #ifdef DEDLOC_TEST_HOOKS
     int attack = ATTACK_NONE;
@@ -262,6 +263,8 @@ int bench_allreduce_member(int argc, char **argv) {
 #endif
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN}, {"initial-peers", required_argument, NULL, O_INITIAL},
+        {"identity", required_argument, NULL, O_IDENTITY}, {"token", required_argument, NULL, O_TOKEN},
+        {"run-key", required_argument, NULL, O_RUN_KEY},
         {"size", required_argument, NULL, O_SIZE}, {"seed", required_argument, NULL, O_SEED},
         {"weight", required_argument, NULL, O_WEIGHT}, {"compression", required_argument, NULL, O_COMP},
         {"deadline", required_argument, NULL, O_DEADLINE}, {"stall", required_argument, NULL, O_STALL},
@@ -285,6 +288,9 @@ int bench_allreduce_member(int argc, char **argv) {
         int bad = 0;
         switch (c) {
         case O_LISTEN: cfg.listen = optarg; break;
+        case O_IDENTITY: cfg.identity_path = optarg; break;
+        case O_TOKEN: cfg.token_path = optarg; break;
+        case O_RUN_KEY: cfg.run_key = optarg; break;
         case O_INITIAL: cfg.initial_peers = optarg; break;
         case O_SIZE: bad = parse_num(optarg, 1, 1e10, &size); break;
         case O_SEED: bad = parse_num(optarg, 0, 1e15, &seed); break;

@@ -17,7 +17,9 @@
  *   - bandwidth_liar: the member declaring 1e6 Mbit/s aggregates at most
  *     2 / (A + 1) of the vector; huge_values: finite values near FLT_MAX are
  *     refused like NaN; dictating_leader: a group record with other settings
- *     than the run's is refused by every member.
+ *     than the run's is refused by every member; monitor_trainer: in a run
+ *     with an authority, a monitor-role peer that joins as a trainer is
+ *     refused at the leader and its vector is in no chunk.
  * The robust_* cases (test-hook builds) run 8 members of which 3 attack with
  * well-formed data (sign-flipped x1000, noise, stale, replayed vectors) and
  * check the result against the weighted mean of the honest members' inputs:
@@ -65,6 +67,10 @@ struct member {
 static struct member members[MAX_MEMBERS];
 static int num_members;
 static int rounds_run = 1;
+/* A run with an authority (scenario .tokens): its public key, each
+ * member's identity and token files. */
+static char run_key_hex[80];
+static char identity_path[MAX_MEMBERS][300], token_path[MAX_MEMBERS][300];
 static char workdir[256];
 
 static void kill_all(void) {
@@ -179,6 +185,11 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
     if (initial) {
         argv[k++] = "--initial-peers"; argv[k++] = initial;
     }
+    if (sc->tokens) {
+        argv[k++] = "--identity"; argv[k++] = identity_path[i];
+        argv[k++] = "--token"; argv[k++] = token_path[i];
+        argv[k++] = "--run-key"; argv[k++] = run_key_hex;
+    }
     argv[k] = NULL;
     int fds[2];
     if (pipe(fds)) return -1;
@@ -277,6 +288,60 @@ static int leader_of_epoch(uint64_t epoch) {
     return leader;
 }
 
+/* An identity file as dedloc writes it (magic, then the ed25519 seed; mode
+ * 0600), and its peer id: hex of BLAKE2b-128 of the public key. */
+static int write_identity(const char *path, char peer_id[40]) {
+    static const char magic[] = "dedloc-ed25519-v1\n";
+    uint8_t seed[crypto_sign_SEEDBYTES], pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES], h[16];
+    randombytes_buf(seed, sizeof seed);
+    crypto_sign_seed_keypair(pk, sk, seed);
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return -1;
+    bool ok = write(fd, magic, sizeof magic - 1) == (ssize_t)(sizeof magic - 1) &&
+              write(fd, seed, sizeof seed) == (ssize_t)sizeof seed;
+    close(fd);
+    crypto_generichash(h, sizeof h, pk, sizeof pk, NULL, 0);
+    sodium_bin2hex(peer_id, 33, h, sizeof h);
+    return ok ? 0 : -1;
+}
+
+/* The authority, identities and tokens of a run with roles. A monitor is
+ * kept from leading epoch 1 (its key is drawn again): a member cannot tell
+ * a leader's role from its answer, so the test is about the door, where the
+ * leader refuses a monitor's join. */
+static int make_tokens(const struct scenario *sc) {
+    char key[300], pub[300], cmd[1200];
+    snprintf(key, sizeof key, "%s/run.key", workdir);
+    snprintf(pub, sizeof pub, "%s/run.pub", workdir);
+    snprintf(cmd, sizeof cmd, "'%s' authority init --run-id dedloc-bench-allreduce --out '%s' > '%s' 2>/dev/null",
+             DEDLOC_BINARY, key, pub);
+    if (system(cmd)) return -1;
+    FILE *f = fopen(pub, "r");
+    if (!f || !fgets(run_key_hex, sizeof run_key_hex, f)) {
+        if (f) fclose(f);
+        return -1;
+    }
+    fclose(f);
+    run_key_hex[strcspn(run_key_hex, "\r\n")] = 0;
+    for (int i = 0; i < num_members; i++) {
+        snprintf(identity_path[i], sizeof identity_path[i], "%s/m%d.id", workdir, i);
+        if (write_identity(identity_path[i], members[i].peer_id)) return -1;
+    }
+    for (int tries = 0; tries < 100; tries++) {
+        int leader = leader_of_epoch(1);
+        if (sc->tokens[leader] != 'm') break;
+        if (write_identity(identity_path[leader], members[leader].peer_id)) return -1;
+    }
+    for (int i = 0; i < num_members; i++) {
+        snprintf(token_path[i], sizeof token_path[i], "%s/m%d.token", workdir, i);
+        snprintf(cmd, sizeof cmd, "'%s' authority issue --key '%s' --peer %s --role %s --expires 1d > '%s' 2>/dev/null",
+                 DEDLOC_BINARY, key, members[i].peer_id, sc->tokens[i] == 'm' ? "monitor" : "trainer", token_path[i]);
+        if (system(cmd)) return -1;
+    }
+    return 0;
+}
+
 static const char *status_of(const struct member *m) {
     return m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "status")) : "(no report)";
 }
@@ -293,6 +358,12 @@ static void verify(const struct scenario *sc) {
     if (sc->victim_status)
         CHECK_MSG(!strcmp(status_of(&members[sc->victim]), sc->victim_status), "member %d reported %s, not %s",
                   sc->victim, status_of(&members[sc->victim]), sc->victim_status);
+    if (sc->victim_reason) {
+        const cJSON *vr = members[sc->victim].round;
+        const char *reason = vr ? cJSON_GetStringValue(cJSON_GetObjectItem(vr, "reason")) : NULL;
+        CHECK_MSG(reason && strstr(reason, sc->victim_reason), "member %d's reason: %s (expected \"%s\")", sc->victim,
+                  reason ? reason : "(none)", sc->victim_reason);
+    }
     /* Which members must have succeeded. */
     int reference = -1;
     for (int i = 0; i < num_members; i++) {
@@ -395,6 +466,8 @@ static void verify(const struct scenario *sc) {
             if (who >= 0 && members[who].misbehave && g != reducer && !welcome)
                 CHECK_MSG(false, "chunk %d holds the misbehaving member's data", ci);
             if (who >= 0 && !strcmp(members[who].role, "aux")) CHECK_MSG(false, "chunk %d holds an aux member", ci);
+            if (who >= 0 && sc->tokens && sc->tokens[who] == 'm')
+                CHECK_MSG(false, "chunk %d holds the vector of monitor-role member %d", ci, who);
         }
         CHECK_MSG(count > 0, "chunk %d has no contributor", ci);
         /* Each weight counts up to 4 times the lower median of the chunk's
@@ -582,7 +655,11 @@ static int run(const struct scenario *sc) {
         m->attack = a == 's' ? "sign-flip" : a == 'n' ? "noise" : a == 't' ? "stale" : a == 'r' ? "replay" : NULL;
         if (m->attack && sc->attacker_weight > 0) m->weight = m->join_weight = sc->attacker_weight;
         m->victim = (sc->fault && strcmp(sc->fault, "port") && i == sc->victim) || m->misbehave ||
-                    (sc->victim_delay > 0 && i == sc->victim);
+                    (sc->victim_delay > 0 && i == sc->victim) || (sc->tokens && sc->tokens[i] == 'm');
+    }
+    if (sc->tokens && make_tokens(sc)) {
+        fprintf(stderr, "cannot make the run authority, identities and tokens\n");
+        return 1;
     }
     double t0 = now_s();
     for (int i = 0; i < num_members; i++) {

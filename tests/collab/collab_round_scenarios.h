@@ -35,6 +35,9 @@ struct scenario {
     const char *refusal;        /* every member but the leader refuses the round with this in its reason */
     int rounds;                 /* > 1: rounds run at epoch 1 (a failed round retried); the last is checked */
     double deadline;            /* round deadline (s); 0 = 40 */
+    const char *tokens;         /* a run with an authority: each member's token role, t(rainer) m(onitor);
+                                 * a monitor never leads the round (the test draws its key so) */
+    const char *victim_reason;  /* what the victim's reason must contain, or NULL */
     bool needs_test_hooks;      /* registered only in test-hook builds (the attack modes) */
 };
 
@@ -91,6 +94,10 @@ static const struct scenario scenarios[] = {
      * round it leads: the retry at the same epoch passes it over */
     {.name = "stalling_leader", .member_count = 4, .vector_size = 100003, .misbehave = "stall-leader",
      .everyone_misbehaves = true, .rounds = 2, .deadline = 12, .needs_test_hooks = true},
+    /* a peer whose token says monitor runs as a trainer: the leader refuses
+     * its join, and the three trainers average without it */
+    {.name = "monitor_trainer", .member_count = 4, .vector_size = 100003, .tokens = "ttmt", .victim = 2,
+     .victim_status = "no group", .victim_reason = "monitor-role"},
     /* a leader that writes another aggregation rule and stall time into its
      * group record: every member refuses the record */
     {.name = "dictating_leader", .member_count = 4, .vector_size = 100003, .misbehave = "dictate",
