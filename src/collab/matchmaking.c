@@ -31,7 +31,7 @@
 #define JOIN_VERSION 2 /* 2: weights travel in chunk and result headers */
 /* An undeclared, unmeasured bandwidth counts as this (Mbit/s). */
 #define DEFAULT_BANDWIDTH_MBIT 100.0
-/* How often a collecting leader looks at its view for a lower-id peer. */
+/* How often a collecting leader looks at its view for an earlier leader. */
 #define LEADER_RECHECK_S 0.05
 /* Redirects a joiner follows in one round (ids strictly decrease anyway). */
 #define MAX_REDIRECTS 8
