@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dedloc/util.h"
 
@@ -39,8 +40,9 @@ double dl_balance_share_cap(size_t aggregators) { return aggregators ? 2.0 / (do
 double dl_balance_lower_median(size_t n, const double *values) {
     double sorted[DL_AVG_MAX_MEMBERS];
     if (n == 0 || n > DL_AVG_MAX_MEMBERS) return 0;
-    for (size_t j = 0; j < n; j++) {
-        double v = values[j];
+    memcpy(sorted, values, n * sizeof *sorted);
+    for (size_t j = 1; j < n; j++) { /* insertion sort: n is a group's size */
+        double v = sorted[j];
         size_t i = j;
         while (i > 0 && sorted[i - 1] > v) {
             sorted[i] = sorted[i - 1];
