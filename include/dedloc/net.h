@@ -90,6 +90,8 @@ int dl_net_check_address(const char *text);
 
 /* Our peer id (hex, NUL-terminated, valid until stop). */
 const char *dl_net_peer_id(const dl_net *net);
+/* The run id this net was started for (valid until stop). */
+const char *dl_net_run_id(const dl_net *net);
 /* The address we listen on, with the chosen port ("" when not listening). */
 const char *dl_net_listen_address(const dl_net *net);
 /* The address we tell others to dial ("" in client mode or when not listening). */

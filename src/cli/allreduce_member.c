@@ -254,13 +254,17 @@ int bench_allreduce_member(int argc, char **argv) {
     struct vector_model vm = {false, 0, 0};
     enum { O_LISTEN = 256, O_INITIAL, O_SIZE, O_SEED, O_WEIGHT, O_COMP, O_DEADLINE, O_STALL, O_ROUNDS,
            O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT, O_DELAY, O_LINGER, O_AGG, O_TAU, O_ITERS,
-           O_CWARN, O_CBAN, O_ATTACK, O_COMMON, O_SPREAD, O_REPLAY, O_JOINW, O_HANDOVER };
+           O_CWARN, O_CBAN, O_ATTACK, O_COMMON, O_SPREAD, O_REPLAY, O_JOINW, O_HANDOVER, O_SAME_EPOCH,
+           O_IDENTITY, O_TOKEN, O_RUN_KEY };
+    bool same_epoch = false; /* every round retries epoch 1 with round 0's vector */
 #ifdef DEDLOC_TEST_HOOKS
     int attack = ATTACK_NONE;
     double common_seed = 0, replay_seed = 0;
 #endif
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN}, {"initial-peers", required_argument, NULL, O_INITIAL},
+        {"identity", required_argument, NULL, O_IDENTITY}, {"token", required_argument, NULL, O_TOKEN},
+        {"run-key", required_argument, NULL, O_RUN_KEY},
         {"size", required_argument, NULL, O_SIZE}, {"seed", required_argument, NULL, O_SEED},
         {"weight", required_argument, NULL, O_WEIGHT}, {"compression", required_argument, NULL, O_COMP},
         {"deadline", required_argument, NULL, O_DEADLINE}, {"stall", required_argument, NULL, O_STALL},
@@ -276,6 +280,7 @@ int bench_allreduce_member(int argc, char **argv) {
 #ifdef DEDLOC_TEST_HOOKS
         {"attack", required_argument, NULL, O_ATTACK}, {"common-seed", required_argument, NULL, O_COMMON},
         {"spread", required_argument, NULL, O_SPREAD}, {"replay-seed", required_argument, NULL, O_REPLAY},
+        {"same-epoch", no_argument, NULL, O_SAME_EPOCH},
 #endif
         {0, 0, 0, 0}};
     int c;
@@ -283,6 +288,9 @@ int bench_allreduce_member(int argc, char **argv) {
         int bad = 0;
         switch (c) {
         case O_LISTEN: cfg.listen = optarg; break;
+        case O_IDENTITY: cfg.identity_path = optarg; break;
+        case O_TOKEN: cfg.token_path = optarg; break;
+        case O_RUN_KEY: cfg.run_key = optarg; break;
         case O_INITIAL: cfg.initial_peers = optarg; break;
         case O_SIZE: bad = parse_num(optarg, 1, 1e10, &size); break;
         case O_SEED: bad = parse_num(optarg, 0, 1e15, &seed); break;
@@ -312,6 +320,7 @@ int bench_allreduce_member(int argc, char **argv) {
         case O_COMMON: bad = parse_num(optarg, 0, 1e15, &common_seed); vm.common = true; break;
         case O_SPREAD: bad = parse_num(optarg, 0, 1e6, &vm.spread); break;
         case O_REPLAY: bad = parse_num(optarg, 0, 1e15, &replay_seed); break;
+        case O_SAME_EPOCH: same_epoch = true; break;
 #endif
         default: return DL_EXIT_USAGE;
         }
@@ -329,6 +338,11 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "weight-nan")) mode = DL_MISBEHAVE_WEIGHT_NAN;
         else if (!strcmp(misbehave, "weight-negative")) mode = DL_MISBEHAVE_WEIGHT_NEGATIVE;
         else if (!strcmp(misbehave, "weight-huge")) mode = DL_MISBEHAVE_WEIGHT_HUGE;
+#ifdef DEDLOC_TEST_HOOKS
+        else if (!strcmp(misbehave, "huge-values")) mode = DL_MISBEHAVE_HUGE_VALUES;
+        else if (!strcmp(misbehave, "dictate")) mode = DL_MISBEHAVE_DICTATE;
+        else if (!strcmp(misbehave, "stall-leader")) mode = DL_MISBEHAVE_STALL_LEADER;
+#endif
         else {
             fprintf(stderr, "allreduce-member: unknown --misbehave %s\n", misbehave);
             return DL_EXIT_USAGE;
@@ -378,12 +392,15 @@ int bench_allreduce_member(int argc, char **argv) {
 #endif
     const double weight = opt.weight;
     for (int round = 0; round < (int)rounds; round++) {
-        uint64_t epoch = (uint64_t)round + 1;
+        /* --same-epoch: a failed round retried, as a trainer keeps its
+         * gradient and matchmakes again at the same epoch. */
+        uint64_t epoch = same_epoch ? 1 : (uint64_t)round + 1;
+        int draw = same_epoch ? 0 : round;
         /* --hand-over: the vector is drawn only after matchmaking has begun
          * (NaN until then, so that a round reading it early would fail). */
         if (hand_over > 0)
             for (size_t i = 0; i < n; i++) vec[i] = NAN;
-        else if (make_vector(vec, scratch, n, round, out_prefix, &vi))
+        else if (make_vector(vec, scratch, n, draw, out_prefix, &vi))
             fprintf(stderr, "allreduce-member: %s\n", dl_error());
         dl_net_publish_progress(net, epoch, weight, 0);
         if (wait_for_peers(net, epoch, (size_t)peers, 30))
@@ -416,7 +433,7 @@ int bench_allreduce_member(int argc, char **argv) {
             }
             struct timespec ts = {(time_t)hand_over, (long)((hand_over - (double)(time_t)hand_over) * 1e9)};
             nanosleep(&ts, NULL);
-            if (make_vector(vec, scratch, n, round, out_prefix, &vi)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
+            if (make_vector(vec, scratch, n, draw, out_prefix, &vi)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
             if (dl_collab_hand_over(collab, &handoff, weight))
                 DL_WARN("bench", "round %d: %s", round, dl_error());
             dl_async_round_join(&a, &res);

@@ -11,6 +11,8 @@
  *                     each uploads V whatever the split);
  *   d_i < 0           [max(0, 1 - c_i), 1] (a lone vector holder among aux
  *                     members: aggregating more means sending less).
+ * Every hi_i is also capped at dl_balance_share_cap (no member aggregates
+ * more than about twice a fair share, whatever bandwidth it declares).
  * T is feasible iff every member is and sum lo_i <= 1 <= sum hi_i. The
  * intervals only widen as T grows, so feasibility is monotone and bisection
  * finds the smallest feasible T to the last bit; any w in the intervals with
@@ -22,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dedloc/util.h"
 
@@ -30,8 +33,45 @@ struct member_model {
     double send, recv, bandwidth;
 };
 
+double dl_balance_share_cap(size_t aggregators) { return aggregators ? 2.0 / (double)(aggregators + 1) : 0; }
+
+/* The lower median: with two values it is the smaller one, so a single
+ * liar among two cannot pull the bound up with its own claim. */
+double dl_balance_lower_median(size_t n, const double *values) {
+    double sorted[DL_AVG_MAX_MEMBERS];
+    if (n == 0 || n > DL_AVG_MAX_MEMBERS) return 0;
+    memcpy(sorted, values, n * sizeof *sorted);
+    for (size_t j = 1; j < n; j++) { /* insertion sort: n is a group's size */
+        double v = sorted[j];
+        size_t i = j;
+        while (i > 0 && sorted[i - 1] > v) {
+            sorted[i] = sorted[i - 1];
+            i--;
+        }
+        sorted[i] = v;
+    }
+    return sorted[(n - 1) / 2];
+}
+
+void dl_balance_clamp_bandwidths(size_t n, double *bandwidth_mbit) {
+    double cap = DL_BALANCE_BANDWIDTH_SPREAD * dl_balance_lower_median(n, bandwidth_mbit);
+    for (size_t i = 0; i < n; i++)
+        if (bandwidth_mbit[i] > cap) bandwidth_mbit[i] = cap;
+}
+
 /* Fills lo[i], hi[i] for round time T (V = 1); false when T is infeasible. */
-static bool interval_at(size_t n, const struct member_model *m, double T, double *lo, double *hi) {
+void dl_balance_cap_weights(size_t n, double *weight) {
+    double positive[DL_AVG_MAX_MEMBERS];
+    size_t k = 0;
+    for (size_t i = 0; i < n && i < DL_AVG_MAX_MEMBERS; i++)
+        if (weight[i] > 0) positive[k++] = weight[i];
+    if (!k) return;
+    double cap = DL_BALANCE_WEIGHT_SPREAD * dl_balance_lower_median(k, positive);
+    for (size_t i = 0; i < n; i++)
+        if (weight[i] > cap) weight[i] = cap;
+}
+
+static bool interval_at(size_t n, const struct member_model *m, double cap, double T, double *lo, double *hi) {
     double sum_lo = 0, sum_hi = 0;
     for (size_t i = 0; i < n; i++) {
         double c = T * m[i].bandwidth, d = m[i].recv - m[i].send;
@@ -52,6 +92,8 @@ static bool interval_at(size_t n, const struct member_model *m, double T, double
             lo[i] = w > 0 ? w : 0;
             hi[i] = 1;
         }
+        if (hi[i] > cap) hi[i] = cap;
+        if (lo[i] > hi[i]) return false;
         sum_lo += lo[i];
         sum_hi += hi[i];
     }
@@ -84,6 +126,7 @@ int dl_balance_solve(size_t n, const double *bandwidth, const enum dl_member_rol
         free(hi);
         return -1;
     }
+    double cap = dl_balance_share_cap(aggregators);
     double T_hi = 0;
     for (size_t i = 0; i < n; i++) {
         m[i].aggregates = role[i] != DL_MEMBER_CLIENT;
@@ -95,17 +138,17 @@ int dl_balance_solve(size_t n, const double *bandwidth, const enum dl_member_rol
         if (worst > T_hi) T_hi = worst;
     }
     double T_lo = 0;
-    if (!interval_at(n, m, T_hi, lo, hi)) T_hi *= 2; /* rounding at the start bound; never expected */
-    if (interval_at(n, m, 0, lo, hi)) T_hi = 0;       /* e.g. one trainer that aggregates it all */
+    if (!interval_at(n, m, cap, T_hi, lo, hi)) T_hi *= 2; /* rounding at the start bound; never expected */
+    if (interval_at(n, m, cap, 0, lo, hi)) T_hi = 0;       /* e.g. one trainer that aggregates it all */
     for (int iter = 0; iter < 2000 && T_hi > 0; iter++) {
         double mid = T_lo + (T_hi - T_lo) / 2;
         if (mid <= T_lo || mid >= T_hi) break; /* adjacent doubles: done */
-        if (interval_at(n, m, mid, lo, hi))
+        if (interval_at(n, m, cap, mid, lo, hi))
             T_hi = mid;
         else
             T_lo = mid;
     }
-    interval_at(n, m, T_hi, lo, hi);
+    interval_at(n, m, cap, T_hi, lo, hi);
     double sum_lo = 0, sum_hi = 0;
     for (size_t i = 0; i < n; i++) {
         sum_lo += lo[i];

@@ -16,8 +16,35 @@
 
 #include "dedloc/collab.h" /* enum dl_member_role */
 
-/* Chooses w (w_i >= 0, sum w_i = 1 up to rounding, w_i = 0 for CLIENT)
- * minimising max_i t_i exactly: the feasible set for a round time T has a
+/* A declared bandwidth counts for at most this many times the group's
+ * (lower) median declared bandwidth: declarations are claims nobody has
+ * measured, so one member's cannot outweigh the group's. */
+#define DL_BALANCE_BANDWIDTH_SPREAD 4.0
+
+/* The largest fraction of the vector one member may aggregate when
+ * `aggregators` members can: 2 / (aggregators + 1), about twice a fair share,
+ * and below the whole vector as soon as two can aggregate. A lying
+ * aggregator signs whatever it likes for its part, so its part is what it
+ * can spoil; the cap bounds that whatever it declares. */
+double dl_balance_share_cap(size_t aggregators);
+/* The lower median of n values (the smaller middle one when n is even);
+ * 0 for n == 0 or n > DL_AVG_MAX_MEMBERS. */
+double dl_balance_lower_median(size_t n, const double *values);
+/* Caps every bandwidth at DL_BALANCE_BANDWIDTH_SPREAD times the lower
+ * median of all of them. Idempotent: the median does not move. */
+void dl_balance_clamp_bandwidths(size_t n, double *bandwidth_mbit);
+
+/* A sender's weight (the samples behind its vector, which only it can
+ * see) counts for at most this many times the lower median of the positive
+ * weights of one chunk's contributors: one liar cannot outweigh the group,
+ * while honest peers of different speeds keep most of their difference. */
+#define DL_BALANCE_WEIGHT_SPREAD 4.0
+/* Caps weight[i] at DL_BALANCE_WEIGHT_SPREAD times the lower median of the
+ * positive weights (none positive: unchanged). Idempotent. */
+void dl_balance_cap_weights(size_t n, double *weight);
+
+/* Chooses w (w_i >= 0, sum w_i = 1 up to rounding, w_i = 0 for CLIENT,
+ * w_i <= dl_balance_share_cap) minimising max_i t_i exactly: the feasible set for a round time T has a
  * closed form per member, so T is found by bisection (no simplex). Where the
  * optimum leaves slack (the round time is set by a member whose time does not
  * depend on its own fraction), the slack is shared in proportion to each

@@ -44,6 +44,8 @@ struct dl_suspect_entry {
     double record_time;
 };
 
+#define DL_PASSED_OVER_MAX 16
+
 struct dl_collab {
     dl_net *net;
     struct dl_collab_config cfg;
@@ -60,7 +62,18 @@ struct dl_collab {
     double measured_mbit;         /* upload rate of past rounds */
     int misbehaviour;             /* tests only: enum dl_misbehaviour */
     uint64_t rounds_done, last_epoch; /* lock */
+    /* Leaders whose group did not complete at passed_over_epoch (no answer
+     * before the deadline, or a record we refused): the round thread skips
+     * them when it retries that epoch (matchmaking.c). */
+    char passed_over[DL_PASSED_OVER_MAX][DL_PEER_ID_HEX];
+    size_t num_passed_over;
+    uint64_t passed_over_epoch;
+    bool test_stalling;           /* tests only: DL_MISBEHAVE_STALL_LEADER latched */
 };
+
+/* roles.c: why an averaging request (inbox.h kind, its payload) from a peer
+ * whose admission token has `token_role` is refused, or NULL to take it. */
+const char *dl_collab_role_refusal(enum dl_role token_role, int kind, const uint8_t *payload, size_t size);
 
 /* matchmaking.c: forms the group of round r for service c (fills r->g,
  * r->me); 0 or -1 with r->status set. */

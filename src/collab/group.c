@@ -31,6 +31,66 @@ int dl_group_sort(struct dl_group *g, const char *leader_id) {
     return 0;
 }
 
+int dl_group_plan(struct dl_group *g) {
+    double declared[DL_AVG_MAX_MEMBERS], bw[DL_AVG_MAX_MEMBERS], fractions[DL_AVG_MAX_MEMBERS];
+    enum dl_member_role roles[DL_AVG_MAX_MEMBERS];
+    size_t parts[DL_AVG_MAX_MEMBERS];
+    if (g->n < 1 || g->n > DL_AVG_MAX_MEMBERS) return dl_fail("a group holds 1..%d members", DL_AVG_MAX_MEMBERS);
+    for (size_t i = 0; i < g->n; i++) declared[i] = g->members[i].bandwidth_mbit;
+    dl_balance_clamp_bandwidths(g->n, declared);
+    for (size_t i = 0; i < g->n; i++) {
+        g->members[i].bandwidth_mbit = declared[i];
+        bw[i] = declared[i] * 1e6 / 8;
+        roles[i] = g->members[i].role;
+    }
+    double bytes = (double)dl_codec_size(g->codec, DL_AVG_CHUNK_ELEMS) / DL_AVG_CHUNK_ELEMS * (double)g->elements;
+    if (dl_balance_solve(g->n, bw, roles, bytes, fractions, &g->lp_bound_s)) return -1;
+    dl_balance_split(g->n, fractions, (size_t)g->elements, parts);
+    uint64_t off = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        g->members[i].part_offset = off;
+        g->members[i].part_elems = parts[i];
+        off += parts[i];
+    }
+    return 0;
+}
+
+int dl_group_check_plan(struct dl_group *g) {
+    struct dl_group *mine = dl_malloc(sizeof *mine);
+    if (!mine) return -1;
+    memcpy(mine, g, sizeof *mine);
+    int rc = dl_group_plan(mine);
+    for (size_t i = 0; !rc && i < g->n; i++) {
+        const struct dl_group_member *theirs = &g->members[i], *ours = &mine->members[i];
+        if (theirs->bandwidth_mbit != ours->bandwidth_mbit)
+            rc = dl_fail("group record: member %zu declares %g Mbit/s, above %g times the group's median", i,
+                         theirs->bandwidth_mbit, DL_BALANCE_BANDWIDTH_SPREAD);
+        else if (theirs->part_elems != ours->part_elems)
+            rc = dl_fail("group record: member %zu aggregates %llu elements, its bandwidth and role give %llu", i,
+                         (unsigned long long)theirs->part_elems, (unsigned long long)ours->part_elems);
+    }
+    if (!rc) g->lp_bound_s = mine->lp_bound_s;
+    free(mine);
+    return rc;
+}
+
+int dl_group_check_settings(const struct dl_group *g, const struct dl_avg_options *opt) {
+    if (g->codec != opt->compression)
+        return dl_fail("the group record says codec %s, this run uses %s", dl_codec_name(g->codec),
+                       dl_codec_name(opt->compression));
+    if (g->aggregation != opt->aggregation)
+        return dl_fail("the group record says aggregation %s, this run uses %s", dl_aggregation_name(g->aggregation),
+                       dl_aggregation_name(opt->aggregation));
+    /* The record holds whole milliseconds. */
+    if (lround(g->stall_s * 1000.0) != lround(opt->stall_s * 1000.0))
+        return dl_fail("the group record says stall time %.3f s, this run uses %.3f s", g->stall_s, opt->stall_s);
+    if (opt->aggregation == DL_AGG_CENTERED_CLIP &&
+        (g->clip_tau != opt->clip_tau || g->clip_iterations != opt->clip_iterations))
+        return dl_fail("the group record says centered clip with tau %g and %d iterations, this run uses tau %g and "
+                       "%d iterations", g->clip_tau, g->clip_iterations, opt->clip_tau, opt->clip_iterations);
+    return 0;
+}
+
 int dl_group_find(const struct dl_group *g, const char *peer_id) {
     for (size_t i = 0; i < g->n; i++)
         if (!strcmp(g->members[i].peer_id, peer_id)) return (int)i;
@@ -146,6 +206,16 @@ int dl_group_parse(const uint8_t *data, size_t size, struct dl_group *g) {
     if (next != g->elements) return dl_fail("group record: parts cover %llu of %llu elements",
                                             (unsigned long long)next, (unsigned long long)g->elements);
     if (g->elements && (!aggregators || !senders)) return dl_fail("group record: no aggregator or no contributor");
+    /* Whatever the split's inputs, nobody may hold more than the share cap
+     * (one element of slack for the largest-remainder rounding). */
+    size_t able = 0;
+    for (size_t i = 0; i < g->n; i++) able += g->members[i].role != DL_MEMBER_CLIENT;
+    double cap = dl_balance_share_cap(able) * (double)g->elements + 1;
+    for (size_t i = 0; i < g->n; i++)
+        if ((double)g->members[i].part_elems > cap)
+            return dl_fail("group record: member %zu aggregates %llu of %llu elements, above the cap of %.3g of the "
+                           "vector", i, (unsigned long long)g->members[i].part_elems,
+                           (unsigned long long)g->elements, dl_balance_share_cap(able));
     g->aggregation = DL_AGG_MEAN;
     if (version >= 2) {
         const uint8_t *tail = data + DL_GROUP_HEADER + g->n * DL_GROUP_MEMBER;

@@ -51,6 +51,18 @@ uint8_t *dl_group_sign(const struct dl_group *g, dl_net *net, size_t *size);
 /* Parses and checks a signed record: sizes, order, parts covering the
  * vector, roles and weights, the leader's key and signature. */
 int dl_group_parse(const uint8_t *data, size_t size, struct dl_group *g);
+/* The split, from the members' bandwidths and roles alone: caps every
+ * bandwidth (dl_balance_clamp_bandwidths), solves the load balance (with
+ * its share cap) and fills part_offset, part_elems and lp_bound_s. */
+int dl_group_plan(struct dl_group *g);
+/* Recomputes the plan from a parsed record's own members and refuses a
+ * record whose bandwidths or parts differ from it (a leader that gave
+ * someone more of the vector than the rules allow); sets lp_bound_s. */
+int dl_group_check_plan(struct dl_group *g);
+/* Refuses a record whose leader-chosen settings (codec, aggregation, stall
+ * time, centered clip's tau and iterations) differ from this run's own
+ * (`opt`, resolved: stall_s > 0): a leader may not dictate them. */
+int dl_group_check_settings(const struct dl_group *g, const struct dl_avg_options *opt);
 /* Index of peer_id in the group, or -1. */
 int dl_group_find(const struct dl_group *g, const char *peer_id);
 

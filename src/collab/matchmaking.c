@@ -1,16 +1,22 @@
 /* Matchmaking: peers ready for one epoch form one group within a deadline.
  *
- * The leader is the lowest peer id among the non-client peers of the swarm
- * view that published this epoch. Everyone else sends it a join request; it
- * collects joins until everyone it expects has joined or its window ends,
- * then answers every join with the same signed group record. The window
- * adapts to the arrival spread it observed in past rounds (docs/protocol.md).
+ * The leader is the first, in the epoch's leader order, of the non-client
+ * peers of the swarm view that published this epoch. The order sorts peers
+ * by BLAKE2b(run id, epoch, peer id) (leader_before): nobody can grind a key
+ * that leads every epoch, and each epoch has another first peer. A leader
+ * whose group did not complete at an epoch (it never answered, or sent a
+ * record we refused) is passed over when that epoch is retried. Everyone
+ * else sends the leader a join request; it collects joins until everyone it
+ * expects has joined or its window ends, then answers every join with the
+ * same signed group record. The window adapts to the arrival spread it
+ * observed in past rounds (docs/protocol.md).
  *
  * Views differ for a moment while a peer arrives, so two peers may both
- * believe they lead one epoch. A leader that sees a lower-id peer at its
- * epoch before it has answered anyone hands its joiners over ("redirect"),
- * and a peer that is itself joining redirects the joins it receives: ids only
- * ever decrease along redirects, so the groups merge into the lowest one. */
+ * believe they lead one epoch. A leader that sees a peer earlier in the order
+ * at its epoch before it has answered anyone hands its joiners over
+ * ("redirect"), and a peer that is itself joining redirects the joins it
+ * receives: leaders only ever move earlier in the order along redirects, so
+ * the groups merge into the first one. */
 #include <math.h>
 #include <stdint.h>
 #include <sodium.h>
@@ -25,7 +31,7 @@
 #define JOIN_VERSION 2 /* 2: weights travel in chunk and result headers */
 /* An undeclared, unmeasured bandwidth counts as this (Mbit/s). */
 #define DEFAULT_BANDWIDTH_MBIT 100.0
-/* How often a collecting leader looks at its view for a lower-id peer. */
+/* How often a collecting leader looks at its view for an earlier leader. */
 #define LEADER_RECHECK_S 0.05
 /* Redirects a joiner follows in one round (ids strictly decrease anyway). */
 #define MAX_REDIRECTS 8
@@ -81,6 +87,49 @@ static int read_join(const uint8_t *p, size_t size, const char *peer_id, struct 
     return 0;
 }
 
+/* Whether peer a comes before peer b in the leader order of `epoch`:
+ * BLAKE2b-128 of (run id, NUL, epoch as u64 little-endian, peer id hex),
+ * compared as bytes; equal digests (never expected) fall back to the ids.
+ * Every peer of the run computes the same order from public values. */
+static void leader_rank(const struct dl_collab *c, uint64_t epoch, const char *peer_id, uint8_t rank[16]) {
+    crypto_generichash_state st;
+    uint8_t e[8];
+    const char *run = dl_net_run_id(c->net);
+    dl_put_u64(e, epoch);
+    crypto_generichash_init(&st, NULL, 0, 16);
+    crypto_generichash_update(&st, (const uint8_t *)run, strlen(run) + 1);
+    crypto_generichash_update(&st, e, sizeof e);
+    crypto_generichash_update(&st, (const uint8_t *)peer_id, strlen(peer_id));
+    crypto_generichash_final(&st, rank, 16);
+}
+
+static bool leader_before(const struct dl_collab *c, uint64_t epoch, const char *a, const char *b) {
+    uint8_t ra[16], rb[16];
+    leader_rank(c, epoch, a, ra);
+    leader_rank(c, epoch, b, rb);
+    int cmp = memcmp(ra, rb, sizeof ra);
+    return cmp ? cmp < 0 : strcmp(a, b) < 0;
+}
+
+static bool passed_over(const struct dl_collab *c, uint64_t epoch, const char *peer_id) {
+    if (c->passed_over_epoch != epoch) return false;
+    for (size_t i = 0; i < c->num_passed_over; i++)
+        if (!strcmp(c->passed_over[i], peer_id)) return true;
+    return false;
+}
+
+/* The leader of `epoch` gave us no group (see the header comment). */
+static void pass_over(struct dl_collab *c, uint64_t epoch, const char *peer_id) {
+    if (c->passed_over_epoch != epoch) {
+        c->passed_over_epoch = epoch;
+        c->num_passed_over = 0;
+    }
+    if (passed_over(c, epoch, peer_id) || c->num_passed_over >= DL_PASSED_OVER_MAX) return;
+    snprintf(c->passed_over[c->num_passed_over++], DL_PEER_ID_HEX, "%s", peer_id);
+    DL_INFO("collab", "epoch %llu: %.8s formed no group for us; passing it over while this epoch is retried",
+            (unsigned long long)epoch, peer_id);
+}
+
 /* The key must be the one behind the peer id the connection authenticated. */
 static bool key_matches(const char *peer_id, const uint8_t pk[DL_NET_PUBLIC_KEY]) {
     char derived[DL_PEER_ID_HEX];
@@ -106,8 +155,9 @@ static int find_leader(struct dl_collab *c, uint64_t epoch, char leader[DL_PEER_
         if (p->is_self || !strcmp(p->peer_id, self)) continue;
         if (p->epoch != epoch || dl_bans_is_banned(&c->bans, p->peer_id)) continue;
         (*expected)++;
-        if (p->client_mode) continue;
-        if (!leader[0] || strcmp(p->peer_id, leader) < 0) snprintf(leader, DL_PEER_ID_HEX, "%s", p->peer_id);
+        if (p->client_mode || passed_over(c, epoch, p->peer_id)) continue;
+        if (!leader[0] || leader_before(c, epoch, p->peer_id, leader))
+            snprintf(leader, DL_PEER_ID_HEX, "%s", p->peer_id);
     }
     dl_swarm_view_free(&view);
     return leader[0] ? 0 : dl_fail("no non-client peer has published epoch %llu", (unsigned long long)epoch);
@@ -132,9 +182,11 @@ static void respond_redirect(struct dl_round *r, uint64_t token, const char *lea
     dl_round_respond_text(r, token, text);
 }
 
-/* Whether an error answer is a redirect to a peer id lower than `leader`;
- * the id goes to `to`. Anything else (or a redirect upwards) is a refusal. */
-static bool parse_redirect(const uint8_t *data, size_t size, const char *leader, char to[DL_PEER_ID_HEX]) {
+/* Whether an error answer is a redirect to a peer before `leader` in the
+ * order of `epoch` (and not passed over); the id goes to `to`. Anything else
+ * (or a redirect backwards) is a refusal. */
+static bool parse_redirect(const struct dl_collab *c, uint64_t epoch, const uint8_t *data, size_t size,
+                           const char *leader, char to[DL_PEER_ID_HEX]) {
     size_t prefix = sizeof REDIRECT_PREFIX - 1;
     if (!data || size != prefix + DL_PEER_ID_HEX - 1 || memcmp(data, REDIRECT_PREFIX, prefix)) return false;
     for (size_t i = 0; i < DL_PEER_ID_HEX - 1; i++) {
@@ -143,7 +195,7 @@ static bool parse_redirect(const uint8_t *data, size_t size, const char *leader,
         to[i] = ch;
     }
     to[DL_PEER_ID_HEX - 1] = 0;
-    return strcmp(to, leader) < 0;
+    return leader_before(c, epoch, to, leader) && !passed_over(c, epoch, to);
 }
 
 /* Whether our view shows a peer past `epoch` whose word a quorum backs (a
@@ -201,14 +253,13 @@ static int form_group(struct dl_collab *c, struct dl_round *r, struct join_info 
     g->clip_tau = opt->aggregation == DL_AGG_CENTERED_CLIP ? opt->clip_tau : 0;
     g->clip_iterations = opt->aggregation == DL_AGG_CENTERED_CLIP ? opt->clip_iterations : 0;
     g->n = count;
-    double known = 0;
+    /* An undeclared, unmeasured bandwidth counts as the median declared one
+     * (not the mean, which a single liar would move). */
+    double known[DL_AVG_MAX_MEMBERS];
     size_t num_known = 0;
     for (size_t i = 0; i < count; i++)
-        if (joins[i].bandwidth_mbit > 0) {
-            known += joins[i].bandwidth_mbit;
-            num_known++;
-        }
-    double fallback = num_known ? known / (double)num_known : DEFAULT_BANDWIDTH_MBIT;
+        if (joins[i].bandwidth_mbit > 0) known[num_known++] = joins[i].bandwidth_mbit;
+    double fallback = num_known ? dl_balance_lower_median(num_known, known) : DEFAULT_BANDWIDTH_MBIT;
     for (size_t i = 0; i < count; i++) {
         struct dl_group_member *m = &g->members[i];
         snprintf(m->peer_id, sizeof m->peer_id, "%s", joins[i].peer_id);
@@ -217,24 +268,17 @@ static int form_group(struct dl_collab *c, struct dl_round *r, struct join_info 
         m->bandwidth_mbit = joins[i].bandwidth_mbit > 0 ? joins[i].bandwidth_mbit : fallback;
         m->role = joins[i].role;
     }
+#ifdef DEDLOC_TEST_HOOKS
+    if (c->misbehaviour == DL_MISBEHAVE_DICTATE) {
+        /* A leader that dictates: another rule, a long stall time. */
+        g->stall_s = fmin(3600, opt->stall_s * 50);
+        g->aggregation = opt->aggregation == DL_AGG_MEAN ? DL_AGG_CENTERED_CLIP : DL_AGG_MEAN;
+        g->clip_tau = g->aggregation == DL_AGG_CENTERED_CLIP ? 1e6 : 0;
+        g->clip_iterations = g->aggregation == DL_AGG_CENTERED_CLIP ? 1 : 0;
+    }
+#endif
     if (dl_group_sort(g, dl_net_peer_id(c->net))) return -1;
-    double bw[DL_AVG_MAX_MEMBERS], fractions[DL_AVG_MAX_MEMBERS];
-    enum dl_member_role roles[DL_AVG_MAX_MEMBERS];
-    size_t parts[DL_AVG_MAX_MEMBERS];
-    for (size_t i = 0; i < g->n; i++) {
-        bw[i] = g->members[i].bandwidth_mbit * 1e6 / 8;
-        roles[i] = g->members[i].role;
-    }
-    double bytes = (double)dl_codec_size(g->codec, DL_AVG_CHUNK_ELEMS) / DL_AVG_CHUNK_ELEMS * (double)r->n;
-    if (dl_balance_solve(g->n, bw, roles, bytes, fractions, &g->lp_bound_s)) return -1;
-    dl_balance_split(g->n, fractions, r->n, parts);
-    uint64_t off = 0;
-    for (size_t i = 0; i < g->n; i++) {
-        g->members[i].part_offset = off;
-        g->members[i].part_elems = parts[i];
-        off += parts[i];
-    }
-    return 0;
+    return dl_group_plan(g);
 }
 
 static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_options *opt, const char *first_leader);
@@ -279,14 +323,14 @@ static int lead(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
     double hard_close = t0 + fmin(c->cfg.matchmaking_ceiling_s, (r->deadline - t0) / 3);
     while (expected <= 1 || count < expected) {
         if (dl_now() >= close_at && !(r->handoff && handoff_waiting(c, r) && dl_now() < hard_close)) break;
-        /* A lower-id peer at our epoch that our view did not show when we
-         * chose ourselves leads instead: nobody has our record yet, so hand
+        /* A peer before us in the order at our epoch that our view did not
+         * show when we chose ourselves leads instead: nobody has our record yet, so hand
          * the joiners over and join it. Peers that appear at our epoch are
          * waited for too. */
         char lowest[DL_PEER_ID_HEX];
         size_t now_expected = 0;
         if (!find_leader(c, opt->epoch, lowest, &now_expected)) {
-            if (strcmp(lowest, self->peer_id) < 0) {
+            if (leader_before(c, opt->epoch, lowest, self->peer_id)) {
                 DL_INFO("collab", "epoch %llu: %.8s leads (seen after we started leading): handing over %zu joiner(s)",
                         (unsigned long long)opt->epoch, lowest, count - 1);
                 for (size_t i = 1; i < count; i++) respond_redirect(r, joins[i].token, lowest);
@@ -362,6 +406,27 @@ static int lead(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
             ev = next;
         }
     }
+#ifdef DEDLOC_TEST_HOOKS
+    if (c->misbehaviour == DL_MISBEHAVE_STALL_LEADER) {
+        pthread_mutex_lock(&c->lock);
+        if (!c->rounds_done) c->test_stalling = true;
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (c->test_stalling) {
+        /* A stalling leader: holds every join unanswered until the deadline
+         * (it stays connected and alive, so nobody drops it). */
+        while (dl_now() < r->deadline) {
+            struct dl_avg_event *ev = dl_round_wait_events(r, r->deadline);
+            while (ev) {
+                struct dl_avg_event *next = ev->next;
+                dl_avg_event_free(ev);
+                ev = next;
+            }
+        }
+        free(joins);
+        return dl_round_fail(r, DL_AVG_NO_GROUP, "test: a stalling leader");
+    }
+#endif
     c->spread_ema = c->spread_ema > 0 ? 0.7 * c->spread_ema + 0.3 * (last_arrival - t0) : last_arrival - t0;
     char no_close[200];
     if (must_not_close(c, opt->epoch, count, no_close, sizeof no_close)) {
@@ -417,7 +482,10 @@ static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
         return dl_round_fail(r, DL_AVG_NO_GROUP, "cannot ask the leader %s: %s", leader, dl_error());
     double resend_at = 0;
     for (;;) {
-        if (dl_now() >= r->deadline) return dl_round_fail(r, DL_AVG_NO_GROUP, "no group before the deadline");
+        if (dl_now() >= r->deadline) {
+            pass_over(c, opt->epoch, leader);
+            return dl_round_fail(r, DL_AVG_NO_GROUP, "no group before the deadline");
+        }
         if (resend_at > 0 && dl_now() >= resend_at) {
             resend_at = 0;
             if (dl_round_request(r, leader, "avg.join", msg, sizeof msg, timeout, EV_JOIN_REPLY, 0, 0, 0))
@@ -432,18 +500,23 @@ static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
             } else if (ev->kind == EV_JOIN_REPLY && rc == 1) {
                 char to[DL_PEER_ID_HEX];
                 if (ev->status == DL_NET_REMOTE_ERROR && redirects < MAX_REDIRECTS &&
-                    parse_redirect(ev->data, ev->size, leader, to) && strcmp(to, dl_net_peer_id(c->net))) {
-                    /* The peer we asked learned of a lower-id leader (or is
+                    parse_redirect(c, opt->epoch, ev->data, ev->size, leader, to) &&
+                    strcmp(to, dl_net_peer_id(c->net))) {
+                    /* The peer we asked learned of an earlier leader (or is
                      * joining one): ask that one instead. */
                     redirects++;
                     snprintf(leader, sizeof leader, "%s", to);
                     resend_at = dl_now();
                     give_up = fmin(dl_now() + c->cfg.matchmaking_ceiling_s, r->deadline);
                 } else if (ev->status != DL_NET_OK) {
+                    /* Whatever its reason, this leader formed no group for
+                     * us at this epoch: a retry asks the next one. */
+                    pass_over(c, opt->epoch, leader);
                     rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the leader %s did not take us: %s%s%.*s", leader,
                                        dl_net_status_name(ev->status), ev->size ? ": " : "", (int)ev->size,
                                        ev->data ? (const char *)ev->data : "");
                 } else if (dl_group_parse(ev->data, ev->size, &r->g)) {
+                    pass_over(c, opt->epoch, leader);
                     rc = dl_round_fail(r, DL_AVG_NO_GROUP, "%s", dl_error());
                 } else {
                     int me = dl_group_find(&r->g, dl_net_peer_id(c->net));
@@ -452,26 +525,17 @@ static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
                         r->g.members[me].role != self.role)
                         rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the group record from %s does not match our join",
                                            leader);
+                    else if (dl_group_check_settings(&r->g, opt) || dl_group_check_plan(&r->g))
+                        rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the group record from %s: %s", leader, dl_error());
+                    if (rc != 1) pass_over(c, opt->epoch, leader);
                     else {
                         r->me = (size_t)me;
-                        if (r->g.aggregation != opt->aggregation)
-                            DL_INFO("collab", "the leader's group record says aggregation %s (ours: %s): following it",
-                                    dl_aggregation_name(r->g.aggregation), dl_aggregation_name(opt->aggregation));
-                        double bw[DL_AVG_MAX_MEMBERS], fr[DL_AVG_MAX_MEMBERS];
-                        enum dl_member_role roles[DL_AVG_MAX_MEMBERS];
-                        for (size_t i = 0; i < r->g.n; i++) {
-                            bw[i] = r->g.members[i].bandwidth_mbit * 1e6 / 8;
-                            roles[i] = r->g.members[i].role;
-                        }
-                        double bytes = (double)dl_codec_size(r->g.codec, DL_AVG_CHUNK_ELEMS) / DL_AVG_CHUNK_ELEMS *
-                                       (double)r->n;
-                        if (dl_balance_solve(r->g.n, bw, roles, bytes, fr, &r->g.lp_bound_s)) r->g.lp_bound_s = 0;
                         rc = 0;
                     }
                 }
             } else if (ev->token) {
                 /* Joins for us while we are joining: send them on to the
-                 * peer we joined (lower than us, so they follow). */
+                 * peer we joined (before us in the order, so they follow). */
                 if (ev->kind == EV_JOIN) respond_redirect(r, ev->token, leader);
                 else dl_round_respond_text(r, ev->token, "unknown round");
             }

@@ -124,7 +124,7 @@ uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool mis
     dl_round_write_ref(msg, r, part, k);
     double weight = mode == DL_MISBEHAVE_WEIGHT_NAN        ? NAN
                     : mode == DL_MISBEHAVE_WEIGHT_NEGATIVE ? -r->weight - 1
-                    : mode == DL_MISBEHAVE_WEIGHT_HUGE     ? 1e30
+                    : mode == DL_MISBEHAVE_WEIGHT_HUGE     ? 1e12 /* valid (below 2^40), huge next to the group */
                                                            : r->weight;
     dl_put_f64(msg + DL_AVG_REF_HEADER, weight);
     if (dl_codec_encode(r->g.codec, r->input + off, (size_t)len, msg + DL_AVG_CHUNK_HEADER)) {
@@ -142,6 +142,14 @@ uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool mis
             float nan = NAN;
             memcpy(data, &nan, 4); /* the codebook's first entry */
         }
+#ifdef DEDLOC_TEST_HOOKS
+    } else if (mode == DL_MISBEHAVE_HUGE_VALUES && r->g.codec == DL_CODEC_NONE) {
+        /* Written past the encoder, which refuses them. */
+        for (size_t i = 0; i < len; i += 7) {
+            float huge = i % 2 ? 3e38f : -3e38f;
+            memcpy(data + 4 * i, &huge, 4);
+        }
+#endif
     } else if (mode == DL_MISBEHAVE_WRONG_PART) {
         dl_put_u16(msg + 16, (uint16_t)((part + 1) % r->g.n));
     } else if (mode == DL_MISBEHAVE_GARBAGE) {
@@ -205,8 +213,17 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
             continue;
         }
         usable[j] = true;
-        present_weight += header_weight[j];
         present++;
+    }
+    /* Each weight is a claim only its sender can see: it counts up to a
+     * small multiple of the chunk's median (docs/protocol.md, "Bounded
+     * claims"), the same cap for the mean, centered clip and the samples. */
+    double capped[DL_AVG_MAX_MEMBERS];
+    for (size_t j = 0; j < r->g.n; j++) capped[j] = usable[j] ? header_weight[j] : 0;
+    dl_balance_cap_weights(r->g.n, capped);
+    for (size_t j = 0; j < r->g.n; j++) {
+        header_weight[j] = capped[j];
+        present_weight += capped[j];
     }
     bool equal = !(present_weight > 0);
     bool clip = r->g.aggregation == DL_AGG_CENTERED_CLIP;
@@ -234,8 +251,11 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
             continue;
         }
         if (clip) {
+            /* Centered clip counts every contribution once (BTARD): its
+             * guarantee is a bound on the share of bad contributors, which
+             * claimed weights, even capped, would let a few liars exceed. */
             who[count] = j;
-            weights[count] = w;
+            weights[count] = 1.0;
         }
         total += w;
         samples += header_weight[j];

@@ -43,6 +43,10 @@
 enum dl_misbehaviour {
     DL_MISBEHAVE_NONE = 0, DL_MISBEHAVE_NAN, DL_MISBEHAVE_WRONG_SIZE, DL_MISBEHAVE_WRONG_PART,
     DL_MISBEHAVE_GARBAGE, DL_MISBEHAVE_WEIGHT_NAN, DL_MISBEHAVE_WEIGHT_NEGATIVE, DL_MISBEHAVE_WEIGHT_HUGE,
+    /* test-hook builds only: */
+    DL_MISBEHAVE_HUGE_VALUES, /* chunks of finite values near FLT_MAX (3e38), past the codec */
+    DL_MISBEHAVE_DICTATE,     /* as a leader, writes other settings than the run's into the group record */
+    DL_MISBEHAVE_STALL_LEADER, /* leading its first round, and every round after: takes joins, never answers */
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */

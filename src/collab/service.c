@@ -62,6 +62,12 @@ static void serve_finished(dl_net *net, const struct dl_round *r, int kind, cons
 static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in) {
     struct method_slot *slot = user;
     struct dl_collab *c = slot->c;
+    /* Roles first: the cheapest check, and it needs no state. */
+    const char *role_refusal = dl_collab_role_refusal(in->peer_role, slot->kind, in->payload, in->size);
+    if (role_refusal) {
+        respond_text(net, in->token, role_refusal);
+        return;
+    }
     pthread_mutex_lock(&c->lock);
     bool banned = dl_bans_is_banned(&c->bans, in->peer_id);
     struct dl_round *cur = c->cur;
@@ -364,7 +370,9 @@ enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const s
     c->cur = NULL;
     c->inbox.serial = 0;
     c->rounds_done++;
-    if (opt.epoch > c->last_epoch) c->last_epoch = opt.epoch;
+    /* Only a completed round closes its epoch: a failed one is retried at
+     * the same epoch, and joins for that retry must wait for it. */
+    if (r->status == DL_AVG_OK && opt.epoch > c->last_epoch) c->last_epoch = opt.epoch;
     bool keep = r->has_group && r->status == DL_AVG_OK && r->i_receive;
     if (keep) c->last = r;
     pthread_mutex_unlock(&c->lock);

@@ -31,13 +31,21 @@ size_t dl_codec_size(enum dl_codec codec, size_t n) {
     }
 }
 
+/* The exponent bits of the smallest float refused: 2^DL_CODEC_MAX_EXPONENT.
+ * NaN and Inf (all ones) are above it too, so one compare refuses both. */
+#define BOUND_BITS ((uint32_t)(127 + DL_CODEC_MAX_EXPONENT) << 23)
+
+/* |f| < 2^DL_CODEC_MAX_EXPONENT (so finite). */
 static inline bool finite_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
-    return (u & 0x7f800000u) != 0x7f800000u;
+    return (u & 0x7f800000u) < BOUND_BITS;
 }
 
 static int refuse_value(size_t i, size_t n, float v) {
+    if (isfinite(v))
+        return dl_fail("cannot encode value %zu of %zu: %g is beyond the averaging bound 2^%d (a diverged gradient?)",
+                       i, n, (double)v, DL_CODEC_MAX_EXPONENT);
     return dl_fail("cannot encode value %zu of %zu: %s is not a finite number (a diverged gradient?)", i, n,
                    isnan(v) ? "NaN" : "Inf");
 }
@@ -52,7 +60,7 @@ static int check_finite_scalar(const float *x, size_t from, size_t n) {
 
 static int check_decoded_scalar(const float *y, size_t from, size_t n) {
     for (size_t i = from; i < n; i++)
-        if (!finite_bits(y[i])) return dl_fail("fp32 value %zu of %zu is NaN or Inf", i, n);
+        if (!finite_bits(y[i])) return dl_fail("fp32 value %zu of %zu is NaN, Inf or beyond 2^%d", i, n, DL_CODEC_MAX_EXPONENT);
     return 0;
 }
 
@@ -80,9 +88,13 @@ static int decode_fp16_scalar(const uint8_t *in, size_t from, size_t n, float *o
     return 0;
 }
 
+/* Codebook entries stay inside the decoder's bound: an empty bin's centre
+ * (mean +- 6 sigma reaches past the largest input) must not make a chunk of
+ * bounded values undecodable. */
 static float clamp_to_float(double v) {
-    if (v > FLT_MAX) return FLT_MAX;
-    if (v < -FLT_MAX) return -FLT_MAX;
+    const double largest = ldexp(1.0, DL_CODEC_MAX_EXPONENT) - ldexp(1.0, DL_CODEC_MAX_EXPONENT - 24);
+    if (v > largest) return (float)largest;
+    if (v < -largest) return (float)-largest;
     return (float)v;
 }
 
@@ -125,7 +137,7 @@ static int check_f32_wire_scalar(const uint8_t *in, size_t from, size_t n) {
     for (size_t i = from; i < n; i++) {
         float v;
         memcpy(&v, in + 4 * i, 4);
-        if (!finite_bits(v)) return dl_fail("fp32 value %zu of %zu is NaN or Inf", i, n);
+        if (!finite_bits(v)) return dl_fail("fp32 value %zu of %zu is NaN, Inf or beyond 2^%d", i, n, DL_CODEC_MAX_EXPONENT);
     }
     return 0;
 }
@@ -207,11 +219,13 @@ static const struct codec_kernels scalar_kernels = {
  * message. */
 #define AVX2_TARGET __attribute__((target("avx2,f16c")))
 
-/* Lanes whose exponent is all ones (NaN or Inf), as a bit mask. */
+/* Lanes that finite_bits refuses (NaN, Inf or beyond the bound), as a bit
+ * mask: the masked exponents are non-negative, so a signed compare works. */
 AVX2_TARGET static inline int nonfinite_mask8(__m256 v) {
     const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+    const __m256i last_ok = _mm256_set1_epi32((int)(BOUND_BITS - 1));
     __m256i e = _mm256_and_si256(_mm256_castps_si256(v), exp_mask);
-    return _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, exp_mask)));
+    return _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(e, last_ok)));
 }
 
 AVX2_TARGET static int check_finite_avx2(const float *x, size_t n) {
@@ -443,7 +457,7 @@ static int decode_uint8(const struct codec_kernels *kern, const uint8_t *in, siz
     float codebook[DL_CODEC_UINT8_BINS];
     memcpy(codebook, in, UINT8_HEADER);
     for (int k = 0; k < DL_CODEC_UINT8_BINS; k++)
-        if (!finite_bits(codebook[k])) return dl_fail("uint8 codebook entry %d is NaN or Inf", k);
+        if (!finite_bits(codebook[k])) return dl_fail("uint8 codebook entry %d is NaN, Inf or beyond 2^%d", k, DL_CODEC_MAX_EXPONENT);
     kern->uint8_decode(codebook, in + UINT8_HEADER, n, out);
     return 0;
 }
@@ -491,7 +505,7 @@ static int check_wire(const struct codec_kernels *kern, enum dl_codec codec, con
         for (int k = 0; k < DL_CODEC_UINT8_BINS; k++) {
             float v;
             memcpy(&v, in + 4 * (size_t)k, 4);
-            if (!finite_bits(v)) return dl_fail("uint8 codebook entry %d is NaN or Inf", k);
+            if (!finite_bits(v)) return dl_fail("uint8 codebook entry %d is NaN, Inf or beyond 2^%d", k, DL_CODEC_MAX_EXPONENT);
         }
         return 0;
     default: return dl_fail("decode: unknown codec %d", codec);

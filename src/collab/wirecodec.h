@@ -2,8 +2,9 @@
  *
  * A vector travels in chunks; each chunk is encoded on its own, so sending
  * and reducing overlap and a bad chunk costs only itself. NaN and Inf never
- * enter: encoding refuses them and decoding refuses anything that would
- * produce them, so a peer's garbage stays a refused message.
+ * enter, nor finite values beyond 2^DL_CODEC_MAX_EXPONENT: encoding refuses
+ * them and decoding refuses anything that would produce them, so a peer's
+ * garbage stays a refused message.
  *
  * Layouts (little-endian, n values per chunk):
  *   none   n x fp32                                   4 n bytes
@@ -30,6 +31,13 @@
 
 #define DL_CODEC_UINT8_BINS 256
 #define DL_CODEC_FP16_MAX 65504.0f
+/* No value at or beyond 2^DL_CODEC_MAX_EXPONENT (about 4.3e9) is encoded or
+ * decoded, as if it were NaN: a gradient element that large is a diverged
+ * or hostile one, and under the plain mean a single huge finite value (3e38
+ * passes every finiteness check) would take over the average. Far above
+ * any honest gradient (fp16 storage ends at 65504) and far below where a
+ * mean of DL_AVG_MAX_MEMBERS contributions could overflow a float. */
+#define DL_CODEC_MAX_EXPONENT 32
 
 /* Exact encoded bytes of n floats (one chunk); 0 for an unknown codec. */
 size_t dl_codec_size(enum dl_codec codec, size_t n);

@@ -403,6 +403,7 @@ void dl_net_stop(dl_net *net) {
 }
 
 const char *dl_net_peer_id(const dl_net *net) { return net->id.peer_id; }
+const char *dl_net_run_id(const dl_net *net) { return net->run_id; }
 const char *dl_net_listen_address(const dl_net *net) { return net->listen_addr; }
 const char *dl_net_announce_address(const dl_net *net) { return net->announce_addr; }
 int dl_net_dht_port(const dl_net *net) { return net->dht_port; }

@@ -10,8 +10,16 @@
  *     weights. In the weights_* cases members matchmake before their vectors
  *     exist (NaN until handed over) and their chunks carry other weights than
  *     their joins: the reference mean uses the chunks' (what counts); in the
- *     weight_* cases a client's chunk headers carry NaN, a negative or a huge
- *     weight, and it must be left out ("dropped").
+ *     weight_* cases a client's chunk headers carry NaN or a negative weight,
+ *     and it must be left out ("dropped"), or a huge one (1e12), which counts
+ *     as 4 times the chunk's lower median weight: every reference mean here
+ *     uses the weights so capped;
+ *   - bandwidth_liar: the member declaring 1e6 Mbit/s aggregates at most
+ *     2 / (A + 1) of the vector; huge_values: finite values near FLT_MAX are
+ *     refused like NaN; dictating_leader: a group record with other settings
+ *     than the run's is refused by every member; monitor_trainer: in a run
+ *     with an authority, a monitor-role peer that joins as a trainer is
+ *     refused at the leader and its vector is in no chunk.
  * The robust_* cases (test-hook builds) run 8 members of which 3 attack with
  * well-formed data (sign-flipped x1000, noise, stale, replayed vectors) and
  * check the result against the weighted mean of the honest members' inputs:
@@ -19,6 +27,7 @@
  * Usage: collab_round_procs CASE (the scenarios: collab_round_scenarios.h). */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <sodium.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -57,6 +66,11 @@ struct member {
 
 static struct member members[MAX_MEMBERS];
 static int num_members;
+static int rounds_run = 1;
+/* A run with an authority (scenario .tokens): its public key, each
+ * member's identity and token files. */
+static char run_key_hex[80];
+static char identity_path[MAX_MEMBERS][300], token_path[MAX_MEMBERS][300];
 static char workdir[256];
 
 static void kill_all(void) {
@@ -110,11 +124,27 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
     argv[k++] = "--peers"; argv[k++] = peers;
     argv[k++] = "--out"; argv[k++] = out;
     argv[k++] = "--compression"; argv[k++] = compression_of(sc);
-    argv[k++] = "--deadline"; argv[k++] = "40";
+    char deadline[32], rounds[32];
+    snprintf(deadline, sizeof deadline, "%g", sc->deadline > 0 ? sc->deadline : 40);
+    argv[k++] = "--deadline"; argv[k++] = deadline;
+    if (sc->rounds > 1) {
+        snprintf(rounds, sizeof rounds, "%d", sc->rounds);
+        argv[k++] = "--rounds"; argv[k++] = rounds;
+        argv[k++] = "--same-epoch";
+    }
     argv[k++] = "--stall"; argv[k++] = "2";
+    char liar_bw[32];
+    if (sc->victim_bandwidth > 0) {
+        /* The others declare 100 Mbit/s (an undeclared bandwidth would
+         * count as the median declared one: the liar's own). */
+        snprintf(liar_bw, sizeof liar_bw, "%g", i == sc->victim ? sc->victim_bandwidth : 100.0);
+        argv[k++] = "--bandwidth"; argv[k++] = liar_bw;
+    }
     if (sc->upload_mbit > 0) {
         argv[k++] = "--max-upload"; argv[k++] = up;
-        argv[k++] = "--bandwidth"; argv[k++] = up;
+        if (!(sc->victim_bandwidth > 0)) {
+            argv[k++] = "--bandwidth"; argv[k++] = up;
+        }
     }
     if (!strcmp(m->role, "client")) argv[k++] = "--client-mode";
     if (!strcmp(m->role, "aux")) argv[k++] = "--aux";
@@ -154,6 +184,11 @@ static int spawn(int i, const struct scenario *sc, const char *initial) {
     }
     if (initial) {
         argv[k++] = "--initial-peers"; argv[k++] = initial;
+    }
+    if (sc->tokens) {
+        argv[k++] = "--identity"; argv[k++] = identity_path[i];
+        argv[k++] = "--token"; argv[k++] = token_path[i];
+        argv[k++] = "--run-key"; argv[k++] = run_key_hex;
     }
     argv[k] = NULL;
     int fds[2];
@@ -195,8 +230,9 @@ static void pump(struct member *m) {
             m->ready = true;
         } else if (ev && !strcmp(ev, "start")) {
             m->started = true;
-        } else if (ev && !strcmp(ev, "round") && !m->round) {
-            m->round = j;
+        } else if (ev && !strcmp(ev, "round") && !m->round &&
+                   cJSON_GetNumberValue(cJSON_GetObjectItem(j, "round")) == (double)(rounds_run - 1)) {
+            m->round = j; /* the last round's report */
             j = NULL;
         } else if (ev && !strcmp(ev, "done")) {
             m->done = true;
@@ -227,6 +263,85 @@ static int member_by_id(const char *peer_id) {
     return -1;
 }
 
+/* The leader of an epoch as every member computes it (matchmaking.c):
+ * the non-client member first by BLAKE2b-128(run id, NUL, epoch u64 LE,
+ * peer id). */
+static int leader_of_epoch(uint64_t epoch) {
+    static const char run_id[] = "dedloc-bench-allreduce";
+    uint8_t best[16], rank[16], e[8];
+    int leader = -1;
+    for (int b = 0; b < 8; b++) e[b] = (uint8_t)(epoch >> (8 * b));
+    for (int i = 0; i < num_members; i++) {
+        if (!strcmp(members[i].role, "client")) continue;
+        crypto_generichash_state st;
+        crypto_generichash_init(&st, NULL, 0, 16);
+        crypto_generichash_update(&st, (const uint8_t *)run_id, sizeof run_id);
+        crypto_generichash_update(&st, e, sizeof e);
+        crypto_generichash_update(&st, (const uint8_t *)members[i].peer_id, strlen(members[i].peer_id));
+        crypto_generichash_final(&st, rank, 16);
+        int cmp = leader < 0 ? -1 : memcmp(rank, best, 16);
+        if (cmp < 0 || (cmp == 0 && strcmp(members[i].peer_id, members[leader].peer_id) < 0)) {
+            leader = i;
+            memcpy(best, rank, 16);
+        }
+    }
+    return leader;
+}
+
+/* An identity file as dedloc writes it (magic, then the ed25519 seed; mode
+ * 0600), and its peer id: hex of BLAKE2b-128 of the public key. */
+static int write_identity(const char *path, char peer_id[40]) {
+    static const char magic[] = "dedloc-ed25519-v1\n";
+    uint8_t seed[crypto_sign_SEEDBYTES], pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES], h[16];
+    randombytes_buf(seed, sizeof seed);
+    crypto_sign_seed_keypair(pk, sk, seed);
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return -1;
+    bool ok = write(fd, magic, sizeof magic - 1) == (ssize_t)(sizeof magic - 1) &&
+              write(fd, seed, sizeof seed) == (ssize_t)sizeof seed;
+    close(fd);
+    crypto_generichash(h, sizeof h, pk, sizeof pk, NULL, 0);
+    sodium_bin2hex(peer_id, 33, h, sizeof h);
+    return ok ? 0 : -1;
+}
+
+/* The authority, identities and tokens of a run with roles. A monitor is
+ * kept from leading epoch 1 (its key is drawn again): a member cannot tell
+ * a leader's role from its answer, so the test is about the door, where the
+ * leader refuses a monitor's join. */
+static int make_tokens(const struct scenario *sc) {
+    char key[300], pub[300], cmd[1200];
+    snprintf(key, sizeof key, "%s/run.key", workdir);
+    snprintf(pub, sizeof pub, "%s/run.pub", workdir);
+    snprintf(cmd, sizeof cmd, "'%s' authority init --run-id dedloc-bench-allreduce --out '%s' > '%s' 2>/dev/null",
+             DEDLOC_BINARY, key, pub);
+    if (system(cmd)) return -1;
+    FILE *f = fopen(pub, "r");
+    if (!f || !fgets(run_key_hex, sizeof run_key_hex, f)) {
+        if (f) fclose(f);
+        return -1;
+    }
+    fclose(f);
+    run_key_hex[strcspn(run_key_hex, "\r\n")] = 0;
+    for (int i = 0; i < num_members; i++) {
+        snprintf(identity_path[i], sizeof identity_path[i], "%s/m%d.id", workdir, i);
+        if (write_identity(identity_path[i], members[i].peer_id)) return -1;
+    }
+    for (int tries = 0; tries < 100; tries++) {
+        int leader = leader_of_epoch(1);
+        if (sc->tokens[leader] != 'm') break;
+        if (write_identity(identity_path[leader], members[leader].peer_id)) return -1;
+    }
+    for (int i = 0; i < num_members; i++) {
+        snprintf(token_path[i], sizeof token_path[i], "%s/m%d.token", workdir, i);
+        snprintf(cmd, sizeof cmd, "'%s' authority issue --key '%s' --peer %s --role %s --expires 1d > '%s' 2>/dev/null",
+                 DEDLOC_BINARY, key, members[i].peer_id, sc->tokens[i] == 'm' ? "monitor" : "trainer", token_path[i]);
+        if (system(cmd)) return -1;
+    }
+    return 0;
+}
+
 static const char *status_of(const struct member *m) {
     return m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "status")) : "(no report)";
 }
@@ -243,6 +358,12 @@ static void verify(const struct scenario *sc) {
     if (sc->victim_status)
         CHECK_MSG(!strcmp(status_of(&members[sc->victim]), sc->victim_status), "member %d reported %s, not %s",
                   sc->victim, status_of(&members[sc->victim]), sc->victim_status);
+    if (sc->victim_reason) {
+        const cJSON *vr = members[sc->victim].round;
+        const char *reason = vr ? cJSON_GetStringValue(cJSON_GetObjectItem(vr, "reason")) : NULL;
+        CHECK_MSG(reason && strstr(reason, sc->victim_reason), "member %d's reason: %s (expected \"%s\")", sc->victim,
+                  reason ? reason : "(none)", sc->victim_reason);
+    }
     /* Which members must have succeeded. */
     int reference = -1;
     for (int i = 0; i < num_members; i++) {
@@ -260,7 +381,7 @@ static void verify(const struct scenario *sc) {
     const char *ref_hash = cJSON_GetStringValue(cJSON_GetObjectItem(ref_round, "hash"));
     char *ref_chunks = cJSON_PrintUnformatted(chunks);
     char path[300];
-    snprintf(path, sizeof path, "%s/m%d.out0.bin", workdir, reference);
+    snprintf(path, sizeof path, "%s/m%d.out%d.bin", workdir, reference, rounds_run - 1);
     float *ref_out = read_floats(path, sc->vector_size);
     CHECK_MSG(ref_out != NULL, "no result file from member %d", reference);
     /* Identical bits on every member that applied the round (a victim may
@@ -275,7 +396,7 @@ static void verify(const struct scenario *sc) {
         char *c = cJSON_PrintUnformatted(cJSON_GetObjectItem(m->round, "chunks"));
         CHECK_MSG(c && ref_chunks && !strcmp(c, ref_chunks), "member %d has a different chunk table", i);
         free(c);
-        snprintf(path, sizeof path, "%s/m%d.out0.bin", workdir, i);
+        snprintf(path, sizeof path, "%s/m%d.out%d.bin", workdir, i, rounds_run - 1);
         float *out = read_floats(path, sc->vector_size);
         CHECK_MSG(out && ref_out && !memcmp(out, ref_out, sc->vector_size * sizeof(float)),
                   "member %d: result bytes differ", i);
@@ -300,6 +421,19 @@ static void verify(const struct scenario *sc) {
             weight[g] = members[index_of[g]].weight;
             snprintf(path, sizeof path, "%s/m%d.in.bin", workdir, index_of[g]);
             inputs[g] = read_floats(path, sc->vector_size);
+        }
+    }
+    if (sc->victim_bandwidth > 0) {
+        /* The liar's part: at most 2 / (A + 1) of the vector (A members
+         * that can aggregate), whatever it declared. */
+        int able = 0;
+        for (int g = 0; g < n; g++) able += cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(group, g), "role")) != 1; /* not a client */
+        for (int g = 0; g < n; g++) {
+            const cJSON *gm = cJSON_GetArrayItem(group, g);
+            double part = cJSON_GetNumberValue(cJSON_GetObjectItem(gm, "part_elems"));
+            double limit = 2.0 / (able + 1) * (double)sc->vector_size + 1;
+            printf("member %d aggregates %.0f of %zu elements (cap %.0f)\n", index_of[g], part, sc->vector_size, limit);
+            CHECK_MSG(part <= limit, "member %d aggregates %.0f elements, above the cap %.0f", index_of[g], part, limit);
         }
     }
     double bound = codec_bound(compression_of(sc));
@@ -327,13 +461,32 @@ static void verify(const struct scenario *sc) {
             if (!in[g]) continue;
             CHECK_MSG(inputs[g] != NULL, "chunk %d names member %d, which has no input file", ci, g);
             count++;
-            total += weight[g];
             int who = index_of[g];
-            if (who >= 0 && members[who].misbehave && g != reducer)
+            bool welcome = who >= 0 && members[who].misbehave && !strcmp(members[who].misbehave, "weight-huge");
+            if (who >= 0 && members[who].misbehave && g != reducer && !welcome)
                 CHECK_MSG(false, "chunk %d holds the misbehaving member's data", ci);
             if (who >= 0 && !strcmp(members[who].role, "aux")) CHECK_MSG(false, "chunk %d holds an aux member", ci);
+            if (who >= 0 && sc->tokens && sc->tokens[who] == 'm')
+                CHECK_MSG(false, "chunk %d holds the vector of monitor-role member %d", ci, who);
         }
         CHECK_MSG(count > 0, "chunk %d has no contributor", ci);
+        /* Each weight counts up to 4 times the lower median of the chunk's
+         * positive weights (docs/protocol.md, "Bounded claims"). */
+        double capped[MAX_MEMBERS], positive[MAX_MEMBERS];
+        int num_positive = 0;
+        for (int g = 0; g < n; g++)
+            if (in[g] && weight[g] > 0) positive[num_positive++] = weight[g];
+        for (int a = 1; a < num_positive; a++)
+            for (int b = a; b > 0 && positive[b - 1] > positive[b]; b--) {
+                double t = positive[b];
+                positive[b] = positive[b - 1];
+                positive[b - 1] = t;
+            }
+        double cap = num_positive ? 4 * positive[(num_positive - 1) / 2] : 0;
+        for (int g = 0; g < n; g++) {
+            capped[g] = in[g] ? fmin(weight[g], cap) : 0;
+            total += capped[g];
+        }
         CHECK_MSG(chunk_weight == total, "chunk %d: its result header says weight %g, its contributors hold %g", ci,
                   chunk_weight, total);
         if (!count || !ref_out) continue;
@@ -342,7 +495,7 @@ static void verify(const struct scenario *sc) {
         for (size_t e = off; e < off + len; e++) {
             double acc = 0;
             for (int g = 0; g < n; g++)
-                if (in[g] && inputs[g]) acc += (equal ? 1.0 : weight[g]) * (double)inputs[g][e];
+                if (in[g] && inputs[g]) acc += (equal ? 1.0 : capped[g]) * (double)inputs[g][e];
             double want = acc / total, got = ref_out[e];
             double err = fabs(got - want);
             double tol = bound > 0 ? bound : 1.2e-7 * fabs(want) + 1e-30;
@@ -444,6 +597,21 @@ static void verify_robust(const struct scenario *sc) {
     free(ref_out);
 }
 
+/* A leader's attack: nobody applies the round, and every member but the
+ * leader (which cannot refuse its own record) names the refusal. */
+static void verify_refused(const struct scenario *sc) {
+    int refused = 0;
+    for (int i = 0; i < num_members; i++) {
+        struct member *m = &members[i];
+        CHECK_MSG(m->round && strcmp(status_of(m), "ok"), "member %d applied the round (%s)", i, status_of(m));
+        const char *reason = m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason")) : NULL;
+        if (reason && strstr(reason, sc->refusal)) refused++;
+    }
+    CHECK_MSG(refused >= num_members - 1, "%d of %d members refused with \"%s\"", refused, num_members,
+              sc->refusal);
+    printf("%d members refused the leader's record\n", refused);
+}
+
 static void garbage_on_port(const char *listen) {
     char host[64];
     snprintf(host, sizeof host, "%s", listen);
@@ -472,6 +640,7 @@ static int run(const struct scenario *sc) {
     snprintf(workdir, sizeof workdir, "/tmp/dedloc-collab-%s-%d", sc->name, (int)getpid());
     mkdir(workdir, 0755);
     num_members = sc->member_count;
+    rounds_run = sc->rounds > 1 ? sc->rounds : 1;
     for (int i = 0; i < num_members; i++) {
         struct member *m = &members[i];
         memset(m, 0, sizeof *m);
@@ -479,11 +648,18 @@ static int run(const struct scenario *sc) {
         m->role = r == 'c' ? "client" : r == 'a' ? "aux" : "trainer";
         m->join_weight = r == 'a' ? 0 : 1 + i % 3;
         m->weight = r == 'a' ? 0 : sc->join_differs ? 5 + 3 * i : m->join_weight;
-        if (sc->misbehave && i == sc->victim) m->misbehave = sc->misbehave;
+        if (sc->misbehave && (i == sc->victim || sc->everyone_misbehaves)) m->misbehave = sc->misbehave;
+        /* Its chunks claim 1e12 samples (src/collab/round.c), its join the usual. */
+        if (m->misbehave && !strcmp(m->misbehave, "weight-huge")) m->weight = 1e12;
         char a = sc->attacks ? sc->attacks[i] : '-';
         m->attack = a == 's' ? "sign-flip" : a == 'n' ? "noise" : a == 't' ? "stale" : a == 'r' ? "replay" : NULL;
+        if (m->attack && sc->attacker_weight > 0) m->weight = m->join_weight = sc->attacker_weight;
         m->victim = (sc->fault && strcmp(sc->fault, "port") && i == sc->victim) || m->misbehave ||
-                    (sc->victim_delay > 0 && i == sc->victim);
+                    (sc->victim_delay > 0 && i == sc->victim) || (sc->tokens && sc->tokens[i] == 'm');
+    }
+    if (sc->tokens && make_tokens(sc)) {
+        fprintf(stderr, "cannot make the run authority, identities and tokens\n");
+        return 1;
     }
     double t0 = now_s();
     for (int i = 0; i < num_members; i++) {
@@ -531,11 +707,7 @@ static int run(const struct scenario *sc) {
             /* Never hit the leader: on a slow machine the group may still be
              * forming, and without its leader nobody would average at all.
              * Any other victim is fine for the round. */
-            int leader = -1;
-            for (int i = 0; i < num_members; i++)
-                if (strcmp(members[i].role, "client") &&
-                    (leader < 0 || strcmp(members[i].peer_id, members[leader].peer_id) < 0))
-                    leader = i;
+            int leader = leader_of_epoch(1);
             if (victim == leader && sc->fault && strcmp(sc->fault, "port")) {
                 members[victim].victim = false;
                 do victim = (victim + 1) % num_members;
@@ -574,7 +746,17 @@ static int run(const struct scenario *sc) {
         printf("member %d %-7s %-6s %s %s\n", i, m->role, status_of(m), m->peer_id,
                m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason")) : "");
     }
+    if (sc->misbehave && !strcmp(sc->misbehave, "stall-leader")) {
+        /* Only the first round's leader stalls (the others never led first). */
+        int staller = leader_of_epoch(1);
+        for (int i = 0; i < num_members; i++) {
+            members[i].victim = i == staller;
+            if (i != staller) members[i].misbehave = NULL;
+        }
+        printf("member %d led the first round and stalls\n", staller);
+    }
     if (sc->attacks) verify_robust(sc);
+    else if (sc->refusal) verify_refused(sc);
     else verify(sc);
     kill_all();
     for (int i = 0; i < num_members; i++) cJSON_Delete(members[i].round);

@@ -29,6 +29,15 @@ struct scenario {
     double hand_over;           /* > 0: member i matchmakes first and hands its vector over
                                  * hand_over + 0.25 i s after the round starts */
     bool join_differs;          /* the joins carry 1 + i % 3, the chunks 5 + 3 i */
+    double victim_bandwidth;    /* > 0: member `victim` declares this upload bandwidth (Mbit/s) */
+    double attacker_weight;     /* > 0: the attackers' chunks and joins carry this weight */
+    bool everyone_misbehaves;   /* `misbehave` goes to every member (a leader's attack: whoever leads) */
+    const char *refusal;        /* every member but the leader refuses the round with this in its reason */
+    int rounds;                 /* > 1: rounds run at epoch 1 (a failed round retried); the last is checked */
+    double deadline;            /* round deadline (s); 0 = 40 */
+    const char *tokens;         /* a run with an authority: each member's token role, t(rainer) m(onitor);
+                                 * a monitor never leads the round (the test draws its key so) */
+    const char *victim_reason;  /* what the victim's reason must contain, or NULL */
     bool needs_test_hooks;      /* registered only in test-hook builds (the attack modes) */
 };
 
@@ -72,8 +81,27 @@ static const struct scenario scenarios[] = {
      .victim = 3, .misbehave = "weight-nan", .victim_status = "dropped"},
     {.name = "weight_negative", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
      .victim = 3, .misbehave = "weight-negative", .victim_status = "dropped", .hand_over = 0.3, .join_differs = true},
+    /* a client whose chunks claim 1e12 samples (a valid weight) counts for
+     * 4 times the chunk's median weight, no more */
     {.name = "weight_huge", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
-     .victim = 3, .misbehave = "weight-huge", .victim_status = "dropped"},
+     .victim = 3, .misbehave = "weight-huge", .victim_status = "ok"},
+    /* a trainer declaring 1e6 Mbit/s aggregates no more than 2/(A+1) of the vector */
+    {.name = "bandwidth_liar", .member_count = 4, .vector_size = 1000003, .victim = 2, .victim_bandwidth = 1e6},
+    /* a client sending finite values near FLT_MAX under the plain mean is dropped */
+    {.name = "huge_values", .member_count = 4, .vector_size = 1000003, .roles = "tttc",
+     .victim = 3, .misbehave = "huge-values", .victim_status = "dropped", .needs_test_hooks = true},
+    /* whoever leads the first round takes joins and never answers, in every
+     * round it leads: the retry at the same epoch passes it over */
+    {.name = "stalling_leader", .member_count = 4, .vector_size = 100003, .misbehave = "stall-leader",
+     .everyone_misbehaves = true, .rounds = 2, .deadline = 12, .needs_test_hooks = true},
+    /* a peer whose token says monitor runs as a trainer: the leader refuses
+     * its join, and the three trainers average without it */
+    {.name = "monitor_trainer", .member_count = 4, .vector_size = 100003, .tokens = "ttmt", .victim = 2,
+     .victim_status = "no group", .victim_reason = "monitor-role"},
+    /* a leader that writes another aggregation rule and stall time into its
+     * group record: every member refuses the record */
+    {.name = "dictating_leader", .member_count = 4, .vector_size = 100003, .misbehave = "dictate",
+     .everyone_misbehaves = true, .refusal = "this run uses", .deadline = 10, .needs_test_hooks = true},
     /* 8 members, 3 attackers (at 0, 3, 6: weights 3 of 15), the same inputs
      * aggregated both ways */
     {.name = "robust_mean", .member_count = 8, .vector_size = 600011, .attacks = "s--n--t-",
@@ -85,6 +113,11 @@ static const struct scenario scenarios[] = {
     /* tau above the honest spread of a chunk (about 15 here): only the attackers are clipped */
     {.name = "robust_clip_tau", .member_count = 8, .vector_size = 600011, .aggregation = "centered-clip",
      .attacks = "s--n--t-", .tau = 30, .needs_test_hooks = true},
+    /* a sign-flipped x1000 vector behind a claimed weight of 1e12: its weight
+     * is capped, so the result stays near the honest mean and no honest
+     * member is clipped */
+    {.name = "robust_clip_weight", .member_count = 8, .vector_size = 600011, .aggregation = "centered-clip",
+     .attacks = "s-------", .tau = 30, .attacker_weight = 1e12, .needs_test_hooks = true},
 };
 
 #endif

@@ -50,8 +50,13 @@ static void grid_walk(struct grid *g, size_t i, int left) {
         grid_walk(g, i + 1, left);
         return;
     }
+    /* No member above the share cap (balance.h). */
+    size_t able = 0;
+    for (size_t j = 0; j < g->n; j++) able += g->role[j] != DL_MEMBER_CLIENT;
+    double cap = dl_balance_share_cap(able);
     for (int k = 0; k <= left; k++) {
         g->w[i] = (double)k / g->steps;
+        if (g->w[i] > cap + 1e-12) break;
         grid_walk(g, i + 1, left - k);
     }
 }
@@ -118,13 +123,15 @@ static void test_closed_forms(void) {
         CHECK(fabs(bound - 8) <= 1e-12);
     }
     /* A lone trainer with an aux member: t_0 = V (1 - w0) / b0 (it sends what it
-     * does not aggregate), t_aux = V w_aux / b_aux (it returns to the trainer):
-     * the trainer keeping everything costs nothing. */
+     * does not aggregate), t_aux = V w_aux / b_aux (it returns to the trainer).
+     * Keeping everything would cost nothing, but the share cap (2/3 with two
+     * aggregators) leaves the aux member a third: t_aux = 1/3 sets the time. */
     {
         double b[2] = {3, 1};
         enum dl_member_role role[2] = {DL_MEMBER_TRAINER, DL_MEMBER_AUX};
         CHECK_OK(dl_balance_solve(2, b, role, 1, w, &bound));
-        CHECK_MSG(w[0] == 1 && w[1] == 0 && bound == 0, "w_aux %.17g bound %.17g", w[1], bound);
+        CHECK_MSG(fabs(w[0] - 2.0 / 3) <= 1e-12 && fabs(w[1] - 1.0 / 3) <= 1e-12 && fabs(bound - 1.0 / 3) <= 1e-12,
+                  "w_aux %.17g bound %.17g", w[1], bound);
     }
     /* Two trainers and a fast aux member: a trainer has recv = send = 1, so
      * t_i = V / b_i whatever w_i; the aux member (t = 2 V w / b) cannot help. */
@@ -292,7 +299,40 @@ static void test_split(void) {
     CHECK(sum == 1000003 && parts[1] == 0);
 }
 
+/* Bounded claims: one member's declared bandwidth or weight cannot take the
+ * vector or the average (docs/protocol.md, "Bounded claims, leaders and roles"). */
+static void test_bounded_claims(void) {
+    /* Four trainers, one declaring 10^4 times the others' bandwidth: without
+     * the share cap the solver gives it the whole vector (it is the only one
+     * whose time does not grow); with it, at most 2 / 5. */
+    double b[4] = {12.5, 12.5, 1.25e5, 12.5}, w[4], bound;
+    enum dl_member_role role[4] = {DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER, DL_MEMBER_TRAINER};
+    CHECK_OK(dl_balance_solve(4, b, role, 100.0, w, &bound));
+    CHECK_MSG(w[2] <= 0.4 + 1e-12, "the liar aggregates %.17g of the vector (cap 0.4)", w[2]);
+    CHECK(fabs(dl_balance_share_cap(4) - 0.4) <= 1e-15 && dl_balance_share_cap(1) == 1);
+    /* Clamped to 4 x the lower median; clamping twice changes nothing. */
+    double mbit[4] = {100, 100, 1e6, 50};
+    dl_balance_clamp_bandwidths(4, mbit);
+    CHECK_MSG(mbit[2] == 400 && mbit[0] == 100 && mbit[3] == 50, "clamped to %g", mbit[2]);
+    dl_balance_clamp_bandwidths(4, mbit);
+    CHECK(mbit[2] == 400);
+    /* Two members: the lower median is the smaller, so a liar among two
+     * cannot raise its own bound. */
+    double two[2] = {1e6, 10};
+    dl_balance_clamp_bandwidths(2, two);
+    CHECK_MSG(two[0] == 40 && two[1] == 10, "two members: %g %g", two[0], two[1]);
+    /* Weights: 1e12 among 1, 2, 3 counts as 4 x 2; zeros (aux, no samples)
+     * take no part in the median. */
+    double weight[6] = {1, 2, 1e12, 3, 0, 0};
+    dl_balance_cap_weights(6, weight);
+    CHECK_MSG(weight[2] == 8 && weight[0] == 1 && weight[3] == 3 && weight[4] == 0, "capped to %g", weight[2]);
+    double none[2] = {0, 0};
+    dl_balance_cap_weights(2, none);
+    CHECK(none[0] == 0 && none[1] == 0);
+}
+
 int main(void) {
+    test_bounded_claims();
     test_equal_bandwidths();
     test_closed_forms();
     test_against_brute_force();

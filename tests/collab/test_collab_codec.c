@@ -28,6 +28,9 @@ static double ref_fp16(double x) {
     return x < 0 ? -v : v;
 }
 
+/* The largest float below the averaging bound 2^DL_CODEC_MAX_EXPONENT. */
+#define LARGEST_OK 4294967040.0f
+
 static uint8_t *roundtrip(int codec, const float *x, size_t n, float *y) {
     size_t size = dl_codec_size(codec, n);
     uint8_t *buf = malloc(size ? size : 1);
@@ -63,7 +66,7 @@ static void test_none(void) {
     float *x = malloc(n * 4), *y = malloc(n * 4);
     for (size_t i = 0; i < n; i++) x[i] = dl_rng_normal(&rng) * 1e-3f;
     x[0] = -0.0f;
-    x[1] = FLT_MAX;
+    x[1] = LARGEST_OK; /* the largest value inside the bound */
     x[2] = 1e-45f; /* smallest subnormal */
     free(roundtrip(DL_CODEC_NONE, x, n, y));
     CHECK(memcmp(x, y, n * 4) == 0);
@@ -106,7 +109,7 @@ static void test_fp16(void) {
         free(x);
     }
     /* Edges: ties, the largest half, the clamp, subnormals, zeros. */
-    float edge[] = {65504.0f, 65519.0f, 65520.0f, 1e6f, -1e30f, FLT_MAX, -FLT_MAX,
+    float edge[] = {65504.0f, 65519.0f, 65520.0f, 1e6f, -4e9f, LARGEST_OK, -LARGEST_OK,
                     1.0f + ldexpf(1, -11), 1.0f + 3 * ldexpf(1, -11), ldexpf(1, -24), ldexpf(1, -25),
                     ldexpf(3, -26), ldexpf(1, -14), 0.0f, -0.0f, 2049.0f, 2051.0f, 1e-40f};
     check_fp16(edge, sizeof edge / sizeof edge[0], "fp16 edges");
@@ -196,12 +199,13 @@ static void test_uint8(void) {
     check_uint8(x, n, "uint8 six levels");
     free(roundtrip(DL_CODEC_UINT8, x, n, y));
     CHECK(memcmp(x, y, n * 4) == 0);
-    /* Constant chunk (sigma 0) and huge finite values stay exact and finite. */
+    /* Constant chunk (sigma 0) and the largest values inside the bound stay
+     * exact and finite. */
     for (size_t i = 0; i < n; i++) x[i] = 42.5f;
     free(roundtrip(DL_CODEC_UINT8, x, n, y));
     CHECK(dl_test_max_abs(y, x, n) == 0);
-    for (size_t i = 0; i < n; i++) x[i] = i % 2 ? FLT_MAX : -FLT_MAX;
-    check_uint8(x, n, "uint8 +-FLT_MAX");
+    for (size_t i = 0; i < n; i++) x[i] = i % 2 ? LARGEST_OK : -LARGEST_OK;
+    check_uint8(x, n, "uint8 +-(2^32 - 256)");
     free(x);
     free(y);
 }
@@ -211,8 +215,10 @@ static void test_refusals(void) {
     for (int i = 0; i < 16; i++) x[i] = (float)i * 0.25f;
     uint8_t buf[2048];
     for (int codec = 0; codec <= 2; codec++) {
-        float bad[3] = {NAN, INFINITY, -INFINITY};
-        for (int b = 0; b < 3; b++) {
+        /* Finite values at or past 2^32 are refused like NaN: a single 3e38
+         * would take over a plain mean. */
+        float bad[6] = {NAN, INFINITY, -INFINITY, FLT_MAX, -3e38f, 0x1p32f};
+        for (int b = 0; b < 6; b++) {
             x[5] = bad[b];
             CHECK_MSG(dl_codec_encode(codec, x, 16, buf) == -1 && strstr(dl_error(), "value 5"),
                       "%s accepted a non-finite input: %s", dl_codec_name(codec), dl_error());
@@ -231,6 +237,22 @@ static void test_refusals(void) {
     CHECK_OK(dl_codec_encode(DL_CODEC_NONE, x, 16, buf));
     memcpy(buf + 12, &nan, 4);
     CHECK(dl_codec_decode(DL_CODEC_NONE, buf, 64, 16, y) == -1);
+    /* A huge finite value planted where the vector path checks 32 at a time
+     * (index 40 of 64) and in the scalar tail (index 70). */
+    float wide[72], out[72], huge = 3e38f;
+    uint8_t wbuf[4 * 72];
+    for (int i = 0; i < 72; i++) wide[i] = (float)i;
+    for (int at = 40; at <= 70; at += 30) {
+        CHECK_OK(dl_codec_encode(DL_CODEC_NONE, wide, 72, wbuf));
+        memcpy(wbuf + 4 * at, &huge, 4);
+        CHECK_MSG(dl_codec_decode(DL_CODEC_NONE, wbuf, sizeof wbuf, 72, out) == -1 && strstr(dl_error(), "2^32"),
+                  "a decoded 3e38 at %d: %s", at, dl_error());
+        double acc[72] = {0};
+        CHECK(dl_codec_decode_accumulate(DL_CODEC_NONE, wbuf, sizeof wbuf, 72, 1.0, acc) == -1 && acc[0] == 0);
+    }
+    CHECK_OK(dl_codec_encode(DL_CODEC_UINT8, x, 16, buf));
+    memcpy(buf + 4 * 3, &huge, 4); /* a codebook entry */
+    CHECK(dl_codec_decode(DL_CODEC_UINT8, buf, 1024 + 16, 16, y) == -1 && strstr(dl_error(), "codebook"));
     CHECK_OK(dl_codec_encode(DL_CODEC_FP16, x, 16, buf));
     buf[6] = 0x00, buf[7] = 0x7c; /* +Inf */
     CHECK(dl_codec_decode(DL_CODEC_FP16, buf, 32, 16, y) == -1);

@@ -182,6 +182,77 @@ int main(void) {
     swapped->n = DL_AVG_MAX_MEMBERS + 1;
     CHECK(dl_group_sort(swapped, dl_net_peer_id(leader)) != 0 && strstr(dl_error(), "256"));
 
+    /* Bounded claims: the share cap holds in the parser whatever signed the
+     * record. Four members able to aggregate: at most 2 / 5 of 1000. */
+    *swapped = *g;
+    {
+        size_t first = 0, second;
+        while (swapped->members[first].role == DL_MEMBER_CLIENT) first++;
+        second = first + 1;
+        while (swapped->members[second].role == DL_MEMBER_CLIENT) second++;
+        swapped->members[first].part_elems = 402; /* 250 + 152: above 400 + 1 */
+        swapped->members[second].part_elems = 98;
+        uint64_t at = 0;
+        for (size_t i = 0; i < swapped->n; i++) {
+            swapped->members[i].part_offset = at;
+            at += swapped->members[i].part_elems;
+        }
+        bad = dl_group_sign(swapped, leader, &forged_size);
+        CHECK_MSG(dl_group_parse(bad, forged_size, parsed) != 0 && strstr(dl_error(), "cap"),
+                  "a part above the share cap: %s", dl_error());
+        free(bad);
+    }
+    /* The plan: recomputed by every member from the record's bandwidths
+     * and roles. One declaring 1e6 Mbit/s is capped at 4 x the median and
+     * aggregates no more than the cap; a leader that writes the declared
+     * bandwidth, or other parts, is refused. */
+    *swapped = *g;
+    for (size_t i = 0; i < swapped->n; i++) swapped->members[i].bandwidth_mbit = 100;
+    size_t liar = 0;
+    while (swapped->members[liar].role == DL_MEMBER_CLIENT) liar++;
+    swapped->members[liar].bandwidth_mbit = 1e6;
+    CHECK_OK(dl_group_plan(swapped));
+    CHECK_MSG(swapped->members[liar].bandwidth_mbit == 400 && swapped->members[liar].part_elems <= 401,
+              "the liar: %g Mbit/s, %llu elements", swapped->members[liar].bandwidth_mbit,
+              (unsigned long long)swapped->members[liar].part_elems);
+    *parsed = *swapped;
+    CHECK_OK(dl_group_check_plan(parsed));
+    CHECK(parsed->lp_bound_s > 0);
+    *parsed = *swapped;
+    parsed->members[liar].bandwidth_mbit = 1e6;
+    CHECK(dl_group_check_plan(parsed) != 0 && strstr(dl_error(), "median"));
+    *parsed = *swapped;
+    size_t next = liar + 1;
+    while (parsed->members[next].role == DL_MEMBER_CLIENT) next++;
+    parsed->members[liar].part_elems += 1;
+    parsed->members[next].part_elems -= 1;
+    CHECK(dl_group_check_plan(parsed) != 0 && strstr(dl_error(), "give"));
+
+    /* Leader-chosen settings must be the run's own. */
+    struct dl_avg_options run;
+    dl_avg_options_default(&run);
+    run.compression = g->codec;
+    run.stall_s = g->stall_s;
+    run.aggregation = g->aggregation;
+    run.clip_tau = g->clip_tau;
+    run.clip_iterations = g->clip_iterations;
+    CHECK_OK(dl_group_check_settings(g, &run));
+    struct dl_avg_options other_run = run;
+    other_run.aggregation = DL_AGG_MEAN;
+    CHECK(dl_group_check_settings(g, &other_run) != 0 && strstr(dl_error(), "aggregation"));
+    other_run = run;
+    other_run.stall_s = 2.0;
+    CHECK(dl_group_check_settings(g, &other_run) != 0 && strstr(dl_error(), "stall"));
+    other_run = run;
+    other_run.clip_tau = 0.5;
+    CHECK(dl_group_check_settings(g, &other_run) != 0 && strstr(dl_error(), "tau"));
+    other_run = run;
+    other_run.clip_iterations = 5;
+    CHECK(dl_group_check_settings(g, &other_run) != 0 && strstr(dl_error(), "iterations"));
+    other_run = run;
+    other_run.compression = DL_CODEC_NONE;
+    CHECK(dl_group_check_settings(g, &other_run) != 0 && strstr(dl_error(), "codec"));
+
     free(rec);
     free(swapped);
     free(g);
