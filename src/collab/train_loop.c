@@ -181,9 +181,7 @@ static int run_loop(loop_state *st) {
             continue;
         }
         const struct dl_loop_counters counters = counters_now(st);
-        struct dl_loop_sync sync = dl_loop_sync_decide(&st->policy, &counters, &look, st->swarm.disagree_since);
-        st->swarm.disagree_since = sync.disagree_since;
-        switch (sync.action) {
+        switch (dl_loop_sync_decide(&st->policy, &counters, &look)) {
         case DL_LOOP_SYNC_CATCH_UP:
             loop_abandon_early(st);
             if (loop_download(st, &look, "the swarm moved on")) loop_nap(0.2);
@@ -341,11 +339,8 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
             struct dl_swarm_look look;
             if (st.model.has_state &&
                 !dl_swarm_look(net, collab, (uint64_t)st.model.opt.step, st.model.hash, 0, &look) &&
-                look.i_disagree && look.ref_epoch == (uint64_t)st.model.opt.step) {
-                struct dl_loop_heal verdict = dl_loop_heal_due(&look, dl_now(), st.swarm.disagree_since);
-                st.swarm.disagree_since = verdict.disagree_since;
-                if (verdict.due) loop_heal(&st, &look);
-            }
+                look.ref_epoch == (uint64_t)st.model.opt.step && dl_loop_heal_due(&look))
+                loop_heal(&st, &look);
             loop_nap(0.05);
         }
     }

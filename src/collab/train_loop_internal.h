@@ -69,7 +69,6 @@ struct loop_counters {
 /* What the loop remembers of the swarm between looks. */
 struct loop_swarm {
     double prev_wait_until;        /* how long to wait for peers finishing the previous round */
-    double disagree_since;         /* when a tied disagreement was first seen (0: none) */
     struct dl_mm_history mm;       /* matchmaking seconds of the last successful plain rounds */
 };
 

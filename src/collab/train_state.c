@@ -103,7 +103,6 @@ int loop_download(loop_state *st, const struct dl_swarm_look *look, const char *
 
 /* Our weights differ from what most peers at our epoch hold: say so, take theirs. */
 void loop_heal(loop_state *st, const struct dl_swarm_look *look) {
-    st->swarm.disagree_since = 0;
     char mine[65], detail[300];
     dl_collab_hash_hex(st->model.hash, mine);
     snprintf(detail, sizeof detail, "our param_hash %.16s disagrees with %zu of %zu peers at epoch %" PRId64, mine,

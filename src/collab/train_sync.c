@@ -26,59 +26,46 @@ void dl_collab_hash_hex(const uint8_t hash[32], char out[65]) {
     out[64] = 0;
 }
 
-struct holder {
-    const char *id;
-    const uint8_t *hash;
-};
-
-/* The most common hash among peers at `epoch` (ours counted as my_hash, not
- * as our record says, which may lag); a tie goes to the hash whose lowest
- * holder has the lowest peer id, so every peer picks the same one. */
+/* The reference param hash at `epoch` (docs/collab_training.md, "The epoch
+ * and the reference state"): the hash that a strict majority of the peers
+ * holding a hash at that epoch hold, ours counted as my_hash (our record may
+ * lag). A tie or a plurality names no reference: a head count that the most
+ * identities win is one that two made-up identities can win, and a wrong
+ * reference makes honest peers download (and verify against) the liars'
+ * weights. With no reference nobody heals or downloads; the swarm goes on
+ * until the next epoch's hashes settle it. */
 static void pick_reference(const struct dl_swarm_view *v, uint64_t epoch, uint64_t my_epoch, const uint8_t *my_hash,
-                           const char *my_id, struct dl_swarm_look *look) {
-    struct holder *h = dl_calloc(v->num_peers + 1, sizeof *h);
+                           struct dl_swarm_look *look) {
+    const uint8_t **h = dl_calloc(v->num_peers + 1, sizeof *h);
     if (!h) return;
     size_t n = 0;
     for (size_t i = 0; i < v->num_peers; i++) {
         const struct dl_swarm_peer *p = &v->peers[i];
-        if (!p->is_self && p->epoch == epoch && p->has_param_hash) h[n++] = (struct holder){p->peer_id, p->param_hash};
+        if (!p->is_self && p->epoch == epoch && p->has_param_hash) h[n++] = p->param_hash;
     }
-    if (my_hash && my_epoch == epoch) h[n++] = (struct holder){my_id, my_hash};
-    size_t best = 0;
-    const char *best_first = NULL;
-    for (size_t i = 0; i < n; i++) {
-        size_t count = 0;
-        const char *first = h[i].id;
-        for (size_t k = 0; k < n; k++) {
-            if (memcmp(h[k].hash, h[i].hash, 32)) continue;
-            count++;
-            if (strcmp(h[k].id, first) < 0) first = h[k].id;
-        }
-        if (count > best || (count == best && strcmp(first, best_first) < 0)) {
-            best = count;
-            best_first = first;
-            memcpy(look->ref_hash, h[i].hash, 32);
-        }
-    }
+    if (my_hash && my_epoch == epoch) h[n++] = my_hash;
     look->hashes_at_ref = n;
-    look->has_ref = best > 0;
-    look->ref_holders = best;
+    for (size_t i = 0; i < n && !look->has_ref; i++) {
+        size_t count = 0;
+        for (size_t k = 0; k < n; k++) count += !memcmp(h[k], h[i], 32);
+        if (2 * count > n) {
+            memcpy(look->ref_hash, h[i], 32);
+            look->ref_holders = count;
+            look->has_ref = true;
+        }
+    }
     free(h);
 }
 
-int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
-                  struct dl_swarm_look *look) {
+void dl_swarm_look_at(const struct dl_swarm_view *v, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+                      double now, struct dl_swarm_look *look) {
     memset(look, 0, sizeof *look);
-    struct dl_swarm_view v;
-    if (dl_net_swarm_view(net, &v)) return -1;
-    dl_collab_drop_gone(collab, &v);
-    double now = dl_wall_time();
-    look->peers = v.num_peers;
-    look->samples_per_second = v.samples_per_second;
+    look->peers = v->num_peers;
+    look->samples_per_second = v->samples_per_second;
     look->collective = samples_mine;
     look->at_epoch = 1;
-    for (size_t i = 0; i < v.num_peers; i++) {
-        const struct dl_swarm_peer *p = &v.peers[i];
+    for (size_t i = 0; i < v->num_peers; i++) {
+        const struct dl_swarm_peer *p = &v->peers[i];
         if (p->is_self) continue;
         if (p->epoch == epoch) {
             look->at_epoch++;
@@ -88,28 +75,40 @@ int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t 
             look->collective += p->samples_accumulated + elapsed * p->samples_per_second;
         }
         if (p->epoch + 1 == epoch) look->at_previous++;
+        /* epoch_unbacked: the view's global epoch is what a majority of the
+         * other non-client peers reached (net/swarm.c); a peer above it is
+         * followed by nobody, however many of its friends agree. */
         if (p->epoch > epoch && p->has_param_hash && !p->epoch_unbacked && p->epoch > look->ahead_epoch)
             look->ahead_epoch = p->epoch;
     }
     look->ref_epoch = look->ahead_epoch ? look->ahead_epoch : epoch;
-    pick_reference(&v, look->ref_epoch, epoch, my_hash, dl_net_peer_id(net), look);
+    pick_reference(v, look->ref_epoch, epoch, my_hash, look);
     if (look->has_ref && my_hash && look->ref_epoch == epoch && memcmp(my_hash, look->ref_hash, 32)) {
         look->i_disagree = true;
         look->my_holders = 1;
-        for (size_t i = 0; i < v.num_peers; i++)
-            if (!v.peers[i].is_self && v.peers[i].epoch == epoch && v.peers[i].has_param_hash &&
-                !memcmp(v.peers[i].param_hash, my_hash, 32))
+        for (size_t i = 0; i < v->num_peers; i++)
+            if (!v->peers[i].is_self && v->peers[i].epoch == epoch && v->peers[i].has_param_hash &&
+                !memcmp(v->peers[i].param_hash, my_hash, 32))
                 look->my_holders++;
     }
     /* Donors: other holders of the reference, peers that can be dialled first. */
     for (int pass = 0; pass < 2 && look->has_ref; pass++)
-        for (size_t i = 0; i < v.num_peers && look->num_donors < DL_SYNC_MAX_DONORS; i++) {
-            const struct dl_swarm_peer *p = &v.peers[i];
+        for (size_t i = 0; i < v->num_peers && look->num_donors < DL_SYNC_MAX_DONORS; i++) {
+            const struct dl_swarm_peer *p = &v->peers[i];
             if (p->is_self || p->epoch != look->ref_epoch || !p->has_param_hash ||
                 memcmp(p->param_hash, look->ref_hash, 32) || p->client_mode != (pass == 1))
                 continue;
             snprintf(look->donors[look->num_donors++], DL_PEER_ID_HEX, "%s", p->peer_id);
         }
+}
+
+int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+                  struct dl_swarm_look *look) {
+    memset(look, 0, sizeof *look);
+    struct dl_swarm_view v;
+    if (dl_net_swarm_view(net, &v)) return -1;
+    dl_collab_drop_gone(collab, &v);
+    dl_swarm_look_at(&v, epoch, my_hash, samples_mine, dl_wall_time(), look);
     dl_swarm_view_free(&v);
     return 0;
 }

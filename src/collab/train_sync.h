@@ -19,9 +19,11 @@ struct dl_swarm_look {
     size_t at_previous;           /* peers one epoch behind us: most are finishing that round */
     double collective;            /* samples at our epoch: ours exact, others extrapolated to now */
     double samples_per_second;    /* every alive peer's rate */
-    uint64_t ahead_epoch;         /* the newest epoch another peer holds a state for (0: none ahead) */
-    /* The most common param hash among the peers at `ref_epoch` (ahead_epoch
-     * when a peer is ahead, else our epoch) and who holds it. */
+    uint64_t ahead_epoch;         /* the newest epoch another peer holds a state for that a majority of
+                                     the other non-client peers reached (0: none ahead) */
+    /* The param hash that a strict majority of the peers holding one at
+     * `ref_epoch` (ahead_epoch when a peer is ahead, else our epoch) hold,
+     * and who holds it; none on a tie or a mere plurality. */
     uint64_t ref_epoch;
     bool has_ref;
     uint8_t ref_hash[32];
@@ -37,6 +39,10 @@ struct dl_swarm_look {
  * epoch. */
 int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
                   struct dl_swarm_look *look);
+/* The same reading of a view already taken, at wall-clock time `now` (the
+ * records' clock): what dl_swarm_look does after taking the view. */
+void dl_swarm_look_at(const struct dl_swarm_view *view, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+                      double now, struct dl_swarm_look *look);
 
 /* The state a donor serves and a fetcher fills: weights, both moments, and
  * this metadata. The epoch is the schedule's position too: the learning-rate
