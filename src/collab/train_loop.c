@@ -326,6 +326,10 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     st.count.progress_at_step = st.count.progress;
     st.report.run_start = dl_now();
     if (join_swarm(&st)) goto done;
+    if (o->test_attack == DL_TEST_ATTACK_EPOCH_SYBIL) {
+        rc = loop_epoch_sybil(&st);
+        goto done;
+    }
     st.report.step_start = dl_now();
     if (run_loop(&st)) goto done;
     /* The state after the last complete step (a partial accumulation is

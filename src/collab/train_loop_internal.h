@@ -166,6 +166,7 @@ int loop_save_checkpoint(loop_state *st);
 int loop_mark_data(loop_state *st);
 int loop_download(loop_state *st, const struct dl_swarm_look *look, const char *why);
 void loop_heal(loop_state *st, const struct dl_swarm_look *look);
+int loop_epoch_sybil(loop_state *st);
 
 /* ---- train_report.c ---- */
 void loop_log_batch(loop_state *st);
