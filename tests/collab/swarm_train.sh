@@ -256,9 +256,14 @@ heal)
   agree p0 p1
   has "$W/p2.jsonl" '.event == "disagree"'  || fail "p2 did not notice its disagreement"
   grep -q "disagrees" "$W/p2.err" || fail "p2 did not say so in its log"
-  # After healing, p2 agrees with the others at every later step.
+  # It heals while training, not only in the linger after its last step
+  # (which would hide a step loop that never heals): the download comes
+  # before step $STEPS, and p2 then takes steps agreeing with the others.
   heal_epoch=$(jq -s '[.[] | select(.event == "download") | .epoch] | max' "$W/p2.jsonl")
+  [ "$heal_epoch" != null ] && [ "$heal_epoch" -lt $STEPS ] ||
+    fail "p2 healed only after its last step (download at epoch $heal_epoch)"
   jq -c "select(.step and .step > $heal_epoch)" "$W/p2.jsonl" > "$W/p2late.jsonl"
+  [ -s "$W/p2late.jsonl" ] || fail "p2 took no step after healing"
   agree p0 p1 p2late
   [ "$(last_step p2)" = $STEPS ] || fail "p2 stopped at step $(last_step p2)"
   ;;
