@@ -70,6 +70,7 @@ struct loop_counters {
 struct loop_swarm {
     double prev_wait_until;        /* how long to wait for peers finishing the previous round */
     struct dl_mm_history mm;       /* matchmaking seconds of the last successful plain rounds */
+    struct dl_group_evidence group; /* the group of our last failed round (dl_swarm_look) */
 };
 
 /* Delayed update: the round of our epoch runs on a thread (round) over rvec

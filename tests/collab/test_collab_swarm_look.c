@@ -60,7 +60,7 @@ static void test_reference_is_the_majority(void) {
     peer(&w, "30", 5, HONEST, false);
     self_at(&w, "40", 5, HONEST);
     struct dl_swarm_look l;
-    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, &l);
+    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, NULL, &l);
     CHECK_MSG(ref_is(&l, HONEST), "the reference is not the hash three of four hold");
     CHECK(l.ref_holders == 3 && l.hashes_at_ref == 4);
     CHECK_MSG(!l.i_disagree, "we hold the majority's hash and still disagree");
@@ -72,7 +72,7 @@ static void test_reference_is_the_majority(void) {
     peer(&w, "20", 5, HONEST, false);
     peer(&w, "30", 5, HONEST, false);
     peer(&w, "40", 5, HONEST, false);
-    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, &l);
+    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, NULL, &l);
     CHECK(ref_is(&l, HONEST) && l.i_disagree && l.my_holders == 1 && l.ref_holders == 3);
 }
 
@@ -89,12 +89,12 @@ static void test_pair_at_our_epoch(void) {
     peer(&w, "50", 5, HONEST, false);
     self_at(&w, "60", 5, HONEST);
     struct dl_swarm_look l;
-    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, &l);
+    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, NULL, &l);
     CHECK_MSG(!l.has_ref, "a tie named a reference");
     CHECK_MSG(!l.i_disagree, "a tie made us disagree");
     CHECK(l.num_donors == 0);
     peer(&w, "70", 5, HONEST, false);
-    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, &l);
+    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, NULL, &l);
     CHECK(ref_is(&l, HONEST) && !l.i_disagree && l.ref_holders == 3 && l.hashes_at_ref == 5);
 }
 
@@ -112,7 +112,7 @@ static void test_pair_ahead(void) {
     peer(&w, "60", 5, HONEST, false);
     self_at(&w, "70", 5, HONEST);
     struct dl_swarm_look l;
-    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, &l);
+    dl_swarm_look_at(&w.v, 5, mine, 0, 1000, NULL, &l);
     CHECK_MSG(l.ahead_epoch == 0, "followed the pair to epoch %llu", (unsigned long long)l.ahead_epoch);
     CHECK(l.ref_epoch == 5 && ref_is(&l, HONEST) && !l.i_disagree);
     for (size_t i = 0; i < l.num_donors; i++) CHECK(strcmp(l.donors[i], "01") && strcmp(l.donors[i], "02"));
@@ -131,7 +131,7 @@ static void test_catch_up(void) {
     peer(&w, "60", 5, HONEST, false);
     self_at(&w, "70", 4, OLD);
     struct dl_swarm_look l;
-    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, &l);
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, NULL, &l);
     CHECK(l.ahead_epoch == 5 && l.ref_epoch == 5 && ref_is(&l, HONEST));
     CHECK(l.num_donors == 2 && !strcmp(l.donors[0], "50") && !strcmp(l.donors[1], "60"));
     view_init(&w);
@@ -140,7 +140,7 @@ static void test_catch_up(void) {
     peer(&w, "50", 5, HONEST, false);
     peer(&w, "60", 5, HONEST, false);
     self_at(&w, "70", 4, OLD);
-    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, &l);
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, NULL, &l);
     CHECK(l.ahead_epoch == 5);
     CHECK_MSG(!l.has_ref && l.num_donors == 0, "a tie at the epoch ahead gave a reference and %zu donors",
               l.num_donors);
@@ -148,8 +148,88 @@ static void test_catch_up(void) {
     view_init(&w);
     peer(&w, "50", 7, HONEST, false);
     self_at(&w, "70", 0, 0);
-    dl_swarm_look_at(&w.v, 0, NULL, 0, 1000, &l);
+    dl_swarm_look_at(&w.v, 0, NULL, 0, 1000, NULL, &l);
     CHECK(l.ahead_epoch == 7 && ref_is(&l, HONEST) && l.num_donors == 1);
+}
+
+/* Our round at epoch 4 failed, in a group (its record verified) with
+ * "50", "60" and "65", most of the swarm. "50" and "60" went on to 5
+ * without us; "65", "80" and "90" stay at 4. Two of five others are no
+ * majority of the view, but two of the three other members of our group
+ * are: we follow them. A pair copying their epoch with its own hash ties
+ * the head count there; among the members of our group the honest hash is
+ * the majority. A group record of another epoch, none, or one of a group
+ * that is not most of the swarm (a leader's pair of liars and us) changes
+ * nothing. */
+static struct dl_group_evidence evidence;
+
+static void group_of(uint64_t epoch, const char *a, const char *b, const char *c) {
+    evidence.epoch = epoch;
+    evidence.n = 0;
+    const char *ids[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        if (ids[i]) snprintf(evidence.members[evidence.n++], DL_PEER_ID_HEX, "%s", ids[i]);
+}
+
+static void test_group_evidence(void) {
+    uint8_t mine[32];
+    memset(mine, OLD, sizeof mine);
+    group_of(4, "50", "60", "65");
+    struct view w;
+    view_init(&w);
+    peer(&w, "50", 5, HONEST, true);
+    peer(&w, "60", 5, HONEST, true);
+    peer(&w, "65", 4, OLD, false);
+    self_at(&w, "70", 4, OLD);
+    peer(&w, "80", 4, OLD, false);
+    peer(&w, "90", 4, OLD, false);
+    struct dl_swarm_look l;
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, NULL, &l);
+    CHECK(l.ahead_epoch == 0 && !l.i_disagree);
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, &evidence, &l);
+    CHECK_MSG(l.ahead_epoch == 5, "the group we were in is at 5, we follow %llu", (unsigned long long)l.ahead_epoch);
+    CHECK(ref_is(&l, HONEST) && l.num_donors == 2);
+    evidence.epoch = 3;
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, &evidence, &l);
+    CHECK_MSG(l.ahead_epoch == 0, "a group record of another epoch moved us");
+
+    /* the pair at the members' epoch with its own hash: a tie in the view */
+    group_of(4, "50", "60", NULL);
+    view_init(&w);
+    peer(&w, "01", 5, LIAR, false);
+    peer(&w, "02", 5, LIAR, false);
+    peer(&w, "50", 5, HONEST, false);
+    peer(&w, "60", 5, HONEST, false);
+    peer(&w, "65", 4, OLD, false);
+    self_at(&w, "70", 4, OLD);
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, NULL, &l);
+    CHECK(l.ahead_epoch == 5 && !l.has_ref);
+    group_of(4, "50", "60", "65");
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, &evidence, &l);
+    CHECK_MSG(ref_is(&l, HONEST), "the group's members did not settle the tie");
+    CHECK(l.num_donors == 2 && !strcmp(l.donors[0], "50") && !strcmp(l.donors[1], "60"));
+
+    /* a group of a pair of liars and us, three honest peers outside it */
+    group_of(4, "01", "02", NULL);
+    view_init(&w);
+    peer(&w, "01", 5, LIAR, true);
+    peer(&w, "02", 5, LIAR, true);
+    peer(&w, "50", 4, OLD, false);
+    peer(&w, "60", 4, OLD, false);
+    peer(&w, "65", 4, OLD, false);
+    self_at(&w, "70", 4, OLD);
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, &evidence, &l);
+    CHECK_MSG(l.ahead_epoch == 0, "a small group of liars moved us to %llu", (unsigned long long)l.ahead_epoch);
+
+    /* only one of the three members went on: no majority of the group */
+    group_of(4, "50", "60", "65");
+    view_init(&w);
+    peer(&w, "50", 5, HONEST, true);
+    peer(&w, "60", 4, OLD, false);
+    peer(&w, "65", 4, OLD, false);
+    self_at(&w, "70", 4, OLD);
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, &evidence, &l);
+    CHECK(l.ahead_epoch == 0);
 }
 
 int main(void) {
@@ -157,6 +237,7 @@ int main(void) {
     test_pair_at_our_epoch();
     test_pair_ahead();
     test_catch_up();
+    test_group_evidence();
     printf("%d passed, %d failed\n", dl_test_passed, dl_test_failed);
     return dl_test_failed ? 1 : 0;
 }
