@@ -377,9 +377,14 @@ enum dl_test_attack {
     DL_TEST_ATTACK_NONE,
     DL_TEST_ATTACK_SIGN_FLIP, /* its mean gradient times -1000 */
     DL_TEST_ATTACK_NOISE,     /* uniform noise in [-100, 100) instead of the gradient */
+    DL_TEST_ATTACK_EPOCH_SYBIL, /* after joining: claims DL_TEST_SYBIL_EPOCH_LEAD epochs more than it
+                                 * holds, with weights of its own (perturbed the same way by every
+                                 * such peer, so a pair agrees) that its donor serves and its records
+                                 * sign, then only gossips: one of a colluding pair */
     DL_TEST_ATTACK_COUNT
 };
-/* "none" "sign-flip" "noise" (--test-attack) */
+#define DL_TEST_SYBIL_EPOCH_LEAD 20
+/* "none" "sign-flip" "noise" "epoch-sybil" (--test-attack) */
 const char *dl_test_attack_name(enum dl_test_attack attack);
 int dl_test_attack_from_name(const char *name, enum dl_test_attack *attack);
 

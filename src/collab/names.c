@@ -46,6 +46,7 @@ static const char *const test_attack_names[] = {
     [DL_TEST_ATTACK_NONE] = "none",
     [DL_TEST_ATTACK_SIGN_FLIP] = "sign-flip",
     [DL_TEST_ATTACK_NOISE] = "noise",
+    [DL_TEST_ATTACK_EPOCH_SYBIL] = "epoch-sybil",
 };
 _Static_assert(COUNT_OF(test_attack_names) == DL_TEST_ATTACK_COUNT, "a test attack without its name");
 
@@ -128,7 +129,8 @@ const char *dl_test_attack_name(enum dl_test_attack attack) {
 
 int dl_test_attack_from_name(const char *name, enum dl_test_attack *attack) {
     int i = index_of(test_attack_names, COUNT_OF(test_attack_names), name);
-    if (i < 0) return dl_fail("unknown test attack '%s' (none, sign-flip or noise)", name ? name : "(null)");
+    if (i < 0)
+        return dl_fail("unknown test attack '%s' (none, sign-flip, noise or epoch-sybil)", name ? name : "(null)");
     *attack = (enum dl_test_attack)i;
     return 0;
 }

@@ -40,6 +40,8 @@ struct dl_state_donor {
     size_t num_threads;
     struct dl_state_donor_stats stats;
     unsigned corrupt_next;
+    bool lie;                /* test hook: describe lie_param_hash, serve what was published */
+    uint8_t lie_param_hash[32];
 };
 
 void dl_state_donor_config_default(struct dl_state_donor_config *c) {
@@ -275,6 +277,9 @@ int dl_state_donor_publish(dl_state_donor *d, uint64_t epoch, const struct dl_st
     dl_state_whole_hash(&whole, 1, &desc.whole_hash);
     const void *params = s->data; /* buffer 0, the fp32 parameters, starts the snapshot */
     dl_collab_param_hash(params, buffers[0].size / 4, desc.param_hash);
+    pthread_mutex_lock(&d->lock);
+    if (d->lie) memcpy(desc.param_hash, d->lie_param_hash, 32);
+    pthread_mutex_unlock(&d->lock);
     s->desc = dl_state_desc_encode(&desc, hashes, meta, &s->desc_size);
     free(hashes);
     if (!s->desc) {
@@ -312,6 +317,13 @@ void dl_state_donor_get_stats(dl_state_donor *d, struct dl_state_donor_stats *st
 void dl_state_donor_test_corrupt(dl_state_donor *d, unsigned count) {
     pthread_mutex_lock(&d->lock);
     d->corrupt_next = count;
+    pthread_mutex_unlock(&d->lock);
+}
+
+void dl_state_donor_test_claim_param_hash(dl_state_donor *d, const uint8_t param_hash[32]) {
+    pthread_mutex_lock(&d->lock);
+    d->lie = true;
+    memcpy(d->lie_param_hash, param_hash, 32);
     pthread_mutex_unlock(&d->lock);
 }
 

@@ -51,5 +51,10 @@ uint64_t dl_state_get_u64(const uint8_t *p);
 /* Test hook, never reachable from the command line: the next `count` chunk
  * answers of this donor have one byte flipped. */
 void dl_state_donor_test_corrupt(dl_state_donor *donor, unsigned count);
+/* Test hook, never reachable from the command line: the descriptions of the
+ * states published from now on name param_hash, whatever the parameters
+ * served are (their chunk and whole-state xxh64s stay consistent with what
+ * is served): a donor whose description is right and whose state is not. */
+void dl_state_donor_test_claim_param_hash(dl_state_donor *donor, const uint8_t param_hash[32]);
 
 #endif

@@ -5,9 +5,6 @@
 
 #include "collab/train_decide.h"
 
-/* How long a tied disagreement must last before the lowest peer id's hash wins. */
-#define TIE_SETTLE_S 3.0
-
 void dl_loop_policy_init(struct dl_loop_policy *p, const struct dl_collab_train_options *o, bool has_backend) {
     memset(p, 0, sizeof *p);
     p->aux = !has_backend;
@@ -87,33 +84,22 @@ bool dl_loop_early_due(const struct dl_loop_policy *p, const struct dl_loop_coun
     return true;
 }
 
-struct dl_loop_heal dl_loop_heal_due(const struct dl_swarm_look *look, double now, double disagree_since) {
-    if (look->at_previous > 0) return (struct dl_loop_heal){false, 0};
-    if (look->ref_holders > look->my_holders) return (struct dl_loop_heal){true, disagree_since};
-    if (disagree_since == 0) disagree_since = now;
-    return (struct dl_loop_heal){now - disagree_since >= TIE_SETTLE_S, disagree_since};
+bool dl_loop_heal_due(const struct dl_swarm_look *look) {
+    if (!look->i_disagree || look->at_previous > 0) return false;
+    /* dl_swarm_look names a reference only when a strict majority holds it;
+     * checked again here because a heal is where a wrong reference costs:
+     * a tie or a plurality never moves a peer off its own weights. */
+    return 2 * look->ref_holders > look->hashes_at_ref && look->ref_holders > look->my_holders;
 }
 
-struct dl_loop_sync dl_loop_sync_decide(const struct dl_loop_policy *p, const struct dl_loop_counters *c,
-                                        const struct dl_swarm_look *look, double disagree_since) {
-    struct dl_loop_sync s = {DL_LOOP_SYNC_NONE, disagree_since};
-    if (look->ahead_epoch > (uint64_t)c->epoch) {
-        s.action = !p->aux || look->ahead_epoch >= c->last_state_epoch + (uint64_t)p->state_every
-                       ? DL_LOOP_SYNC_CATCH_UP
-                       : DL_LOOP_SYNC_FOLLOW_EPOCH;
-        return s;
-    }
+enum dl_loop_sync_action dl_loop_sync_decide(const struct dl_loop_policy *p, const struct dl_loop_counters *c,
+                                             const struct dl_swarm_look *look) {
+    if (look->ahead_epoch > (uint64_t)c->epoch)
+        return !p->aux || look->ahead_epoch >= c->last_state_epoch + (uint64_t)p->state_every
+                   ? DL_LOOP_SYNC_CATCH_UP
+                   : DL_LOOP_SYNC_FOLLOW_EPOCH;
     if (p->aux && !c->has_state && look->has_ref &&
-        (uint64_t)c->epoch >= c->last_state_epoch + (uint64_t)p->state_every) {
-        s.action = DL_LOOP_SYNC_REFRESH_AUX;
-        return s;
-    }
-    if (!look->i_disagree) {
-        s.disagree_since = 0;
-        return s;
-    }
-    struct dl_loop_heal h = dl_loop_heal_due(look, c->now, disagree_since);
-    s.disagree_since = h.disagree_since;
-    if (h.due) s.action = DL_LOOP_SYNC_HEAL;
-    return s;
+        (uint64_t)c->epoch >= c->last_state_epoch + (uint64_t)p->state_every)
+        return DL_LOOP_SYNC_REFRESH_AUX;
+    return dl_loop_heal_due(look) ? DL_LOOP_SYNC_HEAL : DL_LOOP_SYNC_NONE;
 }

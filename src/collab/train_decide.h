@@ -107,16 +107,12 @@ bool dl_loop_early_due(const struct dl_loop_policy *policy, const struct dl_loop
 /* ---- the state we hold against the swarm's ---- */
 
 /* Whether a disagreement (look->i_disagree) is settled enough to act on:
- * peers still finishing the previous round have not voted yet (the timer
- * restarts), a majority against us settles it, and a tie (e.g. two peers),
- * decided by the lowest peer id, only once it has lasted 3 s, so a record in
- * flight cannot make a correct peer take a wrong state. disagree_since: when
- * the tie was first seen (0: not yet); the updated value comes back. */
-struct dl_loop_heal {
-    bool due;
-    double disagree_since;
-};
-struct dl_loop_heal dl_loop_heal_due(const struct dl_swarm_look *look, double now, double disagree_since);
+ * peers still finishing the previous round have not voted yet, and only a
+ * strict majority of the hashes at our epoch against ours settles it. A tie
+ * (e.g. two peers, or two honest peers against a pair of liars) never does:
+ * whoever holds the most identities would win it (docs/collab_training.md,
+ * "The epoch and the reference state"). */
+bool dl_loop_heal_due(const struct dl_swarm_look *look);
 
 enum dl_loop_sync_action {
     DL_LOOP_SYNC_NONE,         /* our state is the swarm's: go on */
@@ -126,16 +122,11 @@ enum dl_loop_sync_action {
     DL_LOOP_SYNC_HEAL,         /* our weights disagree with the peers at our epoch: download theirs */
 };
 
-struct dl_loop_sync {
-    enum dl_loop_sync_action action;
-    double disagree_since;     /* the tie timer after this look */
-};
-
 /* What to do about our state at this look, in this order: a swarm ahead of
  * us (a trainer downloads; an aux peer follows the epoch until state_every
  * epochs passed since its last weights), an aux peer's refresh, then a
- * disagreement at our epoch (dl_loop_heal_due; the timer clears when we agree). */
-struct dl_loop_sync dl_loop_sync_decide(const struct dl_loop_policy *policy, const struct dl_loop_counters *counters,
-                                        const struct dl_swarm_look *look, double disagree_since);
+ * disagreement at our epoch (dl_loop_heal_due). */
+enum dl_loop_sync_action dl_loop_sync_decide(const struct dl_loop_policy *policy,
+                                             const struct dl_loop_counters *counters, const struct dl_swarm_look *look);
 
 #endif

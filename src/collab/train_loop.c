@@ -98,7 +98,8 @@ static void wait_for_peers(loop_state *st, size_t want, double timeout_s) {
     double until = dl_now() + timeout_s;
     while (dl_now() < until && !loop_stopping(st)) {
         struct dl_swarm_look look;
-        if (!dl_swarm_look(st->net, st->collab, (uint64_t)st->model.opt.step, NULL, 0, &look) && look.at_epoch >= want)
+        if (!dl_swarm_look(st->net, st->collab, (uint64_t)st->model.opt.step, NULL, 0, NULL, &look) &&
+            look.at_epoch >= want)
             return;
         loop_nap(0.02);
     }
@@ -113,7 +114,7 @@ static int join_swarm(loop_state *st) {
         if (loop_stopping(st)) return 0;
         struct dl_swarm_look look;
         if (dl_swarm_look(st->net, st->collab, (uint64_t)st->model.opt.step,
-                          st->model.has_state ? st->model.hash : NULL, 0, &look))
+                          st->model.has_state ? st->model.hash : NULL, 0, NULL, &look))
             return -1;
         bool ahead = look.ahead_epoch > (uint64_t)st->model.opt.step;
         if (ahead || (look.peers >= want && look.has_ref && look.hashes_at_ref > (st->model.has_state ? 1u : 0u))) {
@@ -174,16 +175,15 @@ static int run_loop(loop_state *st) {
         }
         struct dl_swarm_look look;
         if (dl_swarm_look(st->net, st->collab, (uint64_t)st->model.opt.step,
-                          st->model.has_state ? st->model.hash : NULL, (double)loop_local_samples(st), &look))
+                          st->model.has_state ? st->model.hash : NULL, (double)loop_local_samples(st),
+                          &st->swarm.group, &look))
             return -1;
         if (st->early.round.running && dl_async_round_done(&st->early.round)) {
             loop_early_round_gone(st);
             continue;
         }
         const struct dl_loop_counters counters = counters_now(st);
-        struct dl_loop_sync sync = dl_loop_sync_decide(&st->policy, &counters, &look, st->swarm.disagree_since);
-        st->swarm.disagree_since = sync.disagree_since;
-        switch (sync.action) {
+        switch (dl_loop_sync_decide(&st->policy, &counters, &look)) {
         case DL_LOOP_SYNC_CATCH_UP:
             loop_abandon_early(st);
             if (loop_download(st, &look, "the swarm moved on")) loop_nap(0.2);
@@ -328,6 +328,10 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     st.count.progress_at_step = st.count.progress;
     st.report.run_start = dl_now();
     if (join_swarm(&st)) goto done;
+    if (o->test_attack == DL_TEST_ATTACK_EPOCH_SYBIL) {
+        rc = loop_epoch_sybil(&st);
+        goto done;
+    }
     st.report.step_start = dl_now();
     if (run_loop(&st)) goto done;
     /* The state after the last complete step (a partial accumulation is
@@ -340,12 +344,9 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         while (dl_now() < until && !loop_stopping(&st)) {
             struct dl_swarm_look look;
             if (st.model.has_state &&
-                !dl_swarm_look(net, collab, (uint64_t)st.model.opt.step, st.model.hash, 0, &look) &&
-                look.i_disagree && look.ref_epoch == (uint64_t)st.model.opt.step) {
-                struct dl_loop_heal verdict = dl_loop_heal_due(&look, dl_now(), st.swarm.disagree_since);
-                st.swarm.disagree_since = verdict.disagree_since;
-                if (verdict.due) loop_heal(&st, &look);
-            }
+                !dl_swarm_look(net, collab, (uint64_t)st.model.opt.step, st.model.hash, 0, NULL, &look) &&
+                look.ref_epoch == (uint64_t)st.model.opt.step && dl_loop_heal_due(&look))
+                loop_heal(&st, &look);
             loop_nap(0.05);
         }
     }

@@ -69,8 +69,8 @@ struct loop_counters {
 /* What the loop remembers of the swarm between looks. */
 struct loop_swarm {
     double prev_wait_until;        /* how long to wait for peers finishing the previous round */
-    double disagree_since;         /* when a tied disagreement was first seen (0: none) */
     struct dl_mm_history mm;       /* matchmaking seconds of the last successful plain rounds */
+    struct dl_group_evidence group; /* the group of our last failed round (dl_swarm_look) */
 };
 
 /* Delayed update: the round of our epoch runs on a thread (round) over rvec
@@ -167,6 +167,7 @@ int loop_save_checkpoint(loop_state *st);
 int loop_mark_data(loop_state *st);
 int loop_download(loop_state *st, const struct dl_swarm_look *look, const char *why);
 void loop_heal(loop_state *st, const struct dl_swarm_look *look);
+int loop_epoch_sybil(loop_state *st);
 
 /* ---- train_report.c ---- */
 void loop_log_batch(loop_state *st);

@@ -109,6 +109,9 @@ int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64
         DL_WARN("collab", "%s", detail);
         loop_log_event(st, DL_TRAIN_EVENT_ROUND_FAILED, detail);
         st->res->rounds_failed++;
+        /* Its group record, which we verified, says who may have completed
+         * the epoch without us: evidence a head count of records is not. */
+        dl_group_evidence_note(&st->swarm.group, (uint64_t)st->model.opt.step, r);
         /* Peers killed at our epoch would hold up every round until their
          * records expire: leave out those that cannot be reached. */
         size_t gone = dl_collab_probe_peers(st->collab, (uint64_t)st->model.opt.step);

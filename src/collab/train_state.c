@@ -103,7 +103,6 @@ int loop_download(loop_state *st, const struct dl_swarm_look *look, const char *
 
 /* Our weights differ from what most peers at our epoch hold: say so, take theirs. */
 void loop_heal(loop_state *st, const struct dl_swarm_look *look) {
-    st->swarm.disagree_since = 0;
     char mine[65], detail[300];
     dl_collab_hash_hex(st->model.hash, mine);
     snprintf(detail, sizeof detail, "our param_hash %.16s disagrees with %zu of %zu peers at epoch %" PRId64, mine,
@@ -112,4 +111,18 @@ void loop_heal(loop_state *st, const struct dl_swarm_look *look) {
     loop_log_event(st, DL_TRAIN_EVENT_DISAGREE, detail);
     if (loop_download(st, look, "param_hash disagreement") == 0) st->res->heals++;
     else loop_nap(0.2);
+}
+
+/* Test hook (--test-attack epoch-sybil, test builds' CLI only): one of a
+ * colluding pair. It claims an epoch DL_TEST_SYBIL_EPOCH_LEAD steps ahead
+ * with weights of its own, which its donor serves and its records sign, so
+ * that a peer which takes its word downloads a state that verifies; then it
+ * only gossips (the network thread refreshes its record) until stopped. */
+int loop_epoch_sybil(loop_state *st) {
+    st->model.opt.step += DL_TEST_SYBIL_EPOCH_LEAD;
+    for (size_t i = 0; i < st->model.n; i += 97) st->model.params[i] += 1e-2f;
+    DL_WARN("collab", "test attack: claiming epoch %" PRId64 " with weights of our own", st->model.opt.step);
+    if (loop_publish_state(st)) return -1;
+    while (!loop_stopping(st)) loop_nap(0.05);
+    return 0;
 }

@@ -26,59 +26,101 @@ void dl_collab_hash_hex(const uint8_t hash[32], char out[65]) {
     out[64] = 0;
 }
 
-struct holder {
-    const char *id;
-    const uint8_t *hash;
-};
+static bool in_group(const struct dl_group_evidence *g, const char *peer_id) {
+    for (size_t k = 0; k < g->n; k++)
+        if (!strcmp(g->members[k], peer_id)) return true;
+    return false;
+}
 
-/* The most common hash among peers at `epoch` (ours counted as my_hash, not
- * as our record says, which may lag); a tie goes to the hash whose lowest
- * holder has the lowest peer id, so every peer picks the same one. */
+void dl_group_evidence_note(struct dl_group_evidence *evidence, uint64_t epoch, const struct dl_avg_result *result) {
+    if (!result->members || result->num_members == 0) return;
+    evidence->epoch = epoch;
+    evidence->n = 0;
+    for (size_t i = 0; i < result->num_members && i < DL_AVG_MAX_MEMBERS; i++)
+        if (i != result->my_index && result->members[i].role != DL_MEMBER_CLIENT)
+            snprintf(evidence->members[evidence->n++], DL_PEER_ID_HEX, "%s", result->members[i].peer_id);
+}
+
+/* The reference param hash at `epoch` (docs/collab_training.md, "The epoch
+ * and the reference state"): the hash that a strict majority of the peers
+ * holding a hash at that epoch hold, ours counted as my_hash (our record may
+ * lag); only the members of `group` count when it is given. A tie or a
+ * plurality names no reference: a head count that the most identities win
+ * is one that two made-up identities can win, and a wrong reference makes
+ * honest peers download (and verify against) the liars' weights. With no
+ * reference nobody heals or downloads; the swarm goes on until the next
+ * epoch's hashes settle it. */
 static void pick_reference(const struct dl_swarm_view *v, uint64_t epoch, uint64_t my_epoch, const uint8_t *my_hash,
-                           const char *my_id, struct dl_swarm_look *look) {
-    struct holder *h = dl_calloc(v->num_peers + 1, sizeof *h);
+                           const struct dl_group_evidence *group, struct dl_swarm_look *look) {
+    const uint8_t **h = dl_calloc(v->num_peers + 1, sizeof *h);
     if (!h) return;
     size_t n = 0;
     for (size_t i = 0; i < v->num_peers; i++) {
         const struct dl_swarm_peer *p = &v->peers[i];
-        if (!p->is_self && p->epoch == epoch && p->has_param_hash) h[n++] = (struct holder){p->peer_id, p->param_hash};
+        if (!p->is_self && p->epoch == epoch && p->has_param_hash && (!group || in_group(group, p->peer_id)))
+            h[n++] = p->param_hash;
     }
-    if (my_hash && my_epoch == epoch) h[n++] = (struct holder){my_id, my_hash};
-    size_t best = 0;
-    const char *best_first = NULL;
-    for (size_t i = 0; i < n; i++) {
-        size_t count = 0;
-        const char *first = h[i].id;
-        for (size_t k = 0; k < n; k++) {
-            if (memcmp(h[k].hash, h[i].hash, 32)) continue;
-            count++;
-            if (strcmp(h[k].id, first) < 0) first = h[k].id;
-        }
-        if (count > best || (count == best && strcmp(first, best_first) < 0)) {
-            best = count;
-            best_first = first;
-            memcpy(look->ref_hash, h[i].hash, 32);
-        }
-    }
+    if (my_hash && my_epoch == epoch) h[n++] = my_hash;
     look->hashes_at_ref = n;
-    look->has_ref = best > 0;
-    look->ref_holders = best;
+    look->has_ref = false;
+    for (size_t i = 0; i < n && !look->has_ref; i++) {
+        size_t count = 0;
+        for (size_t k = 0; k < n; k++) count += !memcmp(h[k], h[i], 32);
+        if (2 * count > n) {
+            memcpy(look->ref_hash, h[i], 32);
+            look->ref_holders = count;
+            look->has_ref = true;
+        }
+    }
     free(h);
 }
 
-int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
-                  struct dl_swarm_look *look) {
+static int by_epoch_desc(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Whether the group's other non-client members are a strict majority of
+ * the other non-client peers of the view. A group its leader made small (a
+ * pair of liars and us) proves nothing about where the swarm is; one that
+ * most of the swarm joined does. */
+static bool group_is_most(const struct dl_swarm_view *v, const struct dl_group_evidence *g) {
+    size_t others = 0, members = 0;
+    for (size_t i = 0; i < v->num_peers; i++) {
+        const struct dl_swarm_peer *p = &v->peers[i];
+        if (p->is_self || p->client_mode) continue;
+        others++;
+        members += in_group(g, p->peer_id);
+    }
+    return 2 * members > others;
+}
+
+/* The epoch a strict majority of the group's other members reached, as the
+ * view shows them holding a state (a member missing from the view counts
+ * as not past `epoch`): the same rule as the swarm view's global epoch,
+ * over the members of a group we verified instead of every identity. */
+static uint64_t group_backed_epoch(const struct dl_swarm_view *v, const struct dl_group_evidence *g, uint64_t epoch) {
+    uint64_t at[DL_AVG_MAX_MEMBERS] = {0};
+    if (g->n == 0 || g->n > DL_AVG_MAX_MEMBERS) return epoch;
+    for (size_t k = 0; k < g->n; k++) {
+        at[k] = epoch;
+        for (size_t i = 0; i < v->num_peers; i++)
+            if (!v->peers[i].is_self && v->peers[i].has_param_hash && !strcmp(v->peers[i].peer_id, g->members[k]))
+                at[k] = v->peers[i].epoch;
+    }
+    qsort(at, g->n, sizeof *at, by_epoch_desc);
+    return at[g->n / 2];
+}
+
+void dl_swarm_look_at(const struct dl_swarm_view *v, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+                      double now, const struct dl_group_evidence *evidence, struct dl_swarm_look *look) {
     memset(look, 0, sizeof *look);
-    struct dl_swarm_view v;
-    if (dl_net_swarm_view(net, &v)) return -1;
-    dl_collab_drop_gone(collab, &v);
-    double now = dl_wall_time();
-    look->peers = v.num_peers;
-    look->samples_per_second = v.samples_per_second;
+    look->peers = v->num_peers;
+    look->samples_per_second = v->samples_per_second;
     look->collective = samples_mine;
     look->at_epoch = 1;
-    for (size_t i = 0; i < v.num_peers; i++) {
-        const struct dl_swarm_peer *p = &v.peers[i];
+    for (size_t i = 0; i < v->num_peers; i++) {
+        const struct dl_swarm_peer *p = &v->peers[i];
         if (p->is_self) continue;
         if (p->epoch == epoch) {
             look->at_epoch++;
@@ -88,28 +130,50 @@ int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t 
             look->collective += p->samples_accumulated + elapsed * p->samples_per_second;
         }
         if (p->epoch + 1 == epoch) look->at_previous++;
+        /* epoch_unbacked: the view's global epoch is what a majority of the
+         * other non-client peers reached (net/swarm.c); a peer above it is
+         * followed by nobody, however many of its friends agree. */
         if (p->epoch > epoch && p->has_param_hash && !p->epoch_unbacked && p->epoch > look->ahead_epoch)
             look->ahead_epoch = p->epoch;
     }
+    /* A group we were in for this epoch, whose other members mostly went
+     * on without us (our round failed): where they are is where the swarm
+     * is, even when the view's head count does not say so (most of the
+     * others missed the round) or a pair copying their epoch ties its hash. */
+    const struct dl_group_evidence *group =
+        evidence && evidence->n && evidence->epoch == epoch && group_is_most(v, evidence) ? evidence : NULL;
+    uint64_t group_epoch = group ? group_backed_epoch(v, group, epoch) : epoch;
+    bool by_group = group_epoch > epoch && group_epoch >= look->ahead_epoch;
+    if (by_group) look->ahead_epoch = group_epoch;
     look->ref_epoch = look->ahead_epoch ? look->ahead_epoch : epoch;
-    pick_reference(&v, look->ref_epoch, epoch, my_hash, dl_net_peer_id(net), look);
+    pick_reference(v, look->ref_epoch, epoch, my_hash, NULL, look);
+    if (by_group && !look->has_ref) pick_reference(v, look->ref_epoch, epoch, my_hash, group, look);
     if (look->has_ref && my_hash && look->ref_epoch == epoch && memcmp(my_hash, look->ref_hash, 32)) {
         look->i_disagree = true;
         look->my_holders = 1;
-        for (size_t i = 0; i < v.num_peers; i++)
-            if (!v.peers[i].is_self && v.peers[i].epoch == epoch && v.peers[i].has_param_hash &&
-                !memcmp(v.peers[i].param_hash, my_hash, 32))
+        for (size_t i = 0; i < v->num_peers; i++)
+            if (!v->peers[i].is_self && v->peers[i].epoch == epoch && v->peers[i].has_param_hash &&
+                !memcmp(v->peers[i].param_hash, my_hash, 32))
                 look->my_holders++;
     }
     /* Donors: other holders of the reference, peers that can be dialled first. */
     for (int pass = 0; pass < 2 && look->has_ref; pass++)
-        for (size_t i = 0; i < v.num_peers && look->num_donors < DL_SYNC_MAX_DONORS; i++) {
-            const struct dl_swarm_peer *p = &v.peers[i];
+        for (size_t i = 0; i < v->num_peers && look->num_donors < DL_SYNC_MAX_DONORS; i++) {
+            const struct dl_swarm_peer *p = &v->peers[i];
             if (p->is_self || p->epoch != look->ref_epoch || !p->has_param_hash ||
                 memcmp(p->param_hash, look->ref_hash, 32) || p->client_mode != (pass == 1))
                 continue;
             snprintf(look->donors[look->num_donors++], DL_PEER_ID_HEX, "%s", p->peer_id);
         }
+}
+
+int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+                  const struct dl_group_evidence *evidence, struct dl_swarm_look *look) {
+    memset(look, 0, sizeof *look);
+    struct dl_swarm_view v;
+    if (dl_net_swarm_view(net, &v)) return -1;
+    dl_collab_drop_gone(collab, &v);
+    dl_swarm_look_at(&v, epoch, my_hash, samples_mine, dl_wall_time(), evidence, look);
     dl_swarm_view_free(&v);
     return 0;
 }
@@ -214,7 +278,7 @@ int dl_collab_fetch_swarm_state(dl_net *net, uint64_t min_epoch, double timeout_
     struct dl_swarm_look look;
     /* At epoch 0 without a state of our own: the reference is the newest
      * epoch any peer signed a hash for, as for a peer that just joined. */
-    if (dl_swarm_look(net, NULL, 0, NULL, 0, &look)) return -1;
+    if (dl_swarm_look(net, NULL, 0, NULL, 0, NULL, &look)) return -1;
     if (!look.has_ref || look.num_donors == 0 || look.ref_epoch < min_epoch) return 1;
     struct dl_train_state_meta meta;
     double t0 = dl_now();

@@ -19,9 +19,11 @@ struct dl_swarm_look {
     size_t at_previous;           /* peers one epoch behind us: most are finishing that round */
     double collective;            /* samples at our epoch: ours exact, others extrapolated to now */
     double samples_per_second;    /* every alive peer's rate */
-    uint64_t ahead_epoch;         /* the newest epoch another peer holds a state for (0: none ahead) */
-    /* The most common param hash among the peers at `ref_epoch` (ahead_epoch
-     * when a peer is ahead, else our epoch) and who holds it. */
+    uint64_t ahead_epoch;         /* the newest epoch another peer holds a state for that a majority of
+                                     the other non-client peers reached (0: none ahead) */
+    /* The param hash that a strict majority of the peers holding one at
+     * `ref_epoch` (ahead_epoch when a peer is ahead, else our epoch) hold,
+     * and who holds it; none on a tie or a mere plurality. */
     uint64_t ref_epoch;
     bool has_ref;
     uint8_t ref_hash[32];
@@ -32,11 +34,30 @@ struct dl_swarm_look {
     size_t num_donors;
 };
 
+/* A group record of `epoch` that we verified as one of its members (its
+ * leader signed it and it names us) in a round that failed for us: the
+ * other non-client members, who may have completed it without us. A peer
+ * cannot make one up for us: it is evidence the swarm's head count is not
+ * (docs/collab_training.md, "The epoch and the reference state"). */
+struct dl_group_evidence {
+    uint64_t epoch;
+    size_t n;                     /* 0: none */
+    char members[DL_AVG_MAX_MEMBERS][DL_PEER_ID_HEX];
+};
+
+/* Notes the group of a failed round of ours at `epoch` (result's members,
+ * filled when a group formed; nothing is noted otherwise). */
+void dl_group_evidence_note(struct dl_group_evidence *evidence, uint64_t epoch, const struct dl_avg_result *result);
+
 /* Reads the view, without the peers collab found gone (collab may be NULL:
  * an observer's view as it is). samples_mine: our accumulated samples at
- * epoch. */
+ * epoch. evidence: the group of our last failed round, or NULL. */
 int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
-                  struct dl_swarm_look *look);
+                  const struct dl_group_evidence *evidence, struct dl_swarm_look *look);
+/* The same reading of a view already taken, at wall-clock time `now` (the
+ * records' clock): what dl_swarm_look does after taking the view. */
+void dl_swarm_look_at(const struct dl_swarm_view *view, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
+                      double now, const struct dl_group_evidence *evidence, struct dl_swarm_look *look);
 
 /* The state a donor serves and a fetcher fills: weights, both moments, and
  * this metadata. The epoch is the schedule's position too: the learning-rate

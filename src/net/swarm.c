@@ -148,9 +148,12 @@ static int by_epoch_desc(const void *a, const void *b) {
 }
 
 /* The global epoch (docs/protocol.md, "The swarm view"): our own epoch,
- * raised to the highest epoch that at least a quorum of other non-client
- * peers claim (two when there are two or more, else the one). One record,
- * however high its epoch, moves nothing while another peer disagrees. */
+ * raised to the highest epoch that a strict majority of the other
+ * non-client peers have reached (at or above it): with their epochs sorted
+ * from the highest, the one at index n / 2. One record, however high its
+ * epoch, moves nothing while another peer disagrees, and a pair of
+ * colluding identities moves nothing while two honest others stay behind
+ * (a second-highest rule let any two identities move everyone). */
 static uint64_t quorum_epoch(const struct dl_swarm *sw, const uint8_t *self_pk, uint64_t *scratch) {
     uint64_t own = 0;
     size_t n = 0;
@@ -162,7 +165,7 @@ static uint64_t quorum_epoch(const struct dl_swarm *sw, const uint8_t *self_pk, 
     }
     if (!n) return own;
     qsort(scratch, n, sizeof *scratch, by_epoch_desc);
-    uint64_t backed = scratch[n >= 2 ? 1 : 0];
+    uint64_t backed = scratch[n / 2];
     return backed > own ? backed : own;
 }
 

@@ -256,11 +256,50 @@ heal)
   agree p0 p1
   has "$W/p2.jsonl" '.event == "disagree"'  || fail "p2 did not notice its disagreement"
   grep -q "disagrees" "$W/p2.err" || fail "p2 did not say so in its log"
-  # After healing, p2 agrees with the others at every later step.
+  # It heals while training, not only in the linger after its last step
+  # (which would hide a step loop that never heals): the download comes
+  # before step $STEPS, and p2 then takes steps agreeing with the others.
   heal_epoch=$(jq -s '[.[] | select(.event == "download") | .epoch] | max' "$W/p2.jsonl")
+  [ "$heal_epoch" != null ] && [ "$heal_epoch" -lt $STEPS ] ||
+    fail "p2 healed only after its last step (download at epoch $heal_epoch)"
   jq -c "select(.step and .step > $heal_epoch)" "$W/p2.jsonl" > "$W/p2late.jsonl"
+  [ -s "$W/p2late.jsonl" ] || fail "p2 took no step after healing"
   agree p0 p1 p2late
   [ "$(last_step p2)" = $STEPS ] || fail "p2 stopped at step $(last_step p2)"
+  ;;
+epoch_sybil)
+  # Two colluding identities (test hook --test-attack epoch-sybil) join
+  # three honest trainers after their first step and claim an epoch 20
+  # steps ahead, with weights of their own that their donors serve and
+  # their records sign. Two of the four others of each honest peer are not
+  # a majority: no honest peer follows them (no leader refuses its round
+  # because "a peer is past the epoch", no download of their state), and the
+  # honest peers train to the end on identical weights
+  # (docs/collab_training.md, "The epoch and the reference state").
+  STEPS=8
+  for i in 0 1 2; do start "p$i" --target-batch 12 --max-steps $STEPS --min-peers 3 --peer-seed $i; done
+  wait_step p0 1
+  for i in 0 1; do start "s$i" --target-batch 12 --max-steps 1000 --peer-seed $((i + 5)) --test-attack epoch-sybil; done
+  for i in 0 1; do
+    for _ in $(seq 400); do grep -q "claiming epoch" "$W/s$i.err" && break; sleep 0.05; done
+    grep -q "claiming epoch" "$W/s$i.err" || fail "s$i never made its claim"
+  done
+  for i in 0 1 2; do finish "p$i"; done
+  agree p0 p1 p2
+  for i in 0 1 2; do
+    [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"
+    # a download of an epoch the honest swarm never reached is the liars' state
+    ! has "$W/p$i.jsonl" ".event == \"download\" and (.detail | capture(\"state of epoch (?<e>[0-9]+)\").e | tonumber) > $STEPS" ||
+      fail "p$i downloaded the liars' state"
+    # Their claim made an honest leader drop its round: a round refused
+    # because "a peer is already past the epoch" that is not followed by a
+    # download of the honest swarm's state (a legitimate refusal is: two
+    # honest peers completed the epoch without this one).
+    refused=$(jq -s '[.[] | select(.event == "round_failed" and (.detail | test("past epoch")))] | length' "$W/p$i.jsonl")
+    caught_up=$(jq -s '[.[] | select(.event == "download")] | length' "$W/p$i.jsonl")
+    [ "$refused" -le "$caught_up" ] || fail "p$i dropped $refused round(s) for a peer past its epoch, caught up $caught_up time(s)"
+  done
+  for i in 0 1; do kill -0 "${PID[s$i]}" 2>/dev/null || fail "s$i was gone before the end: its claim was not tested"; done
   ;;
 aux)
   # Two trainers and an aux peer, which aggregates (weight 0) and refreshes

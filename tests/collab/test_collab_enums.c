@@ -118,7 +118,7 @@ static void test_train_events(void) {
 
 /* Attacks of test-hook builds: names on --test-attack. */
 static void test_test_attacks(void) {
-    static const char *const names[] = {"none", "sign-flip", "noise"};
+    static const char *const names[] = {"none", "sign-flip", "noise", "epoch-sybil"};
     CHECK_NAMES("test attack", dl_test_attack_name, enum dl_test_attack, DL_TEST_ATTACK_COUNT, names);
     CHECK_PARSE("test attack", dl_test_attack_name, dl_test_attack_from_name, enum dl_test_attack, 0,
                 DL_TEST_ATTACK_COUNT, "sign-flip");

@@ -163,6 +163,23 @@ int main(void) {
     bad = dl_group_sign(swapped, leader, &forged_size);
     CHECK(dl_group_parse(bad, forged_size, parsed) != 0 && strstr(dl_error(), "tile"));
     free(bad);
+    /* Parts whose sizes still sum to the length, but one of them moved by
+     * 10 elements: a gap before it and an overlap with the next (or the
+     * other way round). Two aggregators would reduce the overlap and nobody
+     * the gap; only the offsets show it. */
+    size_t aggs[DL_AVG_MAX_MEMBERS], num_aggs = 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->members[i].part_elems) aggs[num_aggs++] = i;
+    CHECK(num_aggs >= 3);
+    for (int shift = -10; shift <= 10 && num_aggs >= 3; shift += 20) {
+        *swapped = *g;
+        struct dl_group_member *moved = &swapped->members[aggs[1]];
+        moved->part_offset = (uint64_t)((int64_t)moved->part_offset + shift);
+        bad = dl_group_sign(swapped, leader, &forged_size);
+        CHECK_MSG(dl_group_parse(bad, forged_size, parsed) != 0 && strstr(dl_error(), "tile"),
+                  "a part moved by %d elements was accepted", shift);
+        free(bad);
+    }
     *swapped = *g;
     swapped->members[g->leader].weight = 3; /* the aux member */
     bad = dl_group_sign(swapped, leader, &forged_size);

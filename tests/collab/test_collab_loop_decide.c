@@ -259,39 +259,37 @@ static const char *action_name(enum dl_loop_sync_action a) {
 }
 
 static void test_sync(void) {
-    /* At dl_now() = 100, our epoch 5. */
+    /* Our epoch 5. hashes: peers holding a hash at the reference epoch. */
     struct row {
         const char *name;
         bool aux, has_state;
         int64_t epoch, state_every;
         uint64_t last_state_epoch, ahead_epoch;
         bool has_ref, i_disagree;
-        size_t ref_holders, my_holders, at_previous;
-        double since;
+        size_t ref_holders, my_holders, hashes, at_previous;
         enum dl_loop_sync_action want;
-        double want_since;
     } rows[] = {
-        {"in agreement: the tie timer clears", false, true, 5, 1, 5, 0, true, false, 3, 3, 0, 90, DL_LOOP_SYNC_NONE, 0},
-        {"the swarm moved on", false, true, 5, 1, 5, 7, true, false, 3, 3, 0, 0, DL_LOOP_SYNC_CATCH_UP, 0},
-        {"the swarm moved on while we disagree", false, true, 5, 1, 5, 6, true, true, 3, 1, 0, 95,
-         DL_LOOP_SYNC_CATCH_UP, 95},
-        {"aux: the swarm moved on within state_every", true, true, 5, 4, 5, 6, true, false, 3, 0, 0, 0,
-         DL_LOOP_SYNC_FOLLOW_EPOCH, 0},
-        {"aux: the swarm moved on past state_every", true, true, 5, 4, 5, 9, true, false, 3, 0, 0, 0,
-         DL_LOOP_SYNC_CATCH_UP, 0},
-        {"aux without weights, its download due", true, false, 9, 4, 5, 0, true, false, 3, 0, 0, 0,
-         DL_LOOP_SYNC_REFRESH_AUX, 0},
-        {"aux without weights, its download not due", true, false, 8, 4, 5, 0, true, false, 3, 0, 0, 0,
-         DL_LOOP_SYNC_NONE, 0},
+        {"in agreement", false, true, 5, 1, 5, 0, true, false, 3, 3, 3, 0, DL_LOOP_SYNC_NONE},
+        {"the swarm moved on", false, true, 5, 1, 5, 7, true, false, 3, 3, 3, 0, DL_LOOP_SYNC_CATCH_UP},
+        {"the swarm moved on while we disagree", false, true, 5, 1, 5, 6, true, true, 3, 1, 4, 0,
+         DL_LOOP_SYNC_CATCH_UP},
+        {"aux: the swarm moved on within state_every", true, true, 5, 4, 5, 6, true, false, 3, 0, 3, 0,
+         DL_LOOP_SYNC_FOLLOW_EPOCH},
+        {"aux: the swarm moved on past state_every", true, true, 5, 4, 5, 9, true, false, 3, 0, 3, 0,
+         DL_LOOP_SYNC_CATCH_UP},
+        {"aux without weights, its download due", true, false, 9, 4, 5, 0, true, false, 3, 0, 3, 0,
+         DL_LOOP_SYNC_REFRESH_AUX},
+        {"aux without weights, its download not due", true, false, 8, 4, 5, 0, true, false, 3, 0, 3, 0,
+         DL_LOOP_SYNC_NONE},
         {"aux without weights, nobody holds a state", true, false, 9, 4, 5, 0, false, false, 0, 0, 0, 0,
-         DL_LOOP_SYNC_NONE, 0},
-        {"a majority holds another hash", false, true, 5, 1, 5, 0, true, true, 3, 1, 0, 0, DL_LOOP_SYNC_HEAL, 0},
-        {"a tie, first seen: the timer starts", false, true, 5, 1, 5, 0, true, true, 1, 1, 0, 0, DL_LOOP_SYNC_NONE,
-         100},
-        {"a tie lasting under 3 s", false, true, 5, 1, 5, 0, true, true, 1, 1, 0, 97.5, DL_LOOP_SYNC_NONE, 97.5},
-        {"a tie lasting 3 s", false, true, 5, 1, 5, 0, true, true, 1, 1, 0, 97, DL_LOOP_SYNC_HEAL, 97},
-        {"peers finishing the previous round have not voted", false, true, 5, 1, 5, 0, true, true, 3, 1, 2, 90,
-         DL_LOOP_SYNC_NONE, 0},
+         DL_LOOP_SYNC_NONE},
+        {"a majority holds another hash", false, true, 5, 1, 5, 0, true, true, 3, 1, 4, 0, DL_LOOP_SYNC_HEAL},
+        {"a tie never settles it", false, true, 5, 1, 5, 0, true, true, 1, 1, 2, 0, DL_LOOP_SYNC_NONE},
+        {"a plurality never settles it", false, true, 5, 1, 5, 0, true, true, 2, 1, 5, 0, DL_LOOP_SYNC_NONE},
+        {"two liars against two honest peers and us", false, true, 5, 1, 5, 0, true, true, 2, 3, 5, 0,
+         DL_LOOP_SYNC_NONE},
+        {"peers finishing the previous round have not voted", false, true, 5, 1, 5, 0, true, true, 3, 1, 4, 2,
+         DL_LOOP_SYNC_NONE},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const struct row *r = &rows[i];
@@ -307,12 +305,10 @@ static void test_sync(void) {
         l.i_disagree = r->i_disagree;
         l.ref_holders = r->ref_holders;
         l.my_holders = r->my_holders;
+        l.hashes_at_ref = r->hashes;
         l.at_previous = r->at_previous;
-        struct dl_loop_sync got = dl_loop_sync_decide(&p, &c, &l, r->since);
-        CHECK_MSG(got.action == r->want, "%s: %s, expected %s", r->name, action_name(got.action),
-                  action_name(r->want));
-        CHECK_MSG(got.disagree_since == r->want_since, "%s: tie timer %.2f, expected %.2f", r->name,
-                  got.disagree_since, r->want_since);
+        enum dl_loop_sync_action got = dl_loop_sync_decide(&p, &c, &l);
+        CHECK_MSG(got == r->want, "%s: %s, expected %s", r->name, action_name(got), action_name(r->want));
     }
 }
 

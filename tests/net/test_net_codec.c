@@ -346,6 +346,35 @@ static void test_swarm_hostile(void) {
     dl_swarm_free(&sw);
 }
 
+/* A colluding pair (docs/protocol.md, "The swarm view"): two records at 9
+ * beside honest others at 5 and 6 are two of four others for p0, no
+ * majority: the epoch stays where three of them are and neither of the pair
+ * is followed (the second-highest rule made it 9). Once a third other
+ * reaches 9 the epoch follows. */
+static void test_swarm_pair(void) {
+    struct dl_identity p[5];
+    for (int i = 0; i < 5; i++) CHECK_OK(dl_identity_load(NULL, &p[i]));
+    struct dl_swarm sw;
+    dl_swarm_init(&sw, 16);
+    add(&sw, &p[0], 1, 5, 0, 0, 1000, false, false);
+    add(&sw, &p[1], 1, 6, 0, 0, 1000, false, false);
+    add(&sw, &p[2], 1, 5, 0, 0, 1000, false, false);
+    add(&sw, &p[3], 1, 9, 0, 0, 1000, false, false);
+    add(&sw, &p[4], 1, 9, 0, 0, 1000, false, false);
+    struct dl_swarm_view v;
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK_MSG(v.global_epoch == 6, "a pair moved the epoch to %llu", (unsigned long long)v.global_epoch);
+    int unbacked = 0;
+    for (size_t i = 0; i < v.num_peers; i++) unbacked += v.peers[i].epoch_unbacked;
+    CHECK(unbacked == 2);
+    dl_swarm_view_free(&v);
+    add(&sw, &p[1], 2, 9, 0, 0, 1000, false, false);
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK(v.global_epoch == 9);
+    dl_swarm_view_free(&v);
+    dl_swarm_free(&sw);
+}
+
 static void test_swarm_view(void) {
     struct dl_identity p[5];
     for (int i = 0; i < 5; i++) CHECK_OK(dl_identity_load(NULL, &p[i]));
@@ -459,6 +488,7 @@ int main(void) {
     test_records();
     test_swarm_view();
     test_swarm_hostile();
+    test_swarm_pair();
     test_identity_file();
     test_peer_id_hash();
     return dl_test_finish("test_net_codec");
