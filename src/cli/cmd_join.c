@@ -5,12 +5,14 @@
  * the swarm's state first like any newcomer. docs/manifest.md. */
 #include <getopt.h>
 #include <sodium.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/collab.h"
 #include "dedloc/device.h"
 #include "dedloc/model.h"
@@ -46,75 +48,90 @@ static void help(FILE *out) {
 
 enum {
     J_RUNKEY = 256, J_DIR, J_RUNID, J_DHT, J_TIMEOUT, J_DEVICE, J_PRECISION, J_BATCH, J_IDENTITY, J_HELP,
-    /* passed on to train with their argument or alone */
-    J_PASS_ARG, J_PASS_FLAG = J_PASS_ARG + 100,
+    /* this machine's choices passed on to train as they are given */
+    J_PASS_FIRST, J_PASS_LAST = J_PASS_FIRST + 63,
 };
 
 struct join_args {
     const char *address, *run_key, *dir, *run_id, *dht, *device, *precision, *identity;
     double timeout_s;
-    long batch;
-    const char *pass[32];
-    int num_pass;
+    long long batch;
+    const char *pass[32]; /* "--NAME" and, for an option with one, its argument */
+    char pass_names[16][40];
+    int num_pass, num_pass_names;
 };
 
-static const struct option opts[] = {
-    {"run-key", required_argument, NULL, J_RUNKEY}, {"dir", required_argument, NULL, J_DIR},
-    {"run-id", required_argument, NULL, J_RUNID}, {"dht-bootstrap", required_argument, NULL, J_DHT},
-    {"fetch-timeout", required_argument, NULL, J_TIMEOUT}, {"device", required_argument, NULL, J_DEVICE},
-    {"precision", required_argument, NULL, J_PRECISION}, {"batch", required_argument, NULL, J_BATCH},
-    {"identity", required_argument, NULL, J_IDENTITY}, {"help", no_argument, NULL, J_HELP},
-    {"listen", required_argument, NULL, J_PASS_ARG}, {"announce", required_argument, NULL, J_PASS_ARG + 1},
-    {"max-upload", required_argument, NULL, J_PASS_ARG + 2}, {"bandwidth", required_argument, NULL, J_PASS_ARG + 3},
-    {"name", required_argument, NULL, J_PASS_ARG + 4}, {"token", required_argument, NULL, J_PASS_ARG + 5},
-    {"log", required_argument, NULL, J_PASS_ARG + 6}, {"checkpoint-dir", required_argument, NULL, J_PASS_ARG + 7},
-    {"max-minutes", required_argument, NULL, J_PASS_ARG + 8},
-    {"client-mode", no_argument, NULL, J_PASS_FLAG}, {"quiet", no_argument, NULL, J_PASS_FLAG + 1},
-    {0, 0, 0, 0}};
+/* The option itself is appended to the arguments of train by the parse loop,
+ * which knows its name; this only makes the table say it takes an argument. */
+static int pass_value(void *settings, const char *arg) {
+    (void)settings;
+    (void)arg;
+    return 0;
+}
+
+#define J_FIELD(f) offsetof(struct join_args, f)
+static const struct cli_opt join_opts[] = {
+    {"run-key", J_RUNKEY, CLI_OPT_STRING, J_FIELD(run_key), 0, 0, NULL},
+    {"dir", J_DIR, CLI_OPT_STRING, J_FIELD(dir), 0, 0, NULL},
+    {"run-id", J_RUNID, CLI_OPT_STRING, J_FIELD(run_id), 0, 0, NULL},
+    {"dht-bootstrap", J_DHT, CLI_OPT_STRING, J_FIELD(dht), 0, 0, NULL},
+    {"fetch-timeout", J_TIMEOUT, CLI_OPT_DOUBLE, J_FIELD(timeout_s), 1, 3600, NULL},
+    {"device", J_DEVICE, CLI_OPT_STRING, J_FIELD(device), 0, 0, NULL},
+    {"precision", J_PRECISION, CLI_OPT_STRING, J_FIELD(precision), 0, 0, NULL},
+    {"batch", J_BATCH, CLI_OPT_LLONG, J_FIELD(batch), 1, 65536, NULL},
+    {"identity", J_IDENTITY, CLI_OPT_STRING, J_FIELD(identity), 0, 0, NULL},
+    {"help", J_HELP, CLI_OPT_OTHER, 0, 0, 0, NULL},
+    {"listen", J_PASS_FIRST + 0, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"announce", J_PASS_FIRST + 1, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"max-upload", J_PASS_FIRST + 2, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"bandwidth", J_PASS_FIRST + 3, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"name", J_PASS_FIRST + 4, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"token", J_PASS_FIRST + 5, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"log", J_PASS_FIRST + 6, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"checkpoint-dir", J_PASS_FIRST + 7, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"max-minutes", J_PASS_FIRST + 8, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"client-mode", J_PASS_FIRST + 9, CLI_OPT_OTHER, 0, 0, 0, NULL},
+    {"quiet", J_PASS_FIRST + 10, CLI_OPT_OTHER, 0, 0, 0, NULL},
+};
+enum { N_JOIN_OPTS = sizeof join_opts / sizeof join_opts[0] };
+
+/* Appends --NAME [ARG] to what train is given; train checks the value. */
+static int pass_on(struct join_args *a, const struct cli_opt *e, const char *arg) {
+    if (a->num_pass + 2 > (int)(sizeof a->pass / sizeof a->pass[0]) ||
+        a->num_pass_names == (int)(sizeof a->pass_names / sizeof a->pass_names[0])) {
+        fprintf(stderr, "dedloc join: too many options\n");
+        return -1;
+    }
+    char *name = a->pass_names[a->num_pass_names++];
+    snprintf(name, sizeof a->pass_names[0], "--%s", e->name);
+    a->pass[a->num_pass++] = name;
+    if (e->kind == CLI_OPT_SETTER) a->pass[a->num_pass++] = arg;
+    return 0;
+}
 
 static int parse(int argc, char **argv, struct join_args *a) {
     memset(a, 0, sizeof *a);
     a->timeout_s = 30;
+    struct option opts[N_JOIN_OPTS + 1];
+    cli_opt_fill(join_opts, N_JOIN_OPTS, opts);
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end = NULL;
-        switch (c) {
-        case J_RUNKEY: a->run_key = optarg; break;
-        case J_DIR: a->dir = optarg; break;
-        case J_RUNID: a->run_id = optarg; break;
-        case J_DHT: a->dht = optarg; break;
-        case J_TIMEOUT:
-            a->timeout_s = strtod(optarg, &end);
-            if (*end || !(a->timeout_s >= 1 && a->timeout_s <= 3600)) {
-                fprintf(stderr, "dedloc join: --fetch-timeout must be 1 to 3600 seconds\n");
-                return -1;
-            }
-            break;
-        case J_DEVICE: a->device = optarg; break;
-        case J_PRECISION: a->precision = optarg; break;
-        case J_BATCH:
-            a->batch = strtol(optarg, &end, 10);
-            if (*end || a->batch < 1 || a->batch > 65536) {
-                fprintf(stderr, "dedloc join: --batch must be 1 to 65536\n");
-                return -1;
-            }
-            break;
-        case J_IDENTITY: a->identity = optarg; break;
-        case 'h':
-        case J_HELP: help(stdout); return 1;
-        default:
-            if (c >= J_PASS_ARG && c < J_PASS_ARG + 9 && a->num_pass < 30) {
-                static const char *const pass_names[] = {"--listen", "--announce", "--max-upload", "--bandwidth",
-                                                         "--name", "--token", "--log", "--checkpoint-dir",
-                                                         "--max-minutes"};
-                a->pass[a->num_pass++] = pass_names[c - J_PASS_ARG];
-                a->pass[a->num_pass++] = optarg;
-            } else if (c >= J_PASS_FLAG && a->num_pass < 31) {
-                a->pass[a->num_pass++] = c == J_PASS_FLAG ? "--client-mode" : "--quiet";
-            } else {
-                help(stderr);
-                return -1;
-            }
+        const struct cli_opt *e = cli_opt_find(join_opts, N_JOIN_OPTS, c);
+        if (c == 'h' || c == J_HELP) {
+            help(stdout);
+            return 1;
+        }
+        if (!e) {
+            help(stderr);
+            return -1;
+        }
+        if (c >= J_PASS_FIRST && c <= J_PASS_LAST) {
+            if (pass_on(a, e, optarg)) return -1;
+        } else if (cli_opt_assign(e, a, optarg)) {
+            if (c == J_TIMEOUT) fprintf(stderr, "dedloc join: --fetch-timeout must be 1 to 3600 seconds\n");
+            else if (c == J_BATCH) fprintf(stderr, "dedloc join: --batch must be 1 to 65536\n");
+            else fprintf(stderr, "dedloc join: bad value '%s' for --%s\n", optarg, e->name);
+            return -1;
         }
     }
     if (optind < argc) a->address = argv[optind++];
@@ -251,7 +268,7 @@ static void safe_name(const char *run_id, char *out, size_t cap) {
 /* The micro-batch: --batch, else the largest whose device memory (the
  * closed form of dl_model_memory_estimate, the one `train --batch auto`
  * uses) fits the device's budget, at most the manifest's. */
-static int pick_micro_batch(const struct join_args *a, const struct dl_manifest *m, long *batch) {
+static int pick_micro_batch(const struct join_args *a, const struct dl_manifest *m, long long *batch) {
     if (a->batch) {
         *batch = a->batch;
         return 0;
@@ -310,12 +327,12 @@ int cmd_join(int argc, char **argv) {
         dl_write_file_atomic(tok_path, tok, tok_size))
         goto fail;
     DL_INFO("join", "run files kept in %s", dir);
-    long batch;
+    long long batch;
     if (pick_micro_batch(&a, &m, &batch)) goto fail;
 
     /* dedloc train --manifest, with this machine's choices. */
     char batch_text[24];
-    snprintf(batch_text, sizeof batch_text, "%ld", batch);
+    snprintf(batch_text, sizeof batch_text, "%lld", batch);
     const char *targv[64];
     int n = 0;
     targv[n++] = "train";
