@@ -115,7 +115,7 @@ static int parse(int argc, char **argv, struct join_args *a) {
     struct option opts[N_JOIN_OPTS + 1];
     cli_opt_fill(join_opts, N_JOIN_OPTS, opts);
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "h", opts, "join")) != -1) {
         const struct cli_opt *e = cli_opt_find(join_opts, N_JOIN_OPTS, c);
         if (c == 'h' || c == J_HELP) {
             help(stdout);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/collab.h"
 #include "dedloc/model.h"
 #include "dedloc/util.h"
@@ -103,7 +104,7 @@ static int parse(int argc, char **argv, struct init_args *a) {
     a->precisions = "fp32,fp16,bf16";
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "h", opts, "run")) != -1) {
         if (c > 0 && c < R_HELP) a->given[c] = true;
         bool numeric = false;
         for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)

@@ -203,7 +203,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
     a->wd = 0.01;
     a->clip = 1.0;
     int c;
-    while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "h", all, "train")) != -1) {
         int sw = cli_swarm_option(&a->swarm, c, optarg, "train");
         if (sw < 0) {
             fprintf(stderr, "see 'dedloc train --help'\n");
