@@ -4,6 +4,8 @@
  * micro-batch, and trains as a peer (dedloc train --manifest), downloading
  * the swarm's state first like any newcomer. docs/manifest.md. */
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -34,7 +36,8 @@ static void help(FILE *out) {
             "  --run-id ID          the run to find through the DHT (with --dht-bootstrap), or to\n"
             "                       require of the peer at HOST:PORT\n"
             "  --dht-bootstrap LIST DHT nodes to find the run's peers through\n"
-            "  --fetch-timeout S    how long to wait for a peer to answer (30)\n"
+            "  --fetch-timeout S    how long to wait for a peer to answer (30); an address that answers\n"
+            "                       in another protocol is given up at once\n"
             "this machine's choices (passed to dedloc train):\n"
             "  --device D           OpenCL device (default: first GPU, else the first device)\n"
             "  --precision P        one of the precisions the manifest allows (default: its first)\n"
@@ -43,7 +46,10 @@ static void help(FILE *out) {
             "  --bandwidth MBIT     --name NAME   --token FILE   --log FILE   --checkpoint-dir DIR\n"
             "  --max-minutes M      --quiet       (as in dedloc train)\n"
             "  --identity FILE      peer identity (default DIR/identity: the same peer id on every join)\n"
-            "exit status: as dedloc train; 1 also when the run files cannot be fetched or verified\n");
+            "Ctrl-C stops it at once while it fetches the run's files (nothing is saved then), and\n"
+            "once it trains as dedloc train's Ctrl-C does.\n"
+            "exit status: as dedloc train; 1 also when the run files cannot be fetched or verified,\n"
+            "130 when stopped before they arrived\n");
 }
 
 enum {
@@ -151,7 +157,64 @@ static int parse(int argc, char **argv, struct join_args *a) {
     return 0;
 }
 
-/* Asks the first peer that answers for the manifest and the tokenizer. */
+/* SIGINT / SIGTERM while the run's files are fetched: the waits below end
+ * at once (the default action would be as quick, but a shell starts a
+ * background job with SIGINT ignored, and a volunteer's script may too). */
+static volatile sig_atomic_t join_stop;
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    join_stop = 1;
+}
+
+/* An answer awaited by the main thread, which checks join_stop meanwhile. */
+struct pending_answer {
+    pthread_mutex_t lock;
+    bool done;
+    int status;
+    uint8_t *data;
+    size_t size;
+};
+
+static void answer_cb(void *user, uint64_t request_id, int status, const uint8_t *payload, size_t size) {
+    (void)request_id;
+    struct pending_answer *p = user;
+    uint8_t *copy = size ? malloc(size) : NULL;
+    if (copy) memcpy(copy, payload, size);
+    pthread_mutex_lock(&p->lock);
+    p->status = copy || !size ? status : DL_NET_REMOTE_ERROR;
+    p->data = copy;
+    p->size = copy ? size : 0;
+    p->done = true;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* dl_net_request_sync that a signal interrupts: DL_NET_CANCELLED then. */
+static int ask(dl_net *net, const char *peer, const char *method, double timeout_s, uint8_t **out, size_t *n) {
+    struct pending_answer p = {.status = DL_NET_DISCONNECTED};
+    pthread_mutex_init(&p.lock, NULL);
+    *out = NULL;
+    *n = 0;
+    uint64_t id = dl_net_request(net, peer, method, NULL, 0, timeout_s, answer_cb, &p);
+    bool cancelled = false;
+    for (bool done = id == 0; !done;) {
+        if (join_stop && !cancelled) {
+            dl_net_cancel(net, id);
+            cancelled = true;
+        }
+        pthread_mutex_lock(&p.lock);
+        done = p.done;
+        pthread_mutex_unlock(&p.lock);
+        if (!done) usleep(20000);
+    }
+    pthread_mutex_destroy(&p.lock);
+    *out = p.data;
+    *n = p.size;
+    return join_stop ? DL_NET_CANCELLED : p.status;
+}
+
+/* Asks the first peer that answers for the manifest and the tokenizer.
+ * -2 when a signal stopped it. */
 static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uint8_t **tok, size_t *tok_size) {
     struct dl_net_config cfg;
     dl_net_config_default(&cfg);
@@ -166,18 +229,35 @@ static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uin
     if (dl_net_start(&cfg, &net)) return -1;
     char peer[DL_PEER_ID_HEX] = "";
     double deadline = dl_now() + a->timeout_s;
-    while (!dl_net_connected_peer(net, peer) && dl_now() < deadline) usleep(50000);
+    char refusal[160] = "";
+    /* A peer named on the command line that speaks another protocol is
+     * given up at once; found through the DHT, others may still answer. */
+    while (!dl_net_connected_peer(net, peer) && dl_now() < deadline && !join_stop &&
+           !(a->address && !a->dht && dl_net_dial_refused(net, refusal, sizeof refusal)))
+        usleep(20000);
     int rc = -1;
     uint8_t *text = NULL;
     size_t n = 0;
     const char *where = a->address ? a->address : "the DHT";
+    if (join_stop) {
+        rc = -2;
+        goto done;
+    }
+    if (!peer[0] && refusal[0]) {
+        dl_fail("%s; check the address and port the run gave", refusal);
+        goto done;
+    }
     if (!peer[0]) {
         dl_fail("no peer of the run answered through %s within %.0f s (is the address right, and the peer up?)",
                 where, a->timeout_s);
         goto done;
     }
     DL_INFO("join", "asking peer %s for the run manifest", peer);
-    int st = dl_net_request_sync(net, peer, DL_NET_METHOD_MANIFEST, NULL, 0, a->timeout_s, &text, &n);
+    int st = ask(net, peer, DL_NET_METHOD_MANIFEST, a->timeout_s, &text, &n);
+    if (join_stop) {
+        rc = -2;
+        goto done;
+    }
     if (st == DL_NET_NO_HANDLER) {
         dl_fail("peer %s serves no run manifest (it was started without --manifest): ask the run for the "
                 "address of a peer started from its manifest", peer);
@@ -193,7 +273,11 @@ static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uin
         goto done;
     }
     DL_INFO("join", "manifest of run %s (hash %.16s...), signature ok", m->run_id, m->hash_hex);
-    st = dl_net_request_sync(net, peer, DL_NET_METHOD_TOKENIZER, NULL, 0, a->timeout_s, tok, tok_size);
+    st = ask(net, peer, DL_NET_METHOD_TOKENIZER, a->timeout_s, tok, tok_size);
+    if (join_stop) {
+        rc = -2;
+        goto done;
+    }
     if (st != DL_NET_OK) {
         dl_fail("peer %s gave no tokenizer (%s)", peer, dl_net_status_name(st));
         goto done;
@@ -309,7 +393,23 @@ int cmd_join(int argc, char **argv) {
     uint8_t *tok = NULL;
     size_t tok_size = 0;
     int rc = DL_EXIT_FAILURE;
-    if (fetch_run_files(&a, &m, &tok, &tok_size)) goto fail;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int fetched = fetch_run_files(&a, &m, &tok, &tok_size);
+    /* From here a signal ends the program at once until train, once it
+     * trains, stops at the next micro-batch and saves what there is. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (fetched == -2 || join_stop) {
+        fprintf(stderr, "dedloc join: stopped before the run's files arrived; nothing was saved\n");
+        dl_manifest_free(&m);
+        free(tok);
+        return 130;
+    }
+    if (fetched) goto fail;
     if (a.run_id && strcmp(a.run_id, m.run_id)) {
         dl_fail("the peer serves run '%s', not '%s' (--run-id)", m.run_id, a.run_id);
         goto fail;
