@@ -87,8 +87,9 @@ static void help(FILE *out) {
             "(samples accumulated / target, samples/s, time to the next step); otherwise a line\n"
             "per step, and one per 30 s while a step accumulates.\n"
             "SIGINT / SIGTERM stop at the next micro-batch: the state after the last complete\n"
-            "step is saved to --checkpoint-dir and the exit status is 0 (130 when there is no\n"
-            "--checkpoint-dir to save to). A second signal ends the program at once.\n"
+            "step is saved to --checkpoint-dir and the exit status is 0. Without --checkpoint-dir,\n"
+            "or for a swarm peer stopped before the swarm's state arrived, nothing is saved, the\n"
+            "message says so and the exit status is 130. A second signal ends the program at once.\n"
             "exit status: 0 done (or stopped and saved), 1 failure (also: the final checkpoint or a\n"
             "log record could not be written), 2 usage, 130 stopped unsaved\n");
 }
@@ -113,16 +114,27 @@ typedef struct {
 } train_args;
 
 static volatile sig_atomic_t stop_flag;
+/* What the first signal answers: whether anything will be saved, and where
+ * (written before the handler is installed; a handler cannot format). */
+static char stop_ack[4400];
+static size_t stop_ack_len;
 
 static void on_signal(int sig) {
     (void)sig;
     stop_flag = 1;
     /* Said at once: the current micro-batch may take minutes. write() is
      * async-signal-safe; its result does not matter here. */
-    static const char ack[] = "\ndedloc train: stopping after this micro-batch (the last complete step is saved); "
-                              "Ctrl-C again to quit now\n";
-    ssize_t ignored = write(STDERR_FILENO, ack, sizeof ack - 1);
+    ssize_t ignored = write(STDERR_FILENO, stop_ack, stop_ack_len);
     (void)ignored;
+}
+
+static void set_stop_ack(const char *ckdir) {
+    int n = ckdir ? snprintf(stop_ack, sizeof stop_ack, "\ndedloc train: stopping after this micro-batch; the last "
+                             "complete step will be saved in %s. Ctrl-C again to quit now\n", ckdir)
+                  : snprintf(stop_ack, sizeof stop_ack, "\ndedloc train: stopping after this micro-batch; nothing "
+                             "will be saved (no --checkpoint-dir: give one to keep the progress and resume). "
+                             "Ctrl-C again to quit now\n");
+    stop_ack_len = n < 0 ? 0 : (size_t)n < sizeof stop_ack ? (size_t)n : sizeof stop_ack - 1;
 }
 
 /* --batch B|auto: auto (0) is chosen from the device's memory. */
@@ -374,6 +386,7 @@ typedef struct {
     dl_device_backend be;
     dl_synthetic_backend syn;
     bool data_resumed;              /* the stream goes on at the checkpoint's position */
+    bool stopped_joining;           /* a swarm peer stopped before the swarm's state arrived */
     dl_train_layout layout;
     char *config_json, *run_json;
 } train_run;
@@ -626,6 +639,7 @@ static int run_training(train_run *r, dl_trainer_result *res) {
         .progress = a->quiet ? NULL : stderr, .stop = &stop_flag, .model_config_json = r->config_json,
         .run_json = r->run_json, .data_seed = (uint64_t)a->seed, .peer_seed = (uint64_t)a->peer_seed,
     };
+    set_stop_ack(a->ckdir);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -647,6 +661,7 @@ static int run_training(train_run *r, dl_trainer_result *res) {
         struct dl_collab_train_result cres;
         rc = cli_swarm_run(&a->swarm, &a->swarm.train, &r->opt, &r->layout, r->params, resume, &backend, &cres);
         *res = cres.base;
+        r->stopped_joining = cres.stopped_joining;
         if (!rc)
             fprintf(stderr, "dedloc train: %" PRId64 " rounds, %" PRId64 " failed, %" PRId64
                     " state downloads, %" PRId64 " heals; compute %.1f s, waiting %.1f s; param_hash %s\n",
@@ -671,12 +686,22 @@ static int report(const train_run *r, const dl_trainer_result *res) {
     else if (res->steps_this_run == 1)
         snprintf(loss_text, sizeof loss_text, "loss %.4f (one step)", (double)res->first_loss);
     fprintf(stderr,
-            "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); %s; %.1f samples/s; "
+            "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); %s; %.1f samples/s%s; "
             "weights %s%s%s\n",
             res->interrupted ? "stopped" : res->time_limit ? "time limit reached" : "done", res->steps,
-            res->steps_this_run, loss_text, res->samples_per_second, res->param_hash,
+            res->steps_this_run, loss_text, res->samples_per_second,
+            r->a.swarm.any ? " (this peer's, over its compute and rounds)" : "", res->param_hash,
             res->checkpoint[0] ? "; saved " : "", res->checkpoint);
-    int exit_code = res->interrupted && !r->a.ckdir ? 130 : DL_EXIT_OK;
+    /* What a stop kept, said plainly: a volunteer decides from it whether
+     * the time was lost. */
+    bool unsaved = res->interrupted && (!r->a.ckdir || r->stopped_joining);
+    if (res->interrupted && !r->a.ckdir)
+        fprintf(stderr, "dedloc train: nothing was saved (no --checkpoint-dir); give --checkpoint-dir DIR next time "
+                "to keep the progress and resume from it\n");
+    else if (res->interrupted && r->stopped_joining)
+        fprintf(stderr, "dedloc train: stopped before the swarm's state arrived: no checkpoint was written (it "
+                "would hold only the initial weights)\n");
+    int exit_code = unsaved ? 130 : DL_EXIT_OK;
     if (res->last_save_failed) {
         if (res->checkpoint[0])
             fprintf(stderr, "dedloc train: the final checkpoint could not be saved (%d failed save%s); the last good "
