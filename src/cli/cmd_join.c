@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/opt_table.h"
+#include "cli/swarm_args.h"
 #include "dedloc/collab.h"
 #include "dedloc/device.h"
 #include "dedloc/model.h"
@@ -42,6 +43,9 @@ static void help(FILE *out) {
             "  --device D           OpenCL device (default: first GPU, else the first device)\n"
             "  --precision P        one of the precisions the manifest allows (default: its first)\n"
             "  --batch B            micro-batch (default: the largest that fits, at most the manifest's)\n"
+            "  --data SOURCE        this machine's copy of the run's data instead of the manifest's source;\n"
+            "                       needed when the manifest names a path rather than a URL (a manifest\n"
+            "                       from the network may not make this machine read its files)\n"
             "  --listen ADDR:PORT   --announce ADDR:PORT   --client-mode   --max-upload MBIT\n"
             "  --bandwidth MBIT     --name NAME   --token FILE   --log FILE   --checkpoint-dir DIR\n"
             "  --max-minutes M      --quiet       (as in dedloc train)\n"
@@ -53,13 +57,13 @@ static void help(FILE *out) {
 }
 
 enum {
-    J_RUNKEY = 256, J_DIR, J_RUNID, J_DHT, J_TIMEOUT, J_DEVICE, J_PRECISION, J_BATCH, J_IDENTITY, J_HELP,
+    J_RUNKEY = 256, J_DIR, J_RUNID, J_DHT, J_TIMEOUT, J_DEVICE, J_PRECISION, J_BATCH, J_IDENTITY, J_HELP, J_DATA,
     /* this machine's choices passed on to train as they are given */
     J_PASS_FIRST, J_PASS_LAST = J_PASS_FIRST + 63,
 };
 
 struct join_args {
-    const char *address, *run_key, *dir, *run_id, *dht, *device, *precision, *identity;
+    const char *address, *run_key, *dir, *run_id, *dht, *device, *precision, *identity, *data;
     double timeout_s;
     long long batch;
     const char *pass[32]; /* "--NAME" and, for an option with one, its argument */
@@ -87,6 +91,7 @@ static const struct cli_opt join_opts[] = {
     {"batch", J_BATCH, CLI_OPT_LLONG, J_FIELD(batch), 1, 65536, NULL},
     {"identity", J_IDENTITY, CLI_OPT_STRING, J_FIELD(identity), 0, 0, NULL},
     {"help", J_HELP, CLI_OPT_OTHER, 0, 0, 0, NULL},
+    {"data", J_DATA, CLI_OPT_STRING, J_FIELD(data), 0, 0, NULL},
     {"listen", J_PASS_FIRST + 0, CLI_OPT_SETTER, 0, 0, 0, pass_value},
     {"announce", J_PASS_FIRST + 1, CLI_OPT_SETTER, 0, 0, 0, pass_value},
     {"max-upload", J_PASS_FIRST + 2, CLI_OPT_SETTER, 0, 0, 0, pass_value},
@@ -337,6 +342,20 @@ static int check_signer(const struct join_args *a, const struct dl_manifest *m, 
     return 0;
 }
 
+/* A manifest that came over the network names the files this machine
+ * reads: only URLs are taken from it. A path (the organiser's file, or
+ * one that every peer of a shared file system has) needs the volunteer's
+ * own --data, so that a manifest cannot make us read a local file. */
+static int check_data_sources(const struct dl_manifest *m) {
+    for (size_t i = 0; i < m->num_data; i++)
+        if (!cli_data_is_url(m->data[i]))
+            return dl_fail("the run manifest names the data source %s, a path on a machine, not a URL: refused "
+                           "(a manifest from the network may not make this machine read its files); pass --data "
+                           "with your own copy of the run's data, or ask the organiser to serve it (dedloc "
+                           "serve-data) and name its URL", m->data[i]);
+    return 0;
+}
+
 /* A folder name from a run id: anything but [A-Za-z0-9._-] becomes '_'. */
 static void safe_name(const char *run_id, char *out, size_t cap) {
     size_t i = 0;
@@ -419,6 +438,7 @@ int cmd_join(int argc, char **argv) {
     if (a.dir) snprintf(dir, sizeof dir, "%s", a.dir);
     else snprintf(dir, sizeof dir, "%s/runs/%s", dl_cache_dir(), name);
     if (check_signer(&a, &m, dir)) goto fail;
+    if (!a.data && check_data_sources(&m)) goto fail;
     char manifest_path[4200], tok_path[4200], id_path[4200];
     snprintf(manifest_path, sizeof manifest_path, "%s/manifest.json", dir);
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
@@ -461,6 +481,10 @@ int cmd_join(int argc, char **argv) {
     if (a.precision) {
         targv[n++] = "--precision";
         targv[n++] = a.precision;
+    }
+    if (a.data) {
+        targv[n++] = "--data";
+        targv[n++] = a.data;
     }
     for (int i = 0; i < a.num_pass; i++) targv[n++] = a.pass[i];
     targv[n] = NULL;

@@ -34,7 +34,8 @@ static void help(FILE *out) {
             "                       model folder (config.json + model.safetensors: its weights\n"
             "                       are the starting point)\n"
             "  --tokenizer FILE     tokenizer.json (default: the built-in Bengali demo tokenizer)\n"
-            "  --data SOURCE        text / JSON-lines file (.gz ok), shard folder, or http(s):// URL\n"
+            "  --data SOURCE        text / JSON-lines file (.gz ok), shard folder, or http(s):// URL;\n"
+            "                       beside --manifest: this machine's own copy of the run's data\n"
             "  --ca-file FILE       https data: trust the PEM CA certificates in FILE, not the system's\n"
             "  --insecure-tls       https data without certificate checks (anyone on the path can\n"
             "                       alter the data; warned)\n"
@@ -109,6 +110,7 @@ typedef struct {
     double lr, wd, clip, max_minutes, synthetic;
     long long max_device_mb;
     bool quiet, recompute, replay_data;
+    bool data_from_manifest;           /* a->data is the manifest's, not given */
     struct cli_swarm_args swarm;
     bool given[OPT_COUNT];
 } train_args;
@@ -283,9 +285,9 @@ static int adopt_run_settings(train_args *a, const char *run_json, char **owned,
  * The data source: peer k of a manifest with n sources reads source
  * (peer seed mod n), set once the peer seed is known. */
 static int apply_manifest(train_args *a) {
-    static const int run_opts[] = {OPT_MODEL, OPT_DATA, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_OPTIMIZER, OPT_LR,
+    static const int run_opts[] = {OPT_MODEL, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_OPTIMIZER, OPT_LR,
                                    OPT_WARMUP, OPT_TOTAL, OPT_WD, OPT_CLIP, OPT_SEED, OPT_SHUFFLE};
-    static const char *const names[] = {"model", "data", "seq", "target-batch", "max-steps", "optimizer", "lr",
+    static const char *const names[] = {"model", "seq", "target-batch", "max-steps", "optimizer", "lr",
                                         "warmup-steps", "total-steps", "weight-decay", "max-grad-norm", "seed",
                                         "shuffle-buffer"};
     for (size_t i = 0; i < sizeof run_opts / sizeof run_opts[0]; i++)
@@ -298,7 +300,11 @@ static int apply_manifest(train_args *a) {
     const struct dl_manifest *m = &a->swarm.manifest;
     a->model = m->model_preset[0] ? m->model_preset : "manifest";
     a->tokenizer = a->swarm.tokenizer_path;
-    a->data = m->data[0];
+    /* --data beside a manifest: this machine's copy of the run's data (a
+     * volunteer's own, or what `join` was given for a manifest naming a
+     * path on the organiser's machine). */
+    a->data_from_manifest = !a->given[OPT_DATA];
+    if (a->data_from_manifest) a->data = m->data[0];
     a->seq = m->seq;
     a->target = m->target_batch;
     a->max_steps = m->max_steps;
@@ -492,7 +498,7 @@ static int settle_swarm(train_run *r) {
         a->peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 11);
         DL_INFO("train", "peer seed %lld (the data order of this peer)", a->peer_seed);
     }
-    if (a->swarm.has_manifest && a->swarm.manifest.num_data > 1) {
+    if (a->swarm.has_manifest && a->data_from_manifest && a->swarm.manifest.num_data > 1) {
         a->data = a->swarm.manifest.data[(unsigned long long)a->peer_seed % a->swarm.manifest.num_data];
         DL_INFO("train", "data source %s (one of the manifest's %zu, by the peer seed)", a->data,
                 a->swarm.manifest.num_data);
@@ -569,6 +575,23 @@ static bool data_config(const train_run *r, dl_data_config *dc) {
     return seek_data;
 }
 
+/* A data source that fails to open, named by the run manifest: the error
+ * says where the name came from, since the volunteer never typed it
+ * ("data source bn.txt (from the run manifest M): No such file ..."). */
+static void name_manifest_source(const train_args *a) {
+    char said[4200];
+    int n = snprintf(said, sizeof said, "data source %s", a->data);
+    char *err = dl_strdup(dl_error());
+    if (!err) return;
+    const char *rest = n > 0 && strncmp(err, said, (size_t)n) == 0 ? err + n : NULL;
+    const char *advice = cli_data_is_url(a->data) ? ""
+                         : "; the manifest names a path on its organiser's machine: ask for a URL every peer can "
+                           "reach (dedloc serve-data), or pass --data with your own copy";
+    if (rest) dl_fail("%s (from the run manifest %s)%s%s", said, a->swarm.manifest_path, rest, advice);
+    else dl_fail("the data source %s (from the run manifest %s): %s%s", a->data, a->swarm.manifest_path, err, advice);
+    free(err);
+}
+
 /* 3b. Tokenizer, data stream, device and model. */
 static int open_device(train_run *r) {
     train_args *a = &r->a;
@@ -600,6 +623,8 @@ static int open_device(train_run *r) {
         if (seek_data)
             dl_fail_context("the data stream cannot continue where %s left it; --replay-data re-reads "
                             "it from the start instead", r->ck_path);
+        else if (a->data_from_manifest)
+            name_manifest_source(a);
         return -1;
     }
     r->data_resumed = seek_data;
