@@ -755,7 +755,7 @@ manifest_dht)
   done
   [ -n "$port" ] || fail "the serving peer did not report its DHT port"
   rc=0; DEDLOC_CACHE_DIR="$W/cache" "$BIN" join --run-id "$RUN" --dht-bootstrap "127.0.0.1:$port" \
-    --listen 127.0.0.1:0 --max-minutes 0.001 --quiet --log "$W/j.jsonl" 2>"$W/j.err" || rc=$?
+    --listen 127.0.0.1:0 --max-minutes 0.001 --quiet --data "$CORPUS" --log "$W/j.jsonl" 2>"$W/j.err" || rc=$?
   [ "$rc" = 0 ] || fail "join through the DHT exited with $rc"
   grep -q "signature ok" "$W/j.err" || fail "join through the DHT did not get the manifest"
   cmp -s "$W/cache/runs/$RUN/tokenizer.json" "$TOK" || fail "join through the DHT did not get the tokenizer"
