@@ -20,7 +20,15 @@ endif()
 add_custom_target(dedloc_manpage ALL DEPENDS ${DEDLOC_MANPAGE})
 
 install(FILES ${DEDLOC_MANPAGE} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT runtime)
-install(FILES ${CMAKE_SOURCE_DIR}/scripts/dedloc-completion.bash
+# The bash completion is written by the binary from its option tables
+# (`dedloc completion bash`), so it holds exactly what the parsers take.
+set(DEDLOC_COMPLETION ${CMAKE_BINARY_DIR}/dedloc-completion.bash)
+add_custom_command(OUTPUT ${DEDLOC_COMPLETION}
+  COMMAND $<TARGET_FILE:dedloc> completion bash > ${DEDLOC_COMPLETION}
+  DEPENDS dedloc
+  COMMENT "Writing the bash completion")
+add_custom_target(dedloc_completion ALL DEPENDS ${DEDLOC_COMPLETION})
+install(FILES ${DEDLOC_COMPLETION}
   DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/bash-completion/completions
   RENAME dedloc COMPONENT runtime)
 

@@ -443,6 +443,7 @@ struct dl_collab_train_result {
     int64_t rounds_ok, rounds_failed, state_downloads, heals;
     double compute_s, wait_s;    /* time in micro-batches vs everything else */
     char param_hash[65];         /* BLAKE2b-256 of the final weights, hex */
+    bool stopped_joining;        /* stopped before the swarm's state arrived: no checkpoint written */
 };
 
 /* Runs the loop on net/collab/donor (started by the caller; the collab

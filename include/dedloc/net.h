@@ -145,6 +145,10 @@ struct dl_swarm_view {
 /* A peer we hold an authenticated connection to (the newest one still
  * open): false when there is none. For a fetch-only newcomer, the peer to ask. */
 bool dl_net_connected_peer(dl_net *net, char out[DL_PEER_ID_HEX]);
+/* Whether a peer we dialled answered in a way no retry changes (it speaks
+ * another protocol, or another version of ours); why gets "ADDRESS: what"
+ * (cap bytes). A fetch-only newcomer gives up on it at once. */
+bool dl_net_dial_refused(dl_net *net, char *why, size_t cap);
 
 /* Computes the view now. Free with dl_swarm_view_free. */
 int dl_net_swarm_view(dl_net *net, struct dl_swarm_view *view);

@@ -26,6 +26,7 @@
 
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "collab/collab_internal.h"
 #include "collab/round_async.h"
 #include "collab/wirecodec.h"
@@ -284,7 +285,7 @@ int bench_allreduce_member(int argc, char **argv) {
 #endif
         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "", opts, "bench allreduce-member")) != -1) {
         int bad = 0;
         switch (c) {
         case O_LISTEN: cfg.listen = optarg; break;

@@ -11,6 +11,9 @@ struct dl_bench {
     const char *summary;
 };
 
+/* The benchmarks `dedloc bench` runs (cmd_bench.c), ending with a zero entry. */
+extern const struct dl_bench dl_benches[];
+
 int bench_step(int argc, char **argv);
 int bench_gemm(int argc, char **argv);
 int bench_allreduce(int argc, char **argv);

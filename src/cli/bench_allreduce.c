@@ -19,6 +19,7 @@
 
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/collab.h"
 #include "dedloc/util.h"
 
@@ -122,7 +123,7 @@ int bench_allreduce(int argc, char **argv) {
         {"deadline", required_argument, NULL, O_DEADLINE}, {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "h", opts, "bench allreduce")) != -1) {
         char *end = NULL;
         double v = optarg ? strtod(optarg, &end) : 0;
         bool bad = optarg && (end == optarg || *end) && c != O_COMP && c != O_BWS;

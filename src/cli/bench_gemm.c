@@ -12,6 +12,7 @@
 
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/device.h"
 #include "dedloc/util.h"
 
@@ -80,7 +81,7 @@ int bench_gemm(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},         {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "d:r:s:jh", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "d:r:s:jh", opts, "bench gemm")) != -1) {
         switch (c) {
         case 'd': device_sel = optarg; break;
         case 'r': {

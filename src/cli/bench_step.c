@@ -9,6 +9,7 @@
 
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/model.h"
 #include "dedloc/util.h"
 
@@ -99,7 +100,7 @@ int bench_step(int argc, char **argv) {
         {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:b:t:d:w:s:p:jh", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "m:b:t:d:w:s:p:jh", opts, "bench step")) != -1) {
         switch (c) {
         case 'm': model_name = optarg; break;
         case 'b': if (parse_positive(optarg, "--batch", &B)) return DL_EXIT_USAGE; break;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/net.h"
 #include "dedloc/util.h"
 
@@ -66,7 +67,7 @@ int cmd_authority(int argc, char **argv) {
         {"name", required_argument, NULL, O_NAME}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     int c;
     optind = 2;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "h", opts, "authority")) != -1) {
         switch (c) {
         case O_RUN: run_id = optarg; break;
         case O_OUT: out = optarg; break;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "cli/swarm_args.h"
 #include "dedloc/collab.h"
 #include "dedloc/model.h"
@@ -60,7 +61,7 @@ int cmd_aux(int argc, char **argv) {
     long long seed = 0, target = 0, steps = 0;
     bool quiet = false;
     int c;
-    while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "h", all, "aux")) != -1) {
         int r = cli_swarm_option(&sw, c, optarg, "aux");
         if (r < 0) return DL_EXIT_USAGE;
         if (r == 0) continue;

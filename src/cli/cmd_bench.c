@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 
 /* Add a line here when you add src/cli/bench_<what>.c. */
-static const struct dl_bench benches[] = {
+const struct dl_bench dl_benches[] = {
     {"gemm", bench_gemm, "GEMM GFLOP/s of the transformer shapes: CLBlast untuned and tuned"},
     {"step", bench_step, "one ALBERT training step (forward + backward): tokens/s, GFLOP/s, memory"},
     {"allreduce", bench_allreduce, "averaging rounds between peer processes on loopback: time, algbw, busbw, LP bound"},
@@ -15,7 +15,7 @@ static const struct dl_bench benches[] = {
 
 static void help(FILE *out) {
     fprintf(out, "usage: dedloc bench <what> [options]   (dedloc bench <what> --help)\n\n");
-    for (const struct dl_bench *b = benches; b->name; b++)
+    for (const struct dl_bench *b = dl_benches; b->name; b++)
         fprintf(out, "  %-10s %s\n", b->name, b->summary);
 }
 
@@ -28,7 +28,7 @@ int cmd_bench(int argc, char **argv) {
         help(stdout);
         return DL_EXIT_OK;
     }
-    for (const struct dl_bench *b = benches; b->name; b++)
+    for (const struct dl_bench *b = dl_benches; b->name; b++)
         if (!strcmp(argv[1], b->name)) return b->run(argc - 1, argv + 1);
     /* The member processes that `bench allreduce` starts (not listed). */
     if (!strcmp(argv[1], "allreduce-member")) return bench_allreduce_member(argc - 1, argv + 1);

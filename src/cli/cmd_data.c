@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/data.h"
 #include "dedloc/text.h"
 #include "dedloc/util.h"
@@ -95,7 +96,7 @@ int cmd_data(int argc, char **argv) {
                                          {"help", no_argument, NULL, 'h'},
                                          {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "d:t:n:b:s:S:r:p:wk:ojhC:I", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "d:t:n:b:s:S:r:p:wk:ojhC:I", opts, "data")) != -1) {
         long long v = 0;
         int bad = 0;
         switch (c) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/device.h"
 #include "dedloc/util.h"
 
@@ -21,7 +22,7 @@ int cmd_devices(int argc, char **argv) {
     static const struct option opts[] = {
         {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "jh", opts, "devices")) != -1) {
         if (c == 'j') json = 1;
         else if (c == 'h') {
             help(stdout);

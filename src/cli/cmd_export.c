@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "cli/export_hf.h"
 #include "dedloc/model.h"
 #include "dedloc/train.h"
@@ -34,7 +35,7 @@ int cmd_export(int argc, char **argv) {
                                          {"help", no_argument, NULL, 'h'},
                                          {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "c:o:t:h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "c:o:t:h", opts, "export")) != -1) {
         if (c == 'c') from = optarg;
         else if (c == 'o') out = optarg;
         else if (c == 't') tokenizer = optarg;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/model.h"
 #include "dedloc/safetensors.h"
 #include "dedloc/util.h"
@@ -78,7 +79,7 @@ int cmd_grad(int argc, char **argv) {
         {"logits", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},        {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:b:o:d:l:h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "m:b:o:d:l:h", opts, "grad")) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 'b': batch_path = optarg; break;

@@ -4,13 +4,18 @@
  * micro-batch, and trains as a peer (dedloc train --manifest), downloading
  * the swarm's state first like any newcomer. docs/manifest.md. */
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sodium.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
+#include "cli/swarm_args.h"
 #include "dedloc/collab.h"
 #include "dedloc/device.h"
 #include "dedloc/model.h"
@@ -32,89 +37,112 @@ static void help(FILE *out) {
             "  --run-id ID          the run to find through the DHT (with --dht-bootstrap), or to\n"
             "                       require of the peer at HOST:PORT\n"
             "  --dht-bootstrap LIST DHT nodes to find the run's peers through\n"
-            "  --fetch-timeout S    how long to wait for a peer to answer (30)\n"
+            "  --fetch-timeout S    how long to wait for a peer to answer (30); an address that answers\n"
+            "                       in another protocol is given up at once\n"
             "this machine's choices (passed to dedloc train):\n"
             "  --device D           OpenCL device (default: first GPU, else the first device)\n"
             "  --precision P        one of the precisions the manifest allows (default: its first)\n"
             "  --batch B            micro-batch (default: the largest that fits, at most the manifest's)\n"
+            "  --data SOURCE        this machine's copy of the run's data instead of the manifest's source;\n"
+            "                       needed when the manifest names a path rather than a URL (a manifest\n"
+            "                       from the network may not make this machine read its files)\n"
             "  --listen ADDR:PORT   --announce ADDR:PORT   --client-mode   --max-upload MBIT\n"
             "  --bandwidth MBIT     --name NAME   --token FILE   --log FILE   --checkpoint-dir DIR\n"
             "  --max-minutes M      --quiet       (as in dedloc train)\n"
             "  --identity FILE      peer identity (default DIR/identity: the same peer id on every join)\n"
-            "exit status: as dedloc train; 1 also when the run files cannot be fetched or verified\n");
+            "Ctrl-C stops it at once while it fetches the run's files (nothing is saved then), and\n"
+            "once it trains as dedloc train's Ctrl-C does.\n"
+            "exit status: as dedloc train; 1 also when the run files cannot be fetched or verified,\n"
+            "130 when stopped before they arrived\n");
 }
 
 enum {
-    J_RUNKEY = 256, J_DIR, J_RUNID, J_DHT, J_TIMEOUT, J_DEVICE, J_PRECISION, J_BATCH, J_IDENTITY, J_HELP,
-    /* passed on to train with their argument or alone */
-    J_PASS_ARG, J_PASS_FLAG = J_PASS_ARG + 100,
+    J_RUNKEY = 256, J_DIR, J_RUNID, J_DHT, J_TIMEOUT, J_DEVICE, J_PRECISION, J_BATCH, J_IDENTITY, J_HELP, J_DATA,
+    /* this machine's choices passed on to train as they are given */
+    J_PASS_FIRST, J_PASS_LAST = J_PASS_FIRST + 63,
 };
 
 struct join_args {
-    const char *address, *run_key, *dir, *run_id, *dht, *device, *precision, *identity;
+    const char *address, *run_key, *dir, *run_id, *dht, *device, *precision, *identity, *data;
     double timeout_s;
-    long batch;
-    const char *pass[32];
-    int num_pass;
+    long long batch;
+    const char *pass[32]; /* "--NAME" and, for an option with one, its argument */
+    char pass_names[16][40];
+    int num_pass, num_pass_names;
 };
 
-static const struct option opts[] = {
-    {"run-key", required_argument, NULL, J_RUNKEY}, {"dir", required_argument, NULL, J_DIR},
-    {"run-id", required_argument, NULL, J_RUNID}, {"dht-bootstrap", required_argument, NULL, J_DHT},
-    {"fetch-timeout", required_argument, NULL, J_TIMEOUT}, {"device", required_argument, NULL, J_DEVICE},
-    {"precision", required_argument, NULL, J_PRECISION}, {"batch", required_argument, NULL, J_BATCH},
-    {"identity", required_argument, NULL, J_IDENTITY}, {"help", no_argument, NULL, J_HELP},
-    {"listen", required_argument, NULL, J_PASS_ARG}, {"announce", required_argument, NULL, J_PASS_ARG + 1},
-    {"max-upload", required_argument, NULL, J_PASS_ARG + 2}, {"bandwidth", required_argument, NULL, J_PASS_ARG + 3},
-    {"name", required_argument, NULL, J_PASS_ARG + 4}, {"token", required_argument, NULL, J_PASS_ARG + 5},
-    {"log", required_argument, NULL, J_PASS_ARG + 6}, {"checkpoint-dir", required_argument, NULL, J_PASS_ARG + 7},
-    {"max-minutes", required_argument, NULL, J_PASS_ARG + 8},
-    {"client-mode", no_argument, NULL, J_PASS_FLAG}, {"quiet", no_argument, NULL, J_PASS_FLAG + 1},
-    {0, 0, 0, 0}};
+/* The option itself is appended to the arguments of train by the parse loop,
+ * which knows its name; this only makes the table say it takes an argument. */
+static int pass_value(void *settings, const char *arg) {
+    (void)settings;
+    (void)arg;
+    return 0;
+}
+
+#define J_FIELD(f) offsetof(struct join_args, f)
+static const struct cli_opt join_opts[] = {
+    {"run-key", J_RUNKEY, CLI_OPT_STRING, J_FIELD(run_key), 0, 0, NULL},
+    {"dir", J_DIR, CLI_OPT_STRING, J_FIELD(dir), 0, 0, NULL},
+    {"run-id", J_RUNID, CLI_OPT_STRING, J_FIELD(run_id), 0, 0, NULL},
+    {"dht-bootstrap", J_DHT, CLI_OPT_STRING, J_FIELD(dht), 0, 0, NULL},
+    {"fetch-timeout", J_TIMEOUT, CLI_OPT_DOUBLE, J_FIELD(timeout_s), 1, 3600, NULL},
+    {"device", J_DEVICE, CLI_OPT_STRING, J_FIELD(device), 0, 0, NULL},
+    {"precision", J_PRECISION, CLI_OPT_STRING, J_FIELD(precision), 0, 0, NULL},
+    {"batch", J_BATCH, CLI_OPT_LLONG, J_FIELD(batch), 1, 65536, NULL},
+    {"identity", J_IDENTITY, CLI_OPT_STRING, J_FIELD(identity), 0, 0, NULL},
+    {"help", J_HELP, CLI_OPT_OTHER, 0, 0, 0, NULL},
+    {"data", J_DATA, CLI_OPT_STRING, J_FIELD(data), 0, 0, NULL},
+    {"listen", J_PASS_FIRST + 0, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"announce", J_PASS_FIRST + 1, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"max-upload", J_PASS_FIRST + 2, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"bandwidth", J_PASS_FIRST + 3, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"name", J_PASS_FIRST + 4, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"token", J_PASS_FIRST + 5, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"log", J_PASS_FIRST + 6, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"checkpoint-dir", J_PASS_FIRST + 7, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"max-minutes", J_PASS_FIRST + 8, CLI_OPT_SETTER, 0, 0, 0, pass_value},
+    {"client-mode", J_PASS_FIRST + 9, CLI_OPT_OTHER, 0, 0, 0, NULL},
+    {"quiet", J_PASS_FIRST + 10, CLI_OPT_OTHER, 0, 0, 0, NULL},
+};
+enum { N_JOIN_OPTS = sizeof join_opts / sizeof join_opts[0] };
+
+/* Appends --NAME [ARG] to what train is given; train checks the value. */
+static int pass_on(struct join_args *a, const struct cli_opt *e, const char *arg) {
+    if (a->num_pass + 2 > (int)(sizeof a->pass / sizeof a->pass[0]) ||
+        a->num_pass_names == (int)(sizeof a->pass_names / sizeof a->pass_names[0])) {
+        fprintf(stderr, "dedloc join: too many options\n");
+        return -1;
+    }
+    char *name = a->pass_names[a->num_pass_names++];
+    snprintf(name, sizeof a->pass_names[0], "--%s", e->name);
+    a->pass[a->num_pass++] = name;
+    if (e->kind == CLI_OPT_SETTER) a->pass[a->num_pass++] = arg;
+    return 0;
+}
 
 static int parse(int argc, char **argv, struct join_args *a) {
     memset(a, 0, sizeof *a);
     a->timeout_s = 30;
+    struct option opts[N_JOIN_OPTS + 1];
+    cli_opt_fill(join_opts, N_JOIN_OPTS, opts);
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end = NULL;
-        switch (c) {
-        case J_RUNKEY: a->run_key = optarg; break;
-        case J_DIR: a->dir = optarg; break;
-        case J_RUNID: a->run_id = optarg; break;
-        case J_DHT: a->dht = optarg; break;
-        case J_TIMEOUT:
-            a->timeout_s = strtod(optarg, &end);
-            if (*end || !(a->timeout_s >= 1 && a->timeout_s <= 3600)) {
-                fprintf(stderr, "dedloc join: --fetch-timeout must be 1 to 3600 seconds\n");
-                return -1;
-            }
-            break;
-        case J_DEVICE: a->device = optarg; break;
-        case J_PRECISION: a->precision = optarg; break;
-        case J_BATCH:
-            a->batch = strtol(optarg, &end, 10);
-            if (*end || a->batch < 1 || a->batch > 65536) {
-                fprintf(stderr, "dedloc join: --batch must be 1 to 65536\n");
-                return -1;
-            }
-            break;
-        case J_IDENTITY: a->identity = optarg; break;
-        case 'h':
-        case J_HELP: help(stdout); return 1;
-        default:
-            if (c >= J_PASS_ARG && c < J_PASS_ARG + 9 && a->num_pass < 30) {
-                static const char *const pass_names[] = {"--listen", "--announce", "--max-upload", "--bandwidth",
-                                                         "--name", "--token", "--log", "--checkpoint-dir",
-                                                         "--max-minutes"};
-                a->pass[a->num_pass++] = pass_names[c - J_PASS_ARG];
-                a->pass[a->num_pass++] = optarg;
-            } else if (c >= J_PASS_FLAG && a->num_pass < 31) {
-                a->pass[a->num_pass++] = c == J_PASS_FLAG ? "--client-mode" : "--quiet";
-            } else {
-                help(stderr);
-                return -1;
-            }
+    while ((c = cli_getopt_long(argc, argv, "h", opts, "join")) != -1) {
+        const struct cli_opt *e = cli_opt_find(join_opts, N_JOIN_OPTS, c);
+        if (c == 'h' || c == J_HELP) {
+            help(stdout);
+            return 1;
+        }
+        if (!e) {
+            help(stderr);
+            return -1;
+        }
+        if (c >= J_PASS_FIRST && c <= J_PASS_LAST) {
+            if (pass_on(a, e, optarg)) return -1;
+        } else if (cli_opt_assign(e, a, optarg)) {
+            if (c == J_TIMEOUT) fprintf(stderr, "dedloc join: --fetch-timeout must be 1 to 3600 seconds\n");
+            else if (c == J_BATCH) fprintf(stderr, "dedloc join: --batch must be 1 to 65536\n");
+            else fprintf(stderr, "dedloc join: bad value '%s' for --%s\n", optarg, e->name);
+            return -1;
         }
     }
     if (optind < argc) a->address = argv[optind++];
@@ -134,7 +162,64 @@ static int parse(int argc, char **argv, struct join_args *a) {
     return 0;
 }
 
-/* Asks the first peer that answers for the manifest and the tokenizer. */
+/* SIGINT / SIGTERM while the run's files are fetched: the waits below end
+ * at once (the default action would be as quick, but a shell starts a
+ * background job with SIGINT ignored, and a volunteer's script may too). */
+static volatile sig_atomic_t join_stop;
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    join_stop = 1;
+}
+
+/* An answer awaited by the main thread, which checks join_stop meanwhile. */
+struct pending_answer {
+    pthread_mutex_t lock;
+    bool done;
+    int status;
+    uint8_t *data;
+    size_t size;
+};
+
+static void answer_cb(void *user, uint64_t request_id, int status, const uint8_t *payload, size_t size) {
+    (void)request_id;
+    struct pending_answer *p = user;
+    uint8_t *copy = size ? malloc(size) : NULL;
+    if (copy) memcpy(copy, payload, size);
+    pthread_mutex_lock(&p->lock);
+    p->status = copy || !size ? status : DL_NET_REMOTE_ERROR;
+    p->data = copy;
+    p->size = copy ? size : 0;
+    p->done = true;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* dl_net_request_sync that a signal interrupts: DL_NET_CANCELLED then. */
+static int ask(dl_net *net, const char *peer, const char *method, double timeout_s, uint8_t **out, size_t *n) {
+    struct pending_answer p = {.status = DL_NET_DISCONNECTED};
+    pthread_mutex_init(&p.lock, NULL);
+    *out = NULL;
+    *n = 0;
+    uint64_t id = dl_net_request(net, peer, method, NULL, 0, timeout_s, answer_cb, &p);
+    bool cancelled = false;
+    for (bool done = id == 0; !done;) {
+        if (join_stop && !cancelled) {
+            dl_net_cancel(net, id);
+            cancelled = true;
+        }
+        pthread_mutex_lock(&p.lock);
+        done = p.done;
+        pthread_mutex_unlock(&p.lock);
+        if (!done) usleep(20000);
+    }
+    pthread_mutex_destroy(&p.lock);
+    *out = p.data;
+    *n = p.size;
+    return join_stop ? DL_NET_CANCELLED : p.status;
+}
+
+/* Asks the first peer that answers for the manifest and the tokenizer.
+ * -2 when a signal stopped it. */
 static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uint8_t **tok, size_t *tok_size) {
     struct dl_net_config cfg;
     dl_net_config_default(&cfg);
@@ -149,18 +234,35 @@ static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uin
     if (dl_net_start(&cfg, &net)) return -1;
     char peer[DL_PEER_ID_HEX] = "";
     double deadline = dl_now() + a->timeout_s;
-    while (!dl_net_connected_peer(net, peer) && dl_now() < deadline) usleep(50000);
+    char refusal[160] = "";
+    /* A peer named on the command line that speaks another protocol is
+     * given up at once; found through the DHT, others may still answer. */
+    while (!dl_net_connected_peer(net, peer) && dl_now() < deadline && !join_stop &&
+           !(a->address && !a->dht && dl_net_dial_refused(net, refusal, sizeof refusal)))
+        usleep(20000);
     int rc = -1;
     uint8_t *text = NULL;
     size_t n = 0;
     const char *where = a->address ? a->address : "the DHT";
+    if (join_stop) {
+        rc = -2;
+        goto done;
+    }
+    if (!peer[0] && refusal[0]) {
+        dl_fail("%s; check the address and port the run gave", refusal);
+        goto done;
+    }
     if (!peer[0]) {
         dl_fail("no peer of the run answered through %s within %.0f s (is the address right, and the peer up?)",
                 where, a->timeout_s);
         goto done;
     }
     DL_INFO("join", "asking peer %s for the run manifest", peer);
-    int st = dl_net_request_sync(net, peer, DL_NET_METHOD_MANIFEST, NULL, 0, a->timeout_s, &text, &n);
+    int st = ask(net, peer, DL_NET_METHOD_MANIFEST, a->timeout_s, &text, &n);
+    if (join_stop) {
+        rc = -2;
+        goto done;
+    }
     if (st == DL_NET_NO_HANDLER) {
         dl_fail("peer %s serves no run manifest (it was started without --manifest): ask the run for the "
                 "address of a peer started from its manifest", peer);
@@ -176,7 +278,11 @@ static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uin
         goto done;
     }
     DL_INFO("join", "manifest of run %s (hash %.16s...), signature ok", m->run_id, m->hash_hex);
-    st = dl_net_request_sync(net, peer, DL_NET_METHOD_TOKENIZER, NULL, 0, a->timeout_s, tok, tok_size);
+    st = ask(net, peer, DL_NET_METHOD_TOKENIZER, a->timeout_s, tok, tok_size);
+    if (join_stop) {
+        rc = -2;
+        goto done;
+    }
     if (st != DL_NET_OK) {
         dl_fail("peer %s gave no tokenizer (%s)", peer, dl_net_status_name(st));
         goto done;
@@ -236,6 +342,20 @@ static int check_signer(const struct join_args *a, const struct dl_manifest *m, 
     return 0;
 }
 
+/* A manifest that came over the network names the files this machine
+ * reads: only URLs are taken from it. A path (the organiser's file, or
+ * one that every peer of a shared file system has) needs the volunteer's
+ * own --data, so that a manifest cannot make us read a local file. */
+static int check_data_sources(const struct dl_manifest *m) {
+    for (size_t i = 0; i < m->num_data; i++)
+        if (!cli_data_is_url(m->data[i]))
+            return dl_fail("the run manifest names the data source %s, a path on a machine, not a URL: refused "
+                           "(a manifest from the network may not make this machine read its files); pass --data "
+                           "with your own copy of the run's data, or ask the organiser to serve it (dedloc "
+                           "serve-data) and name its URL", m->data[i]);
+    return 0;
+}
+
 /* A folder name from a run id: anything but [A-Za-z0-9._-] becomes '_'. */
 static void safe_name(const char *run_id, char *out, size_t cap) {
     size_t i = 0;
@@ -251,7 +371,7 @@ static void safe_name(const char *run_id, char *out, size_t cap) {
 /* The micro-batch: --batch, else the largest whose device memory (the
  * closed form of dl_model_memory_estimate, the one `train --batch auto`
  * uses) fits the device's budget, at most the manifest's. */
-static int pick_micro_batch(const struct join_args *a, const struct dl_manifest *m, long *batch) {
+static int pick_micro_batch(const struct join_args *a, const struct dl_manifest *m, long long *batch) {
     if (a->batch) {
         *batch = a->batch;
         return 0;
@@ -292,7 +412,23 @@ int cmd_join(int argc, char **argv) {
     uint8_t *tok = NULL;
     size_t tok_size = 0;
     int rc = DL_EXIT_FAILURE;
-    if (fetch_run_files(&a, &m, &tok, &tok_size)) goto fail;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int fetched = fetch_run_files(&a, &m, &tok, &tok_size);
+    /* From here a signal ends the program at once until train, once it
+     * trains, stops at the next micro-batch and saves what there is. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (fetched == -2 || join_stop) {
+        fprintf(stderr, "dedloc join: stopped before the run's files arrived; nothing was saved\n");
+        dl_manifest_free(&m);
+        free(tok);
+        return 130;
+    }
+    if (fetched) goto fail;
     if (a.run_id && strcmp(a.run_id, m.run_id)) {
         dl_fail("the peer serves run '%s', not '%s' (--run-id)", m.run_id, a.run_id);
         goto fail;
@@ -302,6 +438,7 @@ int cmd_join(int argc, char **argv) {
     if (a.dir) snprintf(dir, sizeof dir, "%s", a.dir);
     else snprintf(dir, sizeof dir, "%s/runs/%s", dl_cache_dir(), name);
     if (check_signer(&a, &m, dir)) goto fail;
+    if (!a.data && check_data_sources(&m)) goto fail;
     char manifest_path[4200], tok_path[4200], id_path[4200];
     snprintf(manifest_path, sizeof manifest_path, "%s/manifest.json", dir);
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
@@ -310,12 +447,12 @@ int cmd_join(int argc, char **argv) {
         dl_write_file_atomic(tok_path, tok, tok_size))
         goto fail;
     DL_INFO("join", "run files kept in %s", dir);
-    long batch;
+    long long batch;
     if (pick_micro_batch(&a, &m, &batch)) goto fail;
 
     /* dedloc train --manifest, with this machine's choices. */
     char batch_text[24];
-    snprintf(batch_text, sizeof batch_text, "%ld", batch);
+    snprintf(batch_text, sizeof batch_text, "%lld", batch);
     const char *targv[64];
     int n = 0;
     targv[n++] = "train";
@@ -344,6 +481,10 @@ int cmd_join(int argc, char **argv) {
     if (a.precision) {
         targv[n++] = "--precision";
         targv[n++] = a.precision;
+    }
+    if (a.data) {
+        targv[n++] = "--data";
+        targv[n++] = a.data;
     }
     for (int i = 0; i < a.num_pass; i++) targv[n++] = a.pass[i];
     targv[n] = NULL;

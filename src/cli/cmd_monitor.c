@@ -37,6 +37,8 @@ static void help(FILE *out) {
             "  --identity FILE          ed25519 identity, created with mode 0600 if absent\n"
             "  --manifest FILE          the run manifest (dedloc run init): run id, key and target batch\n"
             "                           from it; peers of a manifest run admit only its holders\n"
+            "  --token FILE             our admission token, for a run with an authority (dedloc\n"
+            "                           authority issue --role monitor)\n"
             "  --no-dht                 no DHT discovery (initial peers only)\n"
             "  --duration S             leave after S seconds (default: run until Ctrl-C)\n\n"
             "Keeping the run (the state is downloaded and verified as a newcomer does, on a\n"
@@ -123,6 +125,7 @@ static const struct cli_opt monitor_opts[] = {
     {"max-steps", O_FIRST + 17, CLI_OPT_WHOLE, M_FIELD(max_steps), 1, 1e12, NULL},
     {"tokenizer", O_FIRST + 18, CLI_OPT_STRING, M_FIELD(tokenizer), 0, 0, NULL},
     {"manifest", O_FIRST + 19, CLI_OPT_SETTER, 0, 0, 0, set_manifest},
+    {"token", O_FIRST + 21, CLI_OPT_STRING, M_FIELD(net.token_path), 0, 0, NULL},
 #ifdef DEDLOC_TEST_HOOKS
     {"test-hold-download", O_FIRST + 20, CLI_OPT_DOUBLE, M_FIELD(state_hold_s), 0, 60, NULL},
 #endif

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
+#include "cli/swarm_args.h"
 #include "dedloc/collab.h"
 #include "dedloc/model.h"
 #include "dedloc/util.h"
@@ -24,8 +26,12 @@ static void help(FILE *out) {
             "init:\n"
             "  --model M            tiny, sahajbert, or a config.json (embedded whole)\n"
             "  --tokenizer FILE     tokenizer.json (recorded by BLAKE2b-256 and size)\n"
-            "  --data SOURCE        text source (file, shard folder, http(s):// URL); repeat for more:\n"
-            "                       each peer reads one, chosen by its peer seed\n"
+            "  --data SOURCE        text source every peer reads: an http(s):// URL (dedloc serve-data\n"
+            "                       DIR serves a folder); repeat for more: each peer reads one, chosen\n"
+            "                       by its peer seed\n"
+            "  --data-shared        the --data paths are files or folders that every peer has at the\n"
+            "                       same path (a shared file system): accept them (without it a path\n"
+            "                       is refused, since volunteers' machines do not have it)\n"
             "  --run-id ID          the run (default: the authority's run id)\n"
             "  --seq T --batch B    tokens per sequence (tiny 128, otherwise 512); largest micro-batch\n"
             "                       a peer takes (8; dedloc join picks what fits its device)\n"
@@ -48,7 +54,7 @@ static void help(FILE *out) {
 enum {
     R_MODEL = 256, R_TOKENIZER, R_DATA, R_RUN, R_SEQ, R_BATCH, R_TARGET, R_STEPS, R_SEED, R_SHUFFLE, R_OPT, R_LR,
     R_WARMUP, R_TOTAL, R_WD, R_CLIP, R_COMP, R_AGG, R_TAU, R_CLIPIT, R_CLIPBAN, R_PREC, R_KEY, R_IDENTITY, R_OUT,
-    R_RUNKEY, R_HELP
+    R_RUNKEY, R_DATA_SHARED, R_HELP
 };
 
 struct init_args {
@@ -86,6 +92,7 @@ static int parse(int argc, char **argv, struct init_args *a) {
         {"clip-ban-rounds", required_argument, NULL, R_CLIPBAN}, {"precisions", required_argument, NULL, R_PREC},
         {"key", required_argument, NULL, R_KEY}, {"identity", required_argument, NULL, R_IDENTITY},
         {"out", required_argument, NULL, R_OUT}, {"run-key", required_argument, NULL, R_RUNKEY},
+        {"data-shared", no_argument, NULL, R_DATA_SHARED},
         {"help", no_argument, NULL, R_HELP}, {0, 0, 0, 0}};
     /* Numeric options: range and name. */
     static const struct { int code; double lo, hi; const char *name; } nums[] = {
@@ -103,7 +110,7 @@ static int parse(int argc, char **argv, struct init_args *a) {
     a->precisions = "fp32,fp16,bf16";
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "h", opts, "run")) != -1) {
         if (c > 0 && c < R_HELP) a->given[c] = true;
         bool numeric = false;
         for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
@@ -131,6 +138,7 @@ static int parse(int argc, char **argv, struct init_args *a) {
         case R_IDENTITY: a->identity = optarg; break;
         case R_OUT: a->out = optarg; break;
         case R_RUNKEY: a->run_key = optarg; break;
+        case R_DATA_SHARED: break; /* given[] holds it */
         case 'h':
         case R_HELP: help(stdout); return 1;
         default: help(stderr); return -1;
@@ -222,6 +230,13 @@ static int run_init(int argc, char **argv) {
                         "see 'dedloc run --help'\n");
         return DL_EXIT_USAGE;
     }
+    for (int i = 0; i < a.num_data && !a.given[R_DATA_SHARED]; i++)
+        if (!cli_data_is_url(a.data[i])) {
+            fprintf(stderr, "dedloc run init: --data %s is a path on this machine, which volunteers' machines do "
+                    "not have: serve it with 'dedloc serve-data DIR' and give --data http://HOST:PORT/, or pass "
+                    "--data-shared if every peer has this same path (a shared file system)\n", a.data[i]);
+            return DL_EXIT_USAGE;
+        }
     if (dl_file_exists(a.out)) {
         fprintf(stderr, "dedloc run init: %s exists; a manifest is never overwritten (a new one is a new run)\n", a.out);
         return DL_EXIT_FAILURE;

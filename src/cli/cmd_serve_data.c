@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/data.h"
 #include "dedloc/util.h"
 
@@ -51,7 +52,7 @@ int cmd_serve_data(int argc, char **argv) {
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "l:h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "l:h", opts, "serve-data")) != -1) {
         if (c == 'l') {
             listen = optarg;
         } else if (c == 'h') {

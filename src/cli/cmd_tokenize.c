@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/text.h"
 #include "dedloc/util.h"
 
@@ -52,7 +53,7 @@ int cmd_tokenize(int argc, char **argv) {
     };
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "t:i:h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "t:i:h", opts, "tokenize")) != -1) {
         switch (c) {
         case 't': tok_path = optarg; break;
         case 'i': input = optarg; break;

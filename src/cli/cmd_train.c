@@ -34,7 +34,8 @@ static void help(FILE *out) {
             "                       model folder (config.json + model.safetensors: its weights\n"
             "                       are the starting point)\n"
             "  --tokenizer FILE     tokenizer.json (default: the built-in Bengali demo tokenizer)\n"
-            "  --data SOURCE        text / JSON-lines file (.gz ok), shard folder, or http(s):// URL\n"
+            "  --data SOURCE        text / JSON-lines file (.gz ok), shard folder, or http(s):// URL;\n"
+            "                       beside --manifest: this machine's own copy of the run's data\n"
             "  --ca-file FILE       https data: trust the PEM CA certificates in FILE, not the system's\n"
             "  --insecure-tls       https data without certificate checks (anyone on the path can\n"
             "                       alter the data; warned)\n"
@@ -87,8 +88,9 @@ static void help(FILE *out) {
             "(samples accumulated / target, samples/s, time to the next step); otherwise a line\n"
             "per step, and one per 30 s while a step accumulates.\n"
             "SIGINT / SIGTERM stop at the next micro-batch: the state after the last complete\n"
-            "step is saved to --checkpoint-dir and the exit status is 0 (130 when there is no\n"
-            "--checkpoint-dir to save to). A second signal ends the program at once.\n"
+            "step is saved to --checkpoint-dir and the exit status is 0. Without --checkpoint-dir,\n"
+            "or for a swarm peer stopped before the swarm's state arrived, nothing is saved, the\n"
+            "message says so and the exit status is 130. A second signal ends the program at once.\n"
             "exit status: 0 done (or stopped and saved), 1 failure (also: the final checkpoint or a\n"
             "log record could not be written), 2 usage, 130 stopped unsaved\n");
 }
@@ -108,21 +110,33 @@ typedef struct {
     double lr, wd, clip, max_minutes, synthetic;
     long long max_device_mb;
     bool quiet, recompute, replay_data;
+    bool data_from_manifest;           /* a->data is the manifest's, not given */
     struct cli_swarm_args swarm;
     bool given[OPT_COUNT];
 } train_args;
 
 static volatile sig_atomic_t stop_flag;
+/* What the first signal answers: whether anything will be saved, and where
+ * (written before the handler is installed; a handler cannot format). */
+static char stop_ack[4400];
+static size_t stop_ack_len;
 
 static void on_signal(int sig) {
     (void)sig;
     stop_flag = 1;
     /* Said at once: the current micro-batch may take minutes. write() is
      * async-signal-safe; its result does not matter here. */
-    static const char ack[] = "\ndedloc train: stopping after this micro-batch (the last complete step is saved); "
-                              "Ctrl-C again to quit now\n";
-    ssize_t ignored = write(STDERR_FILENO, ack, sizeof ack - 1);
+    ssize_t ignored = write(STDERR_FILENO, stop_ack, stop_ack_len);
     (void)ignored;
+}
+
+static void set_stop_ack(const char *ckdir) {
+    int n = ckdir ? snprintf(stop_ack, sizeof stop_ack, "\ndedloc train: stopping after this micro-batch; the last "
+                             "complete step will be saved in %s. Ctrl-C again to quit now\n", ckdir)
+                  : snprintf(stop_ack, sizeof stop_ack, "\ndedloc train: stopping after this micro-batch; nothing "
+                             "will be saved (no --checkpoint-dir: give one to keep the progress and resume). "
+                             "Ctrl-C again to quit now\n");
+    stop_ack_len = n < 0 ? 0 : (size_t)n < sizeof stop_ack ? (size_t)n : sizeof stop_ack - 1;
 }
 
 /* --batch B|auto: auto (0) is chosen from the device's memory. */
@@ -203,7 +217,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
     a->wd = 0.01;
     a->clip = 1.0;
     int c;
-    while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "h", all, "train")) != -1) {
         int sw = cli_swarm_option(&a->swarm, c, optarg, "train");
         if (sw < 0) {
             fprintf(stderr, "see 'dedloc train --help'\n");
@@ -271,9 +285,9 @@ static int adopt_run_settings(train_args *a, const char *run_json, char **owned,
  * The data source: peer k of a manifest with n sources reads source
  * (peer seed mod n), set once the peer seed is known. */
 static int apply_manifest(train_args *a) {
-    static const int run_opts[] = {OPT_MODEL, OPT_DATA, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_OPTIMIZER, OPT_LR,
+    static const int run_opts[] = {OPT_MODEL, OPT_SEQ, OPT_TARGET, OPT_MAX_STEPS, OPT_OPTIMIZER, OPT_LR,
                                    OPT_WARMUP, OPT_TOTAL, OPT_WD, OPT_CLIP, OPT_SEED, OPT_SHUFFLE};
-    static const char *const names[] = {"model", "data", "seq", "target-batch", "max-steps", "optimizer", "lr",
+    static const char *const names[] = {"model", "seq", "target-batch", "max-steps", "optimizer", "lr",
                                         "warmup-steps", "total-steps", "weight-decay", "max-grad-norm", "seed",
                                         "shuffle-buffer"};
     for (size_t i = 0; i < sizeof run_opts / sizeof run_opts[0]; i++)
@@ -286,7 +300,11 @@ static int apply_manifest(train_args *a) {
     const struct dl_manifest *m = &a->swarm.manifest;
     a->model = m->model_preset[0] ? m->model_preset : "manifest";
     a->tokenizer = a->swarm.tokenizer_path;
-    a->data = m->data[0];
+    /* --data beside a manifest: this machine's copy of the run's data (a
+     * volunteer's own, or what `join` was given for a manifest naming a
+     * path on the organiser's machine). */
+    a->data_from_manifest = !a->given[OPT_DATA];
+    if (a->data_from_manifest) a->data = m->data[0];
     a->seq = m->seq;
     a->target = m->target_batch;
     a->max_steps = m->max_steps;
@@ -374,6 +392,7 @@ typedef struct {
     dl_device_backend be;
     dl_synthetic_backend syn;
     bool data_resumed;              /* the stream goes on at the checkpoint's position */
+    bool stopped_joining;           /* a swarm peer stopped before the swarm's state arrived */
     dl_train_layout layout;
     char *config_json, *run_json;
 } train_run;
@@ -479,7 +498,7 @@ static int settle_swarm(train_run *r) {
         a->peer_seed = (long long)(dl_hash64(&(double){dl_wall_time()}, sizeof(double), (uint64_t)getpid()) >> 11);
         DL_INFO("train", "peer seed %lld (the data order of this peer)", a->peer_seed);
     }
-    if (a->swarm.has_manifest && a->swarm.manifest.num_data > 1) {
+    if (a->swarm.has_manifest && a->data_from_manifest && a->swarm.manifest.num_data > 1) {
         a->data = a->swarm.manifest.data[(unsigned long long)a->peer_seed % a->swarm.manifest.num_data];
         DL_INFO("train", "data source %s (one of the manifest's %zu, by the peer seed)", a->data,
                 a->swarm.manifest.num_data);
@@ -556,6 +575,23 @@ static bool data_config(const train_run *r, dl_data_config *dc) {
     return seek_data;
 }
 
+/* A data source that fails to open, named by the run manifest: the error
+ * says where the name came from, since the volunteer never typed it
+ * ("data source bn.txt (from the run manifest M): No such file ..."). */
+static void name_manifest_source(const train_args *a) {
+    char said[4200];
+    int n = snprintf(said, sizeof said, "data source %s", a->data);
+    char *err = dl_strdup(dl_error());
+    if (!err) return;
+    const char *rest = n > 0 && strncmp(err, said, (size_t)n) == 0 ? err + n : NULL;
+    const char *advice = cli_data_is_url(a->data) ? ""
+                         : "; the manifest names a path on its organiser's machine: ask for a URL every peer can "
+                           "reach (dedloc serve-data), or pass --data with your own copy";
+    if (rest) dl_fail("%s (from the run manifest %s)%s%s", said, a->swarm.manifest_path, rest, advice);
+    else dl_fail("the data source %s (from the run manifest %s): %s%s", a->data, a->swarm.manifest_path, err, advice);
+    free(err);
+}
+
 /* 3b. Tokenizer, data stream, device and model. */
 static int open_device(train_run *r) {
     train_args *a = &r->a;
@@ -587,6 +623,8 @@ static int open_device(train_run *r) {
         if (seek_data)
             dl_fail_context("the data stream cannot continue where %s left it; --replay-data re-reads "
                             "it from the start instead", r->ck_path);
+        else if (a->data_from_manifest)
+            name_manifest_source(a);
         return -1;
     }
     r->data_resumed = seek_data;
@@ -626,6 +664,7 @@ static int run_training(train_run *r, dl_trainer_result *res) {
         .progress = a->quiet ? NULL : stderr, .stop = &stop_flag, .model_config_json = r->config_json,
         .run_json = r->run_json, .data_seed = (uint64_t)a->seed, .peer_seed = (uint64_t)a->peer_seed,
     };
+    set_stop_ack(a->ckdir);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -647,6 +686,7 @@ static int run_training(train_run *r, dl_trainer_result *res) {
         struct dl_collab_train_result cres;
         rc = cli_swarm_run(&a->swarm, &a->swarm.train, &r->opt, &r->layout, r->params, resume, &backend, &cres);
         *res = cres.base;
+        r->stopped_joining = cres.stopped_joining;
         if (!rc)
             fprintf(stderr, "dedloc train: %" PRId64 " rounds, %" PRId64 " failed, %" PRId64
                     " state downloads, %" PRId64 " heals; compute %.1f s, waiting %.1f s; param_hash %s\n",
@@ -671,12 +711,22 @@ static int report(const train_run *r, const dl_trainer_result *res) {
     else if (res->steps_this_run == 1)
         snprintf(loss_text, sizeof loss_text, "loss %.4f (one step)", (double)res->first_loss);
     fprintf(stderr,
-            "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); %s; %.1f samples/s; "
+            "dedloc train: %s at step %" PRId64 " (%" PRId64 " this run); %s; %.1f samples/s%s; "
             "weights %s%s%s\n",
             res->interrupted ? "stopped" : res->time_limit ? "time limit reached" : "done", res->steps,
-            res->steps_this_run, loss_text, res->samples_per_second, res->param_hash,
+            res->steps_this_run, loss_text, res->samples_per_second,
+            r->a.swarm.any ? " (this peer's, over its compute and rounds)" : "", res->param_hash,
             res->checkpoint[0] ? "; saved " : "", res->checkpoint);
-    int exit_code = res->interrupted && !r->a.ckdir ? 130 : DL_EXIT_OK;
+    /* What a stop kept, said plainly: a volunteer decides from it whether
+     * the time was lost. */
+    bool unsaved = res->interrupted && (!r->a.ckdir || r->stopped_joining);
+    if (res->interrupted && !r->a.ckdir)
+        fprintf(stderr, "dedloc train: nothing was saved (no --checkpoint-dir); give --checkpoint-dir DIR next time "
+                "to keep the progress and resume from it\n");
+    else if (res->interrupted && r->stopped_joining)
+        fprintf(stderr, "dedloc train: stopped before the swarm's state arrived: no checkpoint was written (it "
+                "would hold only the initial weights)\n");
+    int exit_code = unsaved ? 130 : DL_EXIT_OK;
     if (res->last_save_failed) {
         if (res->checkpoint[0])
             fprintf(stderr, "dedloc train: the final checkpoint could not be saved (%d failed save%s); the last good "

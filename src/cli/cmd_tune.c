@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/opt_table.h"
 #include "dedloc/device.h"
 #include "dedloc/util.h"
 
@@ -57,7 +58,7 @@ int cmd_tune(int argc, char **argv) {
         {"budget-seconds", required_argument, NULL, 'b'}, {"no-tuner", no_argument, NULL, 'n'},
         {"help", no_argument, NULL, 'h'},          {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "d:m:b:nh", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "d:m:b:nh", opts, "tune")) != -1) {
         switch (c) {
         case 'd': device_sel = optarg; break;
         case 'm': model = optarg; break;

@@ -33,5 +33,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_join(int argc, char **argv);
+int cmd_completion(int argc, char **argv);
 
 #endif

@@ -21,6 +21,7 @@ const struct dl_command dl_commands[] = {
     {"bench", cmd_bench, "benchmarks: bench gemm (GEMM GFLOP/s), bench step (one training step), bench allreduce"},
     {"grad", cmd_grad, "loss and gradients of one batch for a HF model folder (checks against transformers)"},
     {"export", cmd_export, "write a checkpoint as a Hugging Face model folder"},
+    {"completion", cmd_completion, "print the bash completion (from the commands' option tables)"},
     {NULL, NULL, NULL},
 };
 
@@ -29,7 +30,8 @@ static void usage(FILE *out) {
             "dedloc: train an ALBERT language model together with volunteers over the internet,\n"
             "on any OpenCL device (NVIDIA, AMD and Intel GPUs, CPUs through PoCL).\n\n"
             "usage: dedloc <command> [options]\n"
-            "       dedloc <command> --help\n\ncommands:\n");
+            "       dedloc <command> --help\n"
+            "       dedloc --version\n\ncommands:\n");
     for (const struct dl_command *c = dl_commands; c->name; c++)
         fprintf(out, "  %-12s %s\n", c->name, c->summary);
     fprintf(out,

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cli_parse_double(const char *s, double lo, double hi, double *out) {
     char *end;
@@ -84,6 +85,42 @@ int cli_opt_assign(const struct cli_opt *e, void *settings, const char *arg) {
     return -1;
 }
 
+static bool probe_on;
+
+void cli_opt_probe_start(void) { probe_on = true; }
+
+static void probe_print(const struct option *longopts) {
+    for (const struct option *o = longopts; o->name; o++)
+        printf("%s %d\n", o->name, o->has_arg != no_argument);
+    printf(".\n");
+    fflush(stdout);
+    _exit(0);
+}
+
+/* The argv element the long option just returned came from: getopt_long
+ * has moved optind past it, and past its argument when that was a separate
+ * element (glibc keeps the two adjacent while it permutes). */
+static const char *consumed_element(char **argv, const struct option *o) {
+    bool separate_arg = o->has_arg != no_argument && optarg && optind >= 2 && optarg == argv[optind - 1];
+    return argv[optind - (separate_arg ? 2 : 1)];
+}
+
+int cli_getopt_long(int argc, char **argv, const char *shortopts, const struct option *longopts, const char *cmd) {
+    if (probe_on) probe_print(longopts);
+    int index = -1;
+    int c = getopt_long(argc, argv, shortopts, longopts, &index);
+    if (c == -1 || c == '?' || index < 0) return c;
+    const struct option *o = &longopts[index];
+    const char *given = consumed_element(argv, o);
+    size_t n = strlen(o->name);
+    if (strncmp(given, "--", 2) == 0 && strncmp(given + 2, o->name, n) == 0 && (given[2 + n] == 0 || given[2 + n] == '='))
+        return c;
+    size_t len = strcspn(given, "=");
+    fprintf(stderr, "dedloc %s: unknown option '%.*s' (options are not abbreviated: did you mean --%s?)\n", cmd,
+            (int)len, given, o->name);
+    return '?';
+}
+
 int cli_opt_parse(const struct cli_opt *table, size_t n, int help_id, int argc, char **argv, void *settings,
                   const char *cmd, void (*help)(FILE *)) {
     struct option opts[CLI_OPT_MAX + 1];
@@ -93,7 +130,7 @@ int cli_opt_parse(const struct cli_opt *table, size_t n, int help_id, int argc, 
     }
     cli_opt_fill(table, n, opts);
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = cli_getopt_long(argc, argv, "h", opts, cmd)) != -1) {
         const struct cli_opt *e = cli_opt_find(table, n, c);
         if (c == help_id || c == 'h') {
             help(stdout);

@@ -53,6 +53,19 @@ int cli_opt_assign(const struct cli_opt *e, void *settings, const char *arg);
 #define CLI_OPT_MAX 96
 int cli_opt_parse(const struct cli_opt *table, size_t n, int help_id, int argc, char **argv, void *settings,
                   const char *cmd, void (*help)(FILE *));
+/* getopt_long, with long options matched by their exact name: glibc takes
+ * any unambiguous prefix (--token for --tokenizer, --manif for --manifest),
+ * which silently turns a mistyped or another command's option into one
+ * this command has. A prefix is refused with "dedloc CMD: unknown option
+ * '--X'" and '?' is returned, as for any unknown option.
+ * Every command parses through this (or cli_opt_parse), so that the option
+ * lists below are the ones the parser holds. */
+int cli_getopt_long(int argc, char **argv, const char *shortopts, const struct option *longopts, const char *cmd);
+/* The option lists, for completion and the man page's check: when the
+ * probe is on (cli_opt_probe_start), the first cli_getopt_long call of a
+ * command prints its long options to stdout, one "NAME ARG" line each (ARG
+ * 1 when the option takes an argument), then "." and ends the process. */
+void cli_opt_probe_start(void);
 /* The parsers behind the numeric kinds, for setters: 0 or -1. */
 int cli_parse_double(const char *s, double lo, double hi, double *out);
 int cli_parse_llong(const char *s, long long lo, long long hi, long long *out);

@@ -45,6 +45,10 @@ int cli_swarm_finish(struct cli_swarm_args *a, const char *cmd, double target_ba
  * compression, aggregation and clip parameters. Refuses those given as
  * options. 0, or -1 with the message printed. */
 int cli_swarm_load_manifest(struct cli_swarm_args *a, const char *tokenizer_path, const char *cmd);
+/* Whether a data source (a --data value, or one a manifest names) is an
+ * http(s) URL, which every peer can reach, rather than a path on one
+ * machine (a "FORMAT:" prefix, as in "paragraphs:http://...", is skipped). */
+bool cli_data_is_url(const char *source);
 /* Frees what cli_swarm_load_manifest loaded. */
 void cli_swarm_args_free(struct cli_swarm_args *a);
 /* The help text of the swarm options. */

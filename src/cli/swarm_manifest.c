@@ -68,6 +68,12 @@ fail:
     return -1;
 }
 
+bool cli_data_is_url(const char *source) {
+    const char *colon = strchr(source, ':');
+    if (colon && strncmp(colon, "://", 3) != 0) source = colon + 1;
+    return strncmp(source, "http://", 7) == 0 || strncmp(source, "https://", 8) == 0;
+}
+
 void cli_swarm_args_free(struct cli_swarm_args *a) {
     dl_manifest_free(&a->manifest);
     free(a->tokenizer_bytes);

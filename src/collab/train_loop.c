@@ -60,6 +60,7 @@ static int micro_batch(loop_state *st) {
     st->count.micro_since_round++;
     if (use) {
         if (samples <= 0) return dl_fail("the backend returned a micro-batch of %d samples", samples);
+        st->report.samples_computed += samples;
         if (st->accum.on_device) st->accum.acc.samples += samples;
         else dl_grad_accum_add(&st->accum.acc, st->accum.grad, samples);
         st->accum.loss_sum[0] += (double)losses.loss * samples;
@@ -105,13 +106,15 @@ static void wait_for_peers(loop_state *st, size_t want, double timeout_s) {
     }
 }
 
-/* At start: find the swarm, then take its state when it is ahead of us. */
+/* At start: find the swarm, then take its state when it is ahead of us.
+ * 0 once that is done (or there is no swarm to find), 1 when stopped
+ * before, -1 on an error. */
 static int join_swarm(loop_state *st) {
     double until = dl_now() + st->o->join_wait_s;
     size_t want = st->o->min_peers > 1 ? st->o->min_peers : 2;
     double min_wait_until = st->o->min_peers > 1 ? dl_now() + 600 : until;
     for (;;) {
-        if (loop_stopping(st)) return 0;
+        if (loop_stopping(st)) return 1;
         struct dl_swarm_look look;
         if (dl_swarm_look(st->net, st->collab, (uint64_t)st->model.opt.step,
                           st->model.has_state ? st->model.hash : NULL, 0, NULL, &look))
@@ -327,16 +330,25 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     loop_log_start(&st, resume != NULL, data_how, skipped);
     st.count.progress_at_step = st.count.progress;
     st.report.run_start = dl_now();
-    if (join_swarm(&st)) goto done;
-    if (o->test_attack == DL_TEST_ATTACK_EPOCH_SYBIL) {
+    int joined = join_swarm(&st);
+    if (joined < 0) goto done;
+    st.report.joined = joined == 0;
+    if (joined == 0 && o->test_attack == DL_TEST_ATTACK_EPOCH_SYBIL) {
         rc = loop_epoch_sybil(&st);
         goto done;
     }
     st.report.step_start = dl_now();
     if (run_loop(&st)) goto done;
     /* The state after the last complete step (a partial accumulation is
-     * dropped; it was never averaged). */
-    if (loop_save_checkpoint(&st)) goto done;
+     * dropped; it was never averaged). Stopped while still looking for the
+     * swarm, we hold our initial weights (or the checkpoint we resumed):
+     * nothing worth a checkpoint. */
+    if (!st.report.joined) {
+        res->stopped_joining = true;
+        DL_INFO("collab", "stopped before the swarm's state arrived: no checkpoint written");
+    } else if (loop_save_checkpoint(&st)) {
+        goto done;
+    }
     rc = 0;
     if (!loop_stopping(&st)) {
         /* Late members may still fetch our results or our state. */
@@ -352,9 +364,12 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     }
 done:
     res->base.steps = st.model.opt.step;
-    double elapsed = st.report.run_start > 0 ? dl_now() - st.report.run_start : 0;
-    int64_t samples_this_run = st.count.progress.samples - (resume ? resume->progress.samples : 0);
-    res->base.samples_per_second = elapsed > 0 ? (double)samples_this_run / elapsed : 0;
+    /* Our own samples over the time we were busy with them: computing and
+     * averaging. progress.samples counts the whole swarm's (a state
+     * download sets it to the donor's), and the time looking for the
+     * swarm or downloading is not ours to rate. */
+    double active_s = res->compute_s + st.report.round_s;
+    res->base.samples_per_second = active_s > 0 ? (double)st.report.samples_computed / active_s : 0;
     dl_hash64_hex(dl_hash64(params, st.model.n * sizeof(float), 0), res->base.param_hash);
     uint8_t h[32];
     dl_collab_param_hash(params, st.model.n, h);

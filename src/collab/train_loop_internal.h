@@ -110,6 +110,10 @@ struct loop_report {
     double compute_s;              /* in micro-batches since the step started */
     double samples_contributed;    /* our samples that went into completed rounds */
     dl_loss_watch loss_watch;      /* our loss, for the warning of a run that diverges */
+    int64_t samples_computed;      /* this run's micro-batches that counted, in samples */
+    double round_s;                /* this run's time in averaging rounds, failed ones too */
+    bool joined;                   /* the start's look for the swarm ended (not stopped): the weights we
+                                      hold are the run's, worth a checkpoint */
 };
 
 typedef struct loop_state {

@@ -121,6 +121,7 @@ int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64
             loop_log_event(st, DL_TRAIN_EVENT_PEERS_GONE, detail);
         }
         st->res->wait_s += dl_now() - t0;
+        st->report.round_s += dl_now() - t0;
         if (!clear && st->be) {
             /* The delayed round's gradient waits for the next round, beside the new micro-batches. */
             dl_grad_accum_add(&st->delayed.carry, vec, local);
@@ -175,6 +176,7 @@ int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64
     st->res->rounds_ok++;
     double now = dl_now(), wall = now - st->report.step_start;
     st->res->wait_s += now - t0;
+    st->report.round_s += now - t0;
     if (stepped ? loop_publish_record(st) : loop_publish_state(st)) {
         dl_avg_result_free(r);
         return -1;

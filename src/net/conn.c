@@ -348,6 +348,17 @@ void dl_net_tick_budget(struct dl_net *net, double now) {
     }
 }
 
+/* A peer we dialled answered in a way no retry changes (another protocol,
+ * another version): kept for dl_net_dial_refused, so that a newcomer stops
+ * at once instead of waiting out its timeout. */
+static void note_refusal(struct dl_conn *c, const char *why) {
+    if (!c->outbound || c->state == CONN_READY) return;
+    struct dl_net *net = c->net;
+    pthread_mutex_lock(&net->lock);
+    snprintf(net->dial_refusal, sizeof net->dial_refusal, "%s: %s", c->dialled, why);
+    pthread_mutex_unlock(&net->lock);
+}
+
 static void read_cb(struct bufferevent *bev, void *arg) {
     struct dl_conn *c = arg;
     struct dl_net *net = c->net;
@@ -364,12 +375,14 @@ static void read_cb(struct bufferevent *bev, void *arg) {
         int rc = dl_frame_parse_header(header, hn, max_body, &h);
         if (rc == DL_FRAME_NEED_MORE) return;
         if (rc == DL_FRAME_BAD_MAGIC) {
+            note_refusal(c, "not the dedloc protocol (bad magic)");
             dl_conn_reject(c, 0, "not the dedloc protocol (bad magic)", c->state == CONN_READY);
             return;
         }
         if (rc == DL_FRAME_BAD_VERSION) {
             char why[96];
             snprintf(why, sizeof why, "protocol version %u, we speak %u", (unsigned)h.version, (unsigned)DL_WIRE_VERSION);
+            note_refusal(c, why);
             dl_conn_reject(c, DL_ERR_VERSION, why, false);
             return;
         }

@@ -451,6 +451,14 @@ int dl_net_swarm_view(dl_net *net, struct dl_swarm_view *view) {
     return rc;
 }
 
+bool dl_net_dial_refused(dl_net *net, char *why, size_t cap) {
+    pthread_mutex_lock(&net->lock);
+    bool refused = net->dial_refusal[0] != 0;
+    if (cap) snprintf(why, cap, "%s", net->dial_refusal);
+    pthread_mutex_unlock(&net->lock);
+    return refused;
+}
+
 bool dl_net_connected_peer(dl_net *net, char out[DL_PEER_ID_HEX]) {
     pthread_mutex_lock(&net->lock);
     snprintf(out, DL_PEER_ID_HEX, "%s", net->last_ready);

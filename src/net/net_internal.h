@@ -234,6 +234,7 @@ struct dl_net {
     bool has_manifest;                /* manifest_hash: our run manifest's (docs/manifest.md) */
     uint8_t manifest_hash[32];
     char last_ready[DL_PEER_ID_HEX];  /* lock: the peer of the newest ready connection still open ("" = none) */
+    char dial_refusal[160];           /* lock: why a peer we dialled can never be one ("" = none yet) */
     double measured_mbit;
 
     struct dl_dht *dht;

@@ -94,7 +94,8 @@ last_step() { jq -s '[.[] | select(.step) | .step] | max // 0' "$W/$1.jsonl"; }
 TOK=$SRC/assets/tokenizer_bn_demo.json
 manifest_init() {
   local out=$1; shift
-  "$BIN" run init --model tiny --tokenizer "$TOK" --data "$CORPUS" --run-id "$RUN" --seq 32 --batch 4 \
+  # --data-shared: the test's peers all read the corpus at its path.
+  "$BIN" run init --model tiny --tokenizer "$TOK" --data "$CORPUS" --data-shared --run-id "$RUN" --seq 32 --batch 4 \
     --target-batch 16 --max-steps 10 --lr 0.01 --warmup-steps 1 --shuffle-buffer 100 --seed 1 --out "$out" "$@" \
     >/dev/null 2>"$out.err" || fail "run init $out failed: $(cat "$out.err")"
 }
@@ -734,8 +735,10 @@ manifest_join)
   start_m p1 "$W/run.json" --min-peers 2
   wait_step p0 3
   mkdir -p "$W/newcomer"
+  # --data: the manifest names a path (every test peer has it), which join
+  # takes only from the volunteer.
   (cd "$W/newcomer" && DEDLOC_CACHE_DIR="$W/cache" exec "$BIN" join "$FIRST_ADDR" --listen 127.0.0.1:0 --quiet \
-    --log "$W/j.jsonl") 2>"$W/j.err" &
+    --data "$CORPUS" --log "$W/j.jsonl") 2>"$W/j.err" &
   PID[j]=$!
   for i in p0 p1 j; do finish "$i"; done
   agree p0 p1 j
@@ -791,7 +794,7 @@ manifest_dht)
   done
   [ -n "$port" ] || fail "the serving peer did not report its DHT port"
   rc=0; DEDLOC_CACHE_DIR="$W/cache" "$BIN" join --run-id "$RUN" --dht-bootstrap "127.0.0.1:$port" \
-    --listen 127.0.0.1:0 --max-minutes 0.001 --quiet --log "$W/j.jsonl" 2>"$W/j.err" || rc=$?
+    --listen 127.0.0.1:0 --max-minutes 0.001 --quiet --data "$CORPUS" --log "$W/j.jsonl" 2>"$W/j.err" || rc=$?
   [ "$rc" = 0 ] || fail "join through the DHT exited with $rc"
   grep -q "signature ok" "$W/j.err" || fail "join through the DHT did not get the manifest"
   cmp -s "$W/cache/runs/$RUN/tokenizer.json" "$TOK" || fail "join through the DHT did not get the tokenizer"
