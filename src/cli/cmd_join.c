@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/join_token.h"
+#include "cli/swarm_args.h"
 #include "dedloc/collab.h"
 #include "dedloc/device.h"
 #include "dedloc/model.h"
@@ -41,17 +43,24 @@ static void help(FILE *out) {
             "  --bandwidth MBIT     --name NAME   --token FILE   --log FILE   --checkpoint-dir DIR\n"
             "  --max-minutes M      --quiet       (as in dedloc train)\n"
             "  --identity FILE      peer identity (default DIR/identity: the same peer id on every join)\n"
+            "a closed run (its manifest names a run authority) admits token holders only:\n"
+            "  --invite CODE        get a token for this peer's id from the peer at HOST:PORT, which\n"
+            "                       holds the invite (dedloc authority invite); kept in DIR/token and\n"
+            "                       used again by later joins\n"
+            "  without --token or --invite (and no token in DIR), join stops and prints this peer's id\n"
+            "  and what to send the organiser\n"
             "exit status: as dedloc train; 1 also when the run files cannot be fetched or verified\n");
 }
 
 enum {
-    J_RUNKEY = 256, J_DIR, J_RUNID, J_DHT, J_TIMEOUT, J_DEVICE, J_PRECISION, J_BATCH, J_IDENTITY, J_HELP,
+    J_RUNKEY = 256, J_DIR, J_RUNID, J_DHT, J_TIMEOUT, J_DEVICE, J_PRECISION, J_BATCH, J_IDENTITY, J_HELP, J_INVITE,
     /* passed on to train with their argument or alone */
     J_PASS_ARG, J_PASS_FLAG = J_PASS_ARG + 100,
 };
 
 struct join_args {
     const char *address, *run_key, *dir, *run_id, *dht, *device, *precision, *identity;
+    const char *invite; /* --invite CODE (a closed run) */
     double timeout_s;
     long batch;
     const char *pass[32];
@@ -64,6 +73,7 @@ static const struct option opts[] = {
     {"fetch-timeout", required_argument, NULL, J_TIMEOUT}, {"device", required_argument, NULL, J_DEVICE},
     {"precision", required_argument, NULL, J_PRECISION}, {"batch", required_argument, NULL, J_BATCH},
     {"identity", required_argument, NULL, J_IDENTITY}, {"help", no_argument, NULL, J_HELP},
+    {"invite", required_argument, NULL, J_INVITE},
     {"listen", required_argument, NULL, J_PASS_ARG}, {"announce", required_argument, NULL, J_PASS_ARG + 1},
     {"max-upload", required_argument, NULL, J_PASS_ARG + 2}, {"bandwidth", required_argument, NULL, J_PASS_ARG + 3},
     {"name", required_argument, NULL, J_PASS_ARG + 4}, {"token", required_argument, NULL, J_PASS_ARG + 5},
@@ -100,6 +110,7 @@ static int parse(int argc, char **argv, struct join_args *a) {
             }
             break;
         case J_IDENTITY: a->identity = optarg; break;
+        case J_INVITE: a->invite = optarg; break;
         case 'h':
         case J_HELP: help(stdout); return 1;
         default:
@@ -212,12 +223,11 @@ static int check_signer(const struct join_args *a, const struct dl_manifest *m, 
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    const char *who = m->has_authority ? "run authority" : "peer";
     if (!dl_file_exists(path)) {
-        char pk[DL_AUTHORITY_PK_HEX];
-        dl_authority_public_hex(m->signer, pk);
-        DL_WARN("join", "trusting the manifest's signer on first use (%s key %s; no --run-key given): later joins "
-                "from %s will require the same signer", who, pk, dir);
+        char who[CLI_SIGNER_TEXT];
+        cli_manifest_signer(m, who);
+        DL_WARN("join", "trusting the manifest's signer on first use (%s; no --run-key given): later joins "
+                "from %s will require the same signer", who, dir);
         return 0;
     }
     struct dl_manifest old;
@@ -310,6 +320,20 @@ int cmd_join(int argc, char **argv) {
         dl_write_file_atomic(tok_path, tok, tok_size))
         goto fail;
     DL_INFO("join", "run files kept in %s", dir);
+    /* A closed run: the token to train with, before any device work. */
+    bool token_given = false;
+    for (int i = 0; i < a.num_pass; i++) token_given = token_given || !strcmp(a.pass[i], "--token");
+    char token_path[4200] = "";
+    if (!token_given) {
+        struct cli_join_token jt = {a.address, a.dht, a.identity ? a.identity : id_path, dir, a.invite, a.timeout_s};
+        int t = cli_join_token(&jt, &m, token_path);
+        if (t > 0) {
+            dl_manifest_free(&m);
+            free(tok);
+            return DL_EXIT_FAILURE;
+        }
+        if (t < 0) goto fail;
+    }
     long batch;
     if (pick_micro_batch(&a, &m, &batch)) goto fail;
 
@@ -344,6 +368,10 @@ int cmd_join(int argc, char **argv) {
     if (a.precision) {
         targv[n++] = "--precision";
         targv[n++] = a.precision;
+    }
+    if (token_path[0]) {
+        targv[n++] = "--token";
+        targv[n++] = token_path;
     }
     for (int i = 0; i < a.num_pass; i++) targv[n++] = a.pass[i];
     targv[n] = NULL;
