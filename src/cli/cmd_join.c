@@ -322,7 +322,8 @@ int cmd_join(int argc, char **argv) {
     DL_INFO("join", "run files kept in %s", dir);
     /* A closed run: the token to train with, before any device work. */
     bool token_given = false;
-    for (int i = 0; i < a.num_pass; i++) token_given = token_given || !strcmp(a.pass[i], "--token");
+    for (int i = 0; i < a.num_pass; i++)
+        if (a.pass[i] && !strcmp(a.pass[i], "--token")) token_given = true;
     char token_path[4200] = "";
     if (!token_given) {
         struct cli_join_token jt = {a.address, a.dht, a.identity ? a.identity : id_path, dir, a.invite, a.timeout_s};

@@ -24,8 +24,8 @@
  *   5  dht.c gossip.c rpc.c
  *                      the DHT, records and peer exchange, requests
  *   6  metrics.c invite.c
- *                      signed metrics records and invites, served through
- *                      rpc.c
+ *                      signed metrics records and invites, served as
+ *                      requests
  *   7  net.c           start and stop, the network thread, the tick, the
  *                      listener; registers the connection callbacks
  *
