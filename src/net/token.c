@@ -329,7 +329,7 @@ int dl_token_check(const struct dl_token *t, const uint8_t authority_pk[DL_AUTHO
     if (sodium_memcmp(t->authority_pk, authority_pk, DL_AUTHORITY_PK)) {
         char hex[DL_AUTHORITY_PK_HEX];
         dl_authority_public_hex(t->authority_pk, hex);
-        return dl_fail("token from an unknown authority (%.16s...)", hex);
+        return dl_fail("token from an unknown authority (%s)", hex);
     }
     if (strcmp(t->run_id, run_id)) return dl_fail("token for another run ('%s', not '%s')", t->run_id, run_id);
     if (strcmp(t->peer_id, peer_id)) return dl_fail("token for another peer id (%s, not %s)", t->peer_id, peer_id);

@@ -134,6 +134,10 @@ static void test_delegated_tokens(const struct dl_authority *a, const struct dl_
     CHECK(got.delegated && !memcmp(got.authority_pk, a->pk, 32) && !strcmp(got.peer_id, PEER_A));
     CHECK_OK(dl_token_check(&got, a->pk, a->run_id, PEER_A, 4999));
     CHECK(dl_token_check(&got, other->pk, a->run_id, PEER_A, 4999) != 0);
+    /* the authority named whole, as `authority init` prints it */
+    char a_hex[DL_AUTHORITY_PK_HEX];
+    dl_authority_public_hex(a->pk, a_hex);
+    CHECK_MSG(error_has(a_hex), "the refusal names the authority otherwise: %s", dl_error());
     /* the longest token fits the documented bound and the text form */
     char text[DL_TOKEN_TEXT_MAX];
     memset(t.run_id, 'r', DL_TOKEN_RUN_ID_MAX - 1);
