@@ -271,9 +271,10 @@ bool dl_role_may_send_gradients(enum dl_role role);
 #define DL_AUTHORITY_PK_HEX 65
 #define DL_TOKEN_NAME_MAX 64
 #define DL_TOKEN_RUN_ID_MAX 128
-/* Longest token in binary form and in text form (with the NUL). */
-#define DL_TOKEN_MAX_BYTES 320
-#define DL_TOKEN_TEXT_MAX 440
+/* Longest token in binary form and in text form (with the NUL): a token
+ * issued through an invite carries the authority's delegation (137 bytes). */
+#define DL_TOKEN_MAX_BYTES 448
+#define DL_TOKEN_TEXT_MAX 608
 
 struct dl_authority {
     uint8_t pk[DL_AUTHORITY_PK];
@@ -300,6 +301,7 @@ struct dl_token {
     enum dl_role role;
     char name[DL_TOKEN_NAME_MAX];
     uint64_t issued, expires;    /* Unix seconds */
+    bool delegated;              /* signed through an invite's delegation, not by the authority itself */
 };
 
 /* Signs a token; writes its binary form (at most DL_TOKEN_MAX_BYTES) into
@@ -336,6 +338,46 @@ void dl_revocations_free(struct dl_revocations *r);
  * without checking it (*bin malloc'd). */
 int dl_revocations_decode(const uint8_t *bin, size_t size, struct dl_revocations *r);
 int dl_revocations_read_file(const char *path, uint8_t **bin, size_t *size);
+/* ---- invites (docs/protocol.md, "Invites") ---------------------------------
+ * An invite lets a volunteer get a token with one command, `dedloc join
+ * HOST:PORT --invite CODE`, from a peer that holds the invite file. The file
+ * holds a key of its own and the authority's delegation to it (never the
+ * authority's key), the code's hash, how many peers it admits and until
+ * when; the peer ids it admitted are kept beside it (FILE.used), so a
+ * restarted peer keeps counting. */
+#define DL_NET_METHOD_INVITE "dedloc.run.invite"
+/* "dli1." and the URL-safe base64 of 16 random bytes, with the NUL. */
+#define DL_INVITE_CODE_MAX 32
+#define DL_INVITE_MAX_USES 100000
+typedef struct dl_invite dl_invite;
+
+/* Makes an invite of authority a to path (mode 0600, never overwritten):
+ * up to uses peers may redeem its code within redeem_s seconds from now, for
+ * a token of role valid valid_s seconds from its redemption. code gets the
+ * code to hand out (it is kept only as a hash). */
+int dl_invite_create(const struct dl_authority *a, const char *path, enum dl_role role, uint32_t uses,
+                     double redeem_s, double valid_s, char code[DL_INVITE_CODE_MAX]);
+/* Loads an invite file (its delegation verified) and the record of its uses. */
+int dl_invite_load(const char *path, dl_invite **invite);
+void dl_invite_free(dl_invite *invite);
+/* The authority and the run the invite admits to. */
+const uint8_t *dl_invite_authority(const dl_invite *invite);
+const char *dl_invite_run_id(const dl_invite *invite);
+/* Redeems code for peer_id at time now: a token (text form) bound to
+ * peer_id, or -1 with the reason (not an invite code, unknown code, expired,
+ * used up, the use could not be recorded). A peer id that redeemed the code
+ * before gets a new token without using up another place. */
+int dl_invite_redeem(dl_invite *invite, const char *code, const char *peer_id, double now,
+                     char token[DL_TOKEN_TEXT_MAX]);
+/* Answers DL_NET_METHOD_INVITE with dl_invite_redeem for the asking peer's
+ * proven id (also on fetch-only connections: a newcomer has no token yet).
+ * The invite must outlive net. */
+int dl_net_serve_invite(dl_net *net, dl_invite *invite);
+/* Asks a connected peer to redeem code for our peer id; 0 with the token
+ * (text form), or -1 with the peer's reason. */
+int dl_net_redeem_invite(dl_net *net, const char *peer_id, const char *code, double timeout_s,
+                         char token[DL_TOKEN_TEXT_MAX]);
+
 /* ---- metrics records ---------------------------------------------------------
  * A trainer's progress for monitors (`dedloc monitor`): a small record signed
  * with the peer's identity and bound to the run, served on request under

@@ -2,6 +2,8 @@
  * collaboration. init makes its key, issue signs a token for one peer id,
  * revoke adds a peer id to the signed revocation list. */
 #include <getopt.h>
+#include <sodium.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,19 +16,33 @@
 static void help(FILE *out) {
     fprintf(out,
             "usage: dedloc authority init --run-id ID --out FILE\n"
-            "       dedloc authority issue --key FILE --peer PEER_ID [--expires 30d] [--role ROLE] [--name NAME]\n"
+            "       dedloc authority issue --key FILE (--peer PEER_ID | --identity FILE) [--expires 30d] [--role ROLE]\n"
+            "                              [--name NAME]\n"
+            "       dedloc authority invite --key FILE --out INVITE_FILE [--uses N] [--expires 7d] [--valid 30d]\n"
+            "                               [--role ROLE]\n"
             "       dedloc authority revoke --key FILE --peer PEER_ID --out LIST\n"
             "       dedloc authority show --key FILE\n\n"
             "A run authority decides who may join the collaboration. Peers started with\n"
             "--run-key PUBKEY admit only peers presenting a token signed by it.\n\n"
             "  init     creates the authority key (mode 0600, never overwritten) and prints its\n"
             "           public key: pass it to every peer as --run-key\n"
-            "  issue    prints a token for PEER_ID (the peer_id 'dedloc peer' prints for its\n"
-            "           --identity); the peer passes the file holding it as --token\n"
+            "  issue    prints a token for PEER_ID (the peer id a peer logs, and that train or join\n"
+            "           print when a closed run refuses them); the peer passes the file as --token\n"
             "             --expires D   validity: N followed by s, m, h or d (default 30d)\n"
             "             --role ROLE   trainer (default), aux, or monitor (never sends gradients)\n"
             "             --name NAME   a label for people (at most 63 bytes)\n"
-            "  revoke   adds PEER_ID to the signed revocation list LIST (created if absent);\n"
+            "             --identity F  the peer id of this identity file (created if absent), for\n"
+            "                           a peer of your own\n"
+            "  invite   writes INVITE_FILE (mode 0600) and prints a code: a peer that runs\n"
+            "           'dedloc join HOST:PORT --invite CODE' gets a token for its own peer id from\n"
+            "           the peer HOST:PORT, started with --invite-file INVITE_FILE. The file holds a\n"
+            "           key that the authority lets sign such tokens, never the authority's key;\n"
+            "           keep it secret all the same (docs/protocol.md, \"Invites\")\n"
+            "             --uses N      peers it admits (default 1; one that redeemed it may again)\n"
+            "             --expires D   how long the code may be redeemed (default 7d)\n"
+            "             --valid D     how long each token it gives stays valid (default 30d)\n"
+            "             --role ROLE   the role of its tokens (default trainer)\n"
+"  revoke   adds PEER_ID to the signed revocation list LIST (created if absent);\n"
             "           peers started with --revoked LIST re-read it when it changes and\n"
             "           disconnect revoked peers\n"
             "  show     prints the run id and public key of an authority file\n");
@@ -51,6 +67,32 @@ static int fail(const char *what) {
     return DL_EXIT_FAILURE;
 }
 
+/* authority invite: the code on stdout (all a script needs), what to do with
+ * it on stderr. */
+static int make_invite(const char *key, const char *out, const char *role_name, uint32_t uses, double expires_s,
+                       double valid_s) {
+    if (!out) {
+        fprintf(stderr, "dedloc authority invite: --out INVITE_FILE is required (the file the inviting peer holds)\n");
+        return DL_EXIT_USAGE;
+    }
+    enum dl_role role;
+    if (dl_role_from_name(role_name, &role)) return fail("invite");
+    struct dl_authority a;
+    if (dl_authority_load(key, &a)) return fail("invite");
+    char code[DL_INVITE_CODE_MAX];
+    int bad = dl_invite_create(&a, out, role, uses, expires_s, valid_s, code);
+    dl_authority_clear(&a);
+    if (bad) return fail("invite");
+    printf("%s\n", code);
+    fprintf(stderr,
+            "wrote invite %s: %u peer%s may join as %s with the code above within %.3g days; their tokens are valid\n"
+            "%.3g days. Start the peer volunteers dial with --invite-file %s (it needs no authority key); a\n"
+            "volunteer then runs\n"
+            "    dedloc join HOST:PORT --invite %s\n",
+            out, (unsigned)uses, uses == 1 ? "" : "s", role_name, expires_s / 86400, valid_s / 86400, out, code);
+    return DL_EXIT_OK;
+}
+
 int cmd_authority(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         help(argc < 2 ? stderr : stdout);
@@ -58,13 +100,18 @@ int cmd_authority(int argc, char **argv) {
     }
     const char *action = argv[1];
     const char *run_id = NULL, *out = NULL, *key = NULL, *peer = NULL, *name = "", *role_name = "trainer";
-    double expires_s = 30 * 86400;
-    enum { O_RUN = 256, O_OUT, O_KEY, O_PEER, O_EXPIRES, O_ROLE, O_NAME };
+    const char *identity = NULL;
+    bool invite = !strcmp(action, "invite");
+    double expires_s = invite ? 7 * 86400 : 30 * 86400, valid_s = 30 * 86400, uses = 1;
+    char identity_peer[DL_PEER_ID_HEX];
+    enum { O_RUN = 256, O_OUT, O_KEY, O_PEER, O_EXPIRES, O_ROLE, O_NAME, O_IDENTITY, O_USES, O_VALID };
     static const struct option opts[] = {
         {"run-id", required_argument, NULL, O_RUN}, {"out", required_argument, NULL, O_OUT},
         {"key", required_argument, NULL, O_KEY}, {"peer", required_argument, NULL, O_PEER},
         {"expires", required_argument, NULL, O_EXPIRES}, {"role", required_argument, NULL, O_ROLE},
-        {"name", required_argument, NULL, O_NAME}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+        {"name", required_argument, NULL, O_NAME}, {"identity", required_argument, NULL, O_IDENTITY},
+        {"uses", required_argument, NULL, O_USES}, {"valid", required_argument, NULL, O_VALID},
+        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = cli_getopt_long(argc, argv, "h", opts, "authority")) != -1) {
@@ -79,8 +126,24 @@ int cmd_authority(int argc, char **argv) {
                 return DL_EXIT_USAGE;
             }
             break;
+        case O_VALID:
+            if (parse_duration(optarg, &valid_s)) {
+                fprintf(stderr, "dedloc authority: bad duration '%s' (e.g. 30d, 12h, 90m, 3600)\n", optarg);
+                return DL_EXIT_USAGE;
+            }
+            break;
+        case O_USES: {
+            char *end;
+            uses = strtod(optarg, &end);
+            if (end == optarg || *end || !(uses >= 1 && uses <= DL_INVITE_MAX_USES) || uses != (double)(long)uses) {
+                fprintf(stderr, "dedloc authority: --uses must be a whole number from 1 to %d\n", DL_INVITE_MAX_USES);
+                return DL_EXIT_USAGE;
+            }
+            break;
+        }
         case O_ROLE: role_name = optarg; break;
         case O_NAME: name = optarg; break;
+        case O_IDENTITY: identity = optarg; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -114,9 +177,24 @@ int cmd_authority(int argc, char **argv) {
         dl_authority_clear(&a);
         return DL_EXIT_OK;
     }
+    if (invite) return make_invite(key, out, role_name, (uint32_t)uses, expires_s, valid_s);
     if (strcmp(action, "issue") && strcmp(action, "revoke")) {
-        fprintf(stderr, "dedloc authority: unknown action '%s' (init, issue, revoke, show)\n", action);
+        fprintf(stderr, "dedloc authority: unknown action '%s' (init, issue, invite, revoke, show)\n", action);
         return DL_EXIT_USAGE;
+    }
+    if (identity && peer) {
+        fprintf(stderr, "dedloc authority %s: --peer or --identity, not both\n", action);
+        return DL_EXIT_USAGE;
+    }
+    if (identity) {
+        /* The peer id is the one the peer prints and logs: derived from the
+         * identity's public key, as the peer derives it. */
+        uint8_t pk[DL_NET_PUBLIC_KEY], sk[64];
+        int bad = dl_net_identity_keys(identity, pk, sk);
+        sodium_memzero(sk, sizeof sk);
+        if (bad) return fail(action);
+        dl_net_peer_id_from_key(pk, identity_peer);
+        peer = identity_peer;
     }
     if (!peer || (!strcmp(action, "revoke") && !out)) {
         fprintf(stderr, "dedloc authority %s: --peer%s is required\n", action, strcmp(action, "revoke") ? "" : " and --out");

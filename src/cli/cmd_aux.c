@@ -91,7 +91,8 @@ int cmd_aux(int argc, char **argv) {
             fprintf(stderr, "dedloc aux: --model, --seed, --target-batch and --max-steps come from the manifest\n");
             return DL_EXIT_USAGE;
         }
-        if (cli_swarm_load_manifest(&sw, NULL, "aux")) {
+        if (cli_swarm_load_manifest(&sw, NULL, "aux") || cli_swarm_check_token(&sw, "aux") ||
+            cli_swarm_load_invite(&sw, "aux")) {
             cli_swarm_args_free(&sw);
             return DL_EXIT_USAGE;
         }

@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/opt_table.h"
+#include "cli/join_token.h"
 #include "cli/swarm_args.h"
 #include "dedloc/collab.h"
 #include "dedloc/device.h"
@@ -50,6 +51,12 @@ static void help(FILE *out) {
             "  --bandwidth MBIT     --name NAME   --token FILE   --log FILE   --checkpoint-dir DIR\n"
             "  --max-minutes M      --quiet       (as in dedloc train)\n"
             "  --identity FILE      peer identity (default DIR/identity: the same peer id on every join)\n"
+            "a closed run (its manifest names a run authority) admits token holders only:\n"
+            "  --invite CODE        get a token for this peer's id from the peer at HOST:PORT, which\n"
+            "                       holds the invite (dedloc authority invite); kept in DIR/token and\n"
+            "                       used again by later joins\n"
+            "  without --token or --invite (and no token in DIR), join stops and prints this peer's id\n"
+            "  and what to send the organiser\n"
             "Ctrl-C stops it at once while it fetches the run's files (nothing is saved then), and\n"
             "once it trains as dedloc train's Ctrl-C does.\n"
             "exit status: as dedloc train; 1 also when the run files cannot be fetched or verified,\n"
@@ -57,13 +64,14 @@ static void help(FILE *out) {
 }
 
 enum {
-    J_RUNKEY = 256, J_DIR, J_RUNID, J_DHT, J_TIMEOUT, J_DEVICE, J_PRECISION, J_BATCH, J_IDENTITY, J_HELP, J_DATA,
+    J_RUNKEY = 256, J_DIR, J_RUNID, J_DHT, J_TIMEOUT, J_DEVICE, J_PRECISION, J_BATCH, J_IDENTITY, J_HELP, J_DATA, J_INVITE,
     /* this machine's choices passed on to train as they are given */
     J_PASS_FIRST, J_PASS_LAST = J_PASS_FIRST + 63,
 };
 
 struct join_args {
     const char *address, *run_key, *dir, *run_id, *dht, *device, *precision, *identity, *data;
+    const char *invite; /* --invite CODE (a closed run) */
     double timeout_s;
     long long batch;
     const char *pass[32]; /* "--NAME" and, for an option with one, its argument */
@@ -92,6 +100,7 @@ static const struct cli_opt join_opts[] = {
     {"identity", J_IDENTITY, CLI_OPT_STRING, J_FIELD(identity), 0, 0, NULL},
     {"help", J_HELP, CLI_OPT_OTHER, 0, 0, 0, NULL},
     {"data", J_DATA, CLI_OPT_STRING, J_FIELD(data), 0, 0, NULL},
+    {"invite", J_INVITE, CLI_OPT_STRING, J_FIELD(invite), 0, 0, NULL},
     {"listen", J_PASS_FIRST + 0, CLI_OPT_SETTER, 0, 0, 0, pass_value},
     {"announce", J_PASS_FIRST + 1, CLI_OPT_SETTER, 0, 0, 0, pass_value},
     {"max-upload", J_PASS_FIRST + 2, CLI_OPT_SETTER, 0, 0, 0, pass_value},
@@ -318,12 +327,11 @@ static int check_signer(const struct join_args *a, const struct dl_manifest *m, 
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    const char *who = m->has_authority ? "run authority" : "peer";
     if (!dl_file_exists(path)) {
-        char pk[DL_AUTHORITY_PK_HEX];
-        dl_authority_public_hex(m->signer, pk);
-        DL_WARN("join", "trusting the manifest's signer on first use (%s key %s; no --run-key given): later joins "
-                "from %s will require the same signer", who, pk, dir);
+        char who[CLI_SIGNER_TEXT];
+        cli_manifest_signer(m, who);
+        DL_WARN("join", "trusting the manifest's signer on first use (%s; no --run-key given): later joins "
+                "from %s will require the same signer", who, dir);
         return 0;
     }
     struct dl_manifest old;
@@ -447,6 +455,21 @@ int cmd_join(int argc, char **argv) {
         dl_write_file_atomic(tok_path, tok, tok_size))
         goto fail;
     DL_INFO("join", "run files kept in %s", dir);
+    /* A closed run: the token to train with, before any device work. */
+    bool token_given = false;
+    for (int i = 0; i < a.num_pass; i++)
+        if (a.pass[i] && !strcmp(a.pass[i], "--token")) token_given = true;
+    char token_path[4200] = "";
+    if (!token_given) {
+        struct cli_join_token jt = {a.address, a.dht, a.identity ? a.identity : id_path, dir, a.invite, a.timeout_s};
+        int t = cli_join_token(&jt, &m, token_path);
+        if (t > 0) {
+            dl_manifest_free(&m);
+            free(tok);
+            return DL_EXIT_FAILURE;
+        }
+        if (t < 0) goto fail;
+    }
     long long batch;
     if (pick_micro_batch(&a, &m, &batch)) goto fail;
 
@@ -485,6 +508,10 @@ int cmd_join(int argc, char **argv) {
     if (a.data) {
         targv[n++] = "--data";
         targv[n++] = a.data;
+    }
+    if (token_path[0]) {
+        targv[n++] = "--token";
+        targv[n++] = token_path;
     }
     for (int i = 0; i < a.num_pass; i++) targv[n++] = a.pass[i];
     targv[n] = NULL;

@@ -221,6 +221,23 @@ static cJSON *manifest_body(const struct init_args *a, const char *run_id) {
     return o;
 }
 
+/* A closed run admits token holders only: say how the organiser's own peer
+ * gets one and how volunteers will (docs/manifest.md, README "Join a run"). */
+static void print_next_steps(const struct init_args *a, const struct dl_manifest *m) {
+    printf("\nRun %s is closed: its peers admit only peers with a token from the run authority (%s). Next:\n"
+           "  1. an invite for volunteers (prints CODE; the file goes to your first peer):\n"
+           "       dedloc authority invite --key %s --uses 20 --expires 7d --out invite.key\n"
+           "  2. your first peer, with a token for its own identity (peer.id is created):\n"
+           "       dedloc authority issue --key %s --identity peer.id > peer.token\n"
+           "       dedloc train --manifest %s --identity peer.id --token peer.token --invite-file invite.key \\\n"
+           "           --listen 0.0.0.0:7000 --announce YOUR.PUBLIC.IP:7000\n"
+           "  3. each volunteer runs\n"
+           "       dedloc join YOUR.PUBLIC.IP:7000 --invite CODE\n"
+           "     or, without an invite, 'dedloc join YOUR.PUBLIC.IP:7000' prints their peer id, for which you run\n"
+           "       dedloc authority issue --key %s --peer PEER_ID > their.token   (they add --token their.token)\n",
+           m->run_id, a->key, a->key, a->key, a->out, a->key);
+}
+
 static int run_init(int argc, char **argv) {
     struct init_args a;
     int p = parse(argc, argv, &a);
@@ -277,8 +294,10 @@ static int run_init(int argc, char **argv) {
     if (dl_write_file_atomic(a.out, signed_text, n + 1)) goto fail;
     struct dl_manifest m;
     if (dl_manifest_load(a.out, &m)) goto fail;
-    printf("wrote %s: run %s, manifest hash %s, signed by %s\n", a.out, m.run_id, m.hash_hex,
-           a.key ? "the run authority" : m.signer_peer_id);
+    char signer[CLI_SIGNER_TEXT];
+    cli_manifest_signer(&m, signer);
+    printf("wrote %s: run %s, manifest hash %s, signed by %s\n", a.out, m.run_id, m.hash_hex, signer);
+    if (a.key) print_next_steps(&a, &m);
     dl_manifest_free(&m);
     rc = DL_EXIT_OK;
     goto done;
@@ -319,12 +338,11 @@ static int run_show(int argc, char **argv) {
         }
     }
     if (rc == DL_EXIT_OK) {
-        char pk[DL_AUTHORITY_PK_HEX];
-        dl_authority_public_hex(m.signer, pk);
+        char signer[CLI_SIGNER_TEXT];
+        cli_manifest_signer(&m, signer);
         printf("manifest %s: signature ok\n", argv[optind]);
         printf("  run id         %s\n  manifest hash  %s\n", m.run_id, m.hash_hex);
-        printf("  signed by      %s %s (key %s)\n", m.has_authority ? "the run authority" : "peer",
-               m.has_authority ? "" : m.signer_peer_id, pk);
+        printf("  signed by      %s\n", signer);
         printf("  model          %s\n", m.model_preset[0] ? m.model_preset : m.model_config_json);
         char th[65];
         sodium_bin2hex(th, sizeof th, m.tokenizer_hash, sizeof m.tokenizer_hash);

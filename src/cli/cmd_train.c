@@ -296,7 +296,9 @@ static int apply_manifest(train_args *a) {
                     names[i]);
             return -1;
         }
-    if (cli_swarm_load_manifest(&a->swarm, a->tokenizer, "train")) return -1;
+    if (cli_swarm_load_manifest(&a->swarm, a->tokenizer, "train") || cli_swarm_check_token(&a->swarm, "train") ||
+        cli_swarm_load_invite(&a->swarm, "train"))
+        return -1;
     const struct dl_manifest *m = &a->swarm.manifest;
     a->model = m->model_preset[0] ? m->model_preset : "manifest";
     a->tokenizer = a->swarm.tokenizer_path;
@@ -761,7 +763,7 @@ int cmd_train(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     int parsed = parse_args(argc, argv, &r.a);
     if (parsed) return parsed > 0 ? DL_EXIT_OK : DL_EXIT_USAGE;
-    if (r.a.swarm.manifest_path && apply_manifest(&r.a)) {
+    if (r.a.swarm.manifest_path ? apply_manifest(&r.a) : cli_swarm_load_invite(&r.a.swarm, "train")) {
         cli_swarm_args_free(&r.a.swarm);
         return DL_EXIT_USAGE;
     }

@@ -13,6 +13,7 @@ enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
     S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_DELAY, S_CORRUPT, S_ATTACK, S_LOG_BATCHES,
+    S_INVITE,
 };
 
 static int set_client_mode(void *settings, const char *arg) {
@@ -109,6 +110,7 @@ static const struct cli_opt swarm_table[] = {
     {"manifest", S_MANIFEST, CLI_OPT_STRING, S_FIELD(manifest_path), 0, 0, NULL},
     {"token", S_TOKEN, CLI_OPT_STRING, S_FIELD(net.token_path), 0, 0, NULL},
     {"delay-update", S_DELAY, CLI_OPT_FLAG, S_FIELD(train.delay_update), 0, 0, NULL},
+    {"invite-file", S_INVITE, CLI_OPT_STRING, S_FIELD(invite_path), 0, 0, NULL},
 #ifdef DEDLOC_TEST_HOOKS
     {"test-corrupt-at-step", S_CORRUPT, CLI_OPT_INT64, S_FIELD(train.corrupt_at_step), 1, 1e12, NULL},
     {"test-attack", S_ATTACK, CLI_OPT_SETTER, 0, 0, 0, set_test_attack},
@@ -136,7 +138,7 @@ void cli_swarm_args_default(struct cli_swarm_args *a) {
 }
 
 int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const char *cmd) {
-    if (c < CLI_SWARM_OPT_BASE || c > S_LOG_BATCHES) return 1;
+    if (c < CLI_SWARM_OPT_BASE || c > S_INVITE) return 1;
     const struct cli_opt *e = cli_opt_find(swarm_table, N_SWARM_OPTS, c);
     a->any = true;
     if (!e) return 1;
@@ -198,6 +200,8 @@ void cli_swarm_help(FILE *out) {
             "  --manifest FILE      take every run setting from this signed run manifest (dedloc run\n"
             "                       init; docs/manifest.md) and serve it and the tokenizer to newcomers\n"
             "  --token FILE         our admission token, for a run with an authority (dedloc authority)\n"
+            "  --invite-file FILE   hand out tokens to volunteers who join with this invite's code\n"
+            "                       (dedloc authority invite; needs --manifest)\n"
             "  --linger S           after the last step keep serving the state S seconds (2)\n"
             "  --delay-update       average each step's gradient while computing the next step's\n"
             "                       micro-batches (faster on slow links; their gradients are then one\n"
@@ -213,10 +217,12 @@ int cli_swarm_run(struct cli_swarm_args *a, struct dl_collab_train_options *trai
     dl_run_files *files = NULL;
     int rc = -1;
     signal(SIGPIPE, SIG_IGN);
+    if (a->invite_path && !a->invite) return dl_fail("--invite-file is not loaded");
     if (dl_net_start(&a->net, &net)) return -1;
     if (a->has_manifest &&
         dl_run_files_serve(net, &a->manifest, a->tokenizer_bytes, a->tokenizer_size, &files))
         goto done;
+    if (a->invite && dl_net_serve_invite(net, a->invite)) goto done;
     DL_INFO("collab", "peer %s listening on %s, run %s", dl_net_peer_id(net), dl_net_listen_address(net),
             a->net.run_id);
     if (dl_collab_start(net, &a->collab, &collab) || dl_state_donor_start(net, NULL, &donor)) goto done;

@@ -27,6 +27,8 @@ struct cli_swarm_args {
     char *tokenizer_bytes;
     size_t tokenizer_size;
     char run_key_hex[DL_AUTHORITY_PK_HEX];
+    const char *invite_path;               /* --invite-file: redeem this invite's code for newcomers */
+    dl_invite *invite;                     /* loaded by cli_swarm_load_invite */
 };
 
 void cli_swarm_args_default(struct cli_swarm_args *a);
@@ -49,6 +51,19 @@ int cli_swarm_load_manifest(struct cli_swarm_args *a, const char *tokenizer_path
  * http(s) URL, which every peer can reach, rather than a path on one
  * machine (a "FORMAT:" prefix, as in "paragraphs:http://...", is skipped). */
 bool cli_data_is_url(const char *source);
+/* How a manifest's signer is written everywhere: "the run authority " and
+ * its public key (64 hex digits), or "peer " and its peer id. */
+#define CLI_SIGNER_TEXT 96
+void cli_manifest_signer(const struct dl_manifest *m, char out[CLI_SIGNER_TEXT]);
+/* A closed run (the manifest names an authority): refuses to start without
+ * a token that admits this peer (its --identity, run and authority), saying
+ * how to get one. 0 when the run is open or the token admits us; -1 with the
+ * message printed. */
+int cli_swarm_check_token(struct cli_swarm_args *a, const char *cmd);
+/* --invite-file: loads the invite (a->invite; served by cli_swarm_run) and
+ * checks that it is of the manifest's authority and run. 0 (also without
+ * --invite-file), or -1 with the message printed. */
+int cli_swarm_load_invite(struct cli_swarm_args *a, const char *cmd);
 /* Frees what cli_swarm_load_manifest loaded. */
 void cli_swarm_args_free(struct cli_swarm_args *a);
 /* The help text of the swarm options. */

@@ -60,8 +60,10 @@ int cli_swarm_load_manifest(struct cli_swarm_args *a, const char *tokenizer_path
     a->train.clip_tau = m->clip_tau;
     a->train.clip_iterations = m->clip_iterations;
     a->collab.clip_ban_rounds = m->clip_ban_rounds;
-    DL_INFO("run", "manifest %s: run %s, manifest hash %.16s..., signed by %s %s", a->manifest_path, m->run_id,
-            m->hash_hex, m->has_authority ? "the run authority" : "peer", m->signer_peer_id);
+    char signer[CLI_SIGNER_TEXT];
+    cli_manifest_signer(m, signer);
+    DL_INFO("run", "manifest %s: run %s, manifest hash %.16s..., signed by %s", a->manifest_path, m->run_id,
+            m->hash_hex, signer);
     return 0;
 fail:
     fprintf(stderr, "dedloc %s: %s\n", cmd, dl_error());
@@ -74,7 +76,103 @@ bool cli_data_is_url(const char *source) {
     return strncmp(source, "http://", 7) == 0 || strncmp(source, "https://", 8) == 0;
 }
 
+void cli_manifest_signer(const struct dl_manifest *m, char out[CLI_SIGNER_TEXT]) {
+    /* An authority is its public key, as `authority init` prints it and
+     * --run-key takes it; a peer is its peer id, as `authority issue --peer`
+     * takes it. Never the one written as the other. */
+    char pk[DL_AUTHORITY_PK_HEX];
+    dl_authority_public_hex(m->authority, pk);
+    if (m->has_authority) snprintf(out, CLI_SIGNER_TEXT, "the run authority %s", pk);
+    else snprintf(out, CLI_SIGNER_TEXT, "peer %s", m->signer_peer_id);
+}
+
+/* The peer id of --identity FILE (created if absent, as the peer would),
+ * or "" without one. */
+static int identity_peer_id(const struct cli_swarm_args *a, char id[DL_PEER_ID_HEX]) {
+    id[0] = 0;
+    if (!a->net.identity_path || !*a->net.identity_path) return 0;
+    uint8_t pk[DL_NET_PUBLIC_KEY], sk[64];
+    int rc = dl_net_identity_keys(a->net.identity_path, pk, sk);
+    sodium_memzero(sk, sizeof sk);
+    if (!rc) dl_net_peer_id_from_key(pk, id);
+    return rc;
+}
+
+int cli_swarm_check_token(struct cli_swarm_args *a, const char *cmd) {
+    const struct dl_manifest *m = &a->manifest;
+    if (!a->has_manifest || !m->has_authority) return 0;
+    char id[DL_PEER_ID_HEX], pk[DL_AUTHORITY_PK_HEX];
+    if (identity_peer_id(a, id)) {
+        fprintf(stderr, "dedloc %s: %s\n", cmd, dl_error());
+        return -1;
+    }
+    dl_authority_public_hex(m->authority, pk);
+    const char *token = a->net.token_path;
+    if (!token || !*token) {
+        fprintf(stderr, "dedloc %s: run %s is closed: its peers admit only peers with a token from the run "
+                "authority %s, and this peer has none (--token FILE).\n", cmd, m->run_id, pk);
+        if (id[0])
+            fprintf(stderr, "This peer's id is %s (--identity %s). Send it to the organiser, who runs\n"
+                    "    dedloc authority issue --key run.key --peer %s > peer.token\n"
+                    "and start again with --token peer.token.\n", id, a->net.identity_path, id);
+        else
+            fprintf(stderr, "A token is bound to a peer id: give this peer --identity FILE (created if absent) so\n"
+                    "that its id stays the same. For a peer of your own, with the authority key:\n"
+                    "    dedloc authority issue --key run.key --identity peer.id > peer.token\n"
+                    "    dedloc %s --manifest %s --identity peer.id --token peer.token ...\n", cmd, a->manifest_path);
+        fprintf(stderr, "A volunteer with an invite code joins with 'dedloc join HOST:PORT --invite CODE'.\n");
+        return -1;
+    }
+    if (!id[0]) {
+        fprintf(stderr, "dedloc %s: run %s is closed and a token admits one peer id: give the --identity FILE "
+                "the token %s was issued for\n", cmd, m->run_id, token);
+        return -1;
+    }
+    char *text = NULL;
+    uint8_t bin[DL_TOKEN_MAX_BYTES];
+    size_t n;
+    struct dl_token t;
+    int rc = dl_read_file(token, 4096, &text, NULL);
+    if (!rc) rc = dl_token_from_text(text, bin, &n);
+    free(text);
+    if (!rc) rc = dl_token_decode(bin, n, &t);
+    if (!rc) rc = dl_token_check(&t, m->authority, m->run_id, id, dl_wall_time());
+    if (rc) {
+        fprintf(stderr, "dedloc %s: the token %s cannot admit this peer (%s) to run %s: %s\n", cmd, token, id,
+                m->run_id, dl_error());
+        return -1;
+    }
+    DL_INFO("run", "token %s admits peer %s as %s for %.1f more days%s", token, id, dl_role_name(t.role),
+            ((double)t.expires - dl_wall_time()) / 86400, t.delegated ? " (issued through an invite)" : "");
+    return 0;
+}
+
+int cli_swarm_load_invite(struct cli_swarm_args *a, const char *cmd) {
+    const struct dl_manifest *m = &a->manifest;
+    if (!a->invite_path) return 0;
+    if (!a->has_manifest) {
+        fprintf(stderr, "dedloc %s: --invite-file needs --manifest (an invite admits peers to the run a manifest "
+                "describes)\n", cmd);
+        return -1;
+    }
+    if (dl_invite_load(a->invite_path, &a->invite)) {
+        fprintf(stderr, "dedloc %s: --invite-file: %s\n", cmd, dl_error());
+        return -1;
+    }
+    if (!m->has_authority || memcmp(dl_invite_authority(a->invite), m->authority, DL_AUTHORITY_PK) ||
+        strcmp(dl_invite_run_id(a->invite), m->run_id)) {
+        fprintf(stderr, "dedloc %s: --invite-file %s is not an invite of this run (%s) and its authority\n", cmd,
+                a->invite_path, m->run_id);
+        dl_invite_free(a->invite);
+        a->invite = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 void cli_swarm_args_free(struct cli_swarm_args *a) {
+    dl_invite_free(a->invite);
+    a->invite = NULL;
     dl_manifest_free(&a->manifest);
     free(a->tokenizer_bytes);
     a->tokenizer_bytes = NULL;

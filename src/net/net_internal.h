@@ -23,7 +23,9 @@
  *                      who may stay, limits per host, whom we dial and ban
  *   5  dht.c gossip.c rpc.c
  *                      the DHT, records and peer exchange, requests
- *   6  metrics.c       signed metrics records, served through rpc.c
+ *   6  metrics.c invite.c
+ *                      signed metrics records and invites, served as
+ *                      requests
  *   7  net.c           start and stop, the network thread, the tick, the
  *                      listener; registers the connection callbacks
  *

@@ -4,6 +4,9 @@
  *   "DLT1" | authority pk (32) | peer id (16) | role (1) | issued (u64 BE) |
  *   expires (u64 BE) | run id length (1) | run id | name length (1) | name |
  *   ed25519 signature (64) over "dedloc-token-v1\0" || everything before it.
+ * A token issued through an invite ("DLT2") carries, in place of the
+ * authority's key, the authority's delegation to the invite's key, which signs
+ * it (docs/protocol.md, "Invites").
  * Its text form is "dlt1." followed by the URL-safe base64 of those bytes. */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,11 +19,11 @@
 
 #include "dedloc/net.h"
 #include "dedloc/util.h"
+#include "net/delegation.h"
 
 static const char TOKEN_CONTEXT[] = "dedloc-token-v1";
 static const char TOKEN_TEXT_PREFIX[] = "dlt1.";
 #define AUTHORITY_MAGIC "dedloc-authority-v1\n"
-#define TOKEN_FIXED 69 /* bytes before the run id length */
 #define SIG_BYTES crypto_sign_BYTES
 
 static const char *const ROLE_NAMES[] = {
@@ -157,7 +160,9 @@ static void token_message(const uint8_t *body, size_t n, crypto_sign_state *st) 
     crypto_sign_update(st, body, n);
 }
 
-int dl_token_sign(const struct dl_authority *a, const struct dl_token *t, uint8_t *out, size_t *size) {
+/* The fields after the signer's part (the authority's key, or a delegation):
+ * peer id, role, issued, expires, run id, name. Returns the bytes written. */
+static int token_tail(const struct dl_token *t, uint8_t *out, size_t *n) {
     size_t run_len = strlen(t->run_id), name_len = strlen(t->name);
     if (run_len == 0 || run_len >= DL_TOKEN_RUN_ID_MAX) return dl_fail("token: bad run id length");
     if (name_len >= DL_TOKEN_NAME_MAX) return dl_fail("token: name longer than %d bytes", DL_TOKEN_NAME_MAX - 1);
@@ -165,24 +170,31 @@ int dl_token_sign(const struct dl_authority *a, const struct dl_token *t, uint8_
     uint8_t id[16];
     if (parse_hex_exact(t->peer_id, strlen(t->peer_id), id, sizeof id))
         return dl_fail("token: peer id '%s' is not 32 hex digits", t->peer_id);
+    size_t k = *n;
+    memcpy(out + k, id, sizeof id);
+    k += sizeof id;
+    out[k++] = (uint8_t)t->role;
+    put_be64(out + k, t->issued);
+    k += 8;
+    put_be64(out + k, t->expires);
+    k += 8;
+    out[k++] = (uint8_t)run_len;
+    memcpy(out + k, t->run_id, run_len);
+    k += run_len;
+    out[k++] = (uint8_t)name_len;
+    memcpy(out + k, t->name, name_len);
+    k += name_len;
+    *n = k;
+    return 0;
+}
+
+int dl_token_sign(const struct dl_authority *a, const struct dl_token *t, uint8_t *out, size_t *size) {
     size_t n = 0;
     memcpy(out, "DLT1", 4); /* NOLINT(bugprone-not-null-terminated-result): 4 magic bytes, no string */
     n += 4;
     memcpy(out + n, a->pk, DL_AUTHORITY_PK);
     n += DL_AUTHORITY_PK;
-    memcpy(out + n, id, sizeof id);
-    n += sizeof id;
-    out[n++] = (uint8_t)t->role;
-    put_be64(out + n, t->issued);
-    n += 8;
-    put_be64(out + n, t->expires);
-    n += 8;
-    out[n++] = (uint8_t)run_len;
-    memcpy(out + n, t->run_id, run_len);
-    n += run_len;
-    out[n++] = (uint8_t)name_len;
-    memcpy(out + n, t->name, name_len);
-    n += name_len;
+    if (token_tail(t, out, &n)) return -1;
     crypto_sign_state st;
     token_message(out, n, &st);
     crypto_sign_final_create(&st, out + n, NULL, a->sk);
@@ -190,13 +202,73 @@ int dl_token_sign(const struct dl_authority *a, const struct dl_token *t, uint8_
     return 0;
 }
 
+/* ---- delegations (docs/protocol.md, "Invites") --------------------------------
+ * authority pk (32) | delegate pk (32) | role (1) | until (u64 BE) |
+ * signature (64) by the authority over "dedloc-delegation-v1\0" || the 73
+ * bytes before it || run id. */
+static const char DELEGATION_CONTEXT[] = "dedloc-delegation-v1";
+#define DELEGATION_BODY (DL_AUTHORITY_PK + DL_AUTHORITY_PK + 1 + 8)
+
+static void delegation_message(const uint8_t *body, const char *run_id, crypto_sign_state *st) {
+    crypto_sign_init(st);
+    crypto_sign_update(st, (const uint8_t *)DELEGATION_CONTEXT, sizeof DELEGATION_CONTEXT);
+    crypto_sign_update(st, body, DELEGATION_BODY);
+    crypto_sign_update(st, (const uint8_t *)run_id, strlen(run_id));
+}
+
+int dl_delegation_sign(const struct dl_authority *a, const uint8_t delegate_pk[DL_AUTHORITY_PK], enum dl_role role,
+                       uint64_t until, uint8_t out[DL_DELEGATION_BYTES]) {
+    if (role < DL_ROLE_TRAINER || role >= DL_ROLE_COUNT) return dl_fail("delegation: bad role");
+    memcpy(out, a->pk, DL_AUTHORITY_PK);
+    memcpy(out + DL_AUTHORITY_PK, delegate_pk, DL_AUTHORITY_PK);
+    out[2 * DL_AUTHORITY_PK] = (uint8_t)role;
+    put_be64(out + 2 * DL_AUTHORITY_PK + 1, until);
+    crypto_sign_state st;
+    delegation_message(out, a->run_id, &st);
+    crypto_sign_final_create(&st, out + DELEGATION_BODY, NULL, a->sk);
+    return 0;
+}
+
+int dl_delegation_verify(const uint8_t d[DL_DELEGATION_BYTES], const char *run_id, enum dl_role *role,
+                         uint64_t *until) {
+    int r = d[2 * DL_AUTHORITY_PK];
+    if (r < DL_ROLE_TRAINER || r >= DL_ROLE_COUNT) return dl_fail("delegation: unknown role %d", r);
+    crypto_sign_state st;
+    delegation_message(d, run_id, &st);
+    if (crypto_sign_final_verify(&st, d + DELEGATION_BODY, d))
+        return dl_fail("delegation: not signed by the run authority it names (forged, altered, or another run)");
+    *role = (enum dl_role)r;
+    *until = get_be64(d + 2 * DL_AUTHORITY_PK + 1);
+    return 0;
+}
+
+int dl_token_sign_delegated(const uint8_t delegation[DL_DELEGATION_BYTES], const uint8_t delegate_sk[64],
+                            const struct dl_token *t, uint8_t *out, size_t *size) {
+    size_t n = 0;
+    memcpy(out, "DLT2", 4); /* NOLINT(bugprone-not-null-terminated-result): 4 magic bytes, no string */
+    n += 4;
+    memcpy(out + n, delegation, DL_DELEGATION_BYTES);
+    n += DL_DELEGATION_BYTES;
+    if (token_tail(t, out, &n)) return -1;
+    crypto_sign_state st;
+    token_message(out, n, &st);
+    crypto_sign_final_create(&st, out + n, NULL, delegate_sk);
+    *size = n + SIG_BYTES;
+    return 0;
+}
+
 int dl_token_decode(const uint8_t *bin, size_t size, struct dl_token *t) {
     memset(t, 0, sizeof *t);
-    if (size < TOKEN_FIXED + 2 + SIG_BYTES || size > DL_TOKEN_MAX_BYTES)
-        return dl_fail("token: %zu bytes is not a token's size", size);
-    if (memcmp(bin, "DLT1", 4)) return dl_fail("token: not a dedloc token (bad magic)");
+    if (size < 4 || size > DL_TOKEN_MAX_BYTES) return dl_fail("token: %zu bytes is not a token's size", size);
+    bool delegated = !memcmp(bin, "DLT2", 4);
+    if (!delegated && memcmp(bin, "DLT1", 4)) return dl_fail("token: not a dedloc token (bad magic)");
+    /* DLT1: the authority's key, then the fields; DLT2: a delegation (which
+     * starts with the authority's key), then the same fields. */
+    size_t head = 4 + (delegated ? DL_DELEGATION_BYTES : DL_AUTHORITY_PK);
+    size_t fixed = head + 16 + 1 + 8 + 8;
+    if (size < fixed + 2 + SIG_BYTES) return dl_fail("token: %zu bytes is not a token's size", size);
     size_t body = size - SIG_BYTES;
-    size_t pos = TOKEN_FIXED;
+    size_t pos = fixed;
     size_t run_len = bin[pos++];
     if (run_len == 0 || run_len >= DL_TOKEN_RUN_ID_MAX || pos + run_len >= body)
         return dl_fail("token: bad run id length");
@@ -207,19 +279,40 @@ int dl_token_decode(const uint8_t *bin, size_t size, struct dl_token *t) {
     const uint8_t *name = bin + pos;
     if (memchr(run, 0, run_len) || (name_len && memchr(name, 0, name_len)))
         return dl_fail("token: NUL inside a string");
-    int role = bin[52];
+    int role = bin[head + 16];
     if (role < DL_ROLE_TRAINER || role >= DL_ROLE_COUNT) return dl_fail("token: unknown role %d", role);
+    uint64_t expires = get_be64(bin + head + 25);
+    memcpy(t->run_id, run, run_len);
+    const uint8_t *signer = bin + 4;
+    if (delegated) {
+        /* The delegate may sign tokens of its role that end by its date; the
+         * authority's signature of the delegation is checked first, then the
+         * delegate's of the token. */
+        const uint8_t *d = bin + 4;
+        if (d[2 * DL_AUTHORITY_PK] != role) return dl_fail("token: a role its invite does not grant");
+        if (expires > get_be64(d + 2 * DL_AUTHORITY_PK + 1))
+            return dl_fail("token: valid past the end of its invite's delegation");
+        enum dl_role granted;
+        uint64_t until;
+        if (dl_delegation_verify(d, t->run_id, &granted, &until)) {
+            memset(t, 0, sizeof *t);
+            return dl_fail_context("token");
+        }
+        signer = d + DL_AUTHORITY_PK;
+    }
     /* The signature last: it is the expensive check. */
     crypto_sign_state st;
     token_message(bin, body, &st);
-    if (crypto_sign_final_verify(&st, bin + body, bin + 4))
+    if (crypto_sign_final_verify(&st, bin + body, signer)) {
+        memset(t, 0, sizeof *t);
         return dl_fail("token: signature does not match (forged or altered token)");
+    }
     memcpy(t->authority_pk, bin + 4, DL_AUTHORITY_PK);
-    sodium_bin2hex(t->peer_id, sizeof t->peer_id, bin + 36, 16);
+    sodium_bin2hex(t->peer_id, sizeof t->peer_id, bin + head, 16);
     t->role = role;
-    t->issued = get_be64(bin + 53);
-    t->expires = get_be64(bin + 61);
-    memcpy(t->run_id, run, run_len);
+    t->issued = get_be64(bin + head + 17);
+    t->expires = expires;
+    t->delegated = delegated;
     memcpy(t->name, name, name_len);
     return 0;
 }
@@ -236,7 +329,7 @@ int dl_token_check(const struct dl_token *t, const uint8_t authority_pk[DL_AUTHO
     if (sodium_memcmp(t->authority_pk, authority_pk, DL_AUTHORITY_PK)) {
         char hex[DL_AUTHORITY_PK_HEX];
         dl_authority_public_hex(t->authority_pk, hex);
-        return dl_fail("token from an unknown authority (%.16s...)", hex);
+        return dl_fail("token from an unknown authority (%s)", hex);
     }
     if (strcmp(t->run_id, run_id)) return dl_fail("token for another run ('%s', not '%s')", t->run_id, run_id);
     if (strcmp(t->peer_id, peer_id)) return dl_fail("token for another peer id (%s, not %s)", t->peer_id, peer_id);

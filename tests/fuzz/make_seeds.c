@@ -15,6 +15,7 @@
 #include "dedloc/net.h"
 #include "dedloc/train.h"
 #include "dedloc/util.h"
+#include "net/delegation.h"
 #include "net/swarm.h"
 #include "net/wire.h"
 
@@ -128,6 +129,13 @@ static void net_seeds(void) {
     char text[DL_TOKEN_TEXT_MAX];
     dl_token_to_text(tok, tok_n, text);
     put_selected("fuzz_token", "token_text", 1, text, strlen(text));
+    /* a token issued through an invite: the authority's delegation inside */
+    uint8_t dpk[32], dsk[64], deleg[DL_DELEGATION_BYTES], dtok[DL_TOKEN_MAX_BYTES];
+    size_t dtok_n;
+    crypto_sign_keypair(dpk, dsk);
+    dl_delegation_sign(&auth, dpk, DL_ROLE_TRAINER, 1900000000, deleg);
+    dl_token_sign_delegated(deleg, dsk, &t, dtok, &dtok_n);
+    put_selected("fuzz_token", "token_delegated", 0, dtok, dtok_n);
     char list_path[1100];
     snprintf(list_path, sizeof list_path, "%s/.revoked.tmp", root);
     dl_revocations_add(&auth, list_path, id.peer_id);
