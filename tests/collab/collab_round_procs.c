@@ -265,7 +265,7 @@ static void verify(const struct scenario *sc) {
     CHECK_MSG(ref_out != NULL, "no result file from member %d", reference);
     /* Identical bits on every member that applied the round (a victim may
      * apply it too, but then with the same bits). */
-    int applied = 0;
+    int applied = 0, audited = 0;
     for (int i = 0; i < num_members; i++) {
         struct member *m = &members[i];
         if (!m->round || strcmp(status_of(m), "ok") || !strcmp(m->role, "aux")) continue;
@@ -280,8 +280,22 @@ static void verify(const struct scenario *sc) {
         CHECK_MSG(out && ref_out && !memcmp(out, ref_out, sc->vector_size * sizeof(float)),
                   "member %d: result bytes differ", i);
         free(out);
+        /* Accountable aggregation: every chunk of another aggregator's part
+         * that was not re-reduced was checked in projection, and found right. */
+        int me = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(m->round, "my_index")), due = 0;
+        for (int ci = 0; ci < cJSON_GetArraySize(chunks); ci++) {
+            const cJSON *c = cJSON_GetArrayItem(chunks, ci);
+            due += cJSON_GetNumberValue(cJSON_GetArrayItem(c, 2)) == 0 &&
+                   (int)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 3)) != me;
+        }
+        int checked = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(m->round, "audit_chunks"));
+        CHECK_MSG(checked == due, "member %d checked %d chunks in projection, %d were due", i, checked, due);
+        const char *accused = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "accused"));
+        CHECK_MSG(accused && strspn(accused, "0") == strlen(accused), "member %d accused %s in a clean round", i,
+                  accused ? accused : "?");
+        audited += checked;
     }
-    printf("%d members applied identical bits\n", applied);
+    printf("%d members applied identical bits, %d chunks checked in projection\n", applied, audited);
     /* Group order -> our member index, inputs, weights. */
     int n = cJSON_GetArraySize(group);
     CHECK(n >= 1 && n <= MAX_MEMBERS);
