@@ -211,25 +211,37 @@ static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t
         r->reduced_from[who[i]] = true;
         if (clipped[i]) r->clipped[who[i]] = true;
     }
-    /* The result is the weighted mean with the clip weights of the last
-     * iterate v_c, c_j = min(1, tau / |x_j - v_c|): one more step towards
-     * the same fixed point, and one whose equation, sum_j w_j c_j (x_j - v)
-     * = 0, every member can check in projection (audit.h). */
-    double total = 0;
-    for (size_t i = 0; i < count; i++) {
-        double d2 = 0;
-        for (size_t e = 0; e < len; e++) {
-            double diff = (double)x[i][e] - iterate[e];
-            d2 += diff * diff;
+    /* The result is the weighted mean with the clip weights of an iterate
+     * v_c, c_j = min(1, tau / |x_j - v_c|): a step towards the same fixed
+     * point whose equation, sum_j w_j c_j (x_j - v) = 0, every member can
+     * check in projection (audit.h), given c_j within what |v_c - v| allows.
+     * Such steps (reweighted means) repeat until they move less than tau / 8,
+     * so that the members' bound on that distance, tau / 2, holds. */
+    double tau = r->g.clip_tau;
+    for (int step = 0; step < DL_AUDIT_REWEIGHT_STEPS; step++) {
+        double total = 0;
+        for (size_t i = 0; i < count; i++) {
+            double d2 = 0;
+            for (size_t e = 0; e < len; e++) {
+                double diff = (double)x[i][e] - iterate[e];
+                d2 += diff * diff;
+            }
+            double d = sqrt(d2);
+            clip[i] = d > tau ? tau / d : 1.0;
+            total += w[i] * clip[i];
         }
-        double d = sqrt(d2);
-        clip[i] = d > r->g.clip_tau ? r->g.clip_tau / d : 1.0;
-        total += w[i] * clip[i];
+        memset(r->acc, 0, sizeof(double) * len);
+        for (size_t i = 0; i < count; i++)
+            for (size_t e = 0; e < len; e++) r->acc[e] += w[i] * clip[i] * (double)x[i][e];
+        double moved2 = 0;
+        for (size_t e = 0; e < len; e++) {
+            r->acc[e] /= total;
+            double diff = r->acc[e] - iterate[e];
+            moved2 += diff * diff;
+        }
+        if (sqrt(moved2) <= tau / 8) break;
+        memcpy(iterate, r->acc, sizeof(double) * len);
     }
-    memset(r->acc, 0, sizeof(double) * len);
-    for (size_t i = 0; i < count; i++)
-        for (size_t e = 0; e < len; e++) r->acc[e] += w[i] * clip[i] * (double)x[i][e];
-    for (size_t e = 0; e < len; e++) r->acc[e] /= total;
     return 0;
 }
 

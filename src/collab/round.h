@@ -40,6 +40,8 @@
 #define DL_AVG_CHUNK_SIG DL_NET_SIGNATURE
 #define DL_AVG_COMMIT_HEAD 16
 #define DL_AVG_COMMIT_ENTRY 40
+/* Centered clip: reweighted-mean steps after the iterations, at most. */
+#define DL_AUDIT_REWEIGHT_STEPS 200
 /* avg.audit messages: type byte at offset 18 (after round_id and part). */
 #define DL_AUDIT_PROJECTIONS 1
 #define DL_AUDIT_ATTESTATION 2

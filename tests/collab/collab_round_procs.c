@@ -350,7 +350,9 @@ static void verify(const struct scenario *sc) {
         CHECK_MSG(count > 0, "chunk %d has no contributor", ci);
         CHECK_MSG(chunk_weight == total, "chunk %d: its result header says weight %g, its contributors hold %g", ci,
                   chunk_weight, total);
-        if (!count || !ref_out) continue;
+        /* Centered clip is no weighted mean: its results were checked by
+         * the members themselves (audit_chunks above). */
+        if (!count || !ref_out || sc->aggregation) continue;
         bool equal = !(total > 0);
         if (equal) total = count;
         for (size_t e = off; e < off + len; e++) {
@@ -456,6 +458,40 @@ static void verify_robust(const struct scenario *sc) {
     }
     free(honest);
     free(ref_out);
+}
+
+/* Accountable aggregation: the liar (member `victim`) is caught by every
+ * other member, which applies nothing and bans the liar and nobody else. */
+static void verify_caught(const struct scenario *sc) {
+    const struct member *liar = &members[sc->victim];
+    int caught_by = 0;
+    for (int i = 0; i < num_members; i++) {
+        const struct member *m = &members[i];
+        if (i == sc->victim) continue;
+        CHECK_MSG(m->round != NULL, "member %d did not report", i);
+        if (!m->round) continue;
+        const char *reason = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason"));
+        CHECK_MSG(strcmp(status_of(m), "ok"), "member %d applied the round", i);
+        CHECK_MSG(reason && strstr(reason, "accountable aggregation caught"), "member %d ended with %s: %s", i,
+                  status_of(m), reason ? reason : "");
+        const cJSON *group = cJSON_GetObjectItem(m->round, "members");
+        const char *accused = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "accused"));
+        for (int g = 0; g < cJSON_GetArraySize(group); g++) {
+            const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(group, g), "peer_id"));
+            unsigned byte = 0;
+            bool banned = accused && strlen(accused) >= (size_t)(2 * (g / 8) + 2) &&
+                          sscanf(accused + 2 * (g / 8), "%2x", &byte) == 1 && ((byte >> (g % 8)) & 1);
+            bool is_liar = id && !strcmp(id, liar->peer_id);
+            if (is_liar) {
+                CHECK_MSG(banned, "member %d did not ban the liar (member %d)", i, sc->victim);
+                caught_by += banned;
+            } else {
+                CHECK_MSG(!banned, "member %d banned %s, who did not lie", i, id ? id : "?");
+            }
+        }
+    }
+    printf("the liar (member %d, %s) was caught and banned by %d members, nobody else\n", sc->victim,
+           liar->misbehave, caught_by);
 }
 
 static void garbage_on_port(const char *listen) {
@@ -589,6 +625,7 @@ static int run(const struct scenario *sc) {
                m->round ? cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason")) : "");
     }
     if (sc->attacks) verify_robust(sc);
+    else if (sc->caught) verify_caught(sc);
     else verify(sc);
     kill_all();
     for (int i = 0; i < num_members; i++) cJSON_Delete(members[i].round);

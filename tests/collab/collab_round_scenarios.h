@@ -29,6 +29,8 @@ struct scenario {
     double hand_over;           /* > 0: member i matchmakes first and hands its vector over
                                  * hand_over + 0.25 i s after the round starts */
     bool join_differs;          /* the joins carry 1 + i % 3, the chunks 5 + 3 i */
+    bool caught;                /* member `victim` lies (misbehave) and must be caught: every other
+                                 * member applies nothing and bans it alone, on signed evidence */
     bool needs_test_hooks;      /* registered only in test-hook builds (the attack modes) */
 };
 
@@ -85,6 +87,22 @@ static const struct scenario scenarios[] = {
     /* tau above the honest spread of a chunk (about 15 here): only the attackers are clipped */
     {.name = "robust_clip_tau", .member_count = 8, .vector_size = 600011, .aggregation = "centered-clip",
      .attacks = "s--n--t-", .tau = 30, .needs_test_hooks = true},
+    /* accountable aggregation: an aggregator whose signed results are -1000
+     * times the average, a sender whose signed projections are not its
+     * signed chunks'; each caught by every other member, nobody else blamed */
+    {.name = "audit_result_scale", .member_count = 4, .vector_size = 1000003, .victim = 1,
+     .misbehave = "result-scale", .caught = true, .needs_test_hooks = true},
+    {.name = "audit_result_scale_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
+     .aggregation = "centered-clip", .victim = 3, .misbehave = "result-scale", .caught = true,
+     .needs_test_hooks = true},
+    {.name = "audit_projection_lie", .member_count = 4, .vector_size = 1000003, .victim = 2,
+     .misbehave = "projection-lie", .caught = true, .needs_test_hooks = true},
+    {.name = "audit_projection_lie_clip", .member_count = 5, .vector_size = 1000003, .compression = "uint8",
+     .aggregation = "centered-clip", .roles = "ttttc", .victim = 4, .misbehave = "projection-lie", .caught = true,
+     .needs_test_hooks = true},
+    /* a clean centered-clip round passes every check */
+    {.name = "audit_clean_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
+     .aggregation = "centered-clip", .roles = "ttatc"},
 };
 
 #endif
