@@ -125,10 +125,11 @@ enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t coun
         return DL_AUDIT_UNCHECKABLE;
     }
     for (size_t j = 0; clip && j < count; j++) {
-        /* |x_j - v_c| lies within delta of d_j (triangle inequality), so
-         * c_j = min(1, tau / |x_j - v_c|) lies between these two. */
+        /* |x_j - v_c| lies within delta + e2 of d_j = |x_j - q| (triangle
+         * inequality through v), so c_j = min(1, tau / |x_j - v_c|) lies
+         * between these two. */
         const struct dl_audit_claim *cj = &c[j];
-        double far = cj->m.d + res->delta, near = cj->m.d - res->delta;
+        double far = cj->m.d + res->delta + held.e2, near = cj->m.d - res->delta - held.e2;
         double lo = far > tau ? tau / far : 1.0, hi = near > tau ? tau / near : 1.0;
         if (cj->clip < lo * (1 - 1e-9) || cj->clip > hi * (1 + 1e-9)) {
             snprintf(why, why_size, "contributor %zu at distance %g (+- %g) has clip weight %g, not in [%g, %g]", j,

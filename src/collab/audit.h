@@ -7,13 +7,13 @@
  * numbers about the chunk x it sent (as the aggregator decodes it): s = z.x,
  * a = sum |x_e| (what bounds the rounding of s) and d = |x - q|_2, its
  * distance to the decoded result q. The aggregator's result commits to e2 =
- * |v - q|_2 (v the result before encoding, in double), to delta = |v_c - q|_2
+ * |v - q|_2 (v the result before encoding, in double), to delta = |v_c - v|_2
  * (v_c the centered-clip iterate its clip weights come from; 0 for the mean)
  * and to the clip weight c_j of each contributor (1 for the mean). A result
  * is right when
  *     z.q = sum_j w_j c_j s_j / sum_j w_j c_j       (within tolerance)
  * and, for centered clip, each c_j is what min(1, tau / |x_j - v_c|) allows
- * for a distance within delta of d_j. */
+ * for a distance within delta + e2 of d_j. */
 #ifndef DEDLOC_COLLAB_AUDIT_H
 #define DEDLOC_COLLAB_AUDIT_H
 
@@ -37,7 +37,7 @@ struct dl_audit_claim {
  * checking member from the decoded result) and what it committed to. */
 struct dl_audit_result {
     double s, l1, l2;             /* z.q, sum |q_e|, |q|_2 */
-    double e2, delta;             /* committed: |v - q|_2, |v_c - q|_2 */
+    double e2, delta;             /* committed: |v - q|_2, |v_c - v|_2 */
     size_t len;
     int codec;                    /* enum dl_codec of the result */
 };

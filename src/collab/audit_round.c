@@ -216,6 +216,7 @@ static void send_projections(struct dl_round *r, struct scratch *sc, double now)
         size_t size;
         bool lie = p != r->me && r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE;
         uint8_t *msg = build_projections(r, sc, p, lie, &size);
+        dl_round_progress(r);
         if (!msg) continue;
         if (p == r->me) {
             r->proj_in[p] = msg;
@@ -300,6 +301,7 @@ static int send_attestation(struct dl_round *r, struct scratch *sc, double now) 
                 struct dl_audit_measure mine, theirs;
                 read_measure(proj + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &theirs);
                 bool ok = measure_chunk(r, sc, seed, r->me, k, chunk, res, &mine);
+                dl_round_progress(r);
                 if (!ok || !dl_audit_measure_agrees(&theirs, &mine) ||
                     dl_get_f64(chunk + DL_AVG_REF_HEADER) != dl_get_f64(proj + 56)) {
                     record = true;
@@ -516,6 +518,7 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
             break;
         }
         r->audit_chunks++;
+        dl_round_progress(r);
     }
     free(stand_in);
     free(has_stand_in);

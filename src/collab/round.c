@@ -202,7 +202,7 @@ static int store_result(struct dl_round *r, size_t gi, uint8_t *msg, size_t size
 /* CenteredClip over the decoded contributions (all of them at once: the
  * iterations revisit each), then into r->tmp. Marks whom it clipped. */
 static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t *who, const double *w, size_t count,
-                          size_t len, double *clip, double *iterate) {
+                          size_t len, double *clip, double *iterate, double *moved) {
     const float *x[DL_AVG_MAX_MEMBERS];
     bool clipped[DL_AVG_MAX_MEMBERS] = {false};
     for (size_t i = 0; i < count; i++) x[i] = decoded + i * len;
@@ -215,10 +215,13 @@ static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t
      * v_c, c_j = min(1, tau / |x_j - v_c|): a step towards the same fixed
      * point whose equation, sum_j w_j c_j (x_j - v) = 0, every member can
      * check in projection (audit.h), given c_j within what |v_c - v| allows.
-     * Such steps (reweighted means) repeat until they move less than tau / 8,
-     * so that the members' bound on that distance, tau / 2, holds. */
+     * Such steps (reweighted means) repeat until they move less than tau / 4:
+     * the distance committed (delta) is the last one's, within the members'
+     * bound of tau / 2. */
     double tau = r->g.clip_tau;
-    for (int step = 0; step < DL_AUDIT_REWEIGHT_STEPS; step++) {
+    *moved = INFINITY;
+    for (int step = 0; step < DL_AUDIT_REWEIGHT_STEPS && *moved > tau / 4; step++) {
+        if (step) memcpy(iterate, r->acc, sizeof(double) * len);
         double total = 0;
         for (size_t i = 0; i < count; i++) {
             double d2 = 0;
@@ -239,8 +242,9 @@ static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t
             double diff = r->acc[e] - iterate[e];
             moved2 += diff * diff;
         }
-        if (sqrt(moved2) <= tau / 8) break;
-        memcpy(iterate, r->acc, sizeof(double) * len);
+        *moved = sqrt(moved2);
+        /* Long work on the round thread: it still moves. */
+        dl_round_progress(r);
     }
     return 0;
 }
@@ -282,7 +286,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     bool equal = !(present_weight > 0);
     bool clip = r->g.aggregation == DL_AGG_CENTERED_CLIP;
     float *decoded = NULL;
-    double *iterate = NULL;
+    double *iterate = NULL, moved = 0;
     size_t who[DL_AVG_MAX_MEMBERS];
     double weights[DL_AVG_MAX_MEMBERS];
     double clip_weight[DL_AVG_MAX_MEMBERS];
@@ -332,7 +336,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
         return -1;
     }
     if (clip) {
-        int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len, clip_weight, iterate);
+        int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len, clip_weight, iterate, &moved);
         free(decoded);
         if (rc) {
             free(iterate);
@@ -377,7 +381,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
      * the chunk we reduced and its clip weight. */
     uint8_t *commit = data + enc;
     dl_put_f64(commit, distance_to(r->acc, q, (size_t)len));
-    dl_put_f64(commit + 8, clip ? distance_to(iterate, q, (size_t)len) : 0.0);
+    dl_put_f64(commit + 8, moved);
     for (size_t i = 0; i < count; i++) {
         memcpy(commit + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i, hash[i], 32);
         dl_put_f64(commit + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i + 32, clip_weight[i]);

@@ -44,7 +44,7 @@ static void describe(float x[][LEN], const double *w, const double *c, size_t k,
     double e2 = 0, dc = 0, l2 = 0;
     for (size_t e = 0; e < LEN; e++) {
         e2 += (v[e] - q[e]) * (v[e] - q[e]);
-        if (iterate) dc += (iterate[e] - q[e]) * (iterate[e] - q[e]);
+        if (iterate) dc += (iterate[e] - v[e]) * (iterate[e] - v[e]);
         l2 += (double)q[e] * q[e];
     }
     *res = (struct dl_audit_result){.s = qm.s, .l1 = qm.a, .l2 = sqrt(l2), .e2 = sqrt(e2), .delta = sqrt(dc),
