@@ -244,7 +244,7 @@ static bool expects_projections(const struct dl_round *r, size_t j) {
 static bool append_record(uint8_t **buf, size_t *used, size_t *cap, size_t k, size_t j, const uint8_t *chunk,
                           size_t chunk_size) {
     size_t need = *used + DL_AUDIT_ACCUSE_HEAD + chunk_size;
-    if (need > *cap) {
+    if (!*buf || need > *cap) {
         size_t cap2 = need * 2;
         uint8_t *b = realloc(*buf, cap2);
         if (!b) return false;
@@ -418,7 +418,7 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
      * there, a stand-in where they are not. */
     struct dl_audit_measure *stand_in = dl_calloc(dl_round_chunks_of(r, p) * n, sizeof *stand_in);
     bool *has_stand_in = dl_calloc(dl_round_chunks_of(r, p) * n, sizeof *has_stand_in);
-    double weight_of[DL_AVG_MAX_MEMBERS];
+    double weight_of[DL_AVG_MAX_MEMBERS] = {0};
     bool caught = false;
     if (!stand_in || !has_stand_in) {
         free(stand_in);

@@ -129,6 +129,7 @@ struct dl_round {
     double start, group_time, deadline, stall_s, agg_timeout, last_loop;
     _Atomic double heartbeat;     /* last_loop, for the network thread's avg.alive */
     bool i_send, i_receive, i_aggregate;
+    bool audit_started, attest_sent, audit_done; /* accountable aggregation (below) */
     /* geometry: global chunk index of part p's first chunk; chunk count */
     size_t *first_chunk;
     size_t num_chunks;
@@ -165,7 +166,6 @@ struct dl_round {
     double *acc;                  /* one chunk, the weighted sum */
     /* accountable aggregation (audit_round.c) */
     uint8_t **kept;               /* aggregator: per (chunk k, member j) at k n + j, j's signed chunk */
-    bool audit_started, attest_sent, audit_done;
     double audit_start;
     uint8_t audit_seed[32];
     uint8_t **proj_in;            /* aggregator: per member, its signed projections of our part */

@@ -479,7 +479,7 @@ static void verify_caught(const struct scenario *sc) {
         for (int g = 0; g < cJSON_GetArraySize(group); g++) {
             const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(group, g), "peer_id"));
             unsigned byte = 0;
-            bool banned = accused && strlen(accused) >= (size_t)(2 * (g / 8) + 2) &&
+            bool banned = accused && strlen(accused) >= 2 * (size_t)(g / 8) + 2 &&
                           sscanf(accused + 2 * (g / 8), "%2x", &byte) == 1 && ((byte >> (g % 8)) & 1);
             bool is_liar = id && !strcmp(id, liar->peer_id);
             if (is_liar) {
