@@ -336,8 +336,10 @@ static int send_attestation(struct dl_round *r, struct scratch *sc, double now) 
     dl_put_u16(msg + 22, (uint16_t)num_records);
     r->tp.ops->sign(r->tp.ctx, msg, used, msg + used);
     used += DL_NET_SIGNATURE;
+    /* To every receiver, even one we count as failed: it may hold our
+     * results all the same (relayed), and waits for this to apply them. */
     for (size_t m = 0; m < n; m++) {
-        if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX || r->failed[m]) continue;
+        if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
         if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, used, r->deadline - now, EV_AUDIT_ACK,
                              (uint32_t)r->me, 0, (uint32_t)m))
             DL_WARN("collab", "cannot send our attestation to %s: %s", r->g.members[m].peer_id, dl_error());
@@ -564,12 +566,17 @@ bool dl_audit_pump(struct dl_round *r, double now) {
             }
             if (r->attest_in[p]) {
                 check_attestation(r, &sc, p);
-            } else if (r->failed[p] || now - r->audit_start > r->agg_timeout) {
-                char why[160];
-                snprintf(why, sizeof why, "no attestation from the aggregator of part %zu", p);
-                unsure(r, why);
+            } else if (r->failed[p]) {
+                /* It failed mid-round (recovery took over its part): what
+                 * it delivered before is applied unchecked, as before this
+                 * audit existed, so that a dead aggregator costs no round
+                 * (docs/protocol.md, what the audit does not cover). */
+                DL_INFO("collab", "accountable aggregation: part %zu's aggregator failed; its delivered results "
+                        "go unchecked", p);
                 r->attest_checked[p] = true;
             } else {
+                /* Until the round's deadline: its aggregator may still be
+                 * recovering another part before it can attest. */
                 waiting = true;
             }
         }
