@@ -566,6 +566,11 @@ bool dl_audit_pump(struct dl_round *r, double now) {
             }
             if (r->attest_in[p]) {
                 check_attestation(r, &sc, p);
+            } else if (r->accused[p] || dl_bans_is_banned(r->bans, r->g.members[p].peer_id)) {
+                /* Caught already (its messages are refused from now on):
+                 * the round will not be applied, nothing more to learn. */
+                unsure(r, "an aggregator was banned before its attestation came");
+                r->attest_checked[p] = true;
             } else if (r->failed[p]) {
                 /* It failed mid-round (recovery took over its part): what
                  * it delivered before is applied unchecked, as before this
