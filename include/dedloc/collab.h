@@ -158,6 +158,11 @@ struct dl_avg_result {
     enum dl_aggregation aggregation; /* what the group record said */
     uint8_t clipped[DL_AVG_MAX_MEMBERS / 8]; /* bit i: we clipped member i's contribution in a
                                                 chunk we reduced (centered clip) */
+    /* Accountable aggregation (docs/protocol.md): chunks of other parts whose
+     * result we checked in projection and found right; members we banned on
+     * this round's signed evidence (bit i: member i). */
+    uint32_t audit_chunks;
+    uint8_t accused[DL_AVG_MAX_MEMBERS / 8];
 };
 void dl_avg_result_free(struct dl_avg_result *result);
 

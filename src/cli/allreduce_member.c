@@ -187,6 +187,10 @@ static void report_round(int round, const struct dl_avg_result *res, const float
     char clipped[DL_AVG_MAX_MEMBERS / 4 + 1];
     mask_hex(res->clipped, res->num_members, clipped);
     cJSON_AddStringToObject(o, "clipped", clipped);
+    char accused[DL_AVG_MAX_MEMBERS / 4 + 1];
+    mask_hex(res->accused, res->num_members, accused);
+    cJSON_AddStringToObject(o, "accused", accused);
+    cJSON_AddNumberToObject(o, "audit_chunks", res->audit_chunks);
     cJSON_AddNumberToObject(o, "total_s", res->total_s);
     cJSON_AddNumberToObject(o, "matchmaking_s", res->matchmaking_s);
     cJSON_AddNumberToObject(o, "allreduce_s", res->allreduce_s);
@@ -343,6 +347,8 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "huge-values")) mode = DL_MISBEHAVE_HUGE_VALUES;
         else if (!strcmp(misbehave, "dictate")) mode = DL_MISBEHAVE_DICTATE;
         else if (!strcmp(misbehave, "stall-leader")) mode = DL_MISBEHAVE_STALL_LEADER;
+        else if (!strcmp(misbehave, "result-scale")) mode = DL_MISBEHAVE_RESULT_SCALE;
+        else if (!strcmp(misbehave, "projection-lie")) mode = DL_MISBEHAVE_PROJECTION_LIE;
 #endif
         else {
             fprintf(stderr, "allreduce-member: unknown --misbehave %s\n", misbehave);

@@ -63,16 +63,22 @@ static void on_chunk(struct dl_round *r, struct dl_avg_event *ev) {
     }
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
-    size_t want = DL_AVG_CHUNK_HEADER + dl_codec_size(r->g.codec, (size_t)len);
+    size_t want = dl_round_chunk_msg_size(r, len);
     if (ev->size != want) {
         snprintf(why, sizeof why, "sent a chunk of %zu bytes where %zu were due", ev->size, want);
         misbehaved(r, j, ev->token, ev->peer_id, why);
         return;
     }
+    struct dl_agg_chunk *a = &r->agg[k];
+    /* Checked before it counts: an unsigned chunk could not back an
+     * accusation, and its sender could then lie about it at no risk. */
+    if (!a->reduced && !a->contrib[j] && !dl_round_chunk_signed(r, (size_t)j, ev->data, ev->size, a->hash[j])) {
+        misbehaved(r, j, ev->token, ev->peer_id, "sent a chunk without its valid signature");
+        return;
+    }
     r->bytes_received += ev->size;
     r->last_from[j] = r->last_heard[j] = dl_round_now(r);
     r->heard[j] = true;
-    struct dl_agg_chunk *a = &r->agg[k];
     if (r->dropped[j]) {
         dl_round_respond_text(r, ev->token, "left out: too slow for this round");
         return;
@@ -129,7 +135,10 @@ static void pump_aggregate(struct dl_round *r, double now) {
         dl_round_progress(r);
         for (size_t j = 0; j < r->g.n; j++) {
             if (j == r->me || !a->contrib[j]) continue;
-            free(a->contrib[j]);
+            /* Kept until the audit: the evidence should its sender's
+             * projections contradict it. */
+            if (bad[j]) free(a->contrib[j]);
+            else r->kept[(size_t)k * r->g.n + j] = a->contrib[j];
             a->contrib[j] = NULL;
             if (bad[j])
                 misbehaved(r, (long)j, a->ack_token[j], r->g.members[j].peer_id,
@@ -333,6 +342,8 @@ static void on_event(struct dl_round *r, struct dl_avg_event *ev) {
         else
             dl_round_respond_text(r, ev->token, "the group of this epoch is closed: keep the gradient for the next round");
         break;
+    case EV_AUDIT:
+    case EV_AUDIT_ACK: dl_audit_on_event(r, ev); break;
     default: dl_recovery_on_event(r, ev); break;
     }
 }
@@ -377,7 +388,8 @@ bool dl_round_advance(struct dl_round *r, double *wake_at) {
     check_aggregators(r, now);
     dl_recovery_pump(r, now);
     if (r->status != DL_AVG_OK) return true;
-    if (r->input_ready && r->have == r->need && aggregation_done(r)) return true;
+    if (r->input_ready && r->have == r->need && aggregation_done(r) && dl_audit_pump(r, now)) return true;
+    if (r->status != DL_AVG_OK) return true;
     if (now >= r->deadline) {
         dl_round_fail(r, DL_AVG_DEADLINE, "the round did not complete within its deadline (%zu of %zu chunks)",
                       r->have, r->need);

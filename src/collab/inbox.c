@@ -12,7 +12,7 @@
 const struct dl_avg_method dl_avg_methods[DL_AVG_NUM_METHODS] = {
     {"avg.join", EV_JOIN},         {"avg.chunk", EV_CHUNK},     {"avg.result", EV_RESULT},
     {"avg.fetch", EV_FETCH},       {"avg.rereduce", EV_REREDUCE}, {"avg.contrib", EV_CONTRIB},
-    {"avg.alive", EV_ALIVE},
+    {"avg.alive", EV_ALIVE},       {"avg.audit", EV_AUDIT},
 };
 
 int dl_avg_method_kind(const char *method) {

@@ -24,6 +24,7 @@ enum dl_avg_event_kind {
     EV_JOIN, EV_CHUNK, EV_RESULT, EV_FETCH, EV_REREDUCE, EV_CONTRIB, EV_ALIVE, /* incoming requests */
     EV_JOIN_REPLY, EV_CHUNK_ACK, EV_RESULT_ACK, EV_FETCH_REPLY, EV_REREDUCE_REPLY, EV_CONTRIB_REPLY,
     EV_PING_REPLY,
+    EV_AUDIT, EV_AUDIT_ACK, /* accountable aggregation: request, reply */
 };
 
 struct dl_avg_event {
@@ -43,7 +44,7 @@ struct dl_avg_method {
     const char *method;
     int kind;
 };
-#define DL_AVG_NUM_METHODS 7
+#define DL_AVG_NUM_METHODS 8
 extern const struct dl_avg_method dl_avg_methods[DL_AVG_NUM_METHODS];
 /* The kind of an incoming request for `method`; -1 for no averaging method. */
 int dl_avg_method_kind(const char *method);

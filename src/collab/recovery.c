@@ -228,7 +228,7 @@ void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         if (rr->outstanding) rr->outstanding--;
         uint64_t off, len;
         dl_round_chunk_range(r, part, k, &off, &len);
-        if (ev->status == DL_NET_OK && ev->size == DL_AVG_CHUNK_HEADER + dl_codec_size(r->g.codec, (size_t)len) &&
+        if (ev->status == DL_NET_OK && ev->size == dl_round_chunk_msg_size(r, len) &&
             !rr->contrib[ev->member]) {
             r->bytes_received += ev->size;
             rr->contrib[ev->member] = ev->data;

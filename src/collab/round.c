@@ -119,7 +119,7 @@ uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool mis
     size_t enc = dl_codec_size(r->g.codec, (size_t)len);
     int mode = misbehave ? r->misbehaviour : DL_MISBEHAVE_NONE;
     size_t extra = mode == DL_MISBEHAVE_WRONG_SIZE ? 4 : 0;
-    uint8_t *msg = dl_malloc(DL_AVG_CHUNK_HEADER + enc + extra);
+    uint8_t *msg = dl_malloc(DL_AVG_CHUNK_HEADER + enc + extra + DL_AVG_CHUNK_SIG);
     if (!msg) return NULL;
     dl_round_write_ref(msg, r, part, k);
     double weight = mode == DL_MISBEHAVE_WEIGHT_NAN        ? NAN
@@ -158,8 +158,39 @@ uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool mis
     } else if (extra) {
         memset(data + enc, 0, extra);
     }
-    *size = DL_AVG_CHUNK_HEADER + enc + extra;
+    /* Signed, so that the aggregator holding it can show anyone what we
+     * sent (an accusation when our projections contradict it). */
+    uint8_t to_sign[DL_AVG_CHUNK_HEADER + 32];
+    memcpy(to_sign, msg, DL_AVG_CHUNK_HEADER);
+    crypto_generichash(to_sign + DL_AVG_CHUNK_HEADER, 32, data, enc + extra, NULL, 0);
+    r->tp.ops->sign(r->tp.ctx, to_sign, sizeof to_sign, data + enc + extra);
+    *size = DL_AVG_CHUNK_HEADER + enc + extra + DL_AVG_CHUNK_SIG;
     return msg;
+}
+
+size_t dl_round_chunk_msg_size(const struct dl_round *r, uint64_t len) {
+    return DL_AVG_CHUNK_HEADER + dl_codec_size(r->g.codec, (size_t)len) + DL_AVG_CHUNK_SIG;
+}
+
+bool dl_round_chunk_signed(const struct dl_round *r, size_t j, const uint8_t *msg, size_t size, uint8_t hash[32]) {
+    if (size < DL_AVG_CHUNK_HEADER + DL_AVG_CHUNK_SIG) return false;
+    uint8_t to_sign[DL_AVG_CHUNK_HEADER + 32];
+    memcpy(to_sign, msg, DL_AVG_CHUNK_HEADER);
+    crypto_generichash(to_sign + DL_AVG_CHUNK_HEADER, 32, msg + DL_AVG_CHUNK_HEADER,
+                       size - DL_AVG_CHUNK_HEADER - DL_AVG_CHUNK_SIG, NULL, 0);
+    memcpy(hash, to_sign + DL_AVG_CHUNK_HEADER, 32);
+    const struct dl_group_member *m = &r->g.members[j];
+    return !dl_net_verify(m->peer_id, m->pk, to_sign, sizeof to_sign, msg + size - DL_AVG_CHUNK_SIG);
+}
+
+int dl_round_mask_count(const struct dl_round *r, const uint8_t *result) {
+    int count = 0;
+    for (size_t j = 0; j < DL_AVG_MAX_MEMBERS; j++)
+        if ((result[28 + j / 8] >> (j % 8)) & 1) {
+            if (j >= r->g.n) return -1;
+            count++;
+        }
+    return count;
 }
 
 static void sign_result(struct dl_round *r, uint8_t *msg, size_t data_size) {
@@ -179,17 +210,61 @@ static int store_result(struct dl_round *r, size_t gi, uint8_t *msg, size_t size
 /* CenteredClip over the decoded contributions (all of them at once: the
  * iterations revisit each), then into r->tmp. Marks whom it clipped. */
 static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t *who, const double *w, size_t count,
-                          size_t len) {
+                          size_t len, double *clip, double *iterate, double *moved) {
     const float *x[DL_AVG_MAX_MEMBERS];
     bool clipped[DL_AVG_MAX_MEMBERS] = {false};
     for (size_t i = 0; i < count; i++) x[i] = decoded + i * len;
-    if (dl_centered_clip(x, w, count, len, r->g.clip_tau, r->g.clip_iterations, r->acc, clipped)) return -1;
+    if (dl_centered_clip(x, w, count, len, r->g.clip_tau, r->g.clip_iterations, iterate, clipped)) return -1;
     for (size_t i = 0; i < count; i++) {
         r->reduced_from[who[i]] = true;
         if (clipped[i]) r->clipped[who[i]] = true;
     }
-    for (size_t e = 0; e < len; e++) r->tmp[e] = (float)r->acc[e];
+    /* The result is the weighted mean with the clip weights of an iterate
+     * v_c, c_j = min(1, tau / |x_j - v_c|): a step towards the same fixed
+     * point whose equation, sum_j w_j c_j (x_j - v) = 0, every member can
+     * check in projection (audit.h), given c_j within what |v_c - v| allows.
+     * Such steps (reweighted means) repeat until they move less than tau / 4:
+     * the distance committed (delta) is the last one's, within the members'
+     * bound of tau / 2. */
+    double tau = r->g.clip_tau;
+    *moved = INFINITY;
+    for (int step = 0; step < DL_AUDIT_REWEIGHT_STEPS && *moved > tau / 4; step++) {
+        if (step) memcpy(iterate, r->acc, sizeof(double) * len);
+        double total = 0;
+        for (size_t i = 0; i < count; i++) {
+            double d2 = 0;
+            for (size_t e = 0; e < len; e++) {
+                double diff = (double)x[i][e] - iterate[e];
+                d2 += diff * diff;
+            }
+            double d = sqrt(d2);
+            clip[i] = d > tau ? tau / d : 1.0;
+            total += w[i] * clip[i];
+        }
+        memset(r->acc, 0, sizeof(double) * len);
+        for (size_t i = 0; i < count; i++)
+            for (size_t e = 0; e < len; e++) r->acc[e] += w[i] * clip[i] * (double)x[i][e];
+        double moved2 = 0;
+        for (size_t e = 0; e < len; e++) {
+            r->acc[e] /= total;
+            double diff = r->acc[e] - iterate[e];
+            moved2 += diff * diff;
+        }
+        *moved = sqrt(moved2);
+        /* Long work on the round thread: it still moves. */
+        dl_round_progress(r);
+    }
     return 0;
+}
+
+/* |v - q|_2 for the result v (double) and its decoded bytes q. */
+static double distance_to(const double *v, const float *q, size_t len) {
+    double d2 = 0;
+    for (size_t e = 0; e < len; e++) {
+        double diff = v[e] - (double)q[e];
+        d2 += diff * diff;
+    }
+    return sqrt(d2);
 }
 
 int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generation, uint8_t **contrib, bool *bad) {
@@ -228,11 +303,19 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     bool equal = !(present_weight > 0);
     bool clip = r->g.aggregation == DL_AGG_CENTERED_CLIP;
     float *decoded = NULL;
+    double *iterate = NULL, moved = 0;
     size_t who[DL_AVG_MAX_MEMBERS];
     double weights[DL_AVG_MAX_MEMBERS];
+    double clip_weight[DL_AVG_MAX_MEMBERS];
+    uint8_t hash[DL_AVG_MAX_MEMBERS][32];
     if (clip) {
         decoded = dl_malloc(sizeof(float) * (size_t)len * (present ? present : 1));
-        if (!decoded) return -1;
+        iterate = dl_malloc(sizeof(double) * (size_t)len);
+        if (!decoded || !iterate) {
+            free(decoded);
+            free(iterate);
+            return -1;
+        }
     }
     double total = 0, samples = 0;
     size_t count = 0;
@@ -257,6 +340,11 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
             who[count] = j;
             weights[count] = 1.0;
         }
+        clip_weight[count] = 1.0;
+        /* The commitment to what we reduced: the hash the signature we
+         * checked on arrival covers (computed here for a re-reduction). */
+        if (generation == 0 && j != r->me && r->agg && r->agg[k].hash) memcpy(hash[count], r->agg[k].hash[j], 32);
+        else crypto_generichash(hash[count], 32, wire, enc, NULL, 0);
         total += w;
         samples += header_weight[j];
         count++;
@@ -264,17 +352,33 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     }
     if (!count || !(total > 0)) {
         free(decoded);
+        free(iterate);
         return -1;
     }
     if (clip) {
-        int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len);
+        int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len, clip_weight, iterate, &moved);
         free(decoded);
-        if (rc) return -1;
+        if (rc) {
+            free(iterate);
+            return -1;
+        }
     } else {
-        dl_codec_mean(r->acc, (size_t)len, total, r->tmp);
+        for (size_t e = 0; e < len; e++) r->acc[e] /= total;
     }
-    uint8_t *msg = dl_malloc(DL_AVG_RESULT_HEADER + enc);
-    if (!msg) return -1;
+#ifdef DEDLOC_TEST_HOOKS
+    if (r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE && generation == 0)
+        for (size_t e = 0; e < len; e++) r->acc[e] *= -1000.0;
+#endif
+    for (size_t e = 0; e < len; e++) r->tmp[e] = (float)r->acc[e];
+    size_t trailer = DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * count;
+    uint8_t *msg = dl_malloc(DL_AVG_RESULT_HEADER + enc + trailer);
+    float *q = dl_malloc(sizeof(float) * (size_t)len);
+    if (!msg || !q) {
+        free(msg);
+        free(q);
+        free(iterate);
+        return -1;
+    }
     memset(msg, 0, DL_AVG_RESULT_HEADER);
     memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
     dl_put_u16(msg + 16, (uint16_t)part);
@@ -283,12 +387,29 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     dl_put_u16(msg + 24, (uint16_t)r->me);
     memcpy(msg + 28, mask, 32);
     dl_put_f64(msg + 60, samples);
-    if (dl_codec_encode(r->g.codec, r->tmp, (size_t)len, msg + DL_AVG_RESULT_HEADER)) {
+    uint8_t *data = msg + DL_AVG_RESULT_HEADER;
+    if (dl_codec_encode(r->g.codec, r->tmp, (size_t)len, data) ||
+        dl_codec_decode(r->g.codec, data, enc, (size_t)len, q)) {
         free(msg);
+        free(q);
+        free(iterate);
         return -1;
     }
-    sign_result(r, msg, enc);
-    store_result(r, r->first_chunk[part] + k, msg, DL_AVG_RESULT_HEADER + enc);
+    /* What the members' checks need from us, committed before anyone can
+     * know the directions: how far rounding took the result (e2) and the
+     * centered-clip iterate (delta) from the bytes sent, and per contributor
+     * the chunk we reduced and its clip weight. */
+    uint8_t *commit = data + enc;
+    dl_put_f64(commit, distance_to(r->acc, q, (size_t)len));
+    dl_put_f64(commit + 8, moved);
+    for (size_t i = 0; i < count; i++) {
+        memcpy(commit + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i, hash[i], 32);
+        dl_put_f64(commit + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i + 32, clip_weight[i]);
+    }
+    free(q);
+    free(iterate);
+    sign_result(r, msg, enc + trailer);
+    store_result(r, r->first_chunk[part] + k, msg, DL_AVG_RESULT_HEADER + enc + trailer);
     r->reduce_s += dl_now() - t0;
     r->reduced_elems += len * count;
     return 0;
@@ -309,11 +430,15 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
     size_t enc = dl_codec_size(r->g.codec, (size_t)len);
-    if (size != DL_AVG_RESULT_HEADER + enc) return dl_fail("result of %zu bytes, expected %zu", size, DL_AVG_RESULT_HEADER + enc);
+    int count = dl_round_mask_count(r, msg);
+    if (count <= 0) return dl_fail("result whose mask names no member or one beyond the group");
+    size_t want = DL_AVG_RESULT_HEADER + enc + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * (size_t)count;
+    if (size != want) return dl_fail("result of %zu bytes, expected %zu", size, want);
     if (r->store[gi]) return 0;
     uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
     memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
-    crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER, enc, NULL, 0);
+    crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER, size - DL_AVG_RESULT_HEADER,
+                       NULL, 0);
     const struct dl_group_member *m = &r->g.members[reducer];
     if (dl_net_verify(m->peer_id, m->pk, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED))
         return dl_fail_context("result of part %zu chunk %zu", part, k);
@@ -393,9 +518,12 @@ int dl_round_setup(struct dl_round *r) {
         for (uint32_t k = 0; k < r->agg_chunks; k++) {
             r->agg[k].contrib = dl_calloc(n, sizeof(uint8_t *));
             r->agg[k].ack_token = dl_calloc(n, sizeof(uint64_t));
-            if (!r->agg[k].contrib || !r->agg[k].ack_token) return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+            r->agg[k].hash = dl_calloc(n, 32);
+            if (!r->agg[k].contrib || !r->agg[k].ack_token || !r->agg[k].hash)
+                return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
         }
     }
+    if (dl_audit_setup(r)) return dl_round_fail(r, DL_AVG_FAILED, "out of memory");
     return 0;
 }
 
@@ -407,7 +535,9 @@ void dl_round_free(struct dl_round *r) {
                 for (size_t j = 0; j < r->g.n; j++) free(r->agg[k].contrib[j]);
             free(r->agg[k].contrib);
             free(r->agg[k].ack_token);
+            free(r->agg[k].hash);
         }
+    dl_audit_free(r);
     free(r->agg);
     if (r->store)
         for (size_t i = 0; i < r->num_chunks; i++) free(r->store[i]);
@@ -458,7 +588,7 @@ int dl_round_answer_finished(const struct dl_round *r, int kind, const uint8_t *
     long gi = dl_round_ref_chunk(r, payload, size, &part, &k);
     *answer = NULL;
     *answer_size = 0;
-    if (kind == EV_RESULT) return DL_NET_OK;
+    if (kind == EV_RESULT || kind == EV_AUDIT) return DL_NET_OK;
     if ((kind == EV_FETCH || kind == EV_REREDUCE) && gi >= 0 && r->store[gi]) {
         *answer = r->store[gi];
         *answer_size = r->store_size[gi];
@@ -486,7 +616,7 @@ void dl_round_copy_out(const struct dl_round *r, float *vec) {
             size_t gi = r->first_chunk[p] + k;
             uint64_t off, len;
             dl_round_chunk_range(r, p, k, &off, &len);
-            dl_codec_decode(r->g.codec, r->store[gi] + DL_AVG_RESULT_HEADER,
-                            r->store_size[gi] - DL_AVG_RESULT_HEADER, len, vec + off);
+            dl_codec_decode(r->g.codec, r->store[gi] + DL_AVG_RESULT_HEADER, dl_codec_size(r->g.codec, (size_t)len),
+                            len, vec + off);
         }
 }

@@ -32,6 +32,22 @@
 #define DL_AVG_RESULT_SIGNED 68   /* ref header with gen/reducer + mask[32] + total weight f64 */
 #define DL_AVG_RESULT_HEADER (DL_AVG_RESULT_SIGNED + DL_NET_SIGNATURE)
 #define DL_AVG_JOIN_SIZE 72
+/* Accountable aggregation (audit_round.c, docs/protocol.md): a chunk ends
+ * with its sender's signature over its header and BLAKE2b-256 of its data; a
+ * result's data is followed by its commitments: e2 f64, delta f64, then per
+ * contributor (mask order) the BLAKE2b-256 of its chunk's data and its clip
+ * weight f64. */
+#define DL_AVG_CHUNK_SIG DL_NET_SIGNATURE
+#define DL_AVG_COMMIT_HEAD 16
+#define DL_AVG_COMMIT_ENTRY 40
+/* Centered clip: reweighted-mean steps after the iterations, at most. */
+#define DL_AUDIT_REWEIGHT_STEPS 200
+/* avg.audit messages: type byte at offset 18 (after round_id and part). */
+#define DL_AUDIT_PROJECTIONS 1
+#define DL_AUDIT_ATTESTATION 2
+#define DL_AUDIT_PROJ_HEAD 64     /* round_id part type pad sender u16 pad u16 seed[32] weight f64 */
+#define DL_AUDIT_ATTEST_HEAD 24   /* round_id part type pad count u16 accusations u16 pad u32 */
+#define DL_AUDIT_ACCUSE_HEAD 8    /* chunk u32 sender u16 pad u16, then the sender's signed chunk */
 /* Chunk requests in flight per (sender, aggregator) and result requests per
  * (aggregator, receiver); reduced chunks not yet sent to everyone. */
 #define DL_AVG_SEND_WINDOW 4
@@ -47,12 +63,16 @@ enum dl_misbehaviour {
     DL_MISBEHAVE_HUGE_VALUES, /* chunks of finite values near FLT_MAX (3e38), past the codec */
     DL_MISBEHAVE_DICTATE,     /* as a leader, writes other settings than the run's into the group record */
     DL_MISBEHAVE_STALL_LEADER, /* leading its first round, and every round after: takes joins, never answers */
+    /* test-hook builds only: an aggregator whose results are -1000 times the
+     * average; a sender whose published projections are not its chunks' */
+    DL_MISBEHAVE_RESULT_SCALE, DL_MISBEHAVE_PROJECTION_LIE,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
 struct dl_agg_chunk {
     uint8_t **contrib;            /* per member, encoded bytes (NULL: not yet) */
     uint64_t *ack_token;          /* per member, the delayed answer to its chunk request */
+    uint8_t (*hash)[32];          /* per member, BLAKE2b-256 of its chunk's data (checked signature) */
     bool reduced;
 };
 
@@ -113,6 +133,7 @@ struct dl_round {
     double start, group_time, deadline, stall_s, agg_timeout, last_loop;
     _Atomic double heartbeat;     /* last_loop, for the network thread's avg.alive */
     bool i_send, i_receive, i_aggregate;
+    bool audit_started, attest_sent, audit_done; /* accountable aggregation (below) */
     /* geometry: global chunk index of part p's first chunk; chunk count */
     size_t *first_chunk;
     size_t num_chunks;
@@ -147,6 +168,19 @@ struct dl_round {
     size_t group_record_size;
     float *tmp;                   /* one chunk, decoded */
     double *acc;                  /* one chunk, the weighted sum */
+    /* accountable aggregation (audit_round.c) */
+    uint8_t **kept;               /* aggregator: per (chunk k, member j) at k n + j, j's signed chunk */
+    double audit_start;
+    uint8_t audit_seed[32];
+    uint8_t **proj_in;            /* aggregator: per member, its signed projections of our part */
+    size_t *proj_in_size;
+    uint8_t **attest_in;          /* per part, its aggregator's signed attestation */
+    size_t *attest_in_size;
+    bool *attest_checked;
+    bool *accused;                /* members banned on this round's evidence */
+    uint32_t audit_chunks;        /* chunks whose equation we checked and found right */
+    enum dl_avg_status audit_status;
+    char audit_reason[256];       /* why the round is not applied, once every part is checked */
 };
 
 /* ---- round.c: the round's state -------------------------------------------------- */
@@ -207,6 +241,23 @@ void dl_round_chunk_info(const struct dl_round *r, size_t part, size_t k, struct
 /* Decodes every stored result into vec (n elements) after a round that
  * completed with DL_AVG_OK at a receiving member. */
 void dl_round_copy_out(const struct dl_round *r, float *vec);
+
+/* Size of a chunk message of `len` elements (header, data, signature). */
+size_t dl_round_chunk_msg_size(const struct dl_round *r, uint64_t len);
+/* Whether msg (chunk_msg_size bytes) carries member j's valid signature;
+ * writes BLAKE2b-256 of its data to hash. */
+bool dl_round_chunk_signed(const struct dl_round *r, size_t j, const uint8_t *msg, size_t size, uint8_t hash[32]);
+/* Contributors named in a result's mask (bits beyond the group: -1). */
+int dl_round_mask_count(const struct dl_round *r, const uint8_t *result);
+
+/* ---- audit_round.c: accountable aggregation ------------------------------------------ */
+
+int dl_audit_setup(struct dl_round *r);
+void dl_audit_free(struct dl_round *r);
+/* Once every result is in: projections out, attestations out and checked.
+ * true when the audit is over (r->status says how it ended). */
+bool dl_audit_pump(struct dl_round *r, double now);
+void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev);
 
 /* ---- recovery.c ------------------------------------------------------------------- */
 

@@ -271,6 +271,10 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
     if (r->clipped)
         for (size_t i = 0; i < r->g.n; i++)
             if (r->clipped[i]) res->clipped[i / 8] |= (uint8_t)(1u << (i % 8));
+    res->audit_chunks = r->audit_chunks;
+    if (r->accused)
+        for (size_t i = 0; i < r->g.n; i++)
+            if (r->accused[i]) res->accused[i / 8] |= (uint8_t)(1u << (i % 8));
     if (r->status != DL_AVG_OK || !r->i_receive) return;
     res->chunks = calloc(r->num_chunks ? r->num_chunks : 1, sizeof *res->chunks);
     if (!res->chunks) return;

@@ -386,7 +386,7 @@ static void verify(const struct scenario *sc) {
     CHECK_MSG(ref_out != NULL, "no result file from member %d", reference);
     /* Identical bits on every member that applied the round (a victim may
      * apply it too, but then with the same bits). */
-    int applied = 0;
+    int applied = 0, audited = 0;
     for (int i = 0; i < num_members; i++) {
         struct member *m = &members[i];
         if (!m->round || strcmp(status_of(m), "ok") || !strcmp(m->role, "aux")) continue;
@@ -401,8 +401,22 @@ static void verify(const struct scenario *sc) {
         CHECK_MSG(out && ref_out && !memcmp(out, ref_out, sc->vector_size * sizeof(float)),
                   "member %d: result bytes differ", i);
         free(out);
+        /* Accountable aggregation: every chunk of another aggregator's part
+         * that was not re-reduced was checked in projection, and found right. */
+        int me = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(m->round, "my_index")), due = 0;
+        for (int ci = 0; ci < cJSON_GetArraySize(chunks); ci++) {
+            const cJSON *c = cJSON_GetArrayItem(chunks, ci);
+            due += cJSON_GetNumberValue(cJSON_GetArrayItem(c, 2)) == 0 &&
+                   (int)cJSON_GetNumberValue(cJSON_GetArrayItem(c, 3)) != me;
+        }
+        int checked = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(m->round, "audit_chunks"));
+        CHECK_MSG(checked == due, "member %d checked %d chunks in projection, %d were due", i, checked, due);
+        const char *accused = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "accused"));
+        CHECK_MSG(accused && strspn(accused, "0") == strlen(accused), "member %d accused %s in a clean round", i,
+                  accused ? accused : "?");
+        audited += checked;
     }
-    printf("%d members applied identical bits\n", applied);
+    printf("%d members applied identical bits, %d chunks checked in projection\n", applied, audited);
     /* Group order -> our member index, inputs, weights. */
     int n = cJSON_GetArraySize(group);
     CHECK(n >= 1 && n <= MAX_MEMBERS);
@@ -489,7 +503,9 @@ static void verify(const struct scenario *sc) {
         }
         CHECK_MSG(chunk_weight == total, "chunk %d: its result header says weight %g, its contributors hold %g", ci,
                   chunk_weight, total);
-        if (!count || !ref_out) continue;
+        /* Centered clip is no weighted mean: its results were checked by
+         * the members themselves (audit_chunks above). */
+        if (!count || !ref_out || sc->aggregation) continue;
         bool equal = !(total > 0);
         if (equal) total = count;
         for (size_t e = off; e < off + len; e++) {
@@ -610,6 +626,40 @@ static void verify_refused(const struct scenario *sc) {
     CHECK_MSG(refused >= num_members - 1, "%d of %d members refused with \"%s\"", refused, num_members,
               sc->refusal);
     printf("%d members refused the leader's record\n", refused);
+}
+
+/* Accountable aggregation: the liar (member `victim`) is caught by every
+ * other member, which applies nothing and bans the liar and nobody else. */
+static void verify_caught(const struct scenario *sc) {
+    const struct member *liar = &members[sc->victim];
+    int caught_by = 0;
+    for (int i = 0; i < num_members; i++) {
+        const struct member *m = &members[i];
+        if (i == sc->victim) continue;
+        CHECK_MSG(m->round != NULL, "member %d did not report", i);
+        if (!m->round) continue;
+        const char *reason = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason"));
+        CHECK_MSG(strcmp(status_of(m), "ok"), "member %d applied the round", i);
+        CHECK_MSG(reason && strstr(reason, "accountable aggregation caught"), "member %d ended with %s: %s", i,
+                  status_of(m), reason ? reason : "");
+        const cJSON *group = cJSON_GetObjectItem(m->round, "members");
+        const char *accused = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "accused"));
+        for (int g = 0; g < cJSON_GetArraySize(group); g++) {
+            const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(group, g), "peer_id"));
+            unsigned byte = 0;
+            bool banned = accused && strlen(accused) >= 2 * (size_t)(g / 8) + 2 &&
+                          sscanf(accused + 2 * (g / 8), "%2x", &byte) == 1 && ((byte >> (g % 8)) & 1);
+            bool is_liar = id && !strcmp(id, liar->peer_id);
+            if (is_liar) {
+                CHECK_MSG(banned, "member %d did not ban the liar (member %d)", i, sc->victim);
+                caught_by += banned;
+            } else {
+                CHECK_MSG(!banned, "member %d banned %s, who did not lie", i, id ? id : "?");
+            }
+        }
+    }
+    printf("the liar (member %d, %s) was caught and banned by %d members, nobody else\n", sc->victim,
+           liar->misbehave, caught_by);
 }
 
 static void garbage_on_port(const char *listen) {
@@ -757,6 +807,7 @@ static int run(const struct scenario *sc) {
     }
     if (sc->attacks) verify_robust(sc);
     else if (sc->refusal) verify_refused(sc);
+    else if (sc->caught) verify_caught(sc);
     else verify(sc);
     kill_all();
     for (int i = 0; i < num_members; i++) cJSON_Delete(members[i].round);

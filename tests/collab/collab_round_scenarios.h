@@ -38,6 +38,8 @@ struct scenario {
     const char *tokens;         /* a run with an authority: each member's token role, t(rainer) m(onitor);
                                  * a monitor never leads the round (the test draws its key so) */
     const char *victim_reason;  /* what the victim's reason must contain, or NULL */
+    bool caught;                /* member `victim` lies (misbehave) and must be caught: every other
+                                 * member applies nothing and bans it alone, on signed evidence */
     bool needs_test_hooks;      /* registered only in test-hook builds (the attack modes) */
 };
 
@@ -118,6 +120,22 @@ static const struct scenario scenarios[] = {
      * member is clipped */
     {.name = "robust_clip_weight", .member_count = 8, .vector_size = 600011, .aggregation = "centered-clip",
      .attacks = "s-------", .tau = 30, .attacker_weight = 1e12, .needs_test_hooks = true},
+    /* accountable aggregation: an aggregator whose signed results are -1000
+     * times the average, a sender whose signed projections are not its
+     * signed chunks'; each caught by every other member, nobody else blamed */
+    {.name = "audit_result_scale", .member_count = 4, .vector_size = 1000003, .victim = 1,
+     .misbehave = "result-scale", .caught = true, .needs_test_hooks = true},
+    {.name = "audit_result_scale_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
+     .aggregation = "centered-clip", .victim = 3, .misbehave = "result-scale", .caught = true,
+     .needs_test_hooks = true},
+    {.name = "audit_projection_lie", .member_count = 4, .vector_size = 1000003, .victim = 2,
+     .misbehave = "projection-lie", .caught = true, .needs_test_hooks = true},
+    {.name = "audit_projection_lie_clip", .member_count = 5, .vector_size = 1000003, .compression = "uint8",
+     .aggregation = "centered-clip", .roles = "ttttc", .victim = 4, .misbehave = "projection-lie", .caught = true,
+     .needs_test_hooks = true},
+    /* a clean centered-clip round passes every check */
+    {.name = "audit_clean_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
+     .aggregation = "centered-clip", .roles = "ttatc"},
 };
 
 #endif

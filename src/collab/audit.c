@@ -1,0 +1,141 @@
+/* Accountable aggregation: the arithmetic of the checks (collab/audit.h). */
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "collab/audit.h"
+#include "collab/bytes.h"
+#include "dedloc/collab.h"
+
+void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, uint8_t *signs) {
+    /* ChaCha20 keyed by the seed, the chunk index as its nonce: one stream
+     * per chunk, the same bits on every member. */
+    uint8_t nonce[crypto_stream_chacha20_NONCEBYTES];
+    dl_put_u64(nonce, chunk);
+    crypto_stream_chacha20(signs, (len + 7) / 8, nonce, seed);
+}
+
+static inline bool sign_bit(const uint8_t *signs, size_t e) { return (signs[e / 8] >> (e % 8)) & 1; }
+
+void dl_audit_measure(const uint8_t *signs, const float *x, const float *q, size_t len, struct dl_audit_measure *out) {
+    double s = 0, a = 0, d2 = 0;
+    for (size_t e = 0; e < len; e++) {
+        double v = (double)x[e];
+        s += sign_bit(signs, e) ? -v : v;
+        a += fabs(v);
+        if (q) {
+            double diff = v - (double)q[e];
+            d2 += diff * diff;
+        }
+    }
+    out->s = s;
+    out->a = a;
+    out->d = sqrt(d2);
+}
+
+static bool close_to(double x, double y) { return fabs(x - y) <= 1e-12 * fmax(fabs(x), fabs(y)) + 1e-300; }
+
+bool dl_audit_measure_agrees(const struct dl_audit_measure *published, const struct dl_audit_measure *recomputed) {
+    return close_to(published->s, recomputed->s) && close_to(published->a, recomputed->a) &&
+           close_to(published->d, recomputed->d);
+}
+
+/* A sum of m double terms is off by at most (m - 1) u times the sum of their
+ * magnitudes (u = 2^-53, Higham's gamma bound, which holds while m u < 1);
+ * 2 m u leaves room for the products and divisions around it. */
+static double gamma_of(size_t m) { return 2.0 * (double)(m + 8) * 0x1p-53; }
+
+double dl_audit_tolerance(const struct dl_audit_claim *c, size_t count, const struct dl_audit_result *res) {
+    double total = 0, spread = 0;
+    for (size_t j = 0; j < count; j++) total += c[j].weight * c[j].clip;
+    /* Each s_j is off by gamma(len) a_j; the aggregator's weighted sum of
+     * the x_j (element by element) by gamma(count) sum_j w_j c_j |x_j|, whose
+     * projection is bounded by the same a_j; the members' weighted sum of
+     * the s_j by gamma(count) sum_j w_j c_j |s_j| <= ... a_j. */
+    for (size_t j = 0; j < count; j++) spread += c[j].weight * c[j].clip / total * c[j].m.a;
+    double g = gamma_of(res->len) + gamma_of(count);
+    return DL_AUDIT_SIGMAS * res->e2 + g * (2 * spread + res->l1);
+}
+
+double dl_audit_e2_bound(int codec, double q_l2, size_t len) {
+    /* Rounding to fp32: half an ulp, 2^-24 relative (plus fp32's smallest
+     * subnormal step); to fp16: 2^-11 relative plus half of fp16's smallest
+     * subnormal (2^-25), after the fp32 rounding; uint8: a value decodes
+     * within one bin width (12 sigma / 256 <= 12 |q|_2 / 256 / sqrt(len) per
+     * element) except outliers clamped into an end bin, for which twice that
+     * leaves room. Each bound doubled against the rounding of |q|_2 itself. */
+    double root = sqrt((double)len);
+    switch (codec) {
+    case DL_CODEC_NONE: return 2 * (0x1p-24 * q_l2 + 0x1p-149 * root);
+    case DL_CODEC_FP16: return 2 * ((0x1p-11 + 0x1p-24) * q_l2 + 0x1p-25 * root);
+    case DL_CODEC_UINT8: return 2 * 12.0 / 256.0 * q_l2;
+    default: return INFINITY;
+    }
+}
+
+enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t count, const struct dl_audit_result *res,
+                                     bool clip, double tau, char *why, size_t why_size) {
+    char dummy[8];
+    if (!why) why = dummy, why_size = sizeof dummy;
+    why[0] = 0;
+    if (!count) {
+        snprintf(why, why_size, "a result with no contributor");
+        return DL_AUDIT_WRONG;
+    }
+    if (!(res->e2 >= 0) || !(res->delta >= 0) || !isfinite(res->e2) || !isfinite(res->delta)) {
+        snprintf(why, why_size, "committed error bounds %g %g are not distances", res->e2, res->delta);
+        return DL_AUDIT_WRONG;
+    }
+    if (!clip && res->delta != 0) {
+        snprintf(why, why_size, "a mean with a centered-clip distance %g", res->delta);
+        return DL_AUDIT_WRONG;
+    }
+    /* The equation first: it needs no clip-weight bound, and with e2 held
+     * to what an honest result needs (a rigorous bound for none and fp16)
+     * an aggregator cannot buy tolerance by claiming a large rounding. */
+    double e2_bound = dl_audit_e2_bound(res->codec, res->l2, res->len);
+    bool rigorous = res->codec != DL_CODEC_UINT8;
+    double total = 0;
+    for (size_t j = 0; j < count; j++) {
+        if (!(c[j].clip >= 0 && c[j].clip <= 1) || (!clip && c[j].clip != 1)) {
+            snprintf(why, why_size, "contributor %zu has clip weight %g", j, c[j].clip);
+            return DL_AUDIT_WRONG;
+        }
+        total += c[j].weight * c[j].clip;
+    }
+    if (!(total > 0)) {
+        snprintf(why, why_size, "the contributors' weights sum to %g", total);
+        return DL_AUDIT_WRONG;
+    }
+    double want = 0;
+    for (size_t j = 0; j < count; j++) want += c[j].weight * c[j].clip * c[j].m.s;
+    want /= total;
+    struct dl_audit_result held = *res;
+    if (rigorous && held.e2 > e2_bound) held.e2 = e2_bound;
+    double tol = dl_audit_tolerance(c, count, &held);
+    if (!(fabs(res->s - want) <= tol)) {
+        snprintf(why, why_size, "its projection is %.9g where its contributors' give %.9g (tolerance %.3g)", res->s,
+                 want, tol);
+        return DL_AUDIT_WRONG;
+    }
+    if (res->e2 > e2_bound || (clip && res->delta > tau / 2)) {
+        snprintf(why, why_size, "its committed error bounds (%g, %g) exceed what an honest result needs (%g, %g)",
+                 res->e2, res->delta, e2_bound, clip ? tau / 2 : 0.0);
+        return DL_AUDIT_UNCHECKABLE;
+    }
+    for (size_t j = 0; clip && j < count; j++) {
+        /* |x_j - v_c| lies within delta + e2 of d_j = |x_j - q| (triangle
+         * inequality through v), so c_j = min(1, tau / |x_j - v_c|) lies
+         * between these two. */
+        const struct dl_audit_claim *cj = &c[j];
+        double far = cj->m.d + res->delta + held.e2, near = cj->m.d - res->delta - held.e2;
+        double lo = far > tau ? tau / far : 1.0, hi = near > tau ? tau / near : 1.0;
+        if (cj->clip < lo * (1 - 1e-9) || cj->clip > hi * (1 + 1e-9)) {
+            snprintf(why, why_size, "contributor %zu at distance %g (+- %g) has clip weight %g, not in [%g, %g]", j,
+                     cj->m.d, res->delta, cj->clip, lo, hi);
+            return DL_AUDIT_WRONG;
+        }
+    }
+    return DL_AUDIT_PASS;
+}

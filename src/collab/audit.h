@@ -1,0 +1,78 @@
+/* Accountable aggregation: the arithmetic of the checks (private to
+ * src/collab; the protocol is docs/protocol.md, "Accountable aggregation").
+ *
+ * After every result of a round is signed, each chunk gets a direction z of
+ * +-1 signs drawn from a seed nobody knew before (BLAKE2b of the round's
+ * signed results). Each sender publishes, per chunk it contributed to, three
+ * numbers about the chunk x it sent (as the aggregator decodes it): s = z.x,
+ * a = sum |x_e| (what bounds the rounding of s) and d = |x - q|_2, its
+ * distance to the decoded result q. The aggregator's result commits to e2 =
+ * |v - q|_2 (v the result before encoding, in double), to delta = |v_c - v|_2
+ * (v_c the centered-clip iterate its clip weights come from; 0 for the mean)
+ * and to the clip weight c_j of each contributor (1 for the mean). A result
+ * is right when
+ *     z.q = sum_j w_j c_j s_j / sum_j w_j c_j       (within tolerance)
+ * and, for centered clip, each c_j is what min(1, tau / |x_j - v_c|) allows
+ * for a distance within delta + e2 of d_j. */
+#ifndef DEDLOC_COLLAB_AUDIT_H
+#define DEDLOC_COLLAB_AUDIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a sender publishes about one chunk it sent. */
+struct dl_audit_measure {
+    double s, a, d;
+};
+
+/* One contributor of a chunk, as the checks see it: its weight and measures
+ * (from its signed projections) and its clip weight (from the signed result). */
+struct dl_audit_claim {
+    double weight, clip;
+    struct dl_audit_measure m;
+};
+
+/* A result's own numbers: its projection and L1 norm (computed by the
+ * checking member from the decoded result) and what it committed to. */
+struct dl_audit_result {
+    double s, l1, l2;             /* z.q, sum |q_e|, |q|_2 */
+    double e2, delta;             /* committed: |v - q|_2, |v_c - v|_2 */
+    size_t len;
+    int codec;                    /* enum dl_codec of the result */
+};
+
+enum dl_audit_verdict {
+    DL_AUDIT_PASS = 0,
+    DL_AUDIT_WRONG = 1,           /* the equation fails: evidence against the aggregator */
+    DL_AUDIT_UNCHECKABLE = 2,     /* its committed error bounds exceed what an honest one needs:
+                                   * not applied, but no evidence of a lie */
+};
+
+/* Hoeffding: for z of independent +-1 signs and a vector a fixed before z,
+ * P(|z.a| > k |a|_2) <= 2 exp(-k^2 / 2); k = 8 makes it 2.5e-14. */
+#define DL_AUDIT_SIGMAS 8.0
+
+/* The signs of chunk `chunk`'s direction, len bits (bit e set: z_e = -1),
+ * from the round's seed. */
+void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, uint8_t *signs);
+/* s, a and d of x (d against q; 0 when q is NULL), in double, index order. */
+void dl_audit_measure(const uint8_t *signs, const float *x, const float *q, size_t len, struct dl_audit_measure *out);
+/* Whether two measures of the same chunk agree: the sender's published one
+ * and the one recomputed from its signed chunk (the same arithmetic on the
+ * same floats, so equal up to a margin kept for other compilers). */
+bool dl_audit_measure_agrees(const struct dl_audit_measure *published, const struct dl_audit_measure *recomputed);
+/* The tolerance of the equation: 8 e2 (the result's rounding, in the
+ * direction) plus the double rounding of every sum on either side. */
+double dl_audit_tolerance(const struct dl_audit_claim *c, size_t count, const struct dl_audit_result *res);
+/* The most e2 an honest aggregator can need for a result of this L2 norm
+ * under `codec` (enum dl_codec); INFINITY when the codec gives no bound. */
+double dl_audit_e2_bound(int codec, double q_l2, size_t len);
+/* Checks one chunk. clip: centered clip with radius tau (else every c_j must
+ * be 1 and delta 0). An e2 beyond dl_audit_e2_bound, or a delta beyond
+ * tau / 2, would buy the aggregator slack an honest one never needs: the
+ * chunk is then uncheckable. why (may be NULL) says what failed. */
+enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t count, const struct dl_audit_result *res,
+                                     bool clip, double tau, char *why, size_t why_size);
+
+#endif

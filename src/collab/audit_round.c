@@ -1,0 +1,651 @@
+/* Accountable aggregation within a round (round.h; docs/protocol.md,
+ * "Accountable aggregation"). Once a member holds every result of the round:
+ *
+ *   1. The seed is BLAKE2b-256 of every result's signature, in chunk order:
+ *      fixed only once every aggregator has signed, so no aggregator could
+ *      aim its result at the directions drawn from it.
+ *   2. Each sender signs its projections of each part it contributed to (s,
+ *      a, d of each chunk, audit.h) and sends them to that part's
+ *      aggregator.
+ *   3. Each aggregator recomputes every sender's numbers from the signed
+ *      chunk it kept and signs an attestation: the senders' signed
+ *      projections, plus a chunk record (the sender's signed chunk) for any
+ *      sender whose projections contradict its chunk (an accusation) or who
+ *      sent none (the aggregator's numbers stand in, checkable from the
+ *      chunk). It sends the attestation to every member that receives.
+ *   4. Each member checks each other part's attestation against the signed
+ *      results it holds. Every verdict rests on signed messages only: a
+ *      chunk record that contradicts its sender's projections bans the
+ *      sender; one that does not, or a forged projection, or a result whose
+ *      equation fails in projection, bans the aggregator. A round with a
+ *      verdict, or one it could not check, is not applied.
+ */
+#include <math.h>
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collab/audit.h"
+#include "collab/balance.h"
+#include "collab/bytes.h"
+#include "collab/round.h"
+#include "collab/wirecodec.h"
+
+#define MEASURE_BYTES 24
+#define DL_AUDIT_MAX_STAND_IN (12u << 20)
+
+int dl_audit_setup(struct dl_round *r) {
+    size_t n = r->g.n;
+    r->proj_in = dl_calloc(n, sizeof *r->proj_in);
+    r->proj_in_size = dl_calloc(n, sizeof *r->proj_in_size);
+    r->attest_in = dl_calloc(n, sizeof *r->attest_in);
+    r->attest_in_size = dl_calloc(n, sizeof *r->attest_in_size);
+    r->attest_checked = dl_calloc(n, sizeof *r->attest_checked);
+    r->accused = dl_calloc(n, sizeof *r->accused);
+    if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
+    if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
+        !r->accused || (r->i_aggregate && !r->kept))
+        return -1;
+    return 0;
+}
+
+void dl_audit_free(struct dl_round *r) {
+    size_t n = r->g.n;
+    if (r->kept)
+        for (size_t i = 0; i < (size_t)r->agg_chunks * n; i++) free(r->kept[i]);
+    if (r->proj_in)
+        for (size_t j = 0; j < n; j++) free(r->proj_in[j]);
+    if (r->attest_in)
+        for (size_t j = 0; j < n; j++) free(r->attest_in[j]);
+    free(r->kept);
+    free(r->proj_in);
+    free(r->proj_in_size);
+    free(r->attest_in);
+    free(r->attest_in_size);
+    free(r->attest_checked);
+    free(r->accused);
+}
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static size_t proj_size(const struct dl_round *r, size_t part) {
+    return DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * dl_round_chunks_of(r, part) + DL_NET_SIGNATURE;
+}
+
+static bool in_mask(const uint8_t *result, size_t j) { return (result[28 + j / 8] >> (j % 8)) & 1; }
+
+/* The result of (part, k) if it is generation 0 from the part's aggregator
+ * (the only ones audited; see docs/protocol.md for re-reduced chunks). */
+static const uint8_t *audited_result(const struct dl_round *r, size_t part, size_t k) {
+    const uint8_t *res = r->store[r->first_chunk[part] + k];
+    return res && res[18] == 0 && dl_get_u16(res + 24) == part ? res : NULL;
+}
+
+/* Contributor i's (mask order) commitment: chunk hash, clip weight. */
+static const uint8_t *commitment_of(const struct dl_round *r, const uint8_t *res, size_t len, size_t j) {
+    size_t i = 0;
+    for (size_t m = 0; m < j; m++) i += in_mask(res, m);
+    return res + DL_AVG_RESULT_HEADER + dl_codec_size(r->g.codec, len) + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i;
+}
+
+static bool decode_result(const struct dl_round *r, const uint8_t *res, size_t len, float *q) {
+    return !dl_codec_decode(r->g.codec, res + DL_AVG_RESULT_HEADER, dl_codec_size(r->g.codec, len), len, q);
+}
+
+static bool decode_chunk(const struct dl_round *r, const uint8_t *chunk, size_t len, float *x) {
+    return !dl_codec_decode(r->g.codec, chunk + DL_AVG_CHUNK_HEADER, dl_codec_size(r->g.codec, len), len, x);
+}
+
+static void read_measure(const uint8_t *p, struct dl_audit_measure *m) {
+    m->s = dl_get_f64(p);
+    m->a = dl_get_f64(p + 8);
+    m->d = dl_get_f64(p + 16);
+}
+
+/* Scratch for one chunk: its contribution, the result, the signs. */
+struct scratch {
+    float *x, *q;
+    uint8_t *signs;
+};
+
+static bool scratch_new(struct scratch *s) {
+    s->x = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
+    s->q = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
+    s->signs = dl_malloc(DL_AVG_CHUNK_ELEMS / 8 + 1);
+    return s->x && s->q && s->signs;
+}
+
+static void scratch_free(struct scratch *s) {
+    free(s->x);
+    free(s->q);
+    free(s->signs);
+}
+
+/* Measures of a signed chunk against the result of (part, k), under seed. */
+static bool measure_chunk(const struct dl_round *r, struct scratch *sc, const uint8_t *seed, size_t part, size_t k,
+                          const uint8_t *chunk, const uint8_t *res, struct dl_audit_measure *m) {
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    if (!decode_chunk(r, chunk, len, sc->x) || !decode_result(r, res, len, sc->q)) return false;
+    dl_audit_direction(seed, r->first_chunk[part] + k, len, sc->signs);
+    dl_audit_measure(sc->signs, sc->x, sc->q, len, m);
+    return true;
+}
+
+/* A verdict backed by signed messages: member j is refused by us, and the
+ * round is not applied. */
+static void accuse(struct dl_round *r, size_t j, const char *why) {
+    if (r->accused[j]) return;
+    r->accused[j] = true;
+    char text[300];
+    snprintf(text, sizeof text, "accountable aggregation: %s", why);
+    DL_WARN("collab", "member %zu (%s) caught lying: %s", j, r->g.members[j].peer_id, why);
+    dl_round_ban(r, r->g.members[j].peer_id, text);
+    if (r->audit_status != DL_AVG_FAILED) {
+        r->audit_status = DL_AVG_FAILED;
+        snprintf(r->audit_reason, sizeof r->audit_reason, "accountable aggregation caught member %zu (%s): %s", j,
+                 r->g.members[j].peer_id, why);
+    }
+}
+
+/* Not checkable, with nobody to blame: not applied either. */
+static void unsure(struct dl_round *r, const char *why) {
+    DL_INFO("collab", "accountable aggregation: %s", why);
+    if (r->audit_status == DL_AVG_OK) {
+        r->audit_status = DL_AVG_UNSURE;
+        snprintf(r->audit_reason, sizeof r->audit_reason, "accountable aggregation could not check: %s", why);
+    }
+}
+
+/* ---- 1 and 2: the seed, our projections ----------------------------------------------- */
+
+static void compute_seed(struct dl_round *r) {
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, 32);
+    for (size_t gi = 0; gi < r->num_chunks; gi++)
+        crypto_generichash_update(&st, r->store[gi] + DL_AVG_RESULT_SIGNED, DL_NET_SIGNATURE);
+    crypto_generichash_final(&st, r->audit_seed, 32);
+}
+
+/* Our signed projections of part p; NULL when we are in none of its results. */
+static uint8_t *build_projections(struct dl_round *r, struct scratch *sc, size_t p, bool lie, size_t *size) {
+    size_t chunks = dl_round_chunks_of(r, p), total = proj_size(r, p);
+    bool any = false;
+    for (size_t k = 0; k < chunks; k++) {
+        const uint8_t *res = audited_result(r, p, k);
+        any |= res && in_mask(res, r->me);
+    }
+    if (!any) return NULL;
+    uint8_t *msg = dl_calloc(1, total);
+    if (!msg) return NULL;
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)p);
+    msg[18] = DL_AUDIT_PROJECTIONS;
+    dl_put_u16(msg + 20, (uint16_t)r->me);
+    memcpy(msg + 24, r->audit_seed, 32);
+    dl_put_f64(msg + 56, r->weight);
+    for (size_t k = 0; k < chunks; k++) {
+        const uint8_t *res = audited_result(r, p, k);
+        if (!res || !in_mask(res, r->me)) continue;
+        size_t chunk_size;
+        uint8_t *own = dl_round_encode_own(r, p, k, true, &chunk_size);
+        /* Projections and weight of the chunks as we sent them (the same
+         * weight in each): the aggregator compares them with what it got. */
+        if (own) dl_put_f64(msg + 56, dl_get_f64(own + DL_AVG_REF_HEADER));
+        struct dl_audit_measure m;
+        bool ok = own && measure_chunk(r, sc, r->audit_seed, p, k, own, res, &m);
+        free(own);
+        if (!ok) {
+            free(msg);
+            return NULL;
+        }
+#ifdef DEDLOC_TEST_HOOKS
+        if (lie) m.s += 1000.0 * (fabs(m.s) + 1.0);
+#else
+        (void)lie;
+#endif
+        uint8_t *e = msg + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k;
+        dl_put_f64(e, m.s);
+        dl_put_f64(e + 8, m.a);
+        dl_put_f64(e + 16, m.d);
+    }
+    r->tp.ops->sign(r->tp.ctx, msg, total - DL_NET_SIGNATURE, msg + total - DL_NET_SIGNATURE);
+    *size = total;
+    return msg;
+}
+
+static void send_projections(struct dl_round *r, struct scratch *sc, double now) {
+    for (size_t p = 0; p < r->g.n; p++) {
+        if (!r->g.members[p].part_elems || r->failed[p]) continue;
+        size_t size;
+        bool lie = p != r->me && r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE;
+        uint8_t *msg = build_projections(r, sc, p, lie, &size);
+        dl_round_progress(r);
+        if (!msg) continue;
+        if (p == r->me) {
+            r->proj_in[p] = msg;
+            r->proj_in_size[p] = size;
+            continue;
+        }
+        if (dl_round_request(r, r->g.members[p].peer_id, "avg.audit", msg, size, r->deadline - now, EV_AUDIT_ACK,
+                             (uint32_t)p, 0, (uint32_t)p))
+            DL_WARN("collab", "cannot send our projections to %s: %s", r->g.members[p].peer_id, dl_error());
+        free(msg);
+    }
+}
+
+/* ---- 3: the attestation of our part ----------------------------------------------------- */
+
+static bool expects_projections(const struct dl_round *r, size_t j) {
+    for (size_t k = 0; k < r->agg_chunks; k++) {
+        const uint8_t *res = audited_result(r, r->me, k);
+        if (res && in_mask(res, j)) return true;
+    }
+    return false;
+}
+
+/* Appends the record (k, j, j's signed chunk) to buf at *used. */
+static bool append_record(uint8_t **buf, size_t *used, size_t *cap, size_t k, size_t j, const uint8_t *chunk,
+                          size_t chunk_size) {
+    size_t need = *used + DL_AUDIT_ACCUSE_HEAD + chunk_size;
+    if (!*buf || need > *cap) {
+        size_t cap2 = need * 2;
+        uint8_t *b = realloc(*buf, cap2);
+        if (!b) return false;
+        *buf = b;
+        *cap = cap2;
+    }
+    uint8_t *p = *buf + *used;
+    memset(p, 0, DL_AUDIT_ACCUSE_HEAD);
+    dl_put_u32(p, (uint32_t)k);
+    dl_put_u16(p + 4, (uint16_t)j);
+    memcpy(p + DL_AUDIT_ACCUSE_HEAD, chunk, chunk_size);
+    *used = need;
+    return true;
+}
+
+static int send_attestation(struct dl_round *r, struct scratch *sc, double now) {
+    size_t n = r->g.n, psz = proj_size(r, r->me);
+    /* An aux aggregator holds no other results and so no seed: it takes the
+     * one the first projections carry, and holds the rest to it. */
+    const uint8_t *seed = r->i_receive ? r->audit_seed : NULL;
+    for (size_t j = 0; j < n && !seed; j++)
+        if (r->proj_in[j]) seed = r->proj_in[j] + 24;
+    size_t cap = DL_AUDIT_ATTEST_HEAD + n * psz + DL_NET_SIGNATURE, used = DL_AUDIT_ATTEST_HEAD;
+    uint8_t *msg = dl_calloc(1, cap);
+    uint8_t *records = NULL;
+    size_t rec_used = 0, rec_cap = 0, num_proj = 0, num_records = 0;
+    if (!msg) return -1;
+    for (size_t j = 0; j < n; j++) {
+        if (!expects_projections(r, j)) continue;
+        const uint8_t *proj = r->proj_in[j];
+        if (proj && seed && memcmp(proj + 24, seed, 32)) {
+            DL_WARN("collab", "projections from %s were drawn for other results: left out", r->g.members[j].peer_id);
+            proj = NULL;
+        }
+        if (proj) {
+            memcpy(msg + used, proj, psz);
+            used += psz;
+            num_proj++;
+        }
+        if (j == r->me) continue;
+        /* Its chunks stand in for missing projections; one that contradicts
+         * them is the evidence against it. */
+        for (size_t k = 0; k < r->agg_chunks; k++) {
+            const uint8_t *res = audited_result(r, r->me, k);
+            const uint8_t *chunk = r->kept[k * n + j];
+            if (!res || !in_mask(res, j) || !chunk) continue;
+            uint64_t off, len;
+            dl_round_chunk_range(r, r->me, k, &off, &len);
+            size_t chunk_size = dl_round_chunk_msg_size(r, len);
+            /* Stand-ins stay within a frame (16 MiB): beyond that the
+             * members cannot check this sender and apply nothing. */
+            bool record = !proj && rec_used + chunk_size <= DL_AUDIT_MAX_STAND_IN;
+            if (proj) {
+                struct dl_audit_measure mine, theirs;
+                read_measure(proj + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &theirs);
+                bool ok = measure_chunk(r, sc, seed, r->me, k, chunk, res, &mine);
+                dl_round_progress(r);
+                if (!ok || !dl_audit_measure_agrees(&theirs, &mine) ||
+                    dl_get_f64(chunk + DL_AVG_REF_HEADER) != dl_get_f64(proj + 56)) {
+                    record = true;
+                    accuse(r, j, "its signed projections contradict the chunk it signed");
+                }
+            }
+            if (record) {
+                if (!append_record(&records, &rec_used, &rec_cap, k, j, chunk, chunk_size)) {
+                    free(msg);
+                    free(records);
+                    return -1;
+                }
+                num_records++;
+                if (proj) break; /* one contradiction is enough */
+            }
+        }
+    }
+    uint8_t *full = realloc(msg, used + rec_used + DL_NET_SIGNATURE);
+    if (!full) {
+        free(msg);
+        free(records);
+        return -1;
+    }
+    msg = full;
+    if (rec_used) memcpy(msg + used, records, rec_used);
+    free(records);
+    used += rec_used;
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)r->me);
+    msg[18] = DL_AUDIT_ATTESTATION;
+    dl_put_u16(msg + 20, (uint16_t)num_proj);
+    dl_put_u16(msg + 22, (uint16_t)num_records);
+    r->tp.ops->sign(r->tp.ctx, msg, used, msg + used);
+    used += DL_NET_SIGNATURE;
+    /* To every receiver, even one we count as failed: it may hold our
+     * results all the same (relayed), and waits for this to apply them. */
+    for (size_t m = 0; m < n; m++) {
+        if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
+        if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, used, r->deadline - now, EV_AUDIT_ACK,
+                             (uint32_t)r->me, 0, (uint32_t)m))
+            DL_WARN("collab", "cannot send our attestation to %s: %s", r->g.members[m].peer_id, dl_error());
+    }
+    free(msg);
+    return 0;
+}
+
+/* ---- 4: checking another part's attestation --------------------------------------------- */
+
+static bool projections_signed(const struct dl_round *r, const uint8_t *proj, size_t psz, size_t j) {
+    const struct dl_group_member *m = &r->g.members[j];
+    return !dl_net_verify(m->peer_id, m->pk, proj, psz - DL_NET_SIGNATURE, proj + psz - DL_NET_SIGNATURE);
+}
+
+/* What the chunk record (k, j, chunk) of part p's attestation shows: its
+ * measures in *m; false when the record itself is bogus (then the
+ * aggregator who signed it is to blame). */
+static bool read_record(struct dl_round *r, struct scratch *sc, size_t p, size_t k, size_t j, const uint8_t *chunk,
+                        struct dl_audit_measure *m, char *why, size_t why_size) {
+    const uint8_t *res = audited_result(r, p, k);
+    uint64_t off, len;
+    dl_round_chunk_range(r, p, k, &off, &len);
+    uint8_t hash[32];
+    if (!res || j >= r->g.n || !in_mask(res, j)) {
+        snprintf(why, why_size, "its attestation holds a chunk record of chunk %zu for member %zu, not in its result",
+                 k, j);
+        return false;
+    }
+    if (memcmp(chunk, r->g.round_id, DL_GROUP_ROUND_ID) || dl_get_u16(chunk + 16) != p ||
+        dl_get_u32(chunk + 20) != k || !dl_round_chunk_signed(r, j, chunk, dl_round_chunk_msg_size(r, len), hash) ||
+        memcmp(hash, commitment_of(r, res, len, j), 32)) {
+        snprintf(why, why_size, "its attestation holds a chunk of member %zu that member did not sign or that is "
+                 "not the one its result committed to", j);
+        return false;
+    }
+    if (!measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, m)) {
+        /* Signed by j, and it does not decode: j's own doing, but the
+         * aggregator took it into its result. */
+        snprintf(why, why_size, "its result holds a chunk of member %zu that does not decode", j);
+        return false;
+    }
+    return true;
+}
+
+static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) {
+    const uint8_t *msg = r->attest_in[p];
+    size_t size = r->attest_in_size[p], n = r->g.n, psz = proj_size(r, p);
+    const struct dl_group_member *agg = &r->g.members[p];
+    char why[300];
+    r->attest_checked[p] = true;
+    if (size < DL_AUDIT_ATTEST_HEAD + DL_NET_SIGNATURE ||
+        dl_net_verify(agg->peer_id, agg->pk, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE)) {
+        /* Unsigned: nothing it says counts, and nothing proves who sent it. */
+        snprintf(why, sizeof why, "the attestation of part %zu is not signed by its aggregator", p);
+        unsure(r, why);
+        return;
+    }
+    size_t count = dl_get_u16(msg + 20), records = dl_get_u16(msg + 22), at = DL_AUDIT_ATTEST_HEAD;
+    const uint8_t *proj[DL_AVG_MAX_MEMBERS] = {NULL};
+    for (size_t i = 0; i < count; i++) {
+        const uint8_t *pr = msg + at;
+        size_t j = at + psz <= size - DL_NET_SIGNATURE ? dl_get_u16(pr + 20) : n;
+        if (j >= n || proj[j] || memcmp(pr, r->g.round_id, DL_GROUP_ROUND_ID) || dl_get_u16(pr + 16) != p ||
+            pr[18] != DL_AUDIT_PROJECTIONS || !projections_signed(r, pr, psz, j)) {
+            accuse(r, p, "it signed an attestation holding projections their sender did not sign");
+            return;
+        }
+        if (memcmp(pr + 24, r->audit_seed, 32)) {
+            snprintf(why, sizeof why, "the projections of part %zu were drawn for other results than ours", p);
+            unsure(r, why);
+            return;
+        }
+        proj[j] = pr;
+        at += psz;
+    }
+    /* Chunk records: an accusation where the sender's projections are
+     * there, a stand-in where they are not. */
+    struct dl_audit_measure *stand_in = dl_calloc(dl_round_chunks_of(r, p) * n, sizeof *stand_in);
+    bool *has_stand_in = dl_calloc(dl_round_chunks_of(r, p) * n, sizeof *has_stand_in);
+    double weight_of[DL_AVG_MAX_MEMBERS] = {0};
+    bool caught = false;
+    if (!stand_in || !has_stand_in) {
+        free(stand_in);
+        free(has_stand_in);
+        unsure(r, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < records && !caught; i++) {
+        if (at + DL_AUDIT_ACCUSE_HEAD > size - DL_NET_SIGNATURE) break;
+        size_t k = dl_get_u32(msg + at), j = dl_get_u16(msg + at + 4);
+        if (k >= dl_round_chunks_of(r, p) || j >= n) break;
+        uint64_t off, len;
+        dl_round_chunk_range(r, p, k, &off, &len);
+        size_t chunk_size = dl_round_chunk_msg_size(r, len);
+        if (at + DL_AUDIT_ACCUSE_HEAD + chunk_size > size - DL_NET_SIGNATURE) break;
+        const uint8_t *chunk = msg + at + DL_AUDIT_ACCUSE_HEAD;
+        at += DL_AUDIT_ACCUSE_HEAD + chunk_size;
+        struct dl_audit_measure m;
+        if (!read_record(r, sc, p, k, j, chunk, &m, why, sizeof why)) {
+            accuse(r, p, why);
+            caught = true;
+            break;
+        }
+        double weight = dl_get_f64(chunk + DL_AVG_REF_HEADER);
+        if (!proj[j]) {
+            stand_in[k * n + j] = m;
+            has_stand_in[k * n + j] = true;
+            weight_of[j] = weight;
+            continue;
+        }
+        struct dl_audit_measure theirs;
+        read_measure(proj[j] + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &theirs);
+        if (!dl_audit_measure_agrees(&theirs, &m) || weight != dl_get_f64(proj[j] + 56)) {
+            snprintf(why, sizeof why, "its signed projections of part %zu chunk %zu contradict the chunk it signed",
+                     p, k);
+            accuse(r, j, why);
+        } else {
+            snprintf(why, sizeof why, "it accused member %zu of a contradiction its own evidence does not show", j);
+            accuse(r, p, why);
+        }
+        caught = true;
+    }
+    if (!caught && at != size - DL_NET_SIGNATURE) {
+        accuse(r, p, "it signed a malformed attestation");
+        caught = true;
+    }
+    for (size_t k = 0; k < dl_round_chunks_of(r, p) && !caught; k++) {
+        const uint8_t *res = audited_result(r, p, k);
+        if (!res) continue;
+        uint64_t off, len;
+        dl_round_chunk_range(r, p, k, &off, &len);
+        struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
+        size_t count_k = 0;
+        bool complete = true;
+        for (size_t j = 0; j < n && complete; j++) {
+            if (!in_mask(res, j)) continue;
+            struct dl_audit_claim *c = &claims[count_k++];
+            c->clip = dl_get_f64(commitment_of(r, res, len, j) + 32);
+            if (proj[j]) {
+                c->weight = dl_get_f64(proj[j] + 56);
+                read_measure(proj[j] + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &c->m);
+            } else if (has_stand_in[k * n + j]) {
+                c->weight = weight_of[j];
+                c->m = stand_in[k * n + j];
+            } else {
+                complete = false;
+            }
+        }
+        if (!complete) {
+            snprintf(why, sizeof why, "part %zu chunk %zu: a contributor's projections are missing", p, k);
+            unsure(r, why);
+            break;
+        }
+        /* The weights the aggregator had to use (round.c): centered clip
+         * counts every contribution once; the mean caps each claimed weight
+         * at a multiple of the chunk's median, or counts all alike when
+         * none is positive. */
+        double w[DL_AVG_MAX_MEMBERS], w_total = 0;
+        for (size_t j = 0; j < count_k; j++) w[j] = claims[j].weight > 0 ? claims[j].weight : 0;
+        dl_balance_cap_weights(count_k, w);
+        for (size_t j = 0; j < count_k; j++) w_total += w[j];
+        bool equal = r->g.aggregation == DL_AGG_CENTERED_CLIP || !(w_total > 0);
+        for (size_t j = 0; j < count_k; j++) claims[j].weight = equal ? 1.0 : w[j];
+        struct dl_audit_result rs = {.len = (size_t)len, .codec = r->g.codec};
+        const uint8_t *commit = res + DL_AVG_RESULT_HEADER + dl_codec_size(r->g.codec, (size_t)len);
+        rs.e2 = dl_get_f64(commit);
+        rs.delta = dl_get_f64(commit + 8);
+        struct dl_audit_measure qm;
+        decode_result(r, res, (size_t)len, sc->q);
+        dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->signs);
+        dl_audit_measure(sc->signs, sc->q, NULL, (size_t)len, &qm);
+        double l2 = 0;
+        for (size_t e = 0; e < len; e++) l2 += (double)sc->q[e] * (double)sc->q[e];
+        rs.s = qm.s;
+        rs.l1 = qm.a;
+        rs.l2 = sqrt(l2);
+        enum dl_audit_verdict v = dl_audit_check(claims, count_k, &rs, r->g.aggregation == DL_AGG_CENTERED_CLIP,
+                                                 r->g.clip_tau, why, sizeof why);
+        char text[400];
+        snprintf(text, sizeof text, "its result of part %zu chunk %zu is wrong: %s", p, k, why);
+        if (v == DL_AUDIT_WRONG) {
+            accuse(r, p, text);
+            break;
+        }
+        if (v == DL_AUDIT_UNCHECKABLE) {
+            unsure(r, text);
+            break;
+        }
+        r->audit_chunks++;
+        dl_round_progress(r);
+    }
+    free(stand_in);
+    free(has_stand_in);
+}
+
+/* ---- the pump and the events ------------------------------------------------------------ */
+
+bool dl_audit_pump(struct dl_round *r, double now) {
+    if (r->audit_done) return true;
+    struct scratch sc;
+    if (!scratch_new(&sc)) {
+        scratch_free(&sc);
+        dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+        return true;
+    }
+    if (!r->audit_started) {
+        r->audit_started = true;
+        r->audit_start = now;
+        if (r->i_receive) compute_seed(r);
+        if (r->i_send) send_projections(r, &sc, now);
+    }
+    bool waiting = false;
+    if (r->i_aggregate && !r->attest_sent) {
+        bool all = true;
+        for (size_t j = 0; j < r->g.n && all; j++)
+            if (!r->proj_in[j] && !r->failed[j] && expects_projections(r, j)) all = false;
+        /* A sender that sends none within stall_s: its chunks stand in. */
+        if (all || now - r->audit_start > r->stall_s) {
+            r->attest_sent = true;
+            if (send_attestation(r, &sc, now)) dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+        } else {
+            waiting = true;
+        }
+    }
+    if (r->i_receive)
+        for (size_t p = 0; p < r->g.n; p++) {
+            if (p == r->me || r->attest_checked[p] || !r->g.members[p].part_elems) continue;
+            bool any = false;
+            for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) any |= audited_result(r, p, k) != NULL;
+            if (!any) {
+                r->attest_checked[p] = true; /* every chunk of it was re-reduced */
+                continue;
+            }
+            if (r->attest_in[p]) {
+                check_attestation(r, &sc, p);
+            } else if (r->accused[p] || dl_bans_is_banned(r->bans, r->g.members[p].peer_id)) {
+                /* Caught already (its messages are refused from now on):
+                 * the round will not be applied, nothing more to learn. */
+                unsure(r, "an aggregator was banned before its attestation came");
+                r->attest_checked[p] = true;
+            } else if (r->failed[p]) {
+                /* It failed mid-round (recovery took over its part): what
+                 * it delivered before is applied unchecked, as before this
+                 * audit existed, so that a dead aggregator costs no round
+                 * (docs/protocol.md, what the audit does not cover). */
+                DL_INFO("collab", "accountable aggregation: part %zu's aggregator failed; its delivered results "
+                        "go unchecked", p);
+                r->attest_checked[p] = true;
+            } else {
+                /* Until the round's deadline: its aggregator may still be
+                 * recovering another part before it can attest. */
+                waiting = true;
+            }
+        }
+    scratch_free(&sc);
+    if (waiting || r->status != DL_AVG_OK) return r->status != DL_AVG_OK;
+    r->audit_done = true;
+    if (r->audit_status != DL_AVG_OK) dl_round_fail(r, r->audit_status, "%s", r->audit_reason);
+    return true;
+}
+
+void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
+    if (ev->kind == EV_AUDIT_ACK) {
+        if (ev->status != DL_NET_OK)
+            DL_INFO("collab", "%s did not take our audit message (%s)", ev->peer_id, dl_net_status_name(ev->status));
+        return;
+    }
+    r->bytes_received += ev->size;
+    long j = dl_group_find(&r->g, ev->peer_id);
+    if (j < 0 || ev->size < DL_AUDIT_ATTEST_HEAD || memcmp(ev->data, r->g.round_id, DL_GROUP_ROUND_ID)) {
+        dl_round_respond_text(r, ev->token, "refused: not an audit message of this round");
+        return;
+    }
+    size_t part = dl_get_u16(ev->data + 16);
+    int type = ev->data[18];
+    if (type == DL_AUDIT_PROJECTIONS) {
+        /* Kept only when it is whole and signed: an attestation must hold
+         * nothing its sender could disown. */
+        if (!r->i_aggregate || part != r->me || ev->size != proj_size(r, part) ||
+            dl_get_u16(ev->data + 20) != (size_t)j || !projections_signed(r, ev->data, ev->size, (size_t)j)) {
+            dl_round_respond_text(r, ev->token, "refused: projections not for our part or not signed");
+            return;
+        }
+        if (!r->proj_in[j] && !r->attest_sent) {
+            r->proj_in[j] = ev->data;
+            r->proj_in_size[j] = ev->size;
+            ev->data = NULL;
+        }
+    } else if (type == DL_AUDIT_ATTESTATION) {
+        if (part != (size_t)j || !r->g.members[part].part_elems) {
+            dl_round_respond_text(r, ev->token, "refused: an attestation of a part that is not its own");
+            return;
+        }
+        if (!r->attest_in[part] && r->i_receive) {
+            r->attest_in[part] = ev->data;
+            r->attest_in_size[part] = ev->size;
+            ev->data = NULL;
+        }
+    } else {
+        dl_round_respond_text(r, ev->token, "refused: unknown audit message");
+        return;
+    }
+    dl_round_respond(r, ev->token, DL_NET_OK, NULL, 0);
+}

@@ -1,0 +1,224 @@
+/* The arithmetic of accountable aggregation (src/collab/audit.c): the
+ * directions, the measures senders publish, the tolerance of the mean's
+ * equation at its edge, a codec's rounding inside the tolerance, senders
+ * that cancel each other, and CenteredClip's equation with its published
+ * clip weights (an aggregator that lies about them, consistently or not, is
+ * caught; one that claims too much slack is uncheckable, never passed). */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collab/audit.h"
+#include "collab/centered_clip.h"
+#include "collab/wirecodec.h"
+#include "dedloc/collab.h"
+#include "dedloc/util.h"
+#include "dl_test.h"
+
+#define LEN 1001 /* odd, not a multiple of 8: the last byte of signs is partial */
+#define K 5
+
+static uint64_t rng = 777;
+static double uniform(void) { /* [-1, 1) */
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static const uint8_t seed[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+/* Claims and result numbers for the result q of contributions x with
+ * weights w and clip weights c, the result's own v (double) and iterate. */
+static void describe(float x[][LEN], const double *w, const double *c, size_t k, const double *v, const double *iterate,
+                     const float *q, int codec, struct dl_audit_claim *claims, struct dl_audit_result *res) {
+    uint8_t signs[LEN / 8 + 1];
+    dl_audit_direction(seed, 42, LEN, signs);
+    for (size_t j = 0; j < k; j++) {
+        claims[j].weight = w[j];
+        claims[j].clip = c[j];
+        dl_audit_measure(signs, x[j], q, LEN, &claims[j].m);
+    }
+    struct dl_audit_measure qm;
+    dl_audit_measure(signs, q, NULL, LEN, &qm);
+    double e2 = 0, dc = 0, l2 = 0;
+    for (size_t e = 0; e < LEN; e++) {
+        e2 += (v[e] - q[e]) * (v[e] - q[e]);
+        if (iterate) dc += (iterate[e] - v[e]) * (iterate[e] - v[e]);
+        l2 += (double)q[e] * q[e];
+    }
+    *res = (struct dl_audit_result){.s = qm.s, .l1 = qm.a, .l2 = sqrt(l2), .e2 = sqrt(e2), .delta = sqrt(dc),
+                                    .len = LEN, .codec = codec};
+}
+
+static void weighted_mean(float x[][LEN], const double *w, const double *c, size_t k, double *v) {
+    double total = 0;
+    for (size_t j = 0; j < k; j++) total += w[j] * c[j];
+    for (size_t e = 0; e < LEN; e++) {
+        double acc = 0;
+        for (size_t j = 0; j < k; j++) acc += w[j] * c[j] * (double)x[j][e];
+        v[e] = acc / total;
+    }
+}
+
+static void round_to(int codec, const double *v, float *q) {
+    float f[LEN];
+    uint8_t wire[4 * LEN + 2048];
+    for (size_t e = 0; e < LEN; e++) f[e] = (float)v[e];
+    dl_codec_encode(codec, f, LEN, wire);
+    dl_codec_decode(codec, wire, dl_codec_size(codec, LEN), LEN, q);
+}
+
+int main(void) {
+    static float x[K][LEN];
+    static double v[LEN], iterate[LEN];
+    static float q[LEN];
+    double w[K] = {1, 2, 3, 1, 5}, ones[K] = {1, 1, 1, 1, 1};
+    struct dl_audit_claim claims[K];
+    struct dl_audit_result res;
+    char why[300];
+
+    /* 1. Directions: the same for the same seed and chunk, another for
+     * another chunk, about half the signs negative. */
+    uint8_t a[LEN / 8 + 1], b[LEN / 8 + 1], c2[LEN / 8 + 1];
+    dl_audit_direction(seed, 7, LEN, a);
+    dl_audit_direction(seed, 7, LEN, b);
+    dl_audit_direction(seed, 8, LEN, c2);
+    CHECK(!memcmp(a, b, sizeof a));
+    CHECK(memcmp(a, c2, sizeof a));
+    int neg = 0;
+    for (size_t e = 0; e < LEN; e++) neg += (a[e / 8] >> (e % 8)) & 1;
+    CHECK_MSG(neg > LEN / 2 - 100 && neg < LEN / 2 + 100, "%d of %d signs negative", neg, LEN);
+
+    /* 2. The mean, fp32 on the wire: passes; the tolerance's edge is sharp. */
+    for (size_t j = 0; j < K; j++)
+        for (size_t e = 0; e < LEN; e++) x[j][e] = (float)uniform();
+    weighted_mean(x, w, ones, K, v);
+    round_to(DL_CODEC_NONE, v, q);
+    describe(x, w, ones, K, v, NULL, q, DL_CODEC_NONE, claims, &res);
+    CHECK(dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS);
+    double tol = dl_audit_tolerance(claims, K, &res);
+    CHECK_MSG(tol > 0 && tol < 1e-5, "tolerance %g", tol);
+    double want = 0, total = 0;
+    for (size_t j = 0; j < K; j++) want += w[j] * claims[j].m.s, total += w[j];
+    want /= total;
+    struct dl_audit_result edge = res;
+    edge.s = want + 0.99 * tol;
+    CHECK(dl_audit_check(claims, K, &edge, false, 1, NULL, 0) == DL_AUDIT_PASS);
+    edge.s = want - 1.01 * tol;
+    CHECK(dl_audit_check(claims, K, &edge, false, 1, why, sizeof why) == DL_AUDIT_WRONG);
+    /* One element off by 1e-3 (far below what any attack moves) is caught. */
+    q[17] += 1e-3f;
+    describe(x, w, ones, K, v, NULL, q, DL_CODEC_NONE, claims, &res);
+    CHECK(dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_WRONG);
+    /* ...but not when the aggregator also claims that much rounding: a
+     * claim beyond what fp32 needs is held to the bound, and caught. */
+    res.e2 = 1;
+    CHECK(dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_WRONG);
+    /* A sender who lies about a chunk's projection moves the equation too. */
+    q[17] -= 1e-3f;
+    describe(x, w, ones, K, v, NULL, q, DL_CODEC_NONE, claims, &res);
+    claims[2].m.s += 1e-3;
+    CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_WRONG);
+    /* The aggregator's recomputation tells the lie from the truth. */
+    struct dl_audit_measure truth = claims[2].m;
+    truth.s -= 1e-3;
+    CHECK(!dl_audit_measure_agrees(&claims[2].m, &truth));
+    CHECK(dl_audit_measure_agrees(&truth, &truth));
+    /* Clip weights other than 1 under the mean are refused. */
+    describe(x, w, ones, K, v, NULL, q, DL_CODEC_NONE, claims, &res);
+    claims[0].clip = 0.5;
+    CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_WRONG);
+
+    /* 3. fp16 and uint8 rounding stay within the tolerance, over many
+     * draws; the committed e2 stays within its bound. */
+    int passed16 = 0, passed8 = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        double scale = pow(10, (trial % 9) - 4);
+        for (size_t j = 0; j < K; j++)
+            for (size_t e = 0; e < LEN; e++) x[j][e] = (float)(scale * uniform());
+        weighted_mean(x, w, ones, K, v);
+        round_to(DL_CODEC_FP16, v, q);
+        describe(x, w, ones, K, v, NULL, q, DL_CODEC_FP16, claims, &res);
+        passed16 += dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS;
+        CHECK(res.e2 <= dl_audit_e2_bound(DL_CODEC_FP16, res.l2, LEN));
+        round_to(DL_CODEC_UINT8, v, q);
+        describe(x, w, ones, K, v, NULL, q, DL_CODEC_UINT8, claims, &res);
+        passed8 += dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS;
+    }
+    CHECK_MSG(passed16 == 200, "fp16: %d of 200 honest results passed", passed16);
+    CHECK_MSG(passed8 == 200, "uint8: %d of 200 honest results passed", passed8);
+    /* uint8 gives no rigorous bound: a claim beyond it is uncheckable. */
+    res.e2 = 10 * dl_audit_e2_bound(DL_CODEC_UINT8, res.l2, LEN);
+    CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_UNCHECKABLE);
+
+    /* 4. Senders that cancel (+1000 g and -1000 g): the result is small, the
+     * rounding of their projections is not; the tolerance covers it. */
+    for (size_t e = 0; e < LEN; e++) {
+        double g = uniform();
+        x[0][e] = (float)(1000 * g + 1e-3 * uniform());
+        x[1][e] = (float)(-1000 * g + 1e-3 * uniform());
+    }
+    double w2[2] = {1, 1}, c2w[2] = {1, 1};
+    weighted_mean(x, w2, c2w, 2, v);
+    round_to(DL_CODEC_NONE, v, q);
+    describe(x, w2, c2w, 2, v, NULL, q, DL_CODEC_NONE, claims, &res);
+    CHECK(dl_audit_check(claims, 2, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS);
+
+    /* 5. CenteredClip: four honest contributions and one x1000 outlier. The
+     * result is the reweighted mean at the iterate, clip weights from there. */
+    for (size_t j = 0; j < K; j++)
+        for (size_t e = 0; e < LEN; e++) x[j][e] = (float)(0.05 * uniform() + (j == 4 ? -1000 * 0.3 : 0.3));
+    const float *xs[K] = {x[0], x[1], x[2], x[3], x[4]};
+    double tau = 1, clip[K];
+    CHECK_OK(dl_centered_clip(xs, w, K, LEN, tau, 20, iterate, NULL));
+    for (size_t j = 0; j < K; j++) {
+        double d2 = 0;
+        for (size_t e = 0; e < LEN; e++) d2 += (x[j][e] - iterate[e]) * (x[j][e] - iterate[e]);
+        clip[j] = sqrt(d2) > tau ? tau / sqrt(d2) : 1;
+    }
+    CHECK(clip[4] < 1e-3);
+    weighted_mean(x, w, clip, K, v);
+    round_to(DL_CODEC_FP16, v, q);
+    describe(x, w, clip, K, v, iterate, q, DL_CODEC_FP16, claims, &res);
+    CHECK_MSG(dl_audit_check(claims, K, &res, true, tau, why, sizeof why) == DL_AUDIT_PASS, "%s", why);
+    /* (a) it publishes the outlier unclipped but reduced as it should: the
+     * equation fails. */
+    claims[4].clip = 1;
+    CHECK(dl_audit_check(claims, K, &res, true, tau, NULL, 0) == DL_AUDIT_WRONG);
+    /* (b) it reduces with the outlier unclipped and says so: the equation
+     * holds, the clip weight contradicts the outlier's distance. */
+    double lied[K];
+    memcpy(lied, clip, sizeof lied);
+    lied[4] = 1;
+    weighted_mean(x, w, lied, K, v);
+    round_to(DL_CODEC_FP16, v, q);
+    describe(x, w, lied, K, v, iterate, q, DL_CODEC_FP16, claims, &res);
+    res.delta = 0.1;
+    CHECK_MSG(dl_audit_check(claims, K, &res, true, tau, why, sizeof why) == DL_AUDIT_WRONG, "%s", why);
+    CHECK(strstr(why, "clip weight") != NULL);
+    /* (c) ...and claims a distance to its iterate so large that any clip
+     * weight would do: uncheckable, not passed. */
+    res.delta = 1000;
+    CHECK(dl_audit_check(claims, K, &res, true, tau, NULL, 0) == DL_AUDIT_UNCHECKABLE);
+    /* (d) the edge of the clip-weight interval: c = tau / (d + delta). */
+    weighted_mean(x, w, clip, K, v);
+    round_to(DL_CODEC_FP16, v, q);
+    describe(x, w, clip, K, v, iterate, q, DL_CODEC_FP16, claims, &res);
+    double d4 = claims[4].m.d, lo = tau / (d4 + res.delta);
+    claims[4].clip = lo * (1 + 1e-12);
+    /* (the equation moves by a negligible amount with it) */
+    CHECK_MSG(dl_audit_check(claims, K, &res, true, tau, why, sizeof why) == DL_AUDIT_PASS, "%s", why);
+    claims[4].clip = lo * 0.99;
+    describe(x, w, clip, K, v, iterate, q, DL_CODEC_FP16, claims, &res);
+    claims[4].clip = tau / (d4 + res.delta) * 0.99;
+    CHECK(dl_audit_check(claims, K, &res, true, tau, why, sizeof why) == DL_AUDIT_WRONG);
+    /* Nonsense commitments are refused outright. */
+    describe(x, w, clip, K, v, iterate, q, DL_CODEC_FP16, claims, &res);
+    res.e2 = NAN;
+    CHECK(dl_audit_check(claims, K, &res, true, tau, NULL, 0) == DL_AUDIT_WRONG);
+    CHECK(dl_audit_check(claims, 0, &res, true, tau, NULL, 0) == DL_AUDIT_WRONG);
+
+    printf("%d passed, %d failed\n", dl_test_passed, dl_test_failed);
+    return dl_test_failed ? 1 : 0;
+}
