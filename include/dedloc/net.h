@@ -224,6 +224,17 @@ int dl_net_respond(dl_net *net, uint64_t token, int status, const void *payload,
 int dl_net_respond_ex(dl_net *net, uint64_t token, int status, const void *payload, size_t size,
                       unsigned flags);
 
+/* A payload answered many times (the run files) is compressed once:
+ * dl_net_prepare keeps its zlib form when that saves space (its raw bytes
+ * otherwise), and dl_net_respond_prepared answers with a copy of it, so no
+ * request costs a compression on the network thread. */
+typedef struct dl_net_prepared dl_net_prepared;
+int dl_net_prepare(const void *payload, size_t size, dl_net_prepared **out);
+void dl_net_prepared_free(dl_net_prepared *prepared);
+/* Bytes on the wire (compressed or raw) of a prepared payload. */
+size_t dl_net_prepared_wire_size(const dl_net_prepared *prepared);
+int dl_net_respond_prepared(dl_net *net, uint64_t token, const dl_net_prepared *prepared);
+
 /* ---- signatures with the peer's identity ------------------------------------
  * For records other modules build (group records, signed averaging results):
  * an ed25519 signature by this peer's identity key, checked by anyone who

@@ -46,6 +46,13 @@ bool dl_net_door_admit(struct dl_net *net, const struct sockaddr *sa);
  * handshake signature. DL_NET_HOST_STRIKES of them within ban_s ban the
  * host: keys are free to make, addresses are not. */
 void dl_net_strike_host(struct dl_net *net, const char *remote, const char *why);
+/* Why the fetch-only connection c (inbound, its HELLO just read) must be
+ * refused: over DL_NET_MAX_FETCH_ONLY in all or DL_NET_MAX_FETCH_ONLY_PER_HOST
+ * from its host; NULL when it may stay. */
+const char *dl_net_door_fetch_only_refusal(struct dl_net *net, const struct dl_conn *c);
+/* Takes one run-file request from the allowance of remote's host
+ * (DL_NET_RUN_FILES_*); false when the host is over it. */
+bool dl_net_door_run_files_allowed(struct dl_net *net, const char *remote);
 
 /* admission.c */
 /* Loads the admission policy at start and says once whether the run is open. */

@@ -95,6 +95,8 @@ static uint32_t conn_refuse_key(struct dl_conn *c, const uint8_t pk[DL_WIRE_PK],
         *why = "banned";
         return DL_ERR_BANNED;
     }
+    if (!c->outbound && c->peer_fetch_only && (*why = dl_net_door_fetch_only_refusal(c->net, c)))
+        return DL_ERR_BUSY;
     return 0;
 }
 
@@ -104,7 +106,9 @@ static int conn_admit(struct dl_conn *c, const uint8_t *token, size_t token_size
 
 static void conn_ready(struct dl_conn *c) {
     dl_net_on_ready(c->net, c);
-    dl_net_send_revocations(c->net, c, NULL);
+    /* A newcomer fetching the run files is no peer of the run: it learns
+     * nobody's address or token, and no revocation list. */
+    if (!c->peer_fetch_only) dl_net_send_revocations(c->net, c, NULL);
 }
 
 static int conn_message(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size) {
@@ -159,6 +163,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
             if (now - c->closing_since > 2) dl_conn_close(c, "close timed out");
         } else if (c->state != CONN_READY) {
             if (now - c->created > net->cfg.handshake_timeout_s) dl_conn_reject(c, 0, "handshake timed out", false);
+        } else if (c->peer_fetch_only && now - c->created > DL_NET_FETCH_ONLY_LIFETIME_S) {
+            dl_conn_reject(c, DL_ERR_BUSY, "fetch-only connection open for too long", false);
         } else if (now - c->last_rx > 3 * net->cfg.keepalive_s) {
             dl_conn_close(c, "silent for too long");
         } else if (now - c->last_ping > net->cfg.keepalive_s) {

@@ -74,6 +74,18 @@
 #define DL_NET_MAX_INCOMING_PER_CONN 64
 /* Before authentication only HELLO and AUTH are accepted: small frames. */
 #define DL_NET_PREAUTH_MAX_BODY 1024
+/* Fetch-only connections (newcomers asking for the run files, docs/protocol.md
+ * "Limits against floods"): at most this many at once, and per remote host;
+ * each may ask this many requests (one at a time) and lives this long. The
+ * run-file requests of one host, fetch-only or not, draw on a token bucket
+ * (a burst, then one per DL_NET_RUN_FILES_EVERY_S); what all fetch-only
+ * connections have queued to send stays under max_buffered / 8. */
+#define DL_NET_MAX_FETCH_ONLY 16
+#define DL_NET_MAX_FETCH_ONLY_PER_HOST 2
+#define DL_NET_FETCH_ONLY_REQUESTS 4
+#define DL_NET_FETCH_ONLY_LIFETIME_S 30.0
+#define DL_NET_RUN_FILES_BURST 8.0
+#define DL_NET_RUN_FILES_EVERY_S 2.0
 #define DL_NET_TICK_S 0.05
 
 enum dl_conn_state { CONN_CONNECTING, CONN_HELLO, CONN_AUTH, CONN_READY, CONN_CLOSING };
@@ -94,6 +106,7 @@ struct dl_conn {
     char dialled[DL_NET_ADDR_MAX];    /* what we dialled (outbound only) */
     double created, last_rx, last_ping, closing_since;
     size_t incoming_requests;
+    size_t requests_served;           /* fetch-only: requests taken so far (DL_NET_FETCH_ONLY_REQUESTS) */
     enum dl_role peer_role;           /* what its token grants; DL_ROLE_NONE in an open run */
     bool was_ready;                   /* completed the handshake at some point */
     bool read_paused;                 /* reading stopped: over the global buffer budget */
@@ -122,6 +135,7 @@ struct dl_door_host {
     char host[48];
     double tokens, last, last_warned;
     size_t refused;
+    double run_files_tokens, run_files_last; /* DL_NET_RUN_FILES_* allowance */
     unsigned strikes;                 /* misdeeds since strikes_since */
     double strikes_since, banned_until;
 };
