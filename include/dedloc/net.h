@@ -340,6 +340,11 @@ void dl_revocations_free(struct dl_revocations *r);
  * decode verifies the signature; read_file takes the file's binary form
  * without checking it (*bin malloc'd). */
 int dl_revocations_decode(const uint8_t *bin, size_t size, struct dl_revocations *r);
+/* The authority key, run id and serial a binary list claims, without
+ * checking its signature: only for deciding that a list is not worth that
+ * check. */
+int dl_revocations_peek(const uint8_t *bin, size_t size, uint8_t authority_pk[DL_AUTHORITY_PK],
+                        char run_id[DL_TOKEN_RUN_ID_MAX], uint64_t *serial);
 int dl_revocations_read_file(const char *path, uint8_t **bin, size_t *size);
 /* ---- metrics records ---------------------------------------------------------
  * A trainer's progress for monitors (`dedloc monitor`): a small record signed
