@@ -275,6 +275,8 @@ static void on_clear_frame(struct dl_conn *c, const struct dl_frame_header *h, c
         struct dl_msg_error e;
         if (dl_msg_error_decode(body, size, &e) == 0 && (e.code == DL_ERR_DUPLICATE || e.code == DL_ERR_SELF))
             DL_DEBUG("net", "%s closed a redundant connection: %s", conn_name(c), e.text);
+        else if (dl_msg_error_decode(body, size, &e) == 0 && c->outbound && c->dialled[0])
+            c->net->conn_ops->refused(c, e.code, e.text, e.version);
         else if (dl_msg_error_decode(body, size, &e) == 0)
             DL_WARN("net", "%s refused us: %s (code %u, its protocol version %u)", conn_name(c), e.text,
                     e.code, e.version);

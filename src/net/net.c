@@ -127,6 +127,12 @@ static void conn_closing(struct dl_conn *c, bool was_ready) {
     dl_rpc_conn_closed(c->net, c);
 }
 
+static void conn_refused(struct dl_conn *c, uint32_t code, const char *text, uint32_t version) {
+    char who[DL_PEER_ID_HEX + DL_NET_ADDR_MAX + 4];
+    snprintf(who, sizeof who, "%s", c->state >= CONN_AUTH && c->peer_id[0] ? c->peer_id : c->remote);
+    dl_net_target_refused(c->net, c->dialled, who, code, text, version);
+}
+
 static void conn_ban(struct dl_conn *c) { dl_net_ban(c->net, c->peer_pk); }
 
 static void conn_strike(struct dl_conn *c, const char *why) { dl_net_strike_host(c->net, c->remote, why); }
@@ -140,6 +146,7 @@ static const struct dl_conn_ops net_conn_ops = {
     .ready = conn_ready,
     .message = conn_message,
     .closing = conn_closing,
+    .refused = conn_refused,
     .ban = conn_ban,
     .strike = conn_strike,
 };

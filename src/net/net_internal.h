@@ -61,6 +61,11 @@
 /* An address learned second-hand (a record forwarded by another peer, the
  * DHT) is dialled at most this many times without a handshake, then left. */
 #define DL_NET_SECOND_HAND_TRIES 3
+/* A peer that refuses us (admission, run manifest, version) is dialled again
+ * after 2 s, then 4, 8 ... up to this; its refusal is a warning once per
+ * DL_NET_REFUSED_WARN_S, a debug line otherwise. */
+#define DL_NET_REFUSED_MAX_S 300.0
+#define DL_NET_REFUSED_WARN_S 60.0
 /* New identities one connection may introduce: a burst (peer exchange of a
  * large swarm) then a few per second. */
 #define DL_NET_NEW_KEYS_BURST 256.0
@@ -129,6 +134,10 @@ struct dl_target {
     unsigned failures;                /* dials in a row that did not reach a handshake */
     double next_attempt, backoff, last_seen;
     double last_dial;                 /* when we last dialled it */
+    double refused_backoff;           /* its owner refused us (not admitted, another manifest...):
+                                       * seconds until the next dial, doubling to DL_NET_REFUSED_MAX_S */
+    double refused_until, refused_warned; /* no dial before; when we last said so at warning level */
+    unsigned refusals;                /* refusals since the last warning */
 };
 
 struct dl_door_host {
@@ -283,6 +292,10 @@ struct dl_conn_ops {
     /* c stops (it may be called again on the same c as it closes);
      * was_ready: it had been ready until now. Must not close c. */
     void (*closing)(struct dl_conn *c, bool was_ready);
+    /* Outbound c was refused by the peer's ERROR (code, its text): not a
+     * duplicate or self connection. Says so (once in a while) and backs
+     * the dial off. Must not close c. */
+    void (*refused)(struct dl_conn *c, uint32_t code, const char *text, uint32_t version);
     /* c, whose key is proven, misbehaved: ban the key. Must not close c. */
     void (*ban)(struct dl_conn *c);
     /* A misdeed from the host at the other end of inbound c. Must not close c. */

@@ -91,7 +91,7 @@ static bool park_request(struct dl_net *net, struct dl_cmd *cmd) {
         bool dialled_since = t && t->last_dial > cmd->park_start;
         return now < cmd->park_until && t && !(dialled_since && !dialling(net, t));
     }
-    if (!t || dl_net_is_banned(net, t->pk)) return false;
+    if (!t || dl_net_is_banned(net, t->pk) || dl_net_target_refusing(t, now)) return false;
     /* Dial it now rather than at its backoff time. */
     t->next_attempt = now;
     t->backoff = 1;

@@ -12,6 +12,7 @@
  *   bans          fresh keys, each banned, from one address
  *   fetchflood    12 fetch-only connections from one address that never read,
  *                 then 20 newcomers in a row from that address asking for the manifest
+ *   refused       a peer that is not admitted redials with backoff and says so once
  *   joinflood     before an averaging round, 2 identities each send 64 joins of
  *                 4 MiB to a member of `dedloc bench allreduce-member`; then the
  *                 round of 3 honest members */
@@ -466,6 +467,44 @@ static void run_fetchflood(void) {
     cJSON_Delete(a);
 }
 
+static int log_count(int i, const char *needle) {
+    FILE *f = fopen(log_path[i], "r");
+    char line[1024];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
+/* A peer refused by another's allowlist dials it again after 2, 4, 8 ...
+ * s (not every second) and warns once per minute, not once per dial. */
+static void run_refused(void) {
+    char allow[300];
+    snprintf(allow, sizeof allow, "%s/allow", tmpdir);
+    FILE *f = fopen(allow, "w");
+    if (f) {
+        fputs("# nobody\n", f);
+        fclose(f);
+    }
+    spawn(0, "refused", NULL, "3", "10", "--allow", allow, NULL);
+    CHECK(proc_wait_first_line(&procs[0], 20));
+    char initial[64];
+    snprintf(initial, sizeof initial, "%s", procs[0].listen);
+    spawn(1, "refused", initial, "3", "20", NULL);
+    CHECK(proc_wait_first_line(&procs[1], 20));
+    double end = mono_now() + 9;
+    while (mono_now() < end) {
+        proc_pump(&procs[0]);
+        proc_pump(&procs[1]);
+        usleep(100000);
+    }
+    int refusals = log_count(0, "is not on the allowlist"), warnings = log_count(1, "refused us");
+    /* dials at about 0, 2, 6 s (then 14): 3, where every second made 9 */
+    CHECK_MSG(refusals >= 1 && refusals <= 4, "the refused peer dialled %d times in 9 s", refusals);
+    CHECK_MSG(warnings == 1, "the refused peer logged %d refusals at warning level", warnings);
+    fprintf(stderr, "refused: %d dials in 9 s, %d warning(s) in the refused peer's log\n", refusals, warnings);
+}
+
 /* `dedloc bench allreduce-member` processes: their JSON lines go to a file. */
 static pid_t member_pid[3];
 
@@ -571,6 +610,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "bans")) run_bans();
     else if (!strcmp(c, "fetchflood")) run_fetchflood();
     else if (!strcmp(c, "joinflood")) run_joinflood();
+    else if (!strcmp(c, "refused")) run_refused();
     else return 2;
     if (attacker_pid > 0) {
         kill(attacker_pid, SIGKILL);
