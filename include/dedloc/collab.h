@@ -269,6 +269,9 @@ struct dl_state_donor_config {
                               * fetch that began before the newest publication can end */
     size_t serve_threads;    /* threads answering requests off the network thread (default 2) */
     size_t max_queued;       /* requests waiting for a serve thread; beyond, "busy" (default 256) */
+    size_t max_queued_per_peer; /* of those, from one peer (default 16; 0 = the default): a fetcher
+                              * keeps max_in_flight_per_donor (4) outstanding, so one peer cannot
+                              * take the queue from the others */
 };
 void dl_state_donor_config_default(struct dl_state_donor_config *config);
 

@@ -230,6 +230,17 @@ int dl_net_respond(dl_net *net, uint64_t token, int status, const void *payload,
 int dl_net_respond_ex(dl_net *net, uint64_t token, int status, const void *payload, size_t size,
                       unsigned flags);
 
+/* A payload answered many times (the run files) is compressed once:
+ * dl_net_prepare keeps its zlib form when that saves space (its raw bytes
+ * otherwise), and dl_net_respond_prepared answers with a copy of it, so no
+ * request costs a compression on the network thread. */
+typedef struct dl_net_prepared dl_net_prepared;
+int dl_net_prepare(const void *payload, size_t size, dl_net_prepared **out);
+void dl_net_prepared_free(dl_net_prepared *prepared);
+/* Bytes on the wire (compressed or raw) of a prepared payload. */
+size_t dl_net_prepared_wire_size(const dl_net_prepared *prepared);
+int dl_net_respond_prepared(dl_net *net, uint64_t token, const dl_net_prepared *prepared);
+
 /* ---- signatures with the peer's identity ------------------------------------
  * For records other modules build (group records, signed averaging results):
  * an ed25519 signature by this peer's identity key, checked by anyone who
@@ -337,6 +348,11 @@ void dl_revocations_free(struct dl_revocations *r);
  * decode verifies the signature; read_file takes the file's binary form
  * without checking it (*bin malloc'd). */
 int dl_revocations_decode(const uint8_t *bin, size_t size, struct dl_revocations *r);
+/* The authority key, run id and serial a binary list claims, without
+ * checking its signature: only for deciding that a list is not worth that
+ * check. */
+int dl_revocations_peek(const uint8_t *bin, size_t size, uint8_t authority_pk[DL_AUTHORITY_PK],
+                        char run_id[DL_TOKEN_RUN_ID_MAX], uint64_t *serial);
 int dl_revocations_read_file(const char *path, uint8_t **bin, size_t *size);
 /* ---- invites (docs/protocol.md, "Invites") ---------------------------------
  * An invite lets a volunteer get a token with one command, `dedloc join

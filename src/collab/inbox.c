@@ -76,6 +76,29 @@ void dl_inbox_push(struct dl_inbox *inbox, struct dl_avg_event *ev) {
     pthread_cond_signal(&inbox->wake);
 }
 
+const char *dl_inbox_offer(struct dl_inbox *inbox, int kind, const struct dl_net_incoming *in) {
+    if (kind == EV_JOIN && in->size > DL_INBOX_JOIN_MAX_BYTES) return "refused: a join of this size";
+    if (inbox->requests >= DL_INBOX_MAX_EVENTS || inbox->request_bytes + in->size > DL_INBOX_MAX_BYTES)
+        return "busy: averaging inbox full";
+    size_t mine = 0, my_bytes = 0, my_joins = 0;
+    for (const struct dl_avg_event *ev = inbox->head; ev; ev = ev->next) {
+        if (!ev->token || strcmp(ev->peer_id, in->peer_id)) continue;
+        mine++;
+        my_bytes += ev->size;
+        my_joins += ev->kind == EV_JOIN;
+    }
+    if (mine >= DL_INBOX_PEER_EVENTS || my_bytes + in->size > DL_INBOX_PEER_BYTES)
+        return "busy: too many of your requests wait in our averaging inbox";
+    if (kind == EV_JOIN && my_joins >= DL_INBOX_PEER_JOINS) return "busy: your earlier joins still wait";
+    struct dl_avg_event *ev = dl_avg_event_new(kind, in->peer_id, in->payload, in->size);
+    if (!ev) return "out of memory";
+    ev->token = in->token;
+    inbox->requests++;
+    inbox->request_bytes += in->size;
+    dl_inbox_push(inbox, ev);
+    return NULL;
+}
+
 void dl_inbox_poke(struct dl_inbox *inbox) {
     inbox->poke = true;
     pthread_cond_signal(&inbox->wake);
@@ -100,6 +123,7 @@ struct dl_avg_event *dl_inbox_wait(struct dl_inbox *inbox, double until) {
     }
     struct dl_avg_event *list = inbox->head;
     inbox->head = inbox->tail = NULL;
+    inbox->requests = inbox->request_bytes = 0;
     inbox->poke = false;
     pthread_mutex_unlock(inbox->lock);
     return list;

@@ -85,6 +85,21 @@ struct dl_round_transport {
     void *ctx;
 };
 
+/* What incoming requests may wait in the inbox (docs/protocol.md, "Limits
+ * against floods"), checked on the network thread before anything is
+ * copied. An honest member has at most DL_AVG_SEND_WINDOW chunks and
+ * DL_AVG_RESULT_WINDOW results in flight to us, and one join per round, so
+ * the per-peer bounds are far above what it sends; they hold what a peer
+ * can queue before our first round (when nothing takes joins) or while our
+ * round thread is busy. Answers to our own requests are not counted: we
+ * asked for them. */
+#define DL_INBOX_MAX_EVENTS 4096
+#define DL_INBOX_MAX_BYTES ((size_t)512 << 20)
+#define DL_INBOX_PEER_EVENTS 64
+#define DL_INBOX_PEER_BYTES ((size_t)64 << 20)
+#define DL_INBOX_PEER_JOINS 4
+#define DL_INBOX_JOIN_MAX_BYTES 4096
+
 /* The queue of events between the network thread and the round thread.
  * Every field is guarded by *lock, the owner's lock, which the owner also
  * holds while it decides where an incoming request goes. */
@@ -94,6 +109,7 @@ struct dl_inbox {
     struct dl_avg_event *head, *tail;
     bool poke;                    /* the owner has news for the round (a handoff) */
     uint64_t serial;              /* answers are taken for this round only; 0: none runs */
+    size_t requests, request_bytes; /* incoming requests queued, and their bytes (DL_INBOX_MAX_*) */
 };
 
 int dl_inbox_init(struct dl_inbox *inbox, pthread_mutex_t *lock);
@@ -101,6 +117,10 @@ int dl_inbox_init(struct dl_inbox *inbox, pthread_mutex_t *lock);
 void dl_inbox_destroy(struct dl_inbox *inbox);
 /* Appends ev and wakes the round thread (lock held). */
 void dl_inbox_push(struct dl_inbox *inbox, struct dl_avg_event *ev);
+/* Queues the incoming request `in` of this kind (network thread, lock
+ * held) when the DL_INBOX_* limits allow it: NULL, or why not (a text to
+ * answer the request with; nothing was queued). */
+const char *dl_inbox_offer(struct dl_inbox *inbox, int kind, const struct dl_net_incoming *in);
 /* Wakes the round thread without an event (lock held). */
 void dl_inbox_poke(struct dl_inbox *inbox);
 /* Takes the queued events; waits (lock not held) until one arrives, a poke,

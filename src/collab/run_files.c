@@ -1,7 +1,10 @@
 /* Serving the run files: any peer started from a manifest answers requests
  * for the manifest and the tokenizer file, so a newcomer needs only one
  * address (`dedloc join`). Both are public (nothing secret is in them) and
- * bounded in size (DL_MANIFEST_MAX_BYTES, DL_MANIFEST_TOKENIZER_MAX). */
+ * bounded in size (DL_MANIFEST_MAX_BYTES, DL_MANIFEST_TOKENIZER_MAX). They
+ * are compressed once, here: a request costs a copy, never a compression
+ * on the network thread (the network layer bounds how often one address
+ * may ask). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,20 +13,24 @@
 
 struct dl_run_files {
     dl_net *net;
-    char *manifest;
-    size_t manifest_size;
-    uint8_t *tokenizer;
-    size_t tokenizer_size;
+    dl_net_prepared *manifest, *tokenizer;
 };
+
+static void respond(dl_net *net, uint64_t token, const dl_net_prepared *file) {
+    if (dl_net_respond_prepared(net, token, file)) {
+        const char *why = "cannot send the run file";
+        dl_net_respond(net, token, DL_NET_REMOTE_ERROR, why, strlen(why));
+    }
+}
 
 static void on_manifest(void *user, dl_net *net, const struct dl_net_incoming *in) {
     const struct dl_run_files *rf = user;
-    dl_net_respond(net, in->token, DL_NET_OK, rf->manifest, rf->manifest_size);
+    respond(net, in->token, rf->manifest);
 }
 
 static void on_tokenizer(void *user, dl_net *net, const struct dl_net_incoming *in) {
     const struct dl_run_files *rf = user;
-    dl_net_respond(net, in->token, DL_NET_OK, rf->tokenizer, rf->tokenizer_size);
+    respond(net, in->token, rf->tokenizer);
 }
 
 int dl_run_files_serve(dl_net *net, const struct dl_manifest *m, const void *tokenizer, size_t tokenizer_size,
@@ -34,16 +41,10 @@ int dl_run_files_serve(dl_net *net, const struct dl_manifest *m, const void *tok
     struct dl_run_files *rf = dl_calloc(1, sizeof *rf);
     if (!rf) return -1;
     rf->net = net;
-    rf->manifest = dl_malloc(m->size + 1);
-    rf->tokenizer = dl_malloc(tokenizer_size + 1);
-    if (!rf->manifest || !rf->tokenizer) {
+    if (dl_net_prepare(m->text, m->size, &rf->manifest) || dl_net_prepare(tokenizer, tokenizer_size, &rf->tokenizer)) {
         dl_run_files_stop(rf);
-        return -1;
+        return dl_fail_context("serving the run files");
     }
-    memcpy(rf->manifest, m->text, m->size);
-    rf->manifest_size = m->size;
-    memcpy(rf->tokenizer, tokenizer, tokenizer_size);
-    rf->tokenizer_size = tokenizer_size;
     if (dl_net_set_handler(net, DL_NET_METHOD_MANIFEST, on_manifest, rf) ||
         dl_net_set_handler(net, DL_NET_METHOD_TOKENIZER, on_tokenizer, rf)) {
         /* A handler may be registered: rf stays allocated until the net
@@ -57,7 +58,7 @@ int dl_run_files_serve(dl_net *net, const struct dl_manifest *m, const void *tok
 
 void dl_run_files_stop(dl_run_files *rf) {
     if (!rf) return;
-    free(rf->manifest);
-    free(rf->tokenizer);
+    dl_net_prepared_free(rf->manifest);
+    dl_net_prepared_free(rf->tokenizer);
     free(rf);
 }

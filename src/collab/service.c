@@ -110,15 +110,11 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
         respond_text(net, in->token, "unknown round");
         return;
     }
-    struct dl_avg_event *ev = dl_avg_event_new(slot->kind, in->peer_id, in->payload, in->size);
-    if (!ev) {
-        pthread_mutex_unlock(&c->lock);
-        respond_text(net, in->token, "out of memory");
-        return;
-    }
-    ev->token = in->token;
-    dl_inbox_push(&c->inbox, ev);
+    /* Bounded per peer and in all (inbox.h): before our first round
+     * nothing takes joins, and a flood must not grow without end. */
+    const char *refused = dl_inbox_offer(&c->inbox, slot->kind, in);
     pthread_mutex_unlock(&c->lock);
+    if (refused) respond_text(net, in->token, refused);
 }
 
 int dl_collab_start(dl_net *net, const struct dl_collab_config *config, dl_collab **out) {

@@ -24,6 +24,7 @@ enum job_kind { JOB_INFO, JOB_CHUNK };
 struct job {
     enum job_kind kind;
     uint64_t token, epoch, chunk;
+    char peer_id[DL_PEER_ID_HEX];
 };
 
 struct dl_state_donor {
@@ -49,6 +50,15 @@ void dl_state_donor_config_default(struct dl_state_donor_config *c) {
     c->keep_snapshots = 2;
     c->serve_threads = 2;
     c->max_queued = 256;
+    c->max_queued_per_peer = 16;
+}
+
+/* Jobs of peer_id waiting in the queue (lock held). */
+static size_t queued_of(const dl_state_donor *d, const char *peer_id) {
+    size_t n = 0;
+    for (size_t i = 0; i < d->q_len; i++)
+        n += !strcmp(d->queue[(d->q_head + i) % d->cfg.max_queued].peer_id, peer_id);
+    return n;
 }
 
 static void snapshot_free(struct snapshot *s) {
@@ -91,8 +101,11 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
         respond_error(d, in->token, "malformed state request");
         return;
     }
+    snprintf(job.peer_id, sizeof job.peer_id, "%s", in->peer_id);
     pthread_mutex_lock(&d->lock);
-    bool queued = !d->stopping && d->q_len < d->cfg.max_queued;
+    /* Fair shares: one peer's flood of requests leaves room for the others. */
+    bool mine_full = queued_of(d, in->peer_id) >= d->cfg.max_queued_per_peer;
+    bool queued = !d->stopping && d->q_len < d->cfg.max_queued && !mine_full;
     if (queued) {
         d->queue[(d->q_head + d->q_len++) % d->cfg.max_queued] = job;
         pthread_cond_signal(&d->wake);
@@ -100,7 +113,9 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
         d->stats.refused++;
     }
     pthread_mutex_unlock(&d->lock);
-    if (!queued) respond_error(d, in->token, "state donor busy, ask another donor");
+    if (!queued)
+        respond_error(d, in->token, mine_full ? "state donor busy with your earlier requests, ask another donor"
+                                              : "state donor busy, ask another donor");
 }
 
 static void serve(dl_state_donor *d, const struct job *job) {
@@ -196,6 +211,7 @@ int dl_state_donor_start(dl_net *net, const struct dl_state_donor_config *config
     struct dl_state_donor_config cfg;
     dl_state_donor_config_default(&cfg);
     if (config) cfg = *config;
+    if (!cfg.max_queued_per_peer) cfg.max_queued_per_peer = 16;
     if (cfg.chunk_size < DL_STATE_MIN_CHUNK || cfg.chunk_size > DL_STATE_MAX_CHUNK)
         return dl_fail("state donor: chunk size %zu outside %zu .. %zu", cfg.chunk_size, DL_STATE_MIN_CHUNK,
                        DL_STATE_MAX_CHUNK);

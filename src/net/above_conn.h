@@ -17,6 +17,13 @@ struct dl_target *dl_net_find_target(struct dl_net *net, const uint8_t *pk, cons
  * another key answered. Initial peers may change identity. */
 bool dl_net_target_accepts(struct dl_net *net, const char *address, const uint8_t pk[DL_WIRE_PK]);
 void dl_net_note_target(struct dl_net *net, const uint8_t *pk, const char *address, enum dl_target_source source);
+/* The peer we dialled at address (who: its id or address) refused us with
+ * an ERROR: the next dial waits 2, 4, 8 ... DL_NET_REFUSED_MAX_S seconds,
+ * and the refusal is a warning once per DL_NET_REFUSED_WARN_S. */
+void dl_net_target_refused(struct dl_net *net, const char *address, const char *who, uint32_t code,
+                           const char *text, uint32_t version);
+/* Whether the target's owner refused us recently (no dial before refused_until). */
+bool dl_net_target_refusing(const struct dl_target *t, double now);
 /* A dial to address ended before the handshake completed. */
 void dl_net_target_failed(struct dl_net *net, const char *address);
 void dl_net_tick_targets(struct dl_net *net, double now);
@@ -46,6 +53,13 @@ bool dl_net_door_admit(struct dl_net *net, const struct sockaddr *sa);
  * handshake signature. DL_NET_HOST_STRIKES of them within ban_s ban the
  * host: keys are free to make, addresses are not. */
 void dl_net_strike_host(struct dl_net *net, const char *remote, const char *why);
+/* Why the fetch-only connection c (inbound, its HELLO just read) must be
+ * refused: over DL_NET_MAX_FETCH_ONLY in all or DL_NET_MAX_FETCH_ONLY_PER_HOST
+ * from its host; NULL when it may stay. */
+const char *dl_net_door_fetch_only_refusal(struct dl_net *net, const struct dl_conn *c);
+/* Takes one run-file request from the allowance of remote's host
+ * (DL_NET_RUN_FILES_*); false when the host is over it. */
+bool dl_net_door_run_files_allowed(struct dl_net *net, const char *remote);
 
 /* admission.c */
 /* Loads the admission policy at start and says once whether the run is open. */

@@ -50,7 +50,8 @@ void dl_net_send_revocations(struct dl_net *net, struct dl_conn *c, struct dl_co
     uint8_t *body = dl_msg_revocations_encode(t->revoked_bin, t->revoked_bin_size, &n);
     if (!body) return;
     for (struct dl_conn *to = c ? c : net->conns; to; to = c ? NULL : to->next)
-        if (to != except && to->state == CONN_READY) dl_conn_send(to, DL_MSG_REVOCATIONS, body, n, false);
+        if (to != except && to->state == CONN_READY && !to->peer_fetch_only)
+            dl_conn_send(to, DL_MSG_REVOCATIONS, body, n, false);
     free(body);
 }
 
@@ -66,6 +67,7 @@ static void enforce_revocations(struct dl_net *net, struct dl_conn *from) {
 }
 
 void dl_net_on_revocations(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size) {
+    if (c->peer_fetch_only) return; /* no peer of the run: its lists are not worth a signature check */
     const uint8_t *list;
     size_t n;
     if (dl_msg_revocations_decode(body, size, &list, &n)) {

@@ -174,6 +174,8 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
         dl_conn_reject(c, DL_ERR_SELF, "connected to ourselves", false);
         return;
     }
+    /* Known before refuse_key: fetch-only connections have limits of their own. */
+    c->peer_fetch_only = h->fetch_only;
     const char *refused = NULL;
     uint32_t refusal = net->conn_ops->refuse_key(c, h->sign_pk, &refused);
     if (refusal) {
@@ -183,7 +185,6 @@ static void on_hello(struct dl_conn *c, const uint8_t *body, size_t size) {
     memcpy(c->peer_pk, h->sign_pk, DL_WIRE_PK);
     dl_peer_id_from_pk(c->peer_pk, c->peer_id);
     c->peer_client = h->client_mode;
-    c->peer_fetch_only = h->fetch_only;
     if (h->fetch_only) DL_DEBUG("net", "%s connects to fetch the run files", c->peer_id);
     c->state = CONN_AUTH;
     uint8_t sig[DL_WIRE_SIG];
@@ -274,6 +275,8 @@ static void on_clear_frame(struct dl_conn *c, const struct dl_frame_header *h, c
         struct dl_msg_error e;
         if (dl_msg_error_decode(body, size, &e) == 0 && (e.code == DL_ERR_DUPLICATE || e.code == DL_ERR_SELF))
             DL_DEBUG("net", "%s closed a redundant connection: %s", conn_name(c), e.text);
+        else if (dl_msg_error_decode(body, size, &e) == 0 && c->outbound && c->dialled[0])
+            c->net->conn_ops->refused(c, e.code, e.text, e.version);
         else if (dl_msg_error_decode(body, size, &e) == 0)
             DL_WARN("net", "%s refused us: %s (code %u, its protocol version %u)", conn_name(c), e.text,
                     e.code, e.version);

@@ -17,7 +17,9 @@ void dl_net_send_records(struct dl_net *net, struct dl_conn *only, struct dl_con
     uint8_t *body = dl_msg_records_encode(blobs, sizes, 1, &n);
     if (!body) return;
     for (struct dl_conn *c = net->conns; c; c = c->next) {
-        if (c->state != CONN_READY || c == except || (only && c != only)) continue;
+        /* Fetch-only newcomers get no records: addresses and tokens are for
+         * peers of the run (docs/protocol.md, "Limits against floods"). */
+        if (c->state != CONN_READY || c == except || (only && c != only) || c->peer_fetch_only) continue;
         if (dl_conn_send(c, DL_MSG_RECORDS, body, n, true)) DL_DEBUG("net", "%s", dl_error());
     }
     free(body);
@@ -206,6 +208,11 @@ void dl_net_publish_record(struct dl_net *net, bool goodbye) {
 }
 
 void dl_net_on_ready(struct dl_net *net, struct dl_conn *c) {
+    if (c->peer_fetch_only) {
+        /* Not a peer of the run: not counted, told nothing; the tick
+         * closes it after DL_NET_FETCH_ONLY_LIFETIME_S. */
+        return;
+    }
     pthread_mutex_lock(&net->lock);
     net->num_ready++;
     snprintf(net->last_ready, sizeof net->last_ready, "%s", c->peer_id);
@@ -226,6 +233,7 @@ void dl_net_on_ready(struct dl_net *net, struct dl_conn *c) {
 }
 
 void dl_net_on_closed(struct dl_net *net, struct dl_conn *c) {
+    if (c->peer_fetch_only) return; /* never counted (dl_net_on_ready) */
     pthread_mutex_lock(&net->lock);
     net->num_ready--;
     if (!strcmp(net->last_ready, c->peer_id)) net->last_ready[0] = 0;

@@ -95,6 +95,8 @@ static uint32_t conn_refuse_key(struct dl_conn *c, const uint8_t pk[DL_WIRE_PK],
         *why = "banned";
         return DL_ERR_BANNED;
     }
+    if (!c->outbound && c->peer_fetch_only && (*why = dl_net_door_fetch_only_refusal(c->net, c)))
+        return DL_ERR_BUSY;
     return 0;
 }
 
@@ -104,7 +106,9 @@ static int conn_admit(struct dl_conn *c, const uint8_t *token, size_t token_size
 
 static void conn_ready(struct dl_conn *c) {
     dl_net_on_ready(c->net, c);
-    dl_net_send_revocations(c->net, c, NULL);
+    /* A newcomer fetching the run files is no peer of the run: it learns
+     * nobody's address or token, and no revocation list. */
+    if (!c->peer_fetch_only) dl_net_send_revocations(c->net, c, NULL);
 }
 
 static int conn_message(struct dl_conn *c, uint8_t type, const uint8_t *body, size_t size) {
@@ -123,6 +127,12 @@ static void conn_closing(struct dl_conn *c, bool was_ready) {
     dl_rpc_conn_closed(c->net, c);
 }
 
+static void conn_refused(struct dl_conn *c, uint32_t code, const char *text, uint32_t version) {
+    char who[DL_PEER_ID_HEX + DL_NET_ADDR_MAX + 4];
+    snprintf(who, sizeof who, "%s", c->state >= CONN_AUTH && c->peer_id[0] ? c->peer_id : c->remote);
+    dl_net_target_refused(c->net, c->dialled, who, code, text, version);
+}
+
 static void conn_ban(struct dl_conn *c) { dl_net_ban(c->net, c->peer_pk); }
 
 static void conn_strike(struct dl_conn *c, const char *why) { dl_net_strike_host(c->net, c->remote, why); }
@@ -136,6 +146,7 @@ static const struct dl_conn_ops net_conn_ops = {
     .ready = conn_ready,
     .message = conn_message,
     .closing = conn_closing,
+    .refused = conn_refused,
     .ban = conn_ban,
     .strike = conn_strike,
 };
@@ -159,6 +170,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
             if (now - c->closing_since > 2) dl_conn_close(c, "close timed out");
         } else if (c->state != CONN_READY) {
             if (now - c->created > net->cfg.handshake_timeout_s) dl_conn_reject(c, 0, "handshake timed out", false);
+        } else if (c->peer_fetch_only && now - c->created > DL_NET_FETCH_ONLY_LIFETIME_S) {
+            dl_conn_reject(c, DL_ERR_BUSY, "fetch-only connection open for too long", false);
         } else if (now - c->last_rx > 3 * net->cfg.keepalive_s) {
             dl_conn_close(c, "silent for too long");
         } else if (now - c->last_ping > net->cfg.keepalive_s) {

@@ -63,6 +63,11 @@
 /* An address learned second-hand (a record forwarded by another peer, the
  * DHT) is dialled at most this many times without a handshake, then left. */
 #define DL_NET_SECOND_HAND_TRIES 3
+/* A peer that refuses us (admission, run manifest, version) is dialled again
+ * after 2 s, then 4, 8 ... up to this; its refusal is a warning once per
+ * DL_NET_REFUSED_WARN_S, a debug line otherwise. */
+#define DL_NET_REFUSED_MAX_S 300.0
+#define DL_NET_REFUSED_WARN_S 60.0
 /* New identities one connection may introduce: a burst (peer exchange of a
  * large swarm) then a few per second. */
 #define DL_NET_NEW_KEYS_BURST 256.0
@@ -76,6 +81,18 @@
 #define DL_NET_MAX_INCOMING_PER_CONN 64
 /* Before authentication only HELLO and AUTH are accepted: small frames. */
 #define DL_NET_PREAUTH_MAX_BODY 1024
+/* Fetch-only connections (newcomers asking for the run files, docs/protocol.md
+ * "Limits against floods"): at most this many at once, and per remote host;
+ * each may ask this many requests (one at a time) and lives this long. The
+ * run-file requests of one host, fetch-only or not, draw on a token bucket
+ * (a burst, then one per DL_NET_RUN_FILES_EVERY_S); what all fetch-only
+ * connections have queued to send stays under max_buffered / 8. */
+#define DL_NET_MAX_FETCH_ONLY 16
+#define DL_NET_MAX_FETCH_ONLY_PER_HOST 2
+#define DL_NET_FETCH_ONLY_REQUESTS 4
+#define DL_NET_FETCH_ONLY_LIFETIME_S 30.0
+#define DL_NET_RUN_FILES_BURST 8.0
+#define DL_NET_RUN_FILES_EVERY_S 2.0
 #define DL_NET_TICK_S 0.05
 
 enum dl_conn_state { CONN_CONNECTING, CONN_HELLO, CONN_AUTH, CONN_READY, CONN_CLOSING };
@@ -96,6 +113,7 @@ struct dl_conn {
     char dialled[DL_NET_ADDR_MAX];    /* what we dialled (outbound only) */
     double created, last_rx, last_ping, closing_since;
     size_t incoming_requests;
+    size_t requests_served;           /* fetch-only: requests taken so far (DL_NET_FETCH_ONLY_REQUESTS) */
     enum dl_role peer_role;           /* what its token grants; DL_ROLE_NONE in an open run */
     bool was_ready;                   /* completed the handshake at some point */
     bool read_paused;                 /* reading stopped: over the global buffer budget */
@@ -118,12 +136,17 @@ struct dl_target {
     unsigned failures;                /* dials in a row that did not reach a handshake */
     double next_attempt, backoff, last_seen;
     double last_dial;                 /* when we last dialled it */
+    double refused_backoff;           /* its owner refused us (not admitted, another manifest...):
+                                       * seconds until the next dial, doubling to DL_NET_REFUSED_MAX_S */
+    double refused_until, refused_warned; /* no dial before; when we last said so at warning level */
+    unsigned refusals;                /* refusals since the last warning */
 };
 
 struct dl_door_host {
     char host[48];
     double tokens, last, last_warned;
     size_t refused;
+    double run_files_tokens, run_files_last; /* DL_NET_RUN_FILES_* allowance */
     unsigned strikes;                 /* misdeeds since strikes_since */
     double strikes_since, banned_until;
 };
@@ -273,6 +296,10 @@ struct dl_conn_ops {
     /* c stops (it may be called again on the same c as it closes);
      * was_ready: it had been ready until now. Must not close c. */
     void (*closing)(struct dl_conn *c, bool was_ready);
+    /* Outbound c was refused by the peer's ERROR (code, its text): not a
+     * duplicate or self connection. Says so (once in a while) and backs
+     * the dial off. Must not close c. */
+    void (*refused)(struct dl_conn *c, uint32_t code, const char *text, uint32_t version);
     /* c, whose key is proven, misbehaved: ban the key. Must not close c. */
     void (*ban)(struct dl_conn *c);
     /* A misdeed from the host at the other end of inbound c. Must not close c. */

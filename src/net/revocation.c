@@ -43,6 +43,19 @@ static int peer_id_bytes(const char *peer_id, uint8_t out[ID_BYTES]) {
     return 0;
 }
 
+int dl_revocations_peek(const uint8_t *bin, size_t size, uint8_t authority_pk[DL_AUTHORITY_PK],
+                        char run_id[DL_TOKEN_RUN_ID_MAX], uint64_t *serial) {
+    size_t fixed = 4 + DL_AUTHORITY_PK + 8 + 1;
+    if (size < fixed || memcmp(bin, "DLR1", 4)) return dl_fail("not a dedloc revocation list");
+    size_t run_len = bin[fixed - 1];
+    if (run_len >= DL_TOKEN_RUN_ID_MAX || fixed + run_len > size) return dl_fail("revocation list: bad run id length");
+    memcpy(authority_pk, bin + 4, DL_AUTHORITY_PK);
+    memcpy(run_id, bin + fixed, run_len);
+    run_id[run_len] = 0;
+    *serial = get_be(bin + 4 + DL_AUTHORITY_PK, 8);
+    return 0;
+}
+
 int dl_revocations_decode(const uint8_t *bin, size_t size, struct dl_revocations *r) {
     memset(r, 0, sizeof *r);
     size_t fixed = 4 + DL_AUTHORITY_PK + 8 + 1;

@@ -91,7 +91,7 @@ static bool park_request(struct dl_net *net, struct dl_cmd *cmd) {
         bool dialled_since = t && t->last_dial > cmd->park_start;
         return now < cmd->park_until && t && !(dialled_since && !dialling(net, t));
     }
-    if (!t || dl_net_is_banned(net, t->pk)) return false;
+    if (!t || dl_net_is_banned(net, t->pk) || dl_net_target_refusing(t, now)) return false;
     /* Dial it now rather than at its backoff time. */
     t->next_attempt = now;
     t->backoff = 1;
@@ -183,6 +183,14 @@ void dl_rpc_run_cmd(struct dl_net *net, struct dl_cmd *cmd) {
     }
 }
 
+/* Bytes queued to every fetch-only connection. */
+static size_t fetch_only_output(const struct dl_net *net) {
+    size_t out = 0;
+    for (const struct dl_conn *c = net->conns; c; c = c->next)
+        if (c->peer_fetch_only) out += evbuffer_get_length(bufferevent_get_output(c->bev));
+    return out;
+}
+
 void dl_rpc_on_request(struct dl_net *net, struct dl_conn *c, const uint8_t *body, size_t size) {
     struct dl_msg_request m;
     if (dl_msg_request_decode(body, size, &m)) {
@@ -193,9 +201,27 @@ void dl_rpc_on_request(struct dl_net *net, struct dl_conn *c, const uint8_t *bod
         dl_conn_reject(c, DL_ERR_PROTOCOL, "request timeout out of range", true);
         return;
     }
-    if (c->peer_fetch_only && strncmp(m.method, DL_NET_PUBLIC_PREFIX, strlen(DL_NET_PUBLIC_PREFIX))) {
-        static const char msg[] = "refused: a fetch-only connection may only ask for the run files";
-        send_response(c, m.id, DL_NET_REMOTE_ERROR, (const uint8_t *)msg, sizeof msg - 1, false, sizeof msg - 1);
+    bool run_file = !strncmp(m.method, DL_NET_PUBLIC_PREFIX, strlen(DL_NET_PUBLIC_PREFIX));
+    const char *refusal = NULL;
+    if (c->peer_fetch_only) {
+        /* A few requests, one at a time, and only while what every
+         * fetch-only connection has not read yet stays small: newcomers
+         * cannot hold our output budget by never reading. */
+        if (++c->requests_served > DL_NET_FETCH_ONLY_REQUESTS) {
+            dl_conn_reject(c, DL_ERR_BUSY, "fetch-only connection used up its requests", false);
+            return;
+        }
+        if (!run_file) refusal = "refused: a fetch-only connection may only ask for the run files";
+        else if (c->incoming_requests > 0) refusal = "busy: one request at a time on a fetch-only connection";
+        else if (fetch_only_output(net) > net->cfg.max_buffered / 8)
+            refusal = "busy: the run files are on their way to other newcomers, retry later";
+    }
+    /* Run files are public and large: each host gets a few, then one every
+     * DL_NET_RUN_FILES_EVERY_S, whoever asks. */
+    if (!refusal && run_file && !dl_net_door_run_files_allowed(net, c->remote))
+        refusal = "busy: too many run-file requests from this address, retry in a few seconds";
+    if (refusal) {
+        send_response(c, m.id, DL_NET_REMOTE_ERROR, (const uint8_t *)refusal, strlen(refusal), false, strlen(refusal));
         return;
     }
     dl_net_handler_fn fn = NULL;
@@ -435,6 +461,60 @@ int dl_net_respond_ex(dl_net *net, uint64_t token, int status, const void *paylo
     cmd->type = CMD_RESPOND;
     cmd->id = token;
     cmd->status = status;
+    return dl_net_post(net, cmd);
+}
+
+struct dl_net_prepared {
+    uint8_t *data;
+    size_t size;
+    uint64_t raw_size;
+    bool compressed;
+};
+
+int dl_net_prepare(const void *payload, size_t size, dl_net_prepared **out) {
+    *out = NULL;
+    struct dl_net_prepared *p = dl_calloc(1, sizeof *p);
+    if (!p) return -1;
+    struct dl_cmd *cmd = payload_cmd(payload, size, SIZE_MAX, 0);
+    if (!cmd) {
+        free(p);
+        return -1;
+    }
+    p->data = cmd->payload;
+    p->size = cmd->size;
+    p->raw_size = cmd->raw_size;
+    p->compressed = cmd->compressed;
+    free(cmd);
+    *out = p;
+    return 0;
+}
+
+void dl_net_prepared_free(dl_net_prepared *prepared) {
+    if (!prepared) return;
+    free(prepared->data);
+    free(prepared);
+}
+
+size_t dl_net_prepared_wire_size(const dl_net_prepared *prepared) { return prepared->size; }
+
+int dl_net_respond_prepared(dl_net *net, uint64_t token, const dl_net_prepared *prepared) {
+    if (prepared->size > net->cfg.max_frame - 256)
+        return dl_fail("payload of %zu bytes exceeds the frame limit (%zu)", prepared->size,
+                       (size_t)net->cfg.max_frame - 256);
+    struct dl_cmd *cmd = dl_calloc(1, sizeof *cmd);
+    if (!cmd) return -1;
+    cmd->payload = dl_malloc(prepared->size ? prepared->size : 1);
+    if (!cmd->payload) {
+        free(cmd);
+        return -1;
+    }
+    if (prepared->size) memcpy(cmd->payload, prepared->data, prepared->size);
+    cmd->size = prepared->size;
+    cmd->raw_size = prepared->raw_size;
+    cmd->compressed = prepared->compressed;
+    cmd->type = CMD_RESPOND;
+    cmd->id = token;
+    cmd->status = DL_NET_OK;
     return dl_net_post(net, cmd);
 }
 

@@ -101,6 +101,34 @@ void dl_net_target_failed(struct dl_net *net, const char *address) {
     }
 }
 
+void dl_net_target_refused(struct dl_net *net, const char *address, const char *who, uint32_t code,
+                           const char *text, uint32_t version) {
+    double now = dl_now();
+    struct dl_target *t = dl_net_find_target(net, NULL, address);
+    unsigned quiet = 0;
+    if (t) {
+        /* The handshake had reset its dial backoff (dl_net_on_ready): a
+         * refusal sets its own, or the refused peer would redial every
+         * second until someone changes their configuration. */
+        t->refused_backoff = t->refused_backoff >= 2 ? t->refused_backoff * 2 : 2;
+        if (t->refused_backoff > DL_NET_REFUSED_MAX_S) t->refused_backoff = DL_NET_REFUSED_MAX_S;
+        t->refused_until = now + t->refused_backoff;
+        if (t->next_attempt < t->refused_until) t->next_attempt = t->refused_until;
+        t->refusals++;
+        if (t->refused_warned > 0 && now - t->refused_warned < DL_NET_REFUSED_WARN_S) {
+            DL_DEBUG("net", "%s refused us again: %s (code %u); next try in %.0f s", who, text, code, t->refused_backoff);
+            return;
+        }
+        quiet = t->refusals - 1;
+        t->refusals = 0;
+        t->refused_warned = now;
+    }
+    DL_WARN("net", "%s refused us: %s (code %u, its protocol version %u)%s; trying again in %.0f s, with backoff",
+            who, text, code, version, quiet ? " (and quietly before)" : "", t ? t->refused_backoff : 0.0);
+}
+
+bool dl_net_target_refusing(const struct dl_target *t, double now) { return t->refused_until > now; }
+
 /* Whether we may start one more outbound connection now. */
 static bool may_dial(const struct dl_net *net) {
     size_t dialling = 0;
@@ -154,6 +182,8 @@ void dl_net_tick_targets(struct dl_net *net, double now) {
         if (connected) {
             t->last_seen = now;
             t->warned = false; /* a later outage is worth a warning again */
+            /* Kept for a while: whatever refused us has changed. */
+            if (t->refused_backoff > 0 && now - t->last_dial > 30) t->refused_backoff = t->refused_warned = 0;
         }
         if (!t->initial && !connected && now - t->last_seen > net->cfg.expiry_s) {
             pthread_mutex_lock(&net->lock);
@@ -165,6 +195,7 @@ void dl_net_tick_targets(struct dl_net *net, double now) {
             }
         }
         if (!t->is_self && !t->given_up && !connected && !dialling && now >= t->next_attempt &&
+            !dl_net_target_refusing(t, now) &&
             !(t->has_pk && dl_net_is_banned(net, t->pk)) && may_dial(net)) {
             t->next_attempt = now + t->backoff;
             t->backoff = t->backoff * 2 > 30 ? 30 : t->backoff * 2;

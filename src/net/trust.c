@@ -158,7 +158,25 @@ int dl_trust_admit(const struct dl_trust *t, const char *run_id, const char *pee
 
 int dl_trust_offer_revocations(struct dl_trust *t, const char *run_id, const uint8_t *bin, size_t size) {
     if (!t->have_key) return 0;
+    /* Cheapest first (docs/protocol.md, "Limits against floods"): a list of
+     * another authority or run, or whose claimed serial is not newer than
+     * the list in force (that list itself, replayed), is dropped before its
+     * signature is checked. The claims are unproven, but a lie here only
+     * gets the sender's own list ignored. */
+    uint8_t claimed_pk[DL_AUTHORITY_PK];
+    char claimed_run[DL_TOKEN_RUN_ID_MAX];
+    uint64_t claimed_serial;
+    if (dl_revocations_peek(bin, size, claimed_pk, claimed_run, &claimed_serial)) return -1;
+    if (sodium_memcmp(claimed_pk, t->authority_pk, DL_AUTHORITY_PK) || strcmp(claimed_run, run_id)) {
+        dl_fail("revocation list of another authority or run");
+        return 0;
+    }
+    if (t->have_revoked && claimed_serial <= t->revoked.serial) {
+        dl_fail("revocation list not newer than ours");
+        return 0;
+    }
     struct dl_revocations fresh;
+    t->revocation_checks++;
     if (dl_revocations_decode(bin, size, &fresh)) return -1;
     int rc = 0;
     if (sodium_memcmp(fresh.authority_pk, t->authority_pk, DL_AUTHORITY_PK) || strcmp(fresh.run_id, run_id))

@@ -27,6 +27,7 @@ struct dl_trust {
     size_t revoked_bin_size;
     struct timespec revoked_mtime;
     off_t revoked_size;
+    uint64_t revocation_checks;       /* signatures of revocation lists verified (tests, docs) */
 };
 
 /* Loads the run key, our token, the allowlist and the revocation list named

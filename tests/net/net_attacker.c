@@ -10,6 +10,12 @@
  *                                                         PING and the start of a 16 MiB REQUEST
  *   net_attacker keyban  PORT RUN KEYS                    KEYS fresh keys that each get banned,
  *                                                         then one more handshake attempt
+ *   net_attacker fetchflood PORT RUN CONNS REQS SECONDS   CONNS fetch-only connections, each asking
+ *                                                         REQS times for the manifest, reading
+ *                                                         nothing until the end, then counting what
+ *                                                         came back
+ *   net_attacker joinflood PORT RUN IDS JOINS BYTES SECONDS  IDS identities, each sending JOINS
+ *                                                         averaging joins of BYTES bytes
  *
  * Loopback only (127.0.0.1). Prints one JSON line of what it did. */
 #include <arpa/inet.h>
@@ -109,15 +115,17 @@ static int send_sealed(struct link *l, uint8_t type, const uint8_t *body, size_t
     return rc;
 }
 
-/* Dials and completes the handshake with a fresh identity (and token). */
-static int link_open(struct link *l, int port, const char *run, const uint8_t *token, size_t token_size) {
+/* Dials and completes the handshake with a fresh identity (and token);
+ * fetch_only: as a newcomer that asks only for the run files. */
+static int link_open_ex(struct link *l, int port, const char *run, const uint8_t *token, size_t token_size,
+                        bool fetch_only) {
     memset(l, 0, sizeof *l);
     const char *path = token_size ? getenv("NET_ATTACKER_IDENTITY") : NULL;
     if (dl_identity_load(path, &l->id)) return -1;
     l->fd = dial(port);
     if (l->fd < 0) return -1;
     struct dl_handshake hs;
-    if (dl_handshake_begin(&hs, true, &l->id, run, false)) return -1;
+    if (dl_handshake_begin_ex(&hs, true, &l->id, run, false, NULL, fetch_only)) return -1;
     uint8_t h[DL_WIRE_HEADER];
     dl_frame_write_header(h, DL_MSG_HELLO, (uint32_t)hs.my_hello_size);
     int rc = send_all(l->fd, h, sizeof h) || send_all(l->fd, hs.my_hello, hs.my_hello_size);
@@ -145,6 +153,10 @@ static int link_open(struct link *l, int port, const char *run, const uint8_t *t
     }
     l->ok = true;
     return 0;
+}
+
+static int link_open(struct link *l, int port, const char *run, const uint8_t *token, size_t token_size) {
+    return link_open_ex(l, port, run, token, token_size, false);
 }
 
 static void link_close(struct link *l) {
@@ -421,6 +433,138 @@ static int mode_keyban(int port, const char *run, int keys) {
     return 0;
 }
 
+static int send_request(struct link *l, uint64_t id, const char *method, const uint8_t *payload, size_t size) {
+    struct dl_msg_request m;
+    memset(&m, 0, sizeof m);
+    m.id = id;
+    snprintf(m.method, sizeof m.method, "%s", method);
+    m.timeout_s = 60;
+    m.raw_size = size;
+    m.payload = payload;
+    m.size = size;
+    size_t n;
+    uint8_t *body = dl_msg_request_encode(&m, &n);
+    int rc = !body || send_sealed(l, DL_MSG_REQUEST, body, n);
+    free(body);
+    return rc;
+}
+
+/* What came back on a link until it closed or timeout_s passed. */
+struct tally {
+    int records, revocations, ok, refused, errors, closed;
+};
+
+static void drain(struct link *l, double timeout_s, struct tally *t) {
+    double end = now_s() + timeout_s;
+    while (l->ok && now_s() < end) {
+        struct pollfd pfd = {l->fd, POLLIN, 0};
+        int left = (int)((end - now_s()) * 1000);
+        if (left <= 0 || poll(&pfd, 1, left) <= 0) break;
+        uint8_t type, *body;
+        size_t size;
+        if (read_frame(l, true, &type, &body, &size, 5)) {
+            l->ok = false;
+            t->closed++;
+            break;
+        }
+        if (type == DL_MSG_PING) send_sealed(l, DL_MSG_PONG, body, size);
+        if (type == DL_MSG_RECORDS) t->records++;
+        if (type == DL_MSG_REVOCATIONS) t->revocations++;
+        if (type == DL_MSG_ERROR) {
+            t->errors++;
+            t->closed++;
+            l->ok = false;
+        }
+        struct dl_msg_response r;
+        if (type == DL_MSG_RESPONSE && dl_msg_response_decode(body, size, &r) == 0) {
+            if (r.status == 0) t->ok++;
+            else t->refused++;
+        }
+        free(body);
+    }
+}
+
+static int mode_fetchflood(int port, const char *run, int conns, int reqs, double seconds) {
+    struct link *ls = calloc((size_t)conns, sizeof *ls);
+    if (!ls) return 2;
+    int admitted = 0, sent = 0;
+    for (int i = 0; i < conns; i++) {
+        if (link_open_ex(&ls[i], port, run, NULL, 0, true)) {
+            ls[i].fd = -1;
+            continue;
+        }
+        admitted++;
+        usleep(60000); /* within the door's rate: what is refused is refused for being fetch-only */
+    }
+    /* Every admitted link asks, and reads nothing for a while. */
+    for (int i = 0; i < conns; i++)
+        for (int k = 0; k < reqs && ls[i].fd >= 0; k++)
+            if (send_request(&ls[i], (uint64_t)k + 1, "dedloc.run.manifest", NULL, 0) == 0) sent++;
+    usleep((useconds_t)(seconds * 1e6));
+    struct tally t = {0};
+    for (int i = 0; i < conns; i++) {
+        if (ls[i].fd < 0) continue;
+        drain(&ls[i], 1.0, &t);
+    }
+    int still_open = 0;
+    for (int i = 0; i < conns; i++) still_open += ls[i].fd >= 0 && ls[i].ok;
+    for (int i = 0; i < conns; i++) link_close(&ls[i]);
+    /* Then newcomers from the same address, one after the other, each on a
+     * fresh fetch-only connection asking once for the manifest. */
+    struct tally p = {0};
+    for (int k = 0; k < 20; k++) {
+        struct link one;
+        if (link_open_ex(&one, port, run, NULL, 0, true)) {
+            usleep(100000);
+            continue;
+        }
+        send_request(&one, 1, "dedloc.run.manifest", NULL, 0);
+        int before = p.ok + p.refused;
+        for (int w = 0; w < 20 && p.ok + p.refused == before && one.ok; w++) drain(&one, 0.1, &p);
+        link_close(&one);
+        usleep(60000);
+    }
+    printf("{\"mode\":\"fetchflood\",\"admitted\":%d,\"requests\":%d,\"records\":%d,\"revocations\":%d,"
+           "\"answered\":%d,\"refused\":%d,\"closed\":%d,\"still_open\":%d,\"peer_answered\":%d,"
+           "\"peer_refused\":%d}\n",
+           admitted, sent, t.records, t.revocations, t.ok, t.refused, t.closed, still_open, p.ok, p.refused);
+    for (int i = 0; i < conns; i++) link_close(&ls[i]);
+    free(ls);
+    return 0;
+}
+
+static int mode_joinflood(int port, const char *run, int ids, int joins, size_t bytes, double seconds) {
+    struct link *ls = calloc((size_t)ids, sizeof *ls);
+    uint8_t *junk = malloc(bytes ? bytes : 1);
+    if (!ls || !junk) return 2;
+    for (size_t i = 0; i < bytes; i++) junk[i] = (uint8_t)(i * 131 + 7);
+    int opened = 0, sent = 0;
+    for (int i = 0; i < ids; i++) {
+        if (link_open(&ls[i], port, run, NULL, 0)) {
+            ls[i].fd = -1;
+            continue;
+        }
+        opened++;
+    }
+    struct tally t = {0};
+    for (int k = 0; k < joins; k++)
+        for (int i = 0; i < ids; i++) {
+            if (ls[i].fd < 0 || !ls[i].ok) continue;
+            if (send_request(&ls[i], (uint64_t)k + 1, "avg.join", junk, bytes) == 0) sent++;
+            drain(&ls[i], 0.001, &t);
+        }
+    double end = now_s() + seconds;
+    while (now_s() < end)
+        for (int i = 0; i < ids; i++)
+            if (ls[i].fd >= 0) drain(&ls[i], 0.05, &t);
+    printf("{\"mode\":\"joinflood\",\"opened\":%d,\"sent\":%d,\"answered\":%d,\"refused\":%d,\"closed\":%d}\n",
+           opened, sent, t.ok, t.refused, t.closed);
+    for (int i = 0; i < ids; i++) link_close(&ls[i]);
+    free(ls);
+    free(junk);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "id")) { /* creates (or reads) an identity file, prints its peer id */
         struct dl_identity id;
@@ -442,6 +586,10 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "dup") && argc >= 5) return mode_dup(port, run, atoi(argv[4]));
     if (!strcmp(mode, "memory") && argc >= 6) return mode_memory(port, run, atoi(argv[4]), atof(argv[5]));
     if (!strcmp(mode, "keyban") && argc >= 5) return mode_keyban(port, run, atoi(argv[4]));
+    if (!strcmp(mode, "fetchflood") && argc >= 7)
+        return mode_fetchflood(port, run, atoi(argv[4]), atoi(argv[5]), atof(argv[6]));
+    if (!strcmp(mode, "joinflood") && argc >= 8)
+        return mode_joinflood(port, run, atoi(argv[4]), atoi(argv[5]), strtoull(argv[6], NULL, 10), atof(argv[7]));
     fprintf(stderr, "net_attacker: unknown mode or missing arguments\n");
     return 2;
 }

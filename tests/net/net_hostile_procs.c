@@ -9,7 +9,13 @@
  *   replay        a departed peer's last record, resent after it expired
  *   cpu           20000 copies of one valid record
  *   memory        huge PINGs and 16 MiB garbage requests from 40 connections
- *   bans          fresh keys, each banned, from one address */
+ *   bans          fresh keys, each banned, from one address
+ *   fetchflood    12 fetch-only connections from one address that never read,
+ *                 then 20 newcomers in a row from that address asking for the manifest
+ *   refused       a peer that is not admitted redials with backoff and says so once
+ *   joinflood     before an averaging round, 2 identities each send 64 joins of
+ *                 4 MiB to a member of `dedloc bench allreduce-member`; then the
+ *                 round of 3 honest members */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -402,6 +408,192 @@ static void run_bans(void) {
     cJSON_Delete(a);
 }
 
+/* Fetch-only connections (docs/protocol.md, "Limits against floods"): the
+ * flooder gets a few slots, no records, a few answers, then is closed;
+ * newcomers from one address asking for the run files over and over are
+ * slowed down; the honest pair keeps its connection and its view. */
+static void run_fetchflood(void) {
+    char manifest[300], cmd[1200];
+    snprintf(manifest, sizeof manifest, "%s/run.json", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "%s run init --model tiny --tokenizer %s/assets/tokenizer_bn_demo.json "
+             "--data %s/tests/fixtures/text/corpus_bn_sample.txt --run-id ff --seq 32 --batch 4 --out %s "
+             "--identity %s/owner.id >/dev/null 2>%s/init.err",
+             DEDLOC_BINARY, DEDLOC_SOURCE_DIR, DEDLOC_SOURCE_DIR, manifest, tmpdir, tmpdir);
+    int init_rc = system(cmd);
+    CHECK_MSG(init_rc == 0, "run init failed (see %s/init.err)", tmpdir);
+    if (init_rc) return;
+    for (int i = 0; i < 2; i++) {
+        snprintf(log_path[i], sizeof log_path[i], "%s/peer%d.log", tmpdir, i);
+        if (i == 0)
+            proc_spawn(&procs[0], log_path[0], "--manifest", manifest, "--listen", "127.0.0.1:0", "--no-dht",
+                       "--status-every", "0.2", "--expiry", "4", "--fake-epoch", "3", "--fake-samples", "10", NULL);
+        else
+            proc_spawn(&procs[1], log_path[1], "--manifest", manifest, "--listen", "127.0.0.1:0", "--no-dht",
+                       "--status-every", "0.2", "--expiry", "4", "--fake-epoch", "3", "--fake-samples", "20",
+                       "--initial-peers", procs[0].listen, NULL);
+        CHECK(proc_wait_first_line(&procs[i], 20));
+    }
+    const int both[2] = {0, 1};
+    bool met = wait_know(2, 2, both, 3, 30);
+    CHECK_MSG(met, "the honest peers did not meet");
+    if (!met) return;
+    attacker_start("fetchflood %d ff 12 6 3", port_of(0));
+    cJSON *a = attacker_wait(2, 60);
+    CHECK_MSG(a != NULL, "no report from the attacker");
+    if (!a) return;
+    /* two at a time from one address; records are for peers of the run */
+    CHECK_MSG(json_num(a, "admitted") == 2, "%g fetch-only connections admitted from one address",
+              json_num(a, "admitted"));
+    CHECK_MSG(json_num(a, "records") == 0, "the flooder received %g RECORDS messages", json_num(a, "records"));
+    CHECK_MSG(json_num(a, "answered") >= 1, "the run files were not served at all");
+    /* each asked 6 times: closed after its 4 */
+    CHECK_MSG(json_num(a, "closed") == json_num(a, "admitted") && json_num(a, "still_open") == 0,
+              "fetch-only connections not closed after their requests: %g closed, %g still open",
+              json_num(a, "closed"), json_num(a, "still_open"));
+    /* 20 requests in a row from one address: the burst (8, less what the
+     * flood took), then about one per 2 s (about 3 s pass) */
+    CHECK_MSG(json_num(a, "peer_answered") <= 10 && json_num(a, "peer_refused") >= 10,
+              "run-file requests not rate-limited: %g answered, %g refused", json_num(a, "peer_answered"),
+              json_num(a, "peer_refused"));
+    CHECK_MSG(wait_know(2, 2, both, 3, 10), "the honest peers lost each other");
+    CHECK_MSG(json_num(procs[0].last, "connections") >= 1 && json_peers_contain(procs[0].last, procs[1].peer_id),
+              "the honest peer lost its connection");
+    fprintf(stderr,
+            "fetchflood: 12 fetch-only connections from one address: %g admitted, %g records sent to them, "
+            "%g answers, %g refusals, %g closed; 20 newcomers in a row: %g answered, %g refused\n",
+            json_num(a, "admitted"), json_num(a, "records"), json_num(a, "answered"), json_num(a, "refused"),
+            json_num(a, "closed"), json_num(a, "peer_answered"), json_num(a, "peer_refused"));
+    cJSON_Delete(a);
+}
+
+static int log_count(int i, const char *needle) {
+    FILE *f = fopen(log_path[i], "r");
+    char line[1024];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
+/* A peer refused by another's allowlist dials it again after 2, 4, 8 ...
+ * s (not every second) and warns once per minute, not once per dial. */
+static void run_refused(void) {
+    char allow[300];
+    snprintf(allow, sizeof allow, "%s/allow", tmpdir);
+    FILE *f = fopen(allow, "w");
+    if (f) {
+        fputs("# nobody\n", f);
+        fclose(f);
+    }
+    spawn(0, "refused", NULL, "3", "10", "--allow", allow, NULL);
+    CHECK(proc_wait_first_line(&procs[0], 20));
+    char initial[64];
+    snprintf(initial, sizeof initial, "%s", procs[0].listen);
+    spawn(1, "refused", initial, "3", "20", NULL);
+    CHECK(proc_wait_first_line(&procs[1], 20));
+    double end = mono_now() + 9;
+    while (mono_now() < end) {
+        proc_pump(&procs[0]);
+        proc_pump(&procs[1]);
+        usleep(100000);
+    }
+    int refusals = log_count(0, "is not on the allowlist"), warnings = log_count(1, "refused us");
+    /* dials at about 0, 2, 6 s (then 14): 3, where every second made 9 */
+    CHECK_MSG(refusals >= 1 && refusals <= 4, "the refused peer dialled %d times in 9 s", refusals);
+    CHECK_MSG(warnings == 1, "the refused peer logged %d refusals at warning level", warnings);
+    fprintf(stderr, "refused: %d dials in 9 s, %d warning(s) in the refused peer's log\n", refusals, warnings);
+}
+
+/* `dedloc bench allreduce-member` processes: their JSON lines go to a file. */
+static pid_t member_pid[3];
+
+static void member_start(int i, const char *initial) {
+    char cmd[1500];
+    snprintf(cmd, sizeof cmd,
+             "DEDLOC_LOG=info exec %s bench allreduce-member --size 100003 --seed %d --weight 1 --peers 3 "
+             "--deadline 40 --stall 2 --linger 5 %s%s > %s/m%d.out 2> %s/m%d.err",
+             DEDLOC_BINARY, 101 + i, initial ? "--initial-peers " : "", initial ? initial : "", tmpdir, i, tmpdir, i);
+    member_pid[i] = fork();
+    if (member_pid[i] == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+}
+
+/* The first JSON line of member i whose "event" is event, or NULL. */
+static cJSON *member_event(int i, const char *event) {
+    char path[320], line[8192];
+    snprintf(path, sizeof path, "%s/m%d.out", tmpdir, i);
+    FILE *f = fopen(path, "r");
+    cJSON *found = NULL;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        cJSON *j = cJSON_Parse(line);
+        const char *ev = j ? cJSON_GetStringValue(cJSON_GetObjectItem(j, "event")) : NULL;
+        if (ev && !strcmp(ev, event)) found = j;
+        else cJSON_Delete(j);
+    }
+    if (f) fclose(f);
+    return found;
+}
+
+static cJSON *member_wait(int i, const char *event, double timeout_s) {
+    double end = mono_now() + timeout_s;
+    cJSON *j;
+    while (!(j = member_event(i, event)) && mono_now() < end) usleep(50000);
+    return j;
+}
+
+/* Averaging inbox (docs/protocol.md, "Limits against floods"): a member
+ * waiting for its first round takes joins from anyone; a flood of large
+ * joins is refused on the network thread, memory stays bounded, and the
+ * honest round completes with the same bits everywhere. */
+static void run_joinflood(void) {
+    member_start(0, NULL);
+    cJSON *ready = member_wait(0, "ready", 30);
+    CHECK_MSG(ready != NULL, "member 0 did not start");
+    if (!ready) return;
+    char listen[64];
+    snprintf(listen, sizeof listen, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(ready, "listen")));
+    cJSON_Delete(ready);
+    member_start(1, listen);
+    cJSON_Delete(member_wait(1, "ready", 30));
+    long base = rss_kb(member_pid[0]), peak = base;
+    attacker_start("joinflood %d dedloc-bench-allreduce 2 64 %u 2", atoi(strrchr(listen, ':') + 1),
+                   (4u << 20) - 4096);
+    int status;
+    double end = mono_now() + 60;
+    while (attacker_pid && waitpid(attacker_pid, &status, WNOHANG) == 0 && mono_now() < end) {
+        long kb = rss_kb(member_pid[0]);
+        if (kb > peak) peak = kb;
+        usleep(20000);
+    }
+    cJSON *a = attacker_wait(0, 5);
+    member_start(2, listen);
+    cJSON *rounds[3];
+    for (int i = 0; i < 3; i++) rounds[i] = member_wait(i, "round", 60);
+    CHECK_MSG(a && json_num(a, "opened") == 2 && json_num(a, "sent") == 128, "the attacker did not send its joins");
+    CHECK_MSG(a && json_num(a, "refused") >= 120, "only %g of 128 oversized joins refused", a ? json_num(a, "refused") : 0);
+    /* 128 joins of 4 MiB would be 512 MiB */
+    CHECK_MSG(peak - base < 96 * 1024, "RSS grew from %ld to %ld kB under the join flood", base, peak);
+    const char *hash0 = rounds[0] ? cJSON_GetStringValue(cJSON_GetObjectItem(rounds[0], "hash")) : NULL;
+    for (int i = 0; i < 3; i++) {
+        const char *st = rounds[i] ? cJSON_GetStringValue(cJSON_GetObjectItem(rounds[i], "status")) : NULL;
+        const char *hash = rounds[i] ? cJSON_GetStringValue(cJSON_GetObjectItem(rounds[i], "hash")) : NULL;
+        CHECK_MSG(st && !strcmp(st, "ok"), "member %d: round %s", i, st ? st : "(no report)");
+        CHECK_MSG(hash && hash0 && !strcmp(hash, hash0), "member %d holds other bits", i);
+        cJSON *g = rounds[i] ? cJSON_GetObjectItem(rounds[i], "members") : NULL;
+        CHECK_MSG(g && cJSON_GetArraySize(g) == 3, "member %d: a group of %d, not the 3 honest members", i,
+                  g ? cJSON_GetArraySize(g) : 0);
+    }
+    fprintf(stderr, "joinflood: %g joins of 4 MiB sent before the round, %g refused; RSS %ld kB before, at most "
+            "%ld kB during; the round of 3 honest members: %s\n", a ? json_num(a, "sent") : 0,
+            a ? json_num(a, "refused") : 0, base, peak,
+            rounds[0] ? cJSON_GetStringValue(cJSON_GetObjectItem(rounds[0], "status")) : "none");
+    for (int i = 0; i < 3; i++) cJSON_Delete(rounds[i]);
+    cJSON_Delete(a);
+}
+
 int main(int argc, char **argv) {
     procs_init();
     (void)procs_wait_views; /* views here hold attackers too: wait_know checks ids instead */
@@ -416,12 +608,20 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "cpu")) run_cpu();
     else if (!strcmp(c, "memory")) run_memory();
     else if (!strcmp(c, "bans")) run_bans();
+    else if (!strcmp(c, "fetchflood")) run_fetchflood();
+    else if (!strcmp(c, "joinflood")) run_joinflood();
+    else if (!strcmp(c, "refused")) run_refused();
     else return 2;
     if (attacker_pid > 0) {
         kill(attacker_pid, SIGKILL);
         waitpid(attacker_pid, NULL, 0);
     }
     for (int i = 0; i < 6; i++) proc_stop(&procs[i], SIGTERM);
+    for (int i = 0; i < 3; i++)
+        if (member_pid[i] > 0) {
+            kill(member_pid[i], SIGKILL);
+            waitpid(member_pid[i], NULL, 0);
+        }
     if (!dl_test_failed) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -265,6 +265,27 @@ static void test_policy(const struct dl_authority *a) {
     CHECK(dl_trust_offer_revocations(&t, "run-xy", newer_bin, newer_n) == 1);
     CHECK(dl_trust_is_revoked(&t, PEER_B) && t.revoked_bin_size == newer_n);
     CHECK(dl_trust_offer_revocations(&t, "run-other", newer_bin, newer_n) == 0);
+    /* a replayed list (the one in force, an older one even with its
+     * signature broken, one for another run) costs no signature check,
+     * however often it comes */
+    uint64_t checks = t.revocation_checks;
+    for (int i = 0; i < 1000; i++) {
+        CHECK(dl_trust_offer_revocations(&t, "run-xy", newer_bin, newer_n) == 0);
+        CHECK(dl_trust_offer_revocations(&t, "run-xy", older_bin, older_n) == 0);
+    }
+    /* a newer list, but for another run */
+    uint8_t *newest_bin = NULL;
+    size_t newest_n = 0;
+    usleep(20000);
+    CHECK_OK(dl_revocations_add(a, revoked, "fedcba9876543210fedcba9876543210"));
+    CHECK_OK(dl_revocations_read_file(revoked, &newest_bin, &newest_n));
+    for (int i = 0; i < 1000; i++) CHECK(dl_trust_offer_revocations(&t, "run-other", newest_bin, newest_n) == 0);
+    free(newest_bin);
+    older_bin[older_n - 1] ^= 1;
+    CHECK(dl_trust_offer_revocations(&t, "run-xy", older_bin, older_n) == 0 && strstr(dl_error(), "not newer"));
+    CHECK_MSG(t.revocation_checks == checks, "%llu signature checks for 3001 replayed lists",
+              (unsigned long long)(t.revocation_checks - checks));
+    CHECK(dl_trust_is_revoked(&t, PEER_B) && t.revoked_bin_size == newer_n);
     free(older_bin);
     free(newer_bin);
     dl_trust_free(&t);
