@@ -43,7 +43,7 @@ static void monitor_token(void) {
 /* What the completion offers is what the parsers take. */
 static void completion_from_tables(void) {
     CHECK(sh("%s completion options", DEDLOC_BINARY) == 0);
-    CHECK(file_has("out.txt", "authority: --expires --help --key --name --out --peer --role --run-id"));
+    CHECK(file_has("out.txt", "authority: --expires --help --identity --key --name --out --peer --role --run-id --uses --valid"));
     CHECK(file_has("out.txt", "bench step: --batch --device"));
     CHECK(!file_has("out.txt", "--test-"));
     CHECK(!file_has("out.txt", "--fake-"));

@@ -82,7 +82,9 @@ static struct dl_round *round_as_member_2(struct dl_bans *bans) {
  * signed by `signer` over the header and the hash of `value` x PART. */
 static uint8_t *result(size_t part, uint8_t gen, size_t reducer, size_t signer, float value, size_t *size) {
     size_t enc = dl_codec_size(DL_CODEC_NONE, PART);
-    *size = DL_AVG_RESULT_HEADER + enc;
+    /* the data, then the audit's commitments (e2, delta, and a hash and a
+     * clip weight per contributor: zeros here), all under the signature */
+    *size = DL_AVG_RESULT_HEADER + enc + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * MEMBERS;
     uint8_t *msg = calloc(1, *size);
     if (!msg) abort();
     memcpy(msg, group.round_id, DL_GROUP_ROUND_ID);
@@ -97,7 +99,8 @@ static uint8_t *result(size_t part, uint8_t gen, size_t reducer, size_t signer, 
     CHECK_OK(dl_codec_encode(DL_CODEC_NONE, values, PART, msg + DL_AVG_RESULT_HEADER));
     uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
     memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
-    crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER, enc, NULL, 0);
+    crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER, *size - DL_AVG_RESULT_HEADER,
+                       NULL, 0);
     crypto_sign_detached(msg + DL_AVG_RESULT_SIGNED, NULL, signed_part, sizeof signed_part, sk[signer]);
     return msg;
 }

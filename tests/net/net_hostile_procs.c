@@ -417,7 +417,7 @@ static void run_fetchflood(void) {
     snprintf(manifest, sizeof manifest, "%s/run.json", tmpdir);
     snprintf(cmd, sizeof cmd,
              "%s run init --model tiny --tokenizer %s/assets/tokenizer_bn_demo.json "
-             "--data %s/tests/fixtures/text/corpus_bn_sample.txt --run-id ff --seq 32 --batch 4 --out %s "
+             "--data %s/tests/fixtures/text/corpus_bn_sample.txt --data-shared --run-id ff --seq 32 --batch 4 --out %s "
              "--identity %s/owner.id >/dev/null 2>%s/init.err",
              DEDLOC_BINARY, DEDLOC_SOURCE_DIR, DEDLOC_SOURCE_DIR, manifest, tmpdir, tmpdir);
     int init_rc = system(cmd);
