@@ -227,6 +227,28 @@ static int ask(dl_net *net, const char *peer, const char *method, double timeout
     return join_stop ? DL_NET_CANCELLED : p.status;
 }
 
+/* A peer rate-limits the run files per address (docs/protocol.md, "Limits
+ * against floods"): a "busy" answer is asked again after a pause, as long
+ * as the deadline allows. */
+#define BUSY_RETRY_S 2.5
+
+static int ask_patiently(dl_net *net, const char *peer, const char *method, double deadline, uint8_t **out,
+                         size_t *n) {
+    for (;;) {
+        double left = deadline - dl_now();
+        int st = ask(net, peer, method, left > 1 ? left : 1, out, n);
+        bool busy = st == DL_NET_REMOTE_ERROR && *out && *n >= 5 && !memcmp(*out, "busy:", 5);
+        if (!busy || join_stop || dl_now() + BUSY_RETRY_S >= deadline) return st;
+        DL_INFO("join", "peer %s is busy (%.*s): asking again in %.1f s", peer, (int)(*n < 120 ? *n : 120),
+                (const char *)*out, BUSY_RETRY_S);
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        for (double until = dl_now() + BUSY_RETRY_S; dl_now() < until && !join_stop;) usleep(50000);
+        if (join_stop) return DL_NET_CANCELLED;
+    }
+}
+
 /* Asks the first peer that answers for the manifest and the tokenizer.
  * -2 when a signal stopped it. */
 static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uint8_t **tok, size_t *tok_size) {
@@ -267,7 +289,7 @@ static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uin
         goto done;
     }
     DL_INFO("join", "asking peer %s for the run manifest", peer);
-    int st = ask(net, peer, DL_NET_METHOD_MANIFEST, a->timeout_s, &text, &n);
+    int st = ask_patiently(net, peer, DL_NET_METHOD_MANIFEST, deadline, &text, &n);
     if (join_stop) {
         rc = -2;
         goto done;
@@ -287,13 +309,14 @@ static int fetch_run_files(const struct join_args *a, struct dl_manifest *m, uin
         goto done;
     }
     DL_INFO("join", "manifest of run %s (hash %.16s...), signature ok", m->run_id, m->hash_hex);
-    st = ask(net, peer, DL_NET_METHOD_TOKENIZER, a->timeout_s, tok, tok_size);
+    st = ask_patiently(net, peer, DL_NET_METHOD_TOKENIZER, deadline, tok, tok_size);
     if (join_stop) {
         rc = -2;
         goto done;
     }
     if (st != DL_NET_OK) {
-        dl_fail("peer %s gave no tokenizer (%s)", peer, dl_net_status_name(st));
+        dl_fail("peer %s gave no tokenizer (%s%s%.*s)", peer, dl_net_status_name(st), *tok ? ": " : "",
+                *tok ? (int)(*tok_size < 200 ? *tok_size : 200) : 0, *tok ? (const char *)*tok : "");
         goto done;
     }
     uint8_t h[32];

@@ -43,8 +43,20 @@ static int redeem(const struct cli_join_token *j, const struct dl_manifest *m, c
     char peer[DL_PEER_ID_HEX] = "";
     double deadline = dl_now() + j->timeout_s;
     while (!dl_net_connected_peer(net, peer) && dl_now() < deadline) usleep(50000);
-    int rc = peer[0] ? dl_net_redeem_invite(net, peer, j->invite, j->timeout_s, token)
-                     : dl_fail("no peer of the run answered within %.0f s to redeem the invite", j->timeout_s);
+    if (!peer[0]) {
+        dl_net_stop(net);
+        return dl_fail("no peer of the run answered within %.0f s to redeem the invite", j->timeout_s);
+    }
+    /* A peer rate-limits run-file requests per address: "busy" is asked
+     * again after a pause while the deadline allows. */
+    int rc;
+    for (;;) {
+        double left = deadline - dl_now();
+        rc = dl_net_redeem_invite(net, peer, j->invite, left > 1 ? left : 1, token);
+        if (!rc || !strstr(dl_error(), "refused the invite: busy:") || dl_now() + 2.5 >= deadline) break;
+        DL_INFO("join", "%s: asking again in 2.5 s", dl_error());
+        usleep(2500000);
+    }
     dl_net_stop(net);
     return rc;
 }
