@@ -317,6 +317,9 @@ struct dl_state_fetch_config {
     /* Called on the fetching thread after chunks arrive (not on the network thread). */
     void (*progress)(void *user, size_t chunks_done, size_t chunks_total);
     void *progress_user;
+    /* Non-zero (set from a signal handler, say): give up at once, keeping
+     * nothing; NULL: never. Checked at least every 0.25 s. */
+    const volatile sig_atomic_t *stop;
 };
 void dl_state_fetch_config_default(struct dl_state_fetch_config *config);
 

@@ -351,6 +351,11 @@ static int fetch_chunks(struct fetch *f) {
                 }
             }
         }
+        if (cfg->stop && *cfg->stop) {
+            rc = dl_fail("state transfer stopped with %llu of %llu chunks", (unsigned long long)f->done,
+                         (unsigned long long)f->num_chunks);
+            break;
+        }
         if (dl_now() > end) {
             rc = dl_fail("state transfer timed out after %.0f s with %llu of %llu chunks", cfg->timeout_s,
                          (unsigned long long)f->done, (unsigned long long)f->num_chunks);

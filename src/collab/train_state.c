@@ -78,7 +78,12 @@ int loop_download(loop_state *st, const struct dl_swarm_look *look, const char *
     struct dl_train_state_meta meta;
     double t0 = dl_now();
     if (dl_train_state_fetch(st->net, look, &st->model.opt, st->model.params, &meta,
-                             fmax(30, st->o->round_deadline_s))) {
+                             fmax(30, st->o->round_deadline_s), st->o->base.stop)) {
+        if (loop_stopping(st)) {
+            /* Ctrl-C: the download is dropped, our weights are as they were. */
+            DL_INFO("collab", "state download stopped: %s", dl_error());
+            return -1;
+        }
         DL_WARN("collab", "state download failed (trying again soon): %s", dl_error());
         loop_log_event(st, DL_TRAIN_EVENT_DOWNLOAD_FAILED, dl_error());
         return -1;

@@ -233,7 +233,7 @@ int dl_train_state_publish(dl_state_donor *donor, const dl_optimizer *opt, const
 }
 
 int dl_train_state_fetch(dl_net *net, const struct dl_swarm_look *look, dl_optimizer *opt, float *params,
-                         struct dl_train_state_meta *meta, double timeout_s) {
+                         struct dl_train_state_meta *meta, double timeout_s, const volatile sig_atomic_t *stop) {
     if (!look->has_ref || look->num_donors == 0) return dl_fail("no peer holds a state to download");
     size_t n = opt->layout.total, bytes = n * sizeof(float);
     float *tmp = dl_malloc(dl_mul_size(bytes, 3));
@@ -249,6 +249,7 @@ int dl_train_state_fetch(dl_net *net, const struct dl_swarm_look *look, dl_optim
     cfg.timeout_s = timeout_s;
     cfg.request_timeout_s = fmin(cfg.request_timeout_s, timeout_s / 2);
     cfg.max_meta = META_SIZE;
+    cfg.stop = stop;
     struct dl_state_buffer bufs[3] = {{tmp, bytes}, {tmp + n, bytes}, {tmp + 2 * n, bytes}};
     struct dl_state_fetch_result res;
     int rc = dl_state_fetch(net, &cfg, bufs, 3, &res);
@@ -282,7 +283,7 @@ int dl_collab_fetch_swarm_state(dl_net *net, uint64_t min_epoch, double timeout_
     if (!look.has_ref || look.num_donors == 0 || look.ref_epoch < min_epoch) return 1;
     struct dl_train_state_meta meta;
     double t0 = dl_now();
-    if (dl_train_state_fetch(net, &look, opt, params, &meta, timeout_s)) return -1;
+    if (dl_train_state_fetch(net, &look, opt, params, &meta, timeout_s, NULL)) return -1;
     state->epoch = meta.epoch;
     state->samples = meta.samples;
     memcpy(state->param_hash, look.ref_hash, 32);

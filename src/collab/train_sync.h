@@ -85,8 +85,9 @@ int dl_train_state_publish(dl_state_donor *donor, const dl_optimizer *opt, const
                            int64_t samples, const dl_loss_scale *ls);
 
 /* Downloads the state at look->ref_epoch from look's donors into params and
- * opt (whose settings stay ours); on success opt->step = that epoch. */
+ * opt (whose settings stay ours); on success opt->step = that epoch. stop (may
+ * be NULL): non-zero gives up at once, params and opt untouched. */
 int dl_train_state_fetch(dl_net *net, const struct dl_swarm_look *look, dl_optimizer *opt, float *params,
-                         struct dl_train_state_meta *meta, double timeout_s);
+                         struct dl_train_state_meta *meta, double timeout_s, const volatile sig_atomic_t *stop);
 
 #endif

@@ -3,7 +3,8 @@
  * save next time); a swarm peer stopped before the swarm's state arrived
  * writes no checkpoint of its initial weights and says so; a newcomer that
  * downloaded the swarm's state reports its own samples per second over its
- * compute and rounds, not the swarm's samples over its wall time. */
+ * compute and rounds, not the swarm's samples over its wall time; Ctrl-C
+ * during a state download drops the download at once. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,12 +70,33 @@ static void rate_of_a_newcomer(void) {
     free(err);
 }
 
+/* p0 serves its state at 0.5 Mbit/s (a few minutes for tiny's weights and
+ * moments); p1 joins and is interrupted while it downloads: it drops the
+ * download at once and ends as a stop before the state arrived, instead of
+ * waiting for the transfer to finish or time out. */
+static void stop_during_download(void) {
+    CHECK(sh("{ %s train --run-id dl-stop-test " SYNTHETIC " --target-batch 16 --max-steps 100000 --max-upload 0.5 "
+             "--log d0.jsonl 2> d0.err & p0=$!; for i in $(seq 900); do grep -q '\"step\":2' d0.jsonl 2>/dev/null && "
+             "break; sleep 0.1; done; a=$(sed -nE 's/.*listening on (127\\.0\\.0\\.1:[0-9]+).*/\\1/p' d0.err | head -n 1); "
+             "%s train --run-id dl-stop-test " SYNTHETIC " --target-batch 16 --max-steps 100000 --initial-peers $a "
+             "--checkpoint-dir dck 2> d1.err & p=$!; for i in $(seq 300); do grep -q 'downloading the state' d1.err && "
+             "break; sleep 0.1; done; sleep 1; " INT_UNTIL_DONE "; echo $? > d1_rc.txt; kill -INT $p0; wait $p0 || true; }",
+             DEDLOC_BINARY, DEDLOC_BINARY) == 0);
+    CHECK(file_has("d1.err", "downloading the state"));
+    CHECK(file_has("d1.err", "state download stopped"));
+    CHECK(!file_has("d1.err", "downloaded the state"));
+    CHECK(!file_has("d1.err", "state download failed"));
+    CHECK(file_has("d1_rc.txt", "130\n"));
+    CHECK(sh("ls dck/checkpoint-*.safetensors") != 0);
+}
+
 int main(void) {
     dl_log_set_level(DL_LOG_WARN);
     if (cli_dir_make("/tmp/dedloc_cli_stop_XXXXXX")) return 1;
     stop_without_checkpoint_dir();
     stop_before_swarm_state();
     rate_of_a_newcomer();
+    stop_during_download();
     cli_dir_remove();
     return dl_test_finish("cli_stop");
 }
