@@ -8,6 +8,7 @@
 #include "dedloc/collab.h"
 #include "dedloc/net.h"
 #include "dedloc/util.h"
+#include "collab_test_net.h"
 #include "dl_test.h"
 
 #define RUN_ID "donor-fair"
@@ -28,19 +29,7 @@ static void on_answer(void *user, uint64_t id, int status, const uint8_t *payloa
     else atomic_fetch_add(&c->other, 1);
 }
 
-static dl_net *start_net(const char *initial) {
-    struct dl_net_config cfg;
-    dl_net_config_default(&cfg);
-    cfg.run_id = RUN_ID;
-    cfg.listen = "127.0.0.1:0";
-    cfg.initial_peers = initial;
-    cfg.use_dht = false;
-    cfg.min_refresh_s = 0.2;
-    cfg.max_refresh_s = 1;
-    dl_net *net = NULL;
-    if (dl_net_start(&cfg, &net)) fprintf(stderr, "net: %s\n", dl_error());
-    return net;
-}
+static dl_net *start_net(const char *initial) { return collab_test_net(RUN_ID, initial); }
 
 static void ask(dl_net *net, const char *donor, uint64_t chunk, struct counts *c) {
     uint8_t req[16];

@@ -19,6 +19,7 @@
 #include "dedloc/collab.h"
 #include "dedloc/net.h"
 #include "dedloc/util.h"
+#include "collab_test_net.h"
 #include "dl_test.h"
 
 #define RUN_ID "state-test"
@@ -55,22 +56,7 @@ static void state_free(struct test_state *s) {
     for (int b = 0; b < 3; b++) free(s->buf[b]);
 }
 
-static dl_net *start_net(const char *initial) {
-    struct dl_net_config cfg;
-    dl_net_config_default(&cfg);
-    cfg.run_id = RUN_ID;
-    cfg.listen = "127.0.0.1:0";
-    cfg.initial_peers = initial;
-    cfg.use_dht = false;
-    cfg.min_refresh_s = 0.2;
-    cfg.max_refresh_s = 1;
-    dl_net *net = NULL;
-    if (dl_net_start(&cfg, &net)) {
-        fprintf(stderr, "net: %s\n", dl_error());
-        return NULL;
-    }
-    return net;
-}
+static dl_net *start_net(const char *initial) { return collab_test_net(RUN_ID, initial); }
 
 /* Waits (bounded) until every peer id is in the swarm view. */
 static bool wait_for_peers(dl_net *net, char ids[][DL_PEER_ID_HEX], size_t n, double seconds) {

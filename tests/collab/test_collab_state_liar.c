@@ -12,25 +12,14 @@
 #include "dedloc/collab.h"
 #include "dedloc/net.h"
 #include "dedloc/util.h"
+#include "collab_test_net.h"
 #include "dl_test.h"
 
 #define RUN_ID "state-liar-test"
 #define EPOCH 3
 #define PARAMS 50000
 
-static dl_net *start_net(const char *initial) {
-    struct dl_net_config cfg;
-    dl_net_config_default(&cfg);
-    cfg.run_id = RUN_ID;
-    cfg.listen = "127.0.0.1:0";
-    cfg.initial_peers = initial;
-    cfg.use_dht = false;
-    cfg.min_refresh_s = 0.2;
-    cfg.max_refresh_s = 1;
-    dl_net *net = NULL;
-    if (dl_net_start(&cfg, &net)) return NULL;
-    return net;
-}
+static dl_net *start_net(const char *initial) { return collab_test_net(RUN_ID, initial); }
 
 /* Bounded wait for the peer's record (the connection is up by then). */
 static bool wait_for(dl_net *net, const char *id) {

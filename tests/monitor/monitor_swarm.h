@@ -31,8 +31,9 @@ static void kill_monitor(void) {
     }
 }
 
-/* Starts the monitor and reads its first line (the HTTP port). */
-static bool start_monitor(const char *initial_peer) {
+/* Starts `dedloc ARGS...` (argv[0] is "dedloc", NULL-terminated) as the
+ * monitor and reads its first line (the HTTP port). */
+static bool spawn_monitor(char *const argv[]) {
     int fds[2];
     if (pipe(fds)) return false;
     monitor_pid = fork();
@@ -43,10 +44,7 @@ static bool start_monitor(const char *initial_peer) {
         if (err >= 0) dup2(err, 2);
         close(fds[0]);
         close(fds[1]);
-        execl(DEDLOC_BINARY, DEDLOC_BINARY, "monitor", "--run-id", "monitor-test", "--initial-peers", initial_peer,
-              "--no-dht", "--listen-http", "127.0.0.1:0", "--history", history_path, "--history-points", "16",
-              "--sample-every", "0.5",
-              "--expiry", "6", "--duration", "60", (char *)NULL);
+        execv(DEDLOC_BINARY, argv);
         _exit(127);
     }
     close(fds[1]);
@@ -57,8 +55,7 @@ static bool start_monitor(const char *initial_peer) {
         struct pollfd pfd = {fds[0], POLLIN, 0};
         if (poll(&pfd, 1, 100) <= 0) continue;
         ssize_t k = read(fds[0], line + n, 1);
-        if (k <= 0) break;
-        if (line[n] == '\n') break;
+        if (k <= 0 || line[n] == '\n') break;
         n++;
     }
     line[n] = 0;
@@ -67,6 +64,15 @@ static bool start_monitor(const char *initial_peer) {
     monitor_port = (int)json_num(j, "http_port");
     cJSON_Delete(j);
     return monitor_port > 0;
+}
+
+/* Starts the monitor of the test swarm, with its own history file. */
+static bool start_monitor(const char *initial_peer) {
+    char *const argv[] = {"dedloc", "monitor", "--run-id", "monitor-test", "--initial-peers", (char *)initial_peer,
+                          "--no-dht", "--listen-http", "127.0.0.1:0", "--history", (char *)history_path,
+                          "--history-points", "16", "--sample-every", "0.5", "--expiry", "6", "--duration", "60",
+                          NULL};
+    return spawn_monitor(argv);
 }
 
 static int connect_monitor(void) {

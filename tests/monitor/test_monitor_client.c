@@ -19,38 +19,10 @@ static const char *RUN = "client-test";
 
 /* The monitor, from tmpdir, with the defaults for its files and target. */
 static bool start_default_monitor(const char *initial_peer) {
-    int fds[2];
-    if (pipe(fds)) return false;
-    monitor_pid = fork();
-    if (monitor_pid < 0) return false;
-    if (monitor_pid == 0) {
-        dup2(fds[1], 1);
-        int err = open(monitor_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (err >= 0) dup2(err, 2);
-        close(fds[0]);
-        close(fds[1]);
-        execl(DEDLOC_BINARY, DEDLOC_BINARY, "monitor", "--run-id", RUN, "--initial-peers", initial_peer, "--no-dht",
-              "--listen-http", "127.0.0.1:0", "--sample-every", "0.5", "--expiry", "6", "--duration", "100",
-              (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    char line[512];
-    size_t n = 0;
-    double end = mono_now() + 20;
-    while (mono_now() < end && n < sizeof line - 1) {
-        struct pollfd pfd = {fds[0], POLLIN, 0};
-        if (poll(&pfd, 1, 100) <= 0) continue;
-        ssize_t k = read(fds[0], line + n, 1);
-        if (k <= 0 || line[n] == '\n') break;
-        n++;
-    }
-    line[n] = 0;
-    close(fds[0]);
-    cJSON *j = cJSON_Parse(line);
-    monitor_port = (int)json_num(j, "http_port");
-    cJSON_Delete(j);
-    return monitor_port > 0;
+    char *const argv[] = {"dedloc", "monitor", "--run-id", (char *)RUN, "--initial-peers", (char *)initial_peer,
+                          "--no-dht", "--listen-http", "127.0.0.1:0", "--sample-every", "0.5", "--expiry", "6",
+                          "--duration", "100", NULL};
+    return spawn_monitor(argv);
 }
 
 static int start_carol(void) {
