@@ -182,11 +182,8 @@ static void respond_redirect(struct dl_round *r, uint64_t token, const char *lea
     dl_round_respond_text(r, token, text);
 }
 
-/* Whether an error answer is a redirect to a peer before `leader` in the
- * order of `epoch` (and not passed over); the id goes to `to`. Anything else
- * (or a redirect backwards) is a refusal. */
-static bool parse_redirect(const struct dl_collab *c, uint64_t epoch, const uint8_t *data, size_t size,
-                           const char *leader, char to[DL_PEER_ID_HEX]) {
+/* Whether an error answer is a redirect; the id it names goes to `to`. */
+static bool redirect_target(const uint8_t *data, size_t size, char to[DL_PEER_ID_HEX]) {
     size_t prefix = sizeof REDIRECT_PREFIX - 1;
     if (!data || size != prefix + DL_PEER_ID_HEX - 1 || memcmp(data, REDIRECT_PREFIX, prefix)) return false;
     for (size_t i = 0; i < DL_PEER_ID_HEX - 1; i++) {
@@ -195,7 +192,15 @@ static bool parse_redirect(const struct dl_collab *c, uint64_t epoch, const uint
         to[i] = ch;
     }
     to[DL_PEER_ID_HEX - 1] = 0;
-    return leader_before(c, epoch, to, leader) && !passed_over(c, epoch, to);
+    return true;
+}
+
+/* Whether an error answer is a redirect to a peer before `leader` in the
+ * order of `epoch` (and not passed over); the id goes to `to`. Anything else
+ * (or a redirect backwards) is a refusal. */
+static bool parse_redirect(const struct dl_collab *c, uint64_t epoch, const uint8_t *data, size_t size,
+                           const char *leader, char to[DL_PEER_ID_HEX]) {
+    return redirect_target(data, size, to) && leader_before(c, epoch, to, leader) && !passed_over(c, epoch, to);
 }
 
 /* Whether our view shows a peer past `epoch` whose word a quorum backs (a
@@ -508,6 +513,13 @@ static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
                     snprintf(leader, sizeof leader, "%s", to);
                     resend_at = dl_now();
                     give_up = fmin(dl_now() + c->cfg.matchmaking_ceiling_s, r->deadline);
+                } else if (ev->status == DL_NET_REMOTE_ERROR && dl_now() < give_up &&
+                           redirect_target(ev->data, ev->size, to) && passed_over(c, opt->epoch, to)) {
+                    /* The peer we asked still waits on a leader we passed
+                     * over (its memory of the failed round differs from
+                     * ours): it leads once that wait fails, so ask it again
+                     * shortly rather than give up the round. */
+                    resend_at = dl_now() + 0.2;
                 } else if (ev->status != DL_NET_OK) {
                     /* Whatever its reason, this leader formed no group for
                      * us at this epoch: a retry asks the next one. */
