@@ -65,8 +65,16 @@ const char *dl_member_role_name(enum dl_member_role role);
 int dl_member_role_from_name(const char *name, enum dl_member_role *role);
 
 /* Wire codec of averaged vectors (layouts in src/collab/wirecodec.h). */
-enum dl_codec { DL_CODEC_NONE = 0, DL_CODEC_FP16 = 1, DL_CODEC_UINT8 = 2, DL_CODEC_COUNT };
-/* "none" "fp16" "uint8" */
+enum dl_codec {
+    DL_CODEC_NONE = 0,
+    DL_CODEC_FP16 = 1,
+    DL_CODEC_UINT8 = 2,
+    DL_CODEC_INT8 = 3,           /* symmetric 8-bit, one fp32 scale per chunk */
+    DL_CODEC_TOPK = 4,           /* 1 value in 64 per block of 4096 at 2 bits; results come back as
+                                  * sparse fp16 (docs/protocol.md, "Wire codecs") */
+    DL_CODEC_COUNT
+};
+/* "none" "fp16" "uint8" "int8" "topk" */
 const char *dl_codec_name(enum dl_codec codec);
 int dl_codec_from_name(const char *name, enum dl_codec *codec);
 
@@ -91,6 +99,7 @@ struct dl_avg_options {
     double weight;               /* samples behind this vector (0 for aux), at most DL_AVG_MAX_WEIGHT;
                                   * with a handoff only the estimate written in the join */
     enum dl_codec compression;   /* wire codec (default none) */
+    float *sent;                 /* NULL, or n floats: on DL_AVG_OK the values our contribution carried after the wire codec (what the aggregators decoded from us), for error feedback */
     double deadline_s;           /* whole round, matchmaking included (default 60) */
     double stall_s;              /* silence after which a sender is left out (0 = deadline / 6, >= 1) */
     size_t expected_peers;       /* leader: close matchmaking once this many joined (0 = the swarm view's count) */
@@ -169,7 +178,13 @@ void dl_avg_result_free(struct dl_avg_result *result);
 /* Averages vec (n floats, finite) with the peers that join the same epoch,
  * weighted by options->weight. On DL_AVG_OK vec holds the average, the same
  * bits as every other member's; on any other status vec is unchanged and the
- * caller keeps its contribution for the next round. Returns the status. */
+ * caller keeps its contribution for the next round. Returns the status.
+ * options->sent (error feedback): on DL_AVG_OK, for every chunk of every
+ * part, what the chunk's aggregator decoded from our encoded chunk (the
+ * same decoder on the same bytes), or 0 where the result's mask says our
+ * chunk is not in it (we were left out of that chunk: nothing of ours
+ * arrived); all 0 for an aux peer (it contributes nothing). On any other
+ * status it is not written. It may not alias vec. */
 enum dl_avg_status dl_collab_average(dl_collab *collab, float *vec, size_t n, const struct dl_avg_options *options,
                       struct dl_avg_result *result);
 

@@ -364,17 +364,24 @@ int bench_allreduce_member(int argc, char **argv) {
     size_t n = (size_t)size;
     float *vec = dl_malloc(n * sizeof(float));
     float *scratch = vm.common ? dl_malloc(n * sizeof(float)) : NULL;
-    if (!vec || (vm.common && !scratch)) {
+    /* With --out, what the aggregators decoded from us goes beside the
+     * result (PREFIX.sentR.bin), for the tests to hold against it. */
+    float *sent = out_prefix ? dl_malloc(n * sizeof(float)) : NULL;
+    if (!vec || (vm.common && !scratch) || (out_prefix && !sent)) {
         fprintf(stderr, "allreduce-member: %s\n", dl_error());
         free(vec);
+        free(scratch);
+        free(sent);
         return DL_EXIT_FAILURE;
     }
+    opt.sent = sent;
     dl_net *net;
     dl_collab *collab;
     if (dl_net_start(&cfg, &net)) {
         fprintf(stderr, "allreduce-member: %s\n", dl_error());
         free(vec);
         free(scratch);
+        free(sent);
         return DL_EXIT_FAILURE;
     }
     if (dl_collab_start(net, &ccfg, &collab)) {
@@ -382,6 +389,7 @@ int bench_allreduce_member(int argc, char **argv) {
         dl_net_stop(net);
         free(vec);
         free(scratch);
+        free(sent);
         return DL_EXIT_FAILURE;
     }
     collab->misbehaviour = mode;
@@ -453,6 +461,8 @@ int bench_allreduce_member(int argc, char **argv) {
             char path[1024];
             snprintf(path, sizeof path, "%s.out%d.bin", out_prefix, round);
             if (write_floats(path, vec, n)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
+            snprintf(path, sizeof path, "%s.sent%d.bin", out_prefix, round);
+            if (write_floats(path, sent, n)) fprintf(stderr, "allreduce-member: %s\n", dl_error());
         }
         report_round(round, &res, vec, n, dl_net_peer_id(net));
         if (res.status != DL_AVG_OK) rc = DL_EXIT_FAILURE;
@@ -466,6 +476,7 @@ int bench_allreduce_member(int argc, char **argv) {
     dl_net_stop(net);
     free(vec);
     free(scratch);
+    free(sent);
     cJSON *done = cJSON_CreateObject();
     cJSON_AddStringToObject(done, "event", "done");
     emit(done);

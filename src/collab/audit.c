@@ -58,7 +58,7 @@ double dl_audit_tolerance(const struct dl_audit_claim *c, size_t count, const st
     return DL_AUDIT_SIGMAS * res->e2 + g * (2 * spread + res->l1);
 }
 
-double dl_audit_e2_bound(int codec, double q_l2, size_t len) {
+double dl_audit_e2_bound(int codec, double q_l2, double q_linf, size_t len) {
     /* Rounding to fp32: half an ulp, 2^-24 relative (plus fp32's smallest
      * subnormal step); to fp16: 2^-11 relative plus half of fp16's smallest
      * subnormal (2^-25), after the fp32 rounding; uint8: a value decodes
@@ -70,6 +70,14 @@ double dl_audit_e2_bound(int codec, double q_l2, size_t len) {
     case DL_CODEC_NONE: return 2 * (0x1p-24 * q_l2 + 0x1p-149 * root);
     case DL_CODEC_FP16: return 2 * ((0x1p-11 + 0x1p-24) * q_l2 + 0x1p-25 * root);
     case DL_CODEC_UINT8: return 2 * 12.0 / 256.0 * q_l2;
+    /* int8: each element within scale / 2 (plus half an ulp), where scale =
+     * max|v| / 127 and max|v| <= max|q| + scale / 2, so scale <= max|q| /
+     * 126.5 and scale / 2 <= max|q| / 253; the smallest subnormal scale
+     * (values below 127 x 2^-150) adds half of 2^-149 at most. */
+    case DL_CODEC_INT8: return 2 * (root * (q_linf / 253.0 + 0x1p-150) + 0x1p-24 * q_l2);
+    /* topk: results travel as sparse fp16, which decodes as fp16 does (its
+     * zeros are exact). */
+    case DL_CODEC_TOPK: return 2 * ((0x1p-11 + 0x1p-24) * q_l2 + 0x1p-25 * root);
     default: return INFINITY;
     }
 }
@@ -94,7 +102,7 @@ enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t coun
     /* The equation first: it needs no clip-weight bound, and with e2 held
      * to what an honest result needs (a rigorous bound for none and fp16)
      * an aggregator cannot buy tolerance by claiming a large rounding. */
-    double e2_bound = dl_audit_e2_bound(res->codec, res->l2, res->len);
+    double e2_bound = dl_audit_e2_bound(res->codec, res->l2, res->linf, res->len);
     bool rigorous = res->codec != DL_CODEC_UINT8;
     double total = 0;
     for (size_t j = 0; j < count; j++) {

@@ -85,11 +85,13 @@ static const uint8_t *audited_result(const struct dl_round *r, size_t part, size
 static const uint8_t *commitment_of(const struct dl_round *r, const uint8_t *res, size_t len, size_t j) {
     size_t i = 0;
     for (size_t m = 0; m < j; m++) i += in_mask(res, m);
-    return res + DL_AVG_RESULT_HEADER + dl_codec_size(r->g.codec, len) + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i;
+    return res + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, res, len) + DL_AVG_COMMIT_HEAD +
+           DL_AVG_COMMIT_ENTRY * i;
 }
 
 static bool decode_result(const struct dl_round *r, const uint8_t *res, size_t len, float *q) {
-    return !dl_codec_decode(r->g.codec, res + DL_AVG_RESULT_HEADER, dl_codec_size(r->g.codec, len), len, q);
+    return !dl_codec_result_decode(r->g.codec, res + DL_AVG_RESULT_HEADER, dl_round_result_data_size(r, res, len),
+                                   len, q);
 }
 
 static bool decode_chunk(const struct dl_round *r, const uint8_t *chunk, size_t len, float *x) {
@@ -509,7 +511,7 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
         bool equal = r->g.aggregation == DL_AGG_CENTERED_CLIP || !(w_total > 0);
         for (size_t j = 0; j < count_k; j++) claims[j].weight = equal ? 1.0 : w[j];
         struct dl_audit_result rs = {.len = (size_t)len, .codec = r->g.codec};
-        const uint8_t *commit = res + DL_AVG_RESULT_HEADER + dl_codec_size(r->g.codec, (size_t)len);
+        const uint8_t *commit = res + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, res, len);
         rs.e2 = dl_get_f64(commit);
         rs.delta = dl_get_f64(commit + 8);
         struct dl_audit_measure qm;
@@ -517,7 +519,12 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
         dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->signs);
         dl_audit_measure(sc->signs, sc->q, NULL, (size_t)len, &qm);
         double l2 = 0;
-        for (size_t e = 0; e < len; e++) l2 += (double)sc->q[e] * (double)sc->q[e];
+        double linf = 0;
+        for (size_t e = 0; e < len; e++) {
+            l2 += (double)sc->q[e] * (double)sc->q[e];
+            linf = fmax(linf, fabs((double)sc->q[e]));
+        }
+        rs.linf = linf;
         rs.s = qm.s;
         rs.l1 = qm.a;
         rs.l2 = sqrt(l2);

@@ -23,6 +23,8 @@ static const char *const codec_names[] = {
     [DL_CODEC_NONE] = "none",
     [DL_CODEC_FP16] = "fp16",
     [DL_CODEC_UINT8] = "uint8",
+    [DL_CODEC_INT8] = "int8",
+    [DL_CODEC_TOPK] = "topk",
 };
 _Static_assert(COUNT_OF(codec_names) == DL_CODEC_COUNT, "a wire codec without its name");
 

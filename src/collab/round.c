@@ -371,7 +371,9 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
 #endif
     for (size_t e = 0; e < len; e++) r->tmp[e] = (float)r->acc[e];
     size_t trailer = DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * count;
-    uint8_t *msg = dl_malloc(DL_AVG_RESULT_HEADER + enc + trailer);
+    /* A topk round's result is sparse fp16, its size read from its bytes. */
+    size_t res_max = dl_codec_result_max(r->g.codec, (size_t)len), res_size = 0;
+    uint8_t *msg = dl_malloc(DL_AVG_RESULT_HEADER + res_max + trailer);
     float *q = dl_malloc(sizeof(float) * (size_t)len);
     if (!msg || !q) {
         free(msg);
@@ -388,8 +390,8 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     memcpy(msg + 28, mask, 32);
     dl_put_f64(msg + 60, samples);
     uint8_t *data = msg + DL_AVG_RESULT_HEADER;
-    if (dl_codec_encode(r->g.codec, r->tmp, (size_t)len, data) ||
-        dl_codec_decode(r->g.codec, data, enc, (size_t)len, q)) {
+    if (dl_codec_result_encode(r->g.codec, r->tmp, (size_t)len, data, &res_size) ||
+        dl_codec_result_decode(r->g.codec, data, res_size, (size_t)len, q)) {
         free(msg);
         free(q);
         free(iterate);
@@ -399,7 +401,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
      * know the directions: how far rounding took the result (e2) and the
      * centered-clip iterate (delta) from the bytes sent, and per contributor
      * the chunk we reduced and its clip weight. */
-    uint8_t *commit = data + enc;
+    uint8_t *commit = data + res_size;
     dl_put_f64(commit, distance_to(r->acc, q, (size_t)len));
     dl_put_f64(commit + 8, moved);
     for (size_t i = 0; i < count; i++) {
@@ -408,8 +410,8 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     }
     free(q);
     free(iterate);
-    sign_result(r, msg, enc + trailer);
-    store_result(r, r->first_chunk[part] + k, msg, DL_AVG_RESULT_HEADER + enc + trailer);
+    sign_result(r, msg, res_size + trailer);
+    store_result(r, r->first_chunk[part] + k, msg, DL_AVG_RESULT_HEADER + res_size + trailer);
     r->reduce_s += dl_now() - t0;
     r->reduced_elems += len * count;
     return 0;
@@ -429,9 +431,10 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
         return dl_fail("result sent by someone other than its reducer");
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
-    size_t enc = dl_codec_size(r->g.codec, (size_t)len);
     int count = dl_round_mask_count(r, msg);
     if (count <= 0) return dl_fail("result whose mask names no member or one beyond the group");
+    size_t enc = dl_codec_result_size(r->g.codec, msg + DL_AVG_RESULT_HEADER, size - DL_AVG_RESULT_HEADER, (size_t)len);
+    if (enc == SIZE_MAX) return dl_fail_context("result of part %zu chunk %zu", part, k);
     size_t want = DL_AVG_RESULT_HEADER + enc + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * (size_t)count;
     if (size != want) return dl_fail("result of %zu bytes, expected %zu", size, want);
     if (r->store[gi]) return 0;
@@ -444,7 +447,7 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
         return dl_fail_context("result of part %zu chunk %zu", part, k);
     double samples = dl_get_f64(msg + 60);
     if (!(dl_round_weight_ok(samples / (double)r->g.n)) ||
-        dl_codec_decode(r->g.codec, msg + DL_AVG_RESULT_HEADER, enc, (size_t)len, r->tmp)) {
+        dl_codec_result_decode(r->g.codec, msg + DL_AVG_RESULT_HEADER, enc, (size_t)len, r->tmp)) {
         /* Signed by its reducer, so every member got these same bytes:
          * every member fails alike. */
         dl_round_fail(r, DL_AVG_FAILED, "the result of part %zu chunk %zu from %s does not decode or carries "
@@ -609,6 +612,11 @@ void dl_round_chunk_info(const struct dl_round *r, size_t part, size_t k, struct
     ci->weight = dl_get_f64(msg + 60);
 }
 
+size_t dl_round_result_data_size(const struct dl_round *r, const uint8_t *res, uint64_t len) {
+    /* Stored results were checked on arrival: their size reads back. */
+    return dl_codec_result_size(r->g.codec, res + DL_AVG_RESULT_HEADER, SIZE_MAX, (size_t)len);
+}
+
 void dl_round_copy_out(const struct dl_round *r, float *vec) {
     /* Every chunk was checked to decode when it arrived. */
     for (size_t p = 0; p < r->g.n; p++)
@@ -616,7 +624,35 @@ void dl_round_copy_out(const struct dl_round *r, float *vec) {
             size_t gi = r->first_chunk[p] + k;
             uint64_t off, len;
             dl_round_chunk_range(r, p, k, &off, &len);
-            dl_codec_decode(r->g.codec, r->store[gi] + DL_AVG_RESULT_HEADER, dl_codec_size(r->g.codec, (size_t)len),
-                            len, vec + off);
+            dl_codec_result_decode(r->g.codec, r->store[gi] + DL_AVG_RESULT_HEADER,
+                                   dl_round_result_data_size(r, r->store[gi], len), len, vec + off);
         }
+}
+
+int dl_round_copy_sent(const struct dl_round *r, float *sent) {
+    if (!r->i_send || !r->input) {
+        memset(sent, 0, sizeof(float) * r->n);
+        return 0;
+    }
+    uint8_t *enc = dl_malloc(dl_codec_size(r->g.codec, DL_AVG_CHUNK_ELEMS));
+    if (!enc) return -1;
+    int rc = 0;
+    for (size_t p = 0; p < r->g.n && !rc; p++)
+        for (size_t k = 0; k < r->first_chunk[p + 1] - r->first_chunk[p] && !rc; k++) {
+            const uint8_t *res = r->store[r->first_chunk[p] + k];
+            uint64_t off, len;
+            dl_round_chunk_range(r, p, k, &off, &len);
+            /* Our chunk counts where the result's mask names us: there the
+             * aggregator decoded exactly these bytes (encoding is a pure
+             * function of the input). Elsewhere nothing of ours arrived. */
+            if (!res || !((res[28 + r->me / 8] >> (r->me % 8)) & 1)) {
+                memset(sent + off, 0, sizeof(float) * len);
+                continue;
+            }
+            size_t size = dl_codec_size(r->g.codec, (size_t)len);
+            rc = dl_codec_encode(r->g.codec, r->input + off, (size_t)len, enc) ||
+                 dl_codec_decode(r->g.codec, enc, size, (size_t)len, sent + off);
+        }
+    free(enc);
+    return rc ? -1 : 0;
 }

@@ -241,6 +241,15 @@ void dl_round_chunk_info(const struct dl_round *r, size_t part, size_t k, struct
 /* Decodes every stored result into vec (n elements) after a round that
  * completed with DL_AVG_OK at a receiving member. */
 void dl_round_copy_out(const struct dl_round *r, float *vec);
+/* What the aggregators decoded from our chunks (options->sent of
+ * dl_collab_average) after a round that completed with DL_AVG_OK: per chunk
+ * our encoded input decoded again where the result's mask names us, 0
+ * where it does not; all 0 for a member that sends nothing. -1 (dl_fail)
+ * when out of memory. */
+int dl_round_copy_sent(const struct dl_round *r, float *sent);
+/* Bytes of the encoded data of a stored result of len elements (a topk
+ * round's results differ in size). */
+size_t dl_round_result_data_size(const struct dl_round *r, const uint8_t *res, uint64_t len);
 
 /* Size of a chunk message of `len` elements (header, data, signature). */
 size_t dl_round_chunk_msg_size(const struct dl_round *r, uint64_t len);

@@ -353,6 +353,8 @@ enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const s
     }
     double t_end = dl_now();
     end_handoff(c, opt.handoff);
+    if (r->status == DL_AVG_OK && opt.sent && dl_round_copy_sent(r, opt.sent))
+        dl_round_fail(r, DL_AVG_FAILED, "cannot give what we sent: %s", dl_error());
     if (r->status == DL_AVG_OK && r->i_receive) dl_round_copy_out(r, vec);
     if (r->status == DL_AVG_OK && r->group_time < t_end) {
         double mbit = (double)r->bytes_sent * 8e-6 / (t_end - r->group_time);

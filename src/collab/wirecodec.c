@@ -27,8 +27,15 @@ size_t dl_codec_size(enum dl_codec codec, size_t n) {
     case DL_CODEC_NONE: return n > SIZE_MAX / 4 ? 0 : 4 * n;
     case DL_CODEC_FP16: return n > SIZE_MAX / 2 ? 0 : 2 * n;
     case DL_CODEC_UINT8: return n > SIZE_MAX - UINT8_HEADER ? 0 : UINT8_HEADER + n;
+    case DL_CODEC_INT8: return dl_codec_int8_size(n);
+    case DL_CODEC_TOPK: return dl_codec_topk_size(n);
     default: return 0;
     }
+}
+
+/* A size of 0 is a valid answer only for an empty chunk of a known codec. */
+static bool size_known(enum dl_codec codec, size_t n, size_t size) {
+    return size || (n == 0 && (unsigned)codec < DL_CODEC_COUNT);
 }
 
 /* The exponent bits of the smallest float refused: 2^DL_CODEC_MAX_EXPONENT.
@@ -42,7 +49,7 @@ static inline bool finite_bits(float f) {
     return (u & 0x7f800000u) < BOUND_BITS;
 }
 
-static int refuse_value(size_t i, size_t n, float v) {
+int dl_codec_refuse_value(size_t i, size_t n, float v) {
     if (isfinite(v))
         return dl_fail("cannot encode value %zu of %zu: %g is beyond the averaging bound 2^%d (a diverged gradient?)",
                        i, n, (double)v, DL_CODEC_MAX_EXPONENT);
@@ -54,7 +61,7 @@ static int refuse_value(size_t i, size_t n, float v) {
  * it holds a value to refuse, so that the error names the same index. */
 static int check_finite_scalar(const float *x, size_t from, size_t n) {
     for (size_t i = from; i < n; i++)
-        if (!finite_bits(x[i])) return refuse_value(i, n, x[i]);
+        if (!finite_bits(x[i])) return dl_codec_refuse_value(i, n, x[i]);
     return 0;
 }
 
@@ -67,7 +74,7 @@ static int check_decoded_scalar(const float *y, size_t from, size_t n) {
 static int encode_fp16_scalar(const float *x, size_t from, size_t n, uint8_t *out) {
     for (size_t i = from; i < n; i++) {
         float v = x[i];
-        if (!finite_bits(v)) return refuse_value(i, n, v);
+        if (!finite_bits(v)) return dl_codec_refuse_value(i, n, v);
         /* Beyond 65504 round-to-nearest gives Inf (from 65520 up): clamp so a
          * large but finite gradient stays finite on the wire. */
         if (v > DL_CODEC_FP16_MAX) v = DL_CODEC_FP16_MAX;
@@ -473,6 +480,8 @@ int dl_codec_encode_path(enum dl_codec_path path, enum dl_codec codec, const flo
         return 0;
     case DL_CODEC_FP16: return kern->encode_fp16(x, n, out);
     case DL_CODEC_UINT8: return encode_uint8(kern, x, n, out);
+    case DL_CODEC_INT8: return dl_codec_int8_encode(x, n, out);
+    case DL_CODEC_TOPK: return dl_codec_topk_encode(x, n, out);
     default: return dl_fail("encode: unknown codec %d", codec);
     }
 }
@@ -482,8 +491,7 @@ int dl_codec_decode_path(enum dl_codec_path path, enum dl_codec codec, const uin
     if (!dl_codec_path_available(path)) return dl_fail("decode: codec path %s is not available on this CPU",
                                                        dl_codec_path_name(path));
     size_t want = dl_codec_size(codec, n);
-    if (!want && codec != DL_CODEC_NONE && codec != DL_CODEC_FP16)
-        return dl_fail("decode: unknown codec %d or size overflow", codec);
+    if (!size_known(codec, n, want)) return dl_fail("decode: unknown codec %d or size overflow", codec);
     if (size != want)
         return dl_fail("%s chunk of %zu values must be %zu bytes, got %zu", dl_codec_name(codec), n, want, size);
     const struct codec_kernels *kern = kernels_of(path);
@@ -491,6 +499,8 @@ int dl_codec_decode_path(enum dl_codec_path path, enum dl_codec codec, const uin
     case DL_CODEC_NONE: return kern->copy_decoded(in, n, out);
     case DL_CODEC_FP16: return kern->decode_fp16(in, n, out);
     case DL_CODEC_UINT8: return decode_uint8(kern, in, n, out);
+    case DL_CODEC_INT8: return dl_codec_int8_decode(in, n, out);
+    case DL_CODEC_TOPK: return dl_codec_topk_decode(in, n, out);
     default: return dl_fail("decode: unknown codec %d", codec);
     }
 }
@@ -517,10 +527,12 @@ int dl_codec_decode_accumulate_path(enum dl_codec_path path, enum dl_codec codec
     if (!dl_codec_path_available(path)) return dl_fail("decode: codec path %s is not available on this CPU",
                                                        dl_codec_path_name(path));
     size_t want = dl_codec_size(codec, n);
-    if (!want && codec != DL_CODEC_NONE && codec != DL_CODEC_FP16)
-        return dl_fail("decode: unknown codec %d or size overflow", codec);
+    if (!size_known(codec, n, want)) return dl_fail("decode: unknown codec %d or size overflow", codec);
     if (size != want)
         return dl_fail("%s chunk of %zu values must be %zu bytes, got %zu", dl_codec_name(codec), n, want, size);
+    /* These check and add in one call, refusing before acc is touched. */
+    if (codec == DL_CODEC_INT8) return dl_codec_int8_accumulate(in, n, weight, acc);
+    if (codec == DL_CODEC_TOPK) return dl_codec_topk_accumulate(in, n, weight, acc);
     const struct codec_kernels *kern = kernels_of(path);
     if (check_wire(kern, codec, in, n)) return -1;
     switch (codec) {
@@ -569,4 +581,36 @@ int dl_codec_decode_accumulate(enum dl_codec codec, const uint8_t *in, size_t si
 
 void dl_codec_mean(const double *acc, size_t n, double total, float *out) {
     dl_codec_mean_path(best_path_cached(), acc, n, total, out);
+}
+
+/* ---- results ------------------------------------------------------------------- */
+
+size_t dl_codec_result_max(enum dl_codec codec, size_t n) {
+    if (codec == DL_CODEC_TOPK) return n > SIZE_MAX / 3 ? 0 : (n + 7) / 8 + 2 * n;
+    return dl_codec_size(codec, n);
+}
+
+size_t dl_codec_result_size(enum dl_codec codec, const uint8_t *in, size_t avail, size_t n) {
+    if (codec == DL_CODEC_TOPK) return dl_codec_sparse16_size(in, avail, n);
+    size_t want = dl_codec_size(codec, n);
+    if (!size_known(codec, n, want)) {
+        dl_fail("result: unknown codec %d or size overflow", codec);
+        return SIZE_MAX;
+    }
+    if (avail < want) {
+        dl_fail("%s result of %zu values needs %zu bytes, got %zu", dl_codec_name(codec), n, want, avail);
+        return SIZE_MAX;
+    }
+    return want;
+}
+
+int dl_codec_result_encode(enum dl_codec codec, const float *x, size_t n, uint8_t *out, size_t *size) {
+    if (codec == DL_CODEC_TOPK) return dl_codec_sparse16_encode(x, n, out, size);
+    *size = dl_codec_size(codec, n);
+    return dl_codec_encode(codec, x, n, out);
+}
+
+int dl_codec_result_decode(enum dl_codec codec, const uint8_t *in, size_t size, size_t n, float *out) {
+    if (codec == DL_CODEC_TOPK) return dl_codec_sparse16_decode(in, size, n, out);
+    return dl_codec_decode(codec, in, size, n, out);
 }

@@ -19,17 +19,50 @@
  *          So a value decodes within one bin width of itself, except in an
  *          end bin that also holds values clamped from beyond 6 sigma: all
  *          of that bin decodes to its mean, outliers included. A bin holding
- *          a single distinct value decodes it exactly. */
+ *          a single distinct value decodes it exactly.
+ *   int8   fp32 scale, then n x int8                   4 + n bytes
+ *          scale = (largest |x|) / 127 in fp32 (the smallest subnormal
+ *          when that underflows to 0 but some |x| > 0); code = x / scale in
+ *          double, rounded to nearest even, within [-127, 127]; decoded
+ *          (float)(code x scale). So |x - decoded| <= scale / 2 plus half an
+ *          ulp of the decoded value. Refused: -128, a scale that is negative,
+ *          NaN, Inf or so large that 127 x scale passes the bound.
+ *   topk   per block of DL_CODEC_TOPK_BLOCK values (the chunk's last block
+ *          may be shorter, L values): the k = ceil(L / DL_CODEC_TOPK_RATIO)
+ *          largest |x|, ties to the lower index; everything else decodes to
+ *          0. A block is two fp32 magnitudes (lo, hi: 0 <= lo <= hi), then
+ *          a little-endian bit stream of k 12-bit offsets within the block
+ *          (strictly increasing, < L), then k 2-bit codes (bit 0: negative,
+ *          bit 1: hi), zero bits up to the byte: 8 + ceil(14 k / 8) bytes,
+ *          120 for a full block (0.234 bits per value). The kept magnitudes
+ *          split at the midpoint of their smallest t and largest M; lo and
+ *          hi are the means (in double, index order) of each side (an empty
+ *          side holds the midpoint). A kept value decodes to its sign times
+ *          its side's mean: within (M - t) / 2 of itself, plus a float
+ *          rounding. Offsets travel as fixed-width 12-bit numbers rather
+ *          than a delta code so that a chunk's size is a function of n.
+ * Results (what an aggregator returns, dl_codec_result_*) use the same
+ * layout for none, fp16, uint8 and int8. A topk round returns sparse fp16:
+ * a bitmap of ceil(n / 8) bytes (bit e % 8 of byte e / 8: element e is not
+ * zero in fp16; bits past n zero), then, in index order, the fp16 value
+ * (as the fp16 codec rounds it, never +-0) of each element whose bit is
+ * set: ceil(n / 8) + 2 x (set bits) bytes. The mean of sparse contributions
+ * is zero outside the union of their supports, so the result costs 1 bit
+ * per value plus 16 per element of that union; it decodes to exactly what
+ * the fp16 codec would give (but +0 for -0). */
 #ifndef DEDLOC_COLLAB_WIRECODEC_H
 #define DEDLOC_COLLAB_WIRECODEC_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dedloc/collab.h" /* enum dl_codec and its names */
 
 #define DL_CODEC_UINT8_BINS 256
+#define DL_CODEC_TOPK_BLOCK 4096
+#define DL_CODEC_TOPK_RATIO 64
 #define DL_CODEC_FP16_MAX 65504.0f
 /* No value at or beyond 2^DL_CODEC_MAX_EXPONENT (about 4.3e9) is encoded or
  * decoded, as if it were NaN: a gradient element that large is a diverged
@@ -60,6 +93,22 @@ int dl_codec_decode_accumulate(enum dl_codec codec, const uint8_t *in, size_t si
 /* out[i] = (float)(acc[i] / total): the reduce's last step. */
 void dl_codec_mean(const double *acc, size_t n, double total, float *out);
 
+/* Values kept of a topk block of len values: ceil(len / DL_CODEC_TOPK_RATIO). */
+size_t dl_codec_topk_keep(size_t len);
+
+/* What an aggregator sends back for a chunk of n values under `codec` (see
+ * the layouts above): the contribution's own layout, except sparse fp16 for
+ * topk, whose size depends on the data. dl_codec_result_max: the most bytes
+ * a result can take. dl_codec_result_size: the size of the result that
+ * begins at in (avail bytes there), read from its own bytes; SIZE_MAX with
+ * dl_fail when avail cannot hold one. Encoding writes *size bytes; decoding refuses
+ * what dl_codec_result_size refuses, a size other than that, and anything
+ * that would decode to NaN, Inf or beyond the bound. */
+size_t dl_codec_result_max(enum dl_codec codec, size_t n);
+size_t dl_codec_result_size(enum dl_codec codec, const uint8_t *in, size_t avail, size_t n);
+int dl_codec_result_encode(enum dl_codec codec, const float *x, size_t n, uint8_t *out, size_t *size);
+int dl_codec_result_decode(enum dl_codec codec, const uint8_t *in, size_t size, size_t n, float *out);
+
 /* Implementations of the codecs. Every path gives the same bytes and the
  * same floats as the scalar one, on every input (the sums that define a
  * uint8 codebook run in index order in all of them); they differ only in
@@ -79,5 +128,28 @@ int dl_codec_decode_path(enum dl_codec_path path, enum dl_codec codec, const uin
 int dl_codec_decode_accumulate_path(enum dl_codec_path path, enum dl_codec codec, const uint8_t *in, size_t size,
                                     size_t n, double weight, double *acc);
 int dl_codec_mean_path(enum dl_codec_path path, const double *acc, size_t n, double total, float *out);
+
+/* ---- int8 and topk (wirecodec_int8.c, wirecodec_topk.c) -------------------------
+ * The same code on every path (there is no vector path for them). Each
+ * decode refuses before it writes; accumulate adds weight * value in double
+ * exactly as the reduce does after a decode (for topk only at the kept
+ * offsets: adding the others' +0 would change no sum). */
+static inline bool dl_codec_bounded(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (u & 0x7f800000u) < ((uint32_t)(127 + DL_CODEC_MAX_EXPONENT) << 23);
+}
+int dl_codec_refuse_value(size_t i, size_t n, float v);
+size_t dl_codec_int8_size(size_t n);
+int dl_codec_int8_encode(const float *x, size_t n, uint8_t *out);
+int dl_codec_int8_decode(const uint8_t *in, size_t n, float *out);
+int dl_codec_int8_accumulate(const uint8_t *in, size_t n, double weight, double *acc);
+size_t dl_codec_topk_size(size_t n);
+int dl_codec_topk_encode(const float *x, size_t n, uint8_t *out);
+int dl_codec_topk_decode(const uint8_t *in, size_t n, float *out);
+int dl_codec_topk_accumulate(const uint8_t *in, size_t n, double weight, double *acc);
+size_t dl_codec_sparse16_size(const uint8_t *in, size_t avail, size_t n);
+int dl_codec_sparse16_encode(const float *x, size_t n, uint8_t *out, size_t *size);
+int dl_codec_sparse16_decode(const uint8_t *in, size_t size, size_t n, float *out);
 
 #endif

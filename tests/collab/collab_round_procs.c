@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collab/wirecodec.h"
 #include "collab_round_scenarios.h"
 #include "dl_test.h"
 
@@ -351,7 +352,44 @@ static const char *status_of(const struct member *m) {
 static double codec_bound(const char *compression) {
     if (!strcmp(compression, "fp16")) return 2 * 0x1p-11;
     if (!strcmp(compression, "uint8")) return 2 * 12 * 0.5774 / 256 + 1e-3;
+    if (!strcmp(compression, "int8")) return 2.0 / 253 + 1e-6;
     return 0;
+}
+
+/* How far a result may be from the weighted mean of what its contributors
+ * sent (their decoded chunks): the rounding of the result's own encoding
+ * alone, given the chunk's decoded result q (its largest |q_e|: qmax). */
+static double result_tolerance(const char *compression, double want, double qmax) {
+    if (!strcmp(compression, "fp16") || !strcmp(compression, "topk"))
+        return (0x1p-11 + 0x1p-23) * fabs(want) + 0x1p-25;
+    if (!strcmp(compression, "int8")) return qmax / 253 + 0x1p-23 * fabs(want) + 1e-30;
+    if (!strcmp(compression, "uint8")) return codec_bound(compression);
+    return 0x1p-23 * fabs(want) + 1e-30;
+}
+
+/* Error feedback (options->sent): each member's sent file holds, per chunk
+ * whose mask names it, exactly its input encoded and decoded by the round's
+ * codec (what the aggregator decoded from it), and 0 in every other chunk. */
+static void check_sent_chunk(const char *compression, const float *input, const float *sent, size_t off, size_t len,
+                             bool in_mask, int who, int ci) {
+    if (!in_mask) {
+        size_t nonzero = 0;
+        for (size_t e = off; e < off + len; e++) nonzero += sent[e] != 0 || signbit(sent[e]);
+        CHECK_MSG(nonzero == 0, "member %d: chunk %d does not hold its data, yet its sent has %zu non-zeros", who, ci,
+                  nonzero);
+        return;
+    }
+    enum dl_codec codec;
+    CHECK(dl_codec_from_name(compression, &codec) == 0);
+    size_t size = dl_codec_size(codec, len);
+    uint8_t *wire = malloc(size + 1);
+    float *want = malloc(sizeof(float) * len);
+    CHECK(wire && want && dl_codec_encode(codec, input + off, len, wire) == 0 &&
+          dl_codec_decode(codec, wire, size, len, want) == 0);
+    CHECK_MSG(want && !memcmp(want, sent + off, sizeof(float) * len),
+              "member %d: its sent of chunk %d is not its input through the %s codec", who, ci, compression);
+    free(wire);
+    free(want);
 }
 
 static void verify(const struct scenario *sc) {
@@ -420,7 +458,7 @@ static void verify(const struct scenario *sc) {
     /* Group order -> our member index, inputs, weights. */
     int n = cJSON_GetArraySize(group);
     CHECK(n >= 1 && n <= MAX_MEMBERS);
-    float *inputs[MAX_MEMBERS] = {0};
+    float *inputs[MAX_MEMBERS] = {0}, *sents[MAX_MEMBERS] = {0};
     int index_of[MAX_MEMBERS];
     double weight[MAX_MEMBERS];
     for (int g = 0; g < n && g < MAX_MEMBERS; g++) {
@@ -435,6 +473,12 @@ static void verify(const struct scenario *sc) {
             weight[g] = members[index_of[g]].weight;
             snprintf(path, sizeof path, "%s/m%d.in.bin", workdir, index_of[g]);
             inputs[g] = read_floats(path, sc->vector_size);
+            const struct member *gm_ = &members[index_of[g]];
+            if (gm_->round && !strcmp(status_of(gm_), "ok") && strcmp(gm_->role, "aux")) {
+                snprintf(path, sizeof path, "%s/m%d.sent%d.bin", workdir, index_of[g], rounds_run - 1);
+                sents[g] = read_floats(path, sc->vector_size);
+                CHECK_MSG(sents[g] != NULL, "member %d applied the round but wrote no sent file", index_of[g]);
+            }
         }
     }
     if (sc->victim_bandwidth > 0) {
@@ -451,7 +495,7 @@ static void verify(const struct scenario *sc) {
         }
     }
     double bound = codec_bound(compression_of(sc));
-    double worst = 0;
+    double worst = 0, worst_sent = 0;
     size_t covered = 0;
     int rereduced = 0;
     for (int ci = 0; ci < cJSON_GetArraySize(chunks); ci++) {
@@ -503,11 +547,35 @@ static void verify(const struct scenario *sc) {
         }
         CHECK_MSG(chunk_weight == total, "chunk %d: its result header says weight %g, its contributors hold %g", ci,
                   chunk_weight, total);
+        for (int g = 0; g < n; g++)
+            if (sents[g] && inputs[g])
+                check_sent_chunk(compression_of(sc), inputs[g], sents[g], off, len, in[g], index_of[g], ci);
         /* Centered clip is no weighted mean: its results were checked by
          * the members themselves (audit_chunks above). */
         if (!count || !ref_out || sc->aggregation) continue;
         bool equal = !(total > 0);
         if (equal) total = count;
+        /* The result against what its contributors sent: only the rounding
+         * of the result's encoding between them. */
+        bool all_sent = true;
+        for (int g = 0; g < n; g++) all_sent &= !in[g] || sents[g] != NULL;
+        double qmax = 0;
+        for (size_t e = off; e < off + len; e++) qmax = fmax(qmax, fabs((double)ref_out[e]));
+        for (size_t e = off; all_sent && e < off + len; e++) {
+            double acc = 0;
+            for (int g = 0; g < n; g++)
+                if (in[g]) acc += (equal ? 1.0 : capped[g]) * (double)sents[g][e];
+            double want = acc / total, err = fabs((double)ref_out[e] - want);
+            worst_sent = fmax(worst_sent, err);
+            if (err > result_tolerance(compression_of(sc), want, qmax)) {
+                CHECK_MSG(false, "element %zu: %.9g, the weighted mean of what was sent is %.9g (chunk %d)", e,
+                          (double)ref_out[e], want, ci);
+                break;
+            }
+        }
+        /* topk sends 1 value in 64: the inputs' mean is far from the result
+         * by design (the rest waits in the senders' residuals). */
+        if (!strcmp(compression_of(sc), "topk")) continue;
         for (size_t e = off; e < off + len; e++) {
             double acc = 0;
             for (int g = 0; g < n; g++)
@@ -523,8 +591,12 @@ static void verify(const struct scenario *sc) {
         }
     }
     CHECK_MSG(covered == sc->vector_size, "chunks cover %zu of %zu elements", covered, sc->vector_size);
-    printf("%d chunks (%d re-reduced), worst error %.3g\n", cJSON_GetArraySize(chunks), rereduced, worst);
-    for (int g = 0; g < n; g++) free(inputs[g]);
+    printf("%d chunks (%d re-reduced), worst error %.3g, against what was sent %.3g\n", cJSON_GetArraySize(chunks),
+           rereduced, worst, worst_sent);
+    for (int g = 0; g < n; g++) {
+        free(inputs[g]);
+        free(sents[g]);
+    }
     free(ref_out);
     free(ref_chunks);
 }

@@ -13,7 +13,7 @@ struct scenario {
     const char *name;
     int member_count;
     size_t vector_size;         /* floats each member averages */
-    const char *compression;    /* "fp16" or "uint8"; NULL = "none" */
+    const char *compression;    /* "fp16" "uint8" "int8" "topk"; NULL = "none" */
     double upload_mbit;         /* per member cap, 0 = none */
     const char *fault;          /* NULL, "kill", "stop" (SIGSTOP, then SIGCONT), "port" (garbage on its port) */
     int victim;                 /* member index the fault, misbehave and victim_delay hit (a kill or
@@ -48,6 +48,24 @@ static const struct scenario scenarios[] = {
     {.name = "two", .member_count = 2, .vector_size = 1000003},
     {.name = "four_fp16", .member_count = 4, .vector_size = 1500001, .compression = "fp16"},
     {.name = "four_uint8", .member_count = 4, .vector_size = 1500001, .compression = "uint8"},
+    /* int8 and topk: every member's sent (error feedback) is what the
+     * aggregators decoded from it, and each result the weighted mean of those */
+    {.name = "four_int8", .member_count = 4, .vector_size = 1500001, .compression = "int8"},
+    {.name = "five_topk", .member_count = 5, .vector_size = 1500001, .compression = "topk", .roles = "ttatc"},
+    {.name = "topk_clip", .member_count = 5, .vector_size = 1000003, .compression = "topk",
+     .aggregation = "centered-clip", .tau = 30},
+    {.name = "int8_clip", .member_count = 5, .vector_size = 1000003, .compression = "int8",
+     .aggregation = "centered-clip", .roles = "ttttc"},
+    /* a client sending a malformed topk chunk (offsets out of order) or an
+     * int8 chunk with a NaN scale is dropped */
+    {.name = "garbage_topk", .member_count = 4, .vector_size = 1000003, .compression = "topk", .roles = "tttc",
+     .victim = 3, .misbehave = "garbage", .victim_status = "dropped"},
+    {.name = "nan_int8", .member_count = 4, .vector_size = 1000003, .compression = "int8", .roles = "tttc",
+     .victim = 3, .misbehave = "nan", .victim_status = "dropped"},
+    /* a killed sender with topk: the survivors' sent files show 0 where the
+     * re-reduction left their chunk out, the data elsewhere */
+    {.name = "kill_sender_topk", .member_count = 4, .vector_size = 2000003, .upload_mbit = 40, .compression = "topk",
+     .fault = "kill", .victim = 3, .fault_at = 0.3, .roles = "tttc"},
     {.name = "eight", .member_count = 8, .vector_size = 1200007},
     {.name = "roles", .member_count = 5, .vector_size = 1000003, .roles = "attcc"},
     {.name = "kill_sender", .member_count = 4, .vector_size = 2000003, .upload_mbit = 40,

@@ -41,14 +41,15 @@ static void describe(float x[][LEN], const double *w, const double *c, size_t k,
     }
     struct dl_audit_measure qm;
     dl_audit_measure(signs, q, NULL, LEN, &qm);
-    double e2 = 0, dc = 0, l2 = 0;
+    double e2 = 0, dc = 0, l2 = 0, linf = 0;
     for (size_t e = 0; e < LEN; e++) {
+        linf = fmax(linf, fabs((double)q[e]));
         e2 += (v[e] - q[e]) * (v[e] - q[e]);
         if (iterate) dc += (iterate[e] - v[e]) * (iterate[e] - v[e]);
         l2 += (double)q[e] * q[e];
     }
-    *res = (struct dl_audit_result){.s = qm.s, .l1 = qm.a, .l2 = sqrt(l2), .e2 = sqrt(e2), .delta = sqrt(dc),
-                                    .len = LEN, .codec = codec};
+    *res = (struct dl_audit_result){.s = qm.s, .l1 = qm.a, .l2 = sqrt(l2), .linf = linf, .e2 = sqrt(e2),
+                                    .delta = sqrt(dc), .len = LEN, .codec = codec};
 }
 
 static void weighted_mean(float x[][LEN], const double *w, const double *c, size_t k, double *v) {
@@ -141,7 +142,7 @@ int main(void) {
         round_to(DL_CODEC_FP16, v, q);
         describe(x, w, ones, K, v, NULL, q, DL_CODEC_FP16, claims, &res);
         passed16 += dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS;
-        CHECK(res.e2 <= dl_audit_e2_bound(DL_CODEC_FP16, res.l2, LEN));
+        CHECK(res.e2 <= dl_audit_e2_bound(DL_CODEC_FP16, res.l2, 0, LEN));
         round_to(DL_CODEC_UINT8, v, q);
         describe(x, w, ones, K, v, NULL, q, DL_CODEC_UINT8, claims, &res);
         passed8 += dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS;
@@ -149,7 +150,7 @@ int main(void) {
     CHECK_MSG(passed16 == 200, "fp16: %d of 200 honest results passed", passed16);
     CHECK_MSG(passed8 == 200, "uint8: %d of 200 honest results passed", passed8);
     /* uint8 gives no rigorous bound: a claim beyond it is uncheckable. */
-    res.e2 = 10 * dl_audit_e2_bound(DL_CODEC_UINT8, res.l2, LEN);
+    res.e2 = 10 * dl_audit_e2_bound(DL_CODEC_UINT8, res.l2, 0, LEN);
     CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_UNCHECKABLE);
 
     /* 4. Senders that cancel (+1000 g and -1000 g): the result is small, the

@@ -47,7 +47,7 @@ static void test_names_and_sizes(void) {
     CHECK(dl_codec_from_name("fp16", &c) == 0 && c == DL_CODEC_FP16);
     CHECK(dl_codec_from_name("uint8", &c) == 0 && c == DL_CODEC_UINT8);
     CHECK(dl_codec_from_name("none", &c) == 0 && c == DL_CODEC_NONE);
-    CHECK(dl_codec_from_name("int8", &c) == -1 && strstr(dl_error(), "fp16"));
+    CHECK(dl_codec_from_name("int4", &c) == -1 && strstr(dl_error(), "fp16"));
     CHECK(dl_codec_from_name(NULL, &c) == -1);
     CHECK(!strcmp(dl_codec_name(DL_CODEC_UINT8), "uint8") && !strcmp(dl_codec_name(9), "unknown"));
     size_t ns[] = {0, 1, 7, 1000003};

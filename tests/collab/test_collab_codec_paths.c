@@ -145,7 +145,9 @@ static void check_accumulate(enum dl_codec_path path, const float *x, size_t n, 
         if (n && c == DL_CODEC_NONE) memcpy(wire + 4 * (n - 1), &(float){INFINITY}, 4);
         if (n && c == DL_CODEC_FP16) wire[2 * n - 1] |= 0x7c;
         if (c == DL_CODEC_UINT8) memcpy(wire + 4 * 255, &(float){NAN}, 4);
-        if (n || c == DL_CODEC_UINT8) {
+        if (c == DL_CODEC_INT8) memcpy(wire, &(float){NAN}, 4); /* the scale */
+        if (n && c == DL_CODEC_TOPK) memcpy(wire + 4, &(float){NAN}, 4); /* the first block's high magnitude */
+        if (n || c == DL_CODEC_UINT8 || c == DL_CODEC_INT8) {
             memcpy(got, want, 8 * n);
             rc = dl_codec_decode_accumulate_path(path, c, wire, size, n, weight, got);
             CHECK_MSG(rc == -1 && !memcmp(want, got, 8 * n), "%s: %s accumulate on %s of a bad chunk", what,

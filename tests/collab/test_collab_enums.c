@@ -79,8 +79,9 @@ static void test_token_roles(void) {
 /* Wire codecs: one byte in joins and group records; names on --compression
  * and in the manifest's "compression". */
 static void test_codecs(void) {
-    CHECK(DL_CODEC_NONE == 0 && DL_CODEC_FP16 == 1 && DL_CODEC_UINT8 == 2);
-    static const char *const names[] = {"none", "fp16", "uint8"};
+    CHECK(DL_CODEC_NONE == 0 && DL_CODEC_FP16 == 1 && DL_CODEC_UINT8 == 2 && DL_CODEC_INT8 == 3 &&
+          DL_CODEC_TOPK == 4);
+    static const char *const names[] = {"none", "fp16", "uint8", "int8", "topk"};
     CHECK_NAMES("codec", dl_codec_name, enum dl_codec, DL_CODEC_COUNT, names);
     CHECK_PARSE("codec", dl_codec_name, dl_codec_from_name, enum dl_codec, 0, DL_CODEC_COUNT, "uint8");
 }

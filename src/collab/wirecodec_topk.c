@@ -1,0 +1,265 @@
+/* topk contributions and the sparse fp16 results of a topk round (layouts
+ * in wirecodec.h).
+ *
+ * Why blocks of 4096 within the 1 MiB chunk: a 12-bit offset per kept value
+ * (an offset within the whole chunk would take 18), and every block of the
+ * vector keeps its share of the traffic, so a layer of small values is
+ * still sent now and then instead of waiting behind the large ones
+ * (SparseLoCo selects per chunk of 4096 in the same way). What a block does
+ * not send stays in the sender's residual (error feedback). */
+#include <math.h>
+#include <string.h>
+
+#include "collab/wirecodec.h"
+#include "dedloc/util.h"
+
+#define OFFSET_BITS 12
+#define CODE_BITS 2
+_Static_assert(DL_CODEC_TOPK_BLOCK <= (1 << OFFSET_BITS), "a block offset must fit its bits");
+_Static_assert(DL_CODEC_TOPK_BLOCK % DL_CODEC_TOPK_RATIO == 0, "a full block keeps a whole number of values");
+#define MAX_KEEP (DL_CODEC_TOPK_BLOCK / DL_CODEC_TOPK_RATIO)
+
+size_t dl_codec_topk_keep(size_t len) { return (len + DL_CODEC_TOPK_RATIO - 1) / DL_CODEC_TOPK_RATIO; }
+
+static size_t block_bytes(size_t keep) { return 8 + ((OFFSET_BITS + CODE_BITS) * keep + 7) / 8; }
+
+size_t dl_codec_topk_size(size_t n) {
+    size_t full = n / DL_CODEC_TOPK_BLOCK, rest = n % DL_CODEC_TOPK_BLOCK;
+    return full * block_bytes(MAX_KEEP) + (rest ? block_bytes(dl_codec_topk_keep(rest)) : 0);
+}
+
+/* Little-endian bit streams: bit b of the stream is bit b % 8 of byte b / 8. */
+static void put_bits(uint8_t *p, size_t *pos, uint32_t v, int bits) {
+    for (int b = 0; b < bits; b++, (*pos)++)
+        if ((v >> b) & 1) p[*pos / 8] |= (uint8_t)(1u << (*pos % 8));
+}
+
+static uint32_t get_bits(const uint8_t *p, size_t *pos, int bits) {
+    uint32_t v = 0;
+    for (int b = 0; b < bits; b++, (*pos)++) v |= (uint32_t)((p[*pos / 8] >> (*pos % 8)) & 1) << b;
+    return v;
+}
+
+/* Order of selection: larger magnitude first, then the lower index. The
+ * magnitude's bits order finite non-negative floats as their values do. */
+static uint64_t rank_of(float v, size_t i) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return ((uint64_t)(u & 0x7fffffffu) << OFFSET_BITS) | (uint64_t)(DL_CODEC_TOPK_BLOCK - 1 - i);
+}
+
+static void sift_down(uint64_t *heap, size_t size, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < size && heap[l] < heap[m]) m = l;
+        if (r < size && heap[r] < heap[m]) m = r;
+        if (m == i) return;
+        uint64_t t = heap[i];
+        heap[i] = heap[m];
+        heap[m] = t;
+        i = m;
+    }
+}
+
+static void sift_up(uint64_t *heap, size_t i) {
+    while (i > 0 && heap[(i - 1) / 2] > heap[i]) {
+        uint64_t t = heap[i];
+        heap[i] = heap[(i - 1) / 2];
+        heap[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+static void encode_block(const float *x, size_t len, uint8_t *out) {
+    size_t keep = dl_codec_topk_keep(len);
+    uint64_t heap[MAX_KEEP];
+    size_t size = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint64_t key = rank_of(x[i], i);
+        if (size < keep) {
+            heap[size] = key;
+            sift_up(heap, size++);
+        } else if (key > heap[0]) {
+            heap[0] = key;
+            sift_down(heap, size, 0);
+        }
+    }
+    uint16_t idx[MAX_KEEP];
+    for (size_t j = 0; j < keep; j++) {
+        uint16_t v = (uint16_t)(DL_CODEC_TOPK_BLOCK - 1 - (heap[j] & (DL_CODEC_TOPK_BLOCK - 1)));
+        size_t at = j;
+        for (; at > 0 && idx[at - 1] > v; at--) idx[at] = idx[at - 1];
+        idx[at] = v;
+    }
+    double lo_mag = INFINITY, hi_mag = 0;
+    for (size_t j = 0; j < keep; j++) {
+        double m = fabs((double)x[idx[j]]);
+        if (m < lo_mag) lo_mag = m;
+        if (m > hi_mag) hi_mag = m;
+    }
+    double mid = (lo_mag + hi_mag) / 2, sum[2] = {0, 0};
+    size_t count[2] = {0, 0};
+    for (size_t j = 0; j < keep; j++) {
+        double m = fabs((double)x[idx[j]]);
+        int side = m >= mid;
+        sum[side] += m;
+        count[side]++;
+    }
+    float level[2];
+    for (int s = 0; s < 2; s++) level[s] = (float)(count[s] ? sum[s] / (double)count[s] : mid);
+    memset(out, 0, block_bytes(keep));
+    memcpy(out, &level[0], 4);
+    memcpy(out + 4, &level[1], 4);
+    size_t pos = 0;
+    uint8_t *bits = out + 8;
+    for (size_t j = 0; j < keep; j++) put_bits(bits, &pos, idx[j], OFFSET_BITS);
+    for (size_t j = 0; j < keep; j++) {
+        float v = x[idx[j]];
+        uint32_t code = (signbit(v) ? 1u : 0u) | (fabs((double)v) >= mid ? 2u : 0u);
+        put_bits(bits, &pos, code, CODE_BITS);
+    }
+}
+
+int dl_codec_topk_encode(const float *x, size_t n, uint8_t *out) {
+    for (size_t i = 0; i < n; i++)
+        if (!dl_codec_bounded(x[i])) return dl_codec_refuse_value(i, n, x[i]);
+    for (size_t b = 0; b * DL_CODEC_TOPK_BLOCK < n; b++) {
+        size_t start = b * DL_CODEC_TOPK_BLOCK, len = n - start < DL_CODEC_TOPK_BLOCK ? n - start : DL_CODEC_TOPK_BLOCK;
+        encode_block(x + start, len, out);
+        out += block_bytes(dl_codec_topk_keep(len));
+    }
+    return 0;
+}
+
+/* One block as a decoder may take it: its kept offsets and values. */
+struct topk_block {
+    size_t keep;
+    uint16_t offset[MAX_KEEP];
+    float value[MAX_KEEP];
+};
+
+static int read_block(const uint8_t *in, size_t block, size_t len, struct topk_block *out) {
+    float level[2];
+    memcpy(&level[0], in, 4);
+    memcpy(&level[1], in + 4, 4);
+    for (int s = 0; s < 2; s++)
+        if (signbit(level[s]) || !dl_codec_bounded(level[s]))
+            return dl_fail("topk block %zu: magnitude %g is negative, NaN, Inf or beyond 2^%d", block,
+                           (double)level[s], DL_CODEC_MAX_EXPONENT);
+    if (level[0] > level[1])
+        return dl_fail("topk block %zu: its low magnitude %g is above its high one %g", block, (double)level[0],
+                       (double)level[1]);
+    size_t keep = dl_codec_topk_keep(len), pos = 0;
+    const uint8_t *bits = in + 8;
+    out->keep = keep;
+    for (size_t j = 0; j < keep; j++) {
+        uint32_t off = get_bits(bits, &pos, OFFSET_BITS);
+        if (off >= len || (j > 0 && off <= out->offset[j - 1]))
+            return dl_fail("topk block %zu: offset %zu is %u: beyond the block's %zu values or not above the one "
+                           "before", block, j, off, len);
+        out->offset[j] = (uint16_t)off;
+    }
+    for (size_t j = 0; j < keep; j++) {
+        uint32_t code = get_bits(bits, &pos, CODE_BITS);
+        float m = level[code >> 1];
+        out->value[j] = code & 1 ? -m : m;
+    }
+    size_t end = (block_bytes(keep) - 8) * 8;
+    for (; pos < end; pos++)
+        if ((bits[pos / 8] >> (pos % 8)) & 1) return dl_fail("topk block %zu: padding bits are not zero", block);
+    return 0;
+}
+
+/* Every block checked, none written: the refusals come before any output. */
+static int check_topk(const uint8_t *in, size_t n, struct topk_block *scratch) {
+    for (size_t b = 0; b * DL_CODEC_TOPK_BLOCK < n; b++) {
+        size_t start = b * DL_CODEC_TOPK_BLOCK, len = n - start < DL_CODEC_TOPK_BLOCK ? n - start : DL_CODEC_TOPK_BLOCK;
+        if (read_block(in, b, len, scratch)) return -1;
+        in += block_bytes(scratch->keep);
+    }
+    return 0;
+}
+
+int dl_codec_topk_decode(const uint8_t *in, size_t n, float *out) {
+    struct topk_block blk;
+    if (check_topk(in, n, &blk)) return -1;
+    if (n) memset(out, 0, n * sizeof(float));
+    for (size_t b = 0; b * DL_CODEC_TOPK_BLOCK < n; b++) {
+        size_t start = b * DL_CODEC_TOPK_BLOCK, len = n - start < DL_CODEC_TOPK_BLOCK ? n - start : DL_CODEC_TOPK_BLOCK;
+        read_block(in, b, len, &blk);
+        for (size_t j = 0; j < blk.keep; j++) out[start + blk.offset[j]] = blk.value[j];
+        in += block_bytes(blk.keep);
+    }
+    return 0;
+}
+
+int dl_codec_topk_accumulate(const uint8_t *in, size_t n, double weight, double *acc) {
+    struct topk_block blk;
+    if (check_topk(in, n, &blk)) return -1;
+    for (size_t b = 0; b * DL_CODEC_TOPK_BLOCK < n; b++) {
+        size_t start = b * DL_CODEC_TOPK_BLOCK, len = n - start < DL_CODEC_TOPK_BLOCK ? n - start : DL_CODEC_TOPK_BLOCK;
+        read_block(in, b, len, &blk);
+        for (size_t j = 0; j < blk.keep; j++) acc[start + blk.offset[j]] += weight * (double)blk.value[j];
+        in += block_bytes(blk.keep);
+    }
+    return 0;
+}
+
+/* ---- sparse fp16 (the results of a topk round) ---------------------------------- */
+
+size_t dl_codec_sparse16_size(const uint8_t *in, size_t avail, size_t n) {
+    size_t map = (n + 7) / 8;
+    if (avail < map) {
+        dl_fail("sparse fp16 result of %zu values needs a %zu-byte bitmap, got %zu bytes", n, map, avail);
+        return SIZE_MAX;
+    }
+    if (n % 8 && (in[map - 1] >> (n % 8))) {
+        dl_fail("sparse fp16 result: bitmap bits past value %zu are set", n);
+        return SIZE_MAX;
+    }
+    size_t set = 0;
+    for (size_t i = 0; i < map; i++) set += (size_t)__builtin_popcount(in[i]);
+    return map + 2 * set;
+}
+
+int dl_codec_sparse16_encode(const float *x, size_t n, uint8_t *out, size_t *size) {
+    size_t map = (n + 7) / 8;
+    memset(out, 0, map);
+    uint8_t *values = out + map;
+    size_t set = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        if (!dl_codec_bounded(v)) return dl_codec_refuse_value(i, n, v);
+        if (v > DL_CODEC_FP16_MAX) v = DL_CODEC_FP16_MAX;
+        if (v < -DL_CODEC_FP16_MAX) v = -DL_CODEC_FP16_MAX;
+        uint16_t h = dl_f32_to_f16(v);
+        if (!(h & 0x7fffu)) continue;
+        out[i / 8] |= (uint8_t)(1u << (i % 8));
+        memcpy(values + 2 * set++, &h, 2);
+    }
+    *size = map + 2 * set;
+    return 0;
+}
+
+int dl_codec_sparse16_decode(const uint8_t *in, size_t size, size_t n, float *out) {
+    size_t want = dl_codec_sparse16_size(in, size, n);
+    if (want == SIZE_MAX) return -1;
+    if (size != want)
+        return dl_fail("sparse fp16 result of %zu values: its bitmap gives %zu bytes, got %zu", n, want, size);
+    size_t map = (n + 7) / 8, set = 0;
+    const uint8_t *values = in + map;
+    for (size_t i = 0; i < n; i++) {
+        if (!((in[i / 8] >> (i % 8)) & 1)) continue;
+        uint16_t h;
+        memcpy(&h, values + 2 * set++, 2);
+        if ((h & 0x7c00u) == 0x7c00u || !(h & 0x7fffu))
+            return dl_fail("sparse fp16 value %zu of %zu is NaN, Inf or a zero marked as not zero", i, n);
+    }
+    set = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = 0;
+        if ((in[i / 8] >> (i % 8)) & 1) memcpy(&h, values + 2 * set++, 2);
+        out[i] = dl_f16_to_f32(h);
+    }
+    return 0;
+}
