@@ -43,7 +43,8 @@ static void help(FILE *out) {
             "elements for R rounds, each peer's upload capped to its bandwidth.\n\n"
             "  --peers N                 number of peers (2..%d, default 4)\n"
             "  --size ELEMS              vector elements (default 18000000)\n"
-            "  --compression C           none, fp16 or uint8 (default fp16)\n"
+            "  --compression C[,C...]    none, fp16, uint8, int8 or topk (default fp16); a list runs\n"
+            "                            each codec in turn with fresh peers, one table\n"
             "  --bandwidths B1,B2,...    upload Mbit/s per peer, cycled (default 100)\n"
             "  --client-mode K           the last K peers are clients (never aggregate)\n"
             "  --aux K                   the first K peers are auxiliary (aggregate only)\n"
@@ -53,7 +54,9 @@ static void help(FILE *out) {
             "  --json                    JSON instead of a table\n\n"
             "algbw = S / t with S the fp32 vector's bytes and t the slowest member's all-reduce\n"
             "time (matchmaking excluded); busbw = algbw * 2(n-1)/n; bound = the load-balancing\n"
-            "optimum for these bandwidths and this codec; efficiency = bound / t.\n",
+            "optimum for these bandwidths and this codec; efficiency = bound / t. sent_MB: payload\n"
+            "bytes a peer sent in the round (mean over peers; _max the most); bits/param = that\n"
+            "mean x 8 / ELEMS.\n",
             MAX_BENCH_PEERS);
 }
 
@@ -110,69 +113,22 @@ static void pump(struct member_proc *m) {
 
 static double num(const cJSON *o, const char *key) { return cJSON_GetNumberValue(cJSON_GetObjectItem(o, key)); }
 
-int bench_allreduce(int argc, char **argv) {
-    double peers = 4, size = 18000000, rounds = 3, client_k = 0, aux_k = 0, deadline = 120;
-    const char *compression = "fp16", *bandwidths = "100";
-    bool json = false, kill_one = false;
-    enum { O_PEERS = 256, O_SIZE, O_COMP, O_BWS, O_CLIENT, O_AUX, O_ROUNDS, O_KILL, O_DEADLINE, O_JSON };
-    static const struct option opts[] = {
-        {"peers", required_argument, NULL, O_PEERS}, {"size", required_argument, NULL, O_SIZE},
-        {"compression", required_argument, NULL, O_COMP}, {"bandwidths", required_argument, NULL, O_BWS},
-        {"client-mode", required_argument, NULL, O_CLIENT}, {"aux", required_argument, NULL, O_AUX},
-        {"rounds", required_argument, NULL, O_ROUNDS}, {"kill-one", no_argument, NULL, O_KILL},
-        {"deadline", required_argument, NULL, O_DEADLINE}, {"json", no_argument, NULL, O_JSON},
-        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = cli_getopt_long(argc, argv, "h", opts, "bench allreduce")) != -1) {
-        char *end = NULL;
-        double v = optarg ? strtod(optarg, &end) : 0;
-        bool bad = optarg && (end == optarg || *end) && c != O_COMP && c != O_BWS;
-        switch (c) {
-        case O_PEERS: peers = v; bad |= !(v >= 2 && v <= MAX_BENCH_PEERS); break;
-        case O_SIZE: size = v; bad |= !(v >= 1 && v <= 4e9); break;
-        case O_COMP: compression = optarg; break;
-        case O_BWS: bandwidths = optarg; break;
-        case O_CLIENT: client_k = v; bad |= !(v >= 0); break;
-        case O_AUX: aux_k = v; bad |= !(v >= 0); break;
-        case O_ROUNDS: rounds = v; bad |= !(v >= 1 && v <= 64); break;
-        case O_KILL: kill_one = true; break;
-        case O_DEADLINE: deadline = v; bad |= !(v > 0); break;
-        case O_JSON: json = true; break;
-        case 'h': help(stdout); return DL_EXIT_OK;
-        default: help(stderr); return DL_EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "dedloc bench allreduce: bad value '%s'\n", optarg);
-            return DL_EXIT_USAGE;
-        }
-    }
+/* One codec's run: its own peers, its rounds, its rows (appended to report). */
+struct bench_run {
+    size_t np;
+    double size, rounds, client_k, aux_k, deadline;
+    const double *bw;
+    size_t nbw;
+    bool json, kill_one;
+};
+
+static int run_codec(const struct bench_run *b, const char *compression, cJSON *report) {
+    size_t np = b->np, nbw = b->nbw;
+    double size = b->size, rounds = b->rounds, client_k = b->client_k, aux_k = b->aux_k, deadline = b->deadline;
+    const double *bw = b->bw;
+    bool json = b->json, kill_one = b->kill_one;
     enum dl_codec codec;
-    if (dl_codec_from_name(compression, &codec)) {
-        fprintf(stderr, "dedloc bench allreduce: %s\n", dl_error());
-        return DL_EXIT_USAGE;
-    }
-    size_t np = (size_t)peers;
-    if (client_k + aux_k >= np) {
-        fprintf(stderr, "dedloc bench allreduce: --client-mode plus --aux must leave one trainer\n");
-        return DL_EXIT_USAGE;
-    }
-    double bw[MAX_BENCH_PEERS];
-    size_t nbw = 0;
-    for (const char *p = bandwidths; p && *p && nbw < MAX_BENCH_PEERS;) {
-        char *end;
-        double v = strtod(p, &end);
-        if (end == p || !(v > 0)) {
-            fprintf(stderr, "dedloc bench allreduce: bad --bandwidths '%s'\n", bandwidths);
-            return DL_EXIT_USAGE;
-        }
-        bw[nbw++] = v;
-        p = *end == ',' ? end + 1 : end;
-    }
-    if (nbw == 0) {
-        fprintf(stderr, "dedloc bench allreduce: --bandwidths names no bandwidth\n");
-        return DL_EXIT_USAGE;
-    }
-    signal(SIGPIPE, SIG_IGN);
+    if (dl_codec_from_name(compression, &codec)) return DL_EXIT_USAGE;
     struct member_proc *m = dl_calloc(np, sizeof *m);
     if (!m) return DL_EXIT_FAILURE;
     int rc = DL_EXIT_OK;
@@ -242,7 +198,9 @@ int bench_allreduce(int argc, char **argv) {
         }
         if (kill_one && !killed && m[np - 1].started[0] > 0) {
             /* half of the expected round time: the bound of the slowest link */
-            double expect = size * 4.0 * 2 / (bw[(np - 1) % nbw] * 1e6 / 8) / (codec == DL_CODEC_NONE ? 1 : codec == DL_CODEC_FP16 ? 2 : 4);
+            /* bytes per element on the way out, near enough for a timing */
+            double per_elem = codec == DL_CODEC_NONE ? 4 : codec == DL_CODEC_FP16 ? 2 : codec == DL_CODEC_TOPK ? 0.03 : 1;
+            double expect = size * per_elem * 2 / (bw[(np - 1) % nbw] * 1e6 / 8);
             double first_start = 1e300;
             for (size_t i = 0; i < np; i++)
                 if (m[i].started[0] > 0 && m[i].started[0] < first_start) first_start = m[i].started[0];
@@ -256,12 +214,10 @@ int bench_allreduce(int argc, char **argv) {
         nanosleep(&ts, NULL);
     }
     double vector_bytes = size * 4.0;
-    cJSON *report = cJSON_CreateArray();
-    if (!json)
-        printf("%5s %5s %9s %9s %10s %10s %9s %6s %11s %9s %12s %s\n", "round", "peers", "time_s", "bound_s",
-               "algbw_MB/s", "busbw_MB/s", "effic", "ok", "sent_MB_max", "rss_MB", "reduce_Me/s", "hashes");
+
     for (int r = 0; r < (int)rounds; r++) {
-        double t = 0, bound = 0, sent_max = 0, rss_max = 0, red_s = 0, red_e = 0;
+        double t = 0, bound = 0, sent_max = 0, sent_sum = 0, recv_sum = 0, rss_max = 0, red_s = 0, red_e = 0;
+        size_t reports = 0;
         size_t ok = 0, members = 0;
         char hashes[4][20] = {{0}};
         int nh = 0;
@@ -280,6 +236,9 @@ int bench_allreduce(int argc, char **argv) {
             }
             bound = fmax(bound, num(o, "lp_bound_s"));
             sent_max = fmax(sent_max, num(o, "bytes_sent"));
+            sent_sum += num(o, "bytes_sent");
+            recv_sum += num(o, "bytes_received");
+            reports++;
             rss_max = fmax(rss_max, num(o, "peak_rss_kb") * 1024);
             red_s += num(o, "reduce_s");
             red_e += num(o, "reduced_elems");
@@ -290,15 +249,20 @@ int bench_allreduce(int argc, char **argv) {
         double busbw = members > 1 ? algbw * 2 * (double)(members - 1) / (double)members : 0;
         double eff = t > 0 ? bound / t : 0;
         double rate = red_s > 0 ? red_e / red_s : 0;
+        /* traffic per peer (payload bytes its requests and answers carried) */
+        double sent_mean = reports ? sent_sum / (double)reports : 0, recv_mean = reports ? recv_sum / (double)reports : 0;
+        double bits_per_param = sent_mean * 8 / size;
         if (!json) {
             char hs[100] = "";
             size_t used = 0;
             for (int h = 0; h < nh && used < sizeof hs; h++)
                 used += (size_t)snprintf(hs + used, sizeof hs - used, "%s%s", h ? "," : "", hashes[h]);
-            printf("%5d %5zu %9.3f %9.3f %10.2f %10.2f %9.3f %3zu/%-2zu %11.2f %9.1f %12.1f %s\n", r, members, t,
-                   bound, algbw / 1e6, busbw / 1e6, eff, ok, np, sent_max / 1e6, rss_max / 1e6, rate / 1e6, hs);
+            printf("%-6s %5d %5zu %9.3f %9.3f %10.2f %10.2f %9.3f %3zu/%-2zu %11.3f %11.3f %10.4f %9.1f %12.1f %s\n",
+                   compression, r, members, t, bound, algbw / 1e6, busbw / 1e6, eff, ok, np, sent_mean / 1e6,
+                   sent_max / 1e6, bits_per_param, rss_max / 1e6, rate / 1e6, hs);
         }
         cJSON *row = cJSON_CreateObject();
+        cJSON_AddStringToObject(row, "compression", compression);
         cJSON_AddNumberToObject(row, "round", r);
         cJSON_AddNumberToObject(row, "members", (double)members);
         cJSON_AddNumberToObject(row, "ok", (double)ok);
@@ -308,6 +272,9 @@ int bench_allreduce(int argc, char **argv) {
         cJSON_AddNumberToObject(row, "busbw_bytes_per_s", busbw);
         cJSON_AddNumberToObject(row, "efficiency", eff);
         cJSON_AddNumberToObject(row, "bytes_sent_max", sent_max);
+        cJSON_AddNumberToObject(row, "bytes_sent_mean", sent_mean);
+        cJSON_AddNumberToObject(row, "bytes_received_mean", recv_mean);
+        cJSON_AddNumberToObject(row, "sent_bits_per_param", bits_per_param);
         cJSON_AddNumberToObject(row, "peak_rss_bytes_max", rss_max);
         cJSON_AddNumberToObject(row, "vector_bytes", vector_bytes);
         cJSON_AddNumberToObject(row, "reduce_elems_per_s", rate);
@@ -316,12 +283,6 @@ int bench_allreduce(int argc, char **argv) {
         cJSON_AddItemToArray(report, row);
         if (ok == 0 || nh != 1) rc = DL_EXIT_FAILURE;
     }
-    if (json) {
-        char *s = cJSON_PrintUnformatted(report);
-        if (s) printf("%s\n", s);
-        free(s);
-    }
-    cJSON_Delete(report);
 out:
     for (size_t i = 0; i < np; i++) {
         if (m[i].pid > 0) {
@@ -332,5 +293,103 @@ out:
         for (int r = 0; r < 64; r++) cJSON_Delete(m[i].rounds[r]);
     }
     free(m);
+    return rc;
+}
+
+int bench_allreduce(int argc, char **argv) {
+    double peers = 4, size = 18000000, rounds = 3, client_k = 0, aux_k = 0, deadline = 120;
+    const char *compression = "fp16", *bandwidths = "100";
+    bool json = false, kill_one = false;
+    enum { O_PEERS = 256, O_SIZE, O_COMP, O_BWS, O_CLIENT, O_AUX, O_ROUNDS, O_KILL, O_DEADLINE, O_JSON };
+    static const struct option opts[] = {
+        {"peers", required_argument, NULL, O_PEERS}, {"size", required_argument, NULL, O_SIZE},
+        {"compression", required_argument, NULL, O_COMP}, {"bandwidths", required_argument, NULL, O_BWS},
+        {"client-mode", required_argument, NULL, O_CLIENT}, {"aux", required_argument, NULL, O_AUX},
+        {"rounds", required_argument, NULL, O_ROUNDS}, {"kill-one", no_argument, NULL, O_KILL},
+        {"deadline", required_argument, NULL, O_DEADLINE}, {"json", no_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = cli_getopt_long(argc, argv, "h", opts, "bench allreduce")) != -1) {
+        char *end = NULL;
+        double v = optarg ? strtod(optarg, &end) : 0;
+        bool bad = optarg && (end == optarg || *end) && c != O_COMP && c != O_BWS;
+        switch (c) {
+        case O_PEERS: peers = v; bad |= !(v >= 2 && v <= MAX_BENCH_PEERS); break;
+        case O_SIZE: size = v; bad |= !(v >= 1 && v <= 4e9); break;
+        case O_COMP: compression = optarg; break;
+        case O_BWS: bandwidths = optarg; break;
+        case O_CLIENT: client_k = v; bad |= !(v >= 0); break;
+        case O_AUX: aux_k = v; bad |= !(v >= 0); break;
+        case O_ROUNDS: rounds = v; bad |= !(v >= 1 && v <= 64); break;
+        case O_KILL: kill_one = true; break;
+        case O_DEADLINE: deadline = v; bad |= !(v > 0); break;
+        case O_JSON: json = true; break;
+        case 'h': help(stdout); return DL_EXIT_OK;
+        default: help(stderr); return DL_EXIT_USAGE;
+        }
+        if (bad) {
+            fprintf(stderr, "dedloc bench allreduce: bad value '%s'\n", optarg);
+            return DL_EXIT_USAGE;
+        }
+    }
+    char names[256];
+    snprintf(names, sizeof names, "%s", compression);
+    char *save_names = NULL;
+    for (char *name = strtok_r(names, ",", &save_names); name; name = strtok_r(NULL, ",", &save_names)) {
+        enum dl_codec codec;
+        if (dl_codec_from_name(name, &codec)) {
+            fprintf(stderr, "dedloc bench allreduce: %s\n", dl_error());
+            return DL_EXIT_USAGE;
+        }
+    }
+    if (strlen(compression) >= sizeof names || !strcspn(compression, ",")) {
+        fprintf(stderr, "dedloc bench allreduce: bad --compression '%s'\n", compression);
+        return DL_EXIT_USAGE;
+    }
+    size_t np = (size_t)peers;
+    if (client_k + aux_k >= np) {
+        fprintf(stderr, "dedloc bench allreduce: --client-mode plus --aux must leave one trainer\n");
+        return DL_EXIT_USAGE;
+    }
+    double bw[MAX_BENCH_PEERS];
+    size_t nbw = 0;
+    for (const char *p = bandwidths; p && *p && nbw < MAX_BENCH_PEERS;) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || !(v > 0)) {
+            fprintf(stderr, "dedloc bench allreduce: bad --bandwidths '%s'\n", bandwidths);
+            return DL_EXIT_USAGE;
+        }
+        bw[nbw++] = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (nbw == 0) {
+        fprintf(stderr, "dedloc bench allreduce: --bandwidths names no bandwidth\n");
+        return DL_EXIT_USAGE;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    struct bench_run b = {np, size, rounds, client_k, aux_k, deadline, bw, nbw, json, kill_one};
+    cJSON *report = cJSON_CreateArray();
+    if (!report) return DL_EXIT_FAILURE;
+    if (!json)
+        printf("%-6s %5s %5s %9s %9s %10s %10s %9s %6s %11s %11s %10s %9s %12s %s\n", "codec", "round", "peers",
+               "time_s", "bound_s", "algbw_MB/s", "busbw_MB/s", "effic", "ok", "sent_MB", "sent_MB_max",
+               "bits/param", "rss_MB", "reduce_Me/s", "hashes");
+    /* Codecs one after the other, each with fresh peers, so a table holds
+     * them side by side under the same load. */
+    int rc = DL_EXIT_OK;
+    char list[256];
+    snprintf(list, sizeof list, "%s", compression);
+    char *save = NULL;
+    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        int one = run_codec(&b, name, report);
+        if (one != DL_EXIT_OK) rc = one;
+    }
+    if (json) {
+        char *text = cJSON_PrintUnformatted(report);
+        if (text) printf("%s\n", text);
+        free(text);
+    }
+    cJSON_Delete(report);
     return rc;
 }

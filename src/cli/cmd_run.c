@@ -38,7 +38,7 @@ static void help(FILE *out) {
             "  --target-batch N --max-steps S --seed K --shuffle-buffer N\n"
             "  --optimizer O --lr X --warmup-steps N --total-steps N --weight-decay X --max-grad-norm X\n"
             "                       as in dedloc train, with its defaults\n"
-            "  --compression C      none (default), fp16, uint8\n"
+            "  --compression C      none (default), fp16, uint8, int8, topk\n"
             "  --aggregation A      mean (default) or centered-clip, with --clip-tau T (1),\n"
             "                       --clip-iterations N (20), --clip-ban-rounds N (10)\n"
             "  --precisions LIST    allowed compute precisions, the first the default (fp32,fp16,bf16)\n"

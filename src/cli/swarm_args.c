@@ -182,7 +182,7 @@ void cli_swarm_help(FILE *out) {
             "  --bandwidth MBIT     declared upload bandwidth (load balancing)\n"
             "  --no-dht             initial peers only; --dht-bootstrap LIST: DHT nodes to join\n"
             "  --expiry S           drop peers silent for S seconds (60)\n"
-            "  --compression C      gradient codec on the wire: none (default), fp16, uint8\n"
+            "  --compression C      gradient codec on the wire: none (default), fp16, uint8, int8, topk\n"
             "  --round-deadline S   whole averaging round (60)\n"
             "  --aggregation A      how aggregators combine contributions: mean (default) or\n"
             "                       centered-clip (robust to a minority of bad peers; agreed in the\n"

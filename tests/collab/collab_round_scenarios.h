@@ -62,10 +62,10 @@ static const struct scenario scenarios[] = {
      .victim = 3, .misbehave = "garbage", .victim_status = "dropped"},
     {.name = "nan_int8", .member_count = 4, .vector_size = 1000003, .compression = "int8", .roles = "tttc",
      .victim = 3, .misbehave = "nan", .victim_status = "dropped"},
-    /* a killed sender with topk: the survivors' sent files show 0 where the
-     * re-reduction left their chunk out, the data elsewhere */
-    {.name = "kill_sender_topk", .member_count = 4, .vector_size = 2000003, .upload_mbit = 40, .compression = "topk",
-     .fault = "kill", .victim = 3, .fault_at = 0.3, .roles = "tttc"},
+    /* a killed aggregator in a topk round: its part is re-reduced and its
+     * sparse fp16 results (sized by their bitmaps) fetched from survivors */
+    {.name = "kill_aggregator_topk", .member_count = 8, .vector_size = 2000003, .upload_mbit = 4,
+     .compression = "topk", .fault = "kill", .victim = 5, .fault_at = 0.4},
     {.name = "eight", .member_count = 8, .vector_size = 1200007},
     {.name = "roles", .member_count = 5, .vector_size = 1000003, .roles = "attcc"},
     {.name = "kill_sender", .member_count = 4, .vector_size = 2000003, .upload_mbit = 40,
@@ -151,6 +151,13 @@ static const struct scenario scenarios[] = {
     {.name = "audit_projection_lie_clip", .member_count = 5, .vector_size = 1000003, .compression = "uint8",
      .aggregation = "centered-clip", .roles = "ttttc", .victim = 4, .misbehave = "projection-lie", .caught = true,
      .needs_test_hooks = true},
+    /* the same checks on int8 and on topk's sparse fp16 results */
+    {.name = "audit_result_scale_int8", .member_count = 4, .vector_size = 1000003, .compression = "int8",
+     .victim = 2, .misbehave = "result-scale", .caught = true, .needs_test_hooks = true},
+    {.name = "audit_result_scale_topk", .member_count = 4, .vector_size = 1000003, .compression = "topk",
+     .victim = 1, .misbehave = "result-scale", .caught = true, .needs_test_hooks = true},
+    {.name = "audit_projection_lie_topk", .member_count = 4, .vector_size = 1000003, .compression = "topk",
+     .victim = 3, .misbehave = "projection-lie", .caught = true, .needs_test_hooks = true},
     /* a clean centered-clip round passes every check */
     {.name = "audit_clean_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
      .aggregation = "centered-clip", .roles = "ttatc"},

@@ -65,6 +65,35 @@ int main(void) {
     }
     cJSON_Delete(json);
     free(text);
+    /* A list of codecs: one run each, rows in the order given, with the
+     * traffic per peer and per parameter. */
+    snprintf(cmd, sizeof cmd,
+             "%s bench allreduce --peers 3 --size 300001 --compression int8,topk --bandwidths 400 --rounds 1 "
+             "--json >%s 2>%s/log",
+             DEDLOC_BINARY, path, dir);
+    status = system(cmd);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_OK(dl_read_file(path, 1 << 24, &text, &size));
+    json = text ? cJSON_Parse(text) : NULL;
+    CHECK_MSG(json != NULL && cJSON_GetArraySize(json) == 2, "no valid JSON of 2 runs: %.200s", text ? text : "");
+    double bits[2] = {0, 0};
+    for (int r = 0; json && r < cJSON_GetArraySize(json) && r < 2; r++) {
+        const cJSON *row = cJSON_GetArrayItem(json, r);
+        const char *codec = cJSON_GetStringValue(cJSON_GetObjectItem(row, "compression"));
+        CHECK(codec && !strcmp(codec, r ? "topk" : "int8"));
+        CHECK(num(row, "ok") == 3 && num(row, "distinct_results") == 1);
+        bits[r] = num(row, "sent_bits_per_param");
+        CHECK(fabs(bits[r] - num(row, "bytes_sent_mean") * 8 / 300001) <= 1e-9 * bits[r]);
+        CHECK(num(row, "bytes_sent_mean") <= num(row, "bytes_sent_max"));
+    }
+    /* int8 moves 8 bits per value each way; topk 0.23 out and sparse fp16 back */
+    CHECK_MSG(bits[0] > 8 * 2 * 2 / 3.0 * 0.99 && bits[1] > 0 && bits[1] < bits[0] / 3, "int8 %.3f, topk %.3f bits",
+              bits[0], bits[1]);
+    cJSON_Delete(json);
+    free(text);
+    snprintf(cmd, sizeof cmd, "%s bench allreduce --compression none,zip 2>/dev/null", DEDLOC_BINARY);
+    status = system(cmd);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2);
     snprintf(cmd, sizeof cmd, "%s bench allreduce --peers 1 2>/dev/null", DEDLOC_BINARY);
     status = system(cmd);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2);

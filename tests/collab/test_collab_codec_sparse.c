@@ -8,6 +8,7 @@
 #include <float.h>
 #include <stdint.h>
 
+#include "collab/audit.h"
 #include "collab/wirecodec.h"
 #include "dedloc/util.h"
 #include "dl_test.h"
@@ -436,7 +437,47 @@ static void test_error_feedback(void) {
     free(buf);
 }
 
+/* ---- the audit's rounding bounds ---- */
+
+/* What the accountable-aggregation checks allow an aggregator for the
+ * rounding of its result (dl_audit_e2_bound) holds for honest int8 and
+ * sparse fp16 results, and is not loose by more than a small factor. */
+static void test_audit_bounds(void) {
+    size_t n = DL_AVG_CHUNK_ELEMS - 5;
+    double *v = malloc(n * sizeof(double));
+    float *vf = malloc(n * sizeof(float)), *q = malloc(n * sizeof(float));
+    uint8_t *buf = malloc(dl_codec_result_max(DL_CODEC_TOPK, n));
+    dl_rng rng;
+    dl_rng_seed(&rng, 31);
+    for (int c = 0; c < 2; c++) {
+        enum dl_codec codec = c ? DL_CODEC_TOPK : DL_CODEC_INT8;
+        for (size_t i = 0; i < n; i++) {
+            v[i] = (double)dl_rng_normal(&rng) * 0.01 + 1e-9 * (double)dl_rng_uniform(&rng);
+            if (codec == DL_CODEC_TOPK && i % 29) v[i] = 0; /* a mean of sparse contributions */
+            vf[i] = (float)v[i];
+        }
+        size_t size;
+        CHECK(dl_codec_result_encode(codec, vf, n, buf, &size) == 0);
+        CHECK(dl_codec_result_decode(codec, buf, size, n, q) == 0);
+        double e2 = 0, l2 = 0, linf = 0;
+        for (size_t i = 0; i < n; i++) {
+            e2 += (v[i] - q[i]) * (v[i] - q[i]);
+            l2 += (double)q[i] * q[i];
+            linf = fmax(linf, fabs((double)q[i]));
+        }
+        e2 = sqrt(e2);
+        double bound = dl_audit_e2_bound(codec, sqrt(l2), linf, n);
+        printf("audit bound %s: e2 %.4g, bound %.4g (%.2fx)\n", dl_codec_name(codec), e2, bound, bound / e2);
+        CHECK_MSG(e2 <= bound && bound < 8 * e2, "%s: e2 %g against the bound %g", dl_codec_name(codec), e2, bound);
+    }
+    free(v);
+    free(vf);
+    free(q);
+    free(buf);
+}
+
 int main(void) {
+    test_audit_bounds();
     test_names_and_sizes();
     test_int8();
     test_int8_malformed();
