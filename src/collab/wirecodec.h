@@ -22,7 +22,8 @@
  *          a single distinct value decodes it exactly.
  *   int8   fp32 scale, then n x int8                   4 + n bytes
  *          scale = (largest |x|) / 127 in fp32 (the smallest subnormal
- *          when that underflows to 0 but some |x| > 0); code = x / scale in
+ *          when that underflows to 0 but some |x| > 0; a float step lower
+ *          where 127 x scale would round to 2^32); code = x / scale in
  *          double, rounded to nearest even, within [-127, 127]; decoded
  *          (float)(code x scale). So |x - decoded| <= scale / 2 plus half an
  *          ulp of the decoded value. Refused: -128, a scale that is negative,

@@ -23,6 +23,10 @@ int dl_codec_int8_encode(const float *x, size_t n, uint8_t *out) {
     /* A chunk of values below 127 x 2^-150 would get scale 0 and lose them
      * all; the smallest subnormal keeps every code within +-64. */
     if (scale == 0 && absmax > 0) scale = FLT_TRUE_MIN;
+    /* At the bound, 127 x scale can round up to 2^32, which the decoder
+     * refuses: one step down keeps the chunk decodable (the clamp below
+     * takes the largest value's code back to 127). */
+    while (scale > 0 && !dl_codec_bounded((float)(127.0 * (double)scale))) scale = nextafterf(scale, 0);
     memcpy(out, &scale, 4);
     int8_t *codes = (int8_t *)(out + 4);
     if (scale == 0) {
@@ -44,7 +48,8 @@ int dl_codec_int8_encode(const float *x, size_t n, uint8_t *out) {
  * is written. */
 static int check_int8(const uint8_t *in, size_t n, float *scale) {
     memcpy(scale, in, 4);
-    if (signbit(*scale) || !dl_codec_bounded(*scale) || !((double)*scale * 127.0 < ldexp(1.0, DL_CODEC_MAX_EXPONENT)))
+    /* The largest value a code can decode to, rounded as decoding rounds it. */
+    if (signbit(*scale) || !dl_codec_bounded(*scale) || !dl_codec_bounded((float)((double)*scale * 127.0)))
         return dl_fail("int8 scale %g is negative, not finite or beyond 2^%d / 127", (double)*scale,
                        DL_CODEC_MAX_EXPONENT);
     const uint8_t *codes = in + 4;

@@ -55,7 +55,10 @@ static void check_int8_roundtrip(const float *x, size_t n, const char *what) {
     CHECK_MSG(dl_codec_decode(DL_CODEC_INT8, buf, 4 + n, n, y) == 0, "%s: %s", what, dl_error());
     float absmax = 0;
     for (size_t i = 0; i < n; i++) absmax = fmaxf(absmax, fabsf(x[i]));
-    CHECK_MSG(scale == (absmax / 127.0f > 0 || absmax == 0 ? absmax / 127.0f : FLT_TRUE_MIN), "%s: scale %g", what,
+    /* absmax / 127, a step or two below it at the bound (so that 127 x
+     * scale stays inside it), the smallest subnormal where it underflows */
+    float s0 = absmax / 127.0f > 0 || absmax == 0 ? absmax / 127.0f : FLT_TRUE_MIN;
+    CHECK_MSG(scale == s0 || (absmax > 4e9f && scale < s0 && scale >= s0 * (1 - 1e-6f)), "%s: scale %g", what,
               (double)scale);
     size_t bad = 0;
     double worst = 0;
@@ -98,6 +101,11 @@ static void test_int8(void) {
     for (size_t i = 0; i < 17; i++) x[i] = (float)i * FLT_TRUE_MIN; /* scale underflows: smallest subnormal */
     check_int8_roundtrip(x, 17, "subnormal");
     check_int8_roundtrip(x, 0, "empty");
+    /* at the bound: the largest value inside it still decodes */
+    x[0] = 4294967040.0f;
+    x[1] = -4294967040.0f;
+    x[2] = 1.0f;
+    check_int8_roundtrip(x, 17, "at the bound");
     x[3] = NAN;
     CHECK(dl_codec_encode(DL_CODEC_INT8, x, 17, (uint8_t[32]){0}) == -1 && strstr(dl_error(), "value 3"));
     x[3] = 0x1p32f;
@@ -133,6 +141,12 @@ static void test_int8_malformed(void) {
         for (int i = 0; i < 100; i++) CHECK(acc[i] == 0);
     }
     CHECK(dl_codec_decode(DL_CODEC_INT8, good, 103, 100, y) == -1 && strstr(dl_error(), "104 bytes"));
+    /* a scale whose largest code decodes to 2^32 (127 x scale just below
+     * it, rounded up to a float) is refused */
+    float over = 33818640.0f; /* 127 x that = 4294967280 -> 2^32 in fp32 */
+    memcpy(bad, good, 104);
+    memcpy(bad, &over, 4);
+    CHECK(dl_codec_decode(DL_CODEC_INT8, bad, 104, 100, y) == -1 && strstr(dl_error(), "scale"));
     /* the largest scale whose codes stay inside the bound decodes */
     float edge = 0x1p32f / 127.0f * 0.999f;
     memcpy(bad, good, 104);

@@ -214,6 +214,25 @@ static void collab_seeds(void) {
         put("fuzz_collab_wire", name, buf, n + 2);
         free(buf);
     }
+    /* int8 (selector 4) of 64 values, topk (5) of one full block, and its
+     * sparse fp16 result (6) of 64 values */
+    float block[DL_CODEC_TOPK_BLOCK];
+    for (int i = 0; i < DL_CODEC_TOPK_BLOCK; i++) block[i] = 0.001f * (float)((i * 37) % 1001 - 500);
+    uint8_t *more = malloc(2 + dl_codec_size(DL_CODEC_TOPK, DL_CODEC_TOPK_BLOCK) + dl_codec_result_max(DL_CODEC_TOPK, 64));
+    more[1] = 2;
+    more[0] = 4;
+    if (dl_codec_encode(DL_CODEC_INT8, x, 64, more + 2)) exit(1);
+    put("fuzz_collab_wire", "codec_int8", more, 2 + dl_codec_size(DL_CODEC_INT8, 64));
+    more[0] = 5;
+    if (dl_codec_encode(DL_CODEC_TOPK, block, DL_CODEC_TOPK_BLOCK, more + 2)) exit(1);
+    put("fuzz_collab_wire", "codec_topk", more, 2 + dl_codec_size(DL_CODEC_TOPK, DL_CODEC_TOPK_BLOCK));
+    more[0] = 6;
+    more[1] = 0; /* 64 values */
+    size_t sparse = 0;
+    for (int i = 0; i < 64; i++) x[i] = i % 5 ? 0 : 0.25f * (float)(i - 30);
+    if (dl_codec_result_encode(DL_CODEC_TOPK, x, 64, more + 2, &sparse)) exit(1);
+    put("fuzz_collab_wire", "result_sparse16", more, 2 + sparse);
+    free(more);
     struct dl_state_desc desc;
     memset(&desc, 0, sizeof desc);
     desc.epoch = 7;
