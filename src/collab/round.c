@@ -140,7 +140,7 @@ uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool mis
             dl_put_u16(data, 0x7E00);
         } else {
             float nan = NAN;
-            memcpy(data, &nan, 4); /* the codebook's first entry */
+            memcpy(data, &nan, 4); /* uint8's first codebook entry, int8's scale, topk's low magnitude */
         }
 #ifdef DEDLOC_TEST_HOOKS
     } else if (mode == DL_MISBEHAVE_HUGE_VALUES && r->g.codec == DL_CODEC_NONE) {

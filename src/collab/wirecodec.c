@@ -1,5 +1,7 @@
 /* Wire codecs: fp32 as is, fp16 (round to nearest even, clamped to fp16's
- * range) and 8-bit quantisation with a per-chunk codebook. Values are copied
+ * range) and 8-bit quantisation with a per-chunk codebook, with their
+ * vector paths; the dispatch to int8 (wirecodec_int8.c) and topk
+ * (wirecodec_topk.c), and what a round's results use. Values are copied
  * as host bytes, which are the wire's little-endian bytes (guarded below). */
 #include "collab/wirecodec.h"
 

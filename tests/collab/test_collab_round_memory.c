@@ -5,7 +5,9 @@
  * Every member that completes holds the same signed result bytes and the
  * same vector, and each chunk of it is the weighted mean, in member order and
  * in double, of the contributions its contributor mask names, each through
- * the codec's rounding on the way in and the result's on the way out.
+ * the codec's rounding on the way in and the result's on the way out; what
+ * each says it sent (error feedback) is its input through the codec where a
+ * result's mask names it, 0 where not.
  *
  * The transport does what the network and the service do for a round: a
  * request lands in the addressee's queue with a token, its answer in the
@@ -291,10 +293,56 @@ static void reference_chunk(const struct scenario *sc, struct swarm *s, const ui
         total += w;
     }
     for (size_t e = 0; e < len; e++) decoded[e] = (float)(acc[e] / total);
-    if (dl_codec_encode(sc->codec, decoded, len, bytes) || dl_codec_decode(sc->codec, bytes, enc, len, out)) abort();
+    uint8_t *result = malloc(dl_codec_result_max(sc->codec, len));
+    size_t result_size;
+    if (!result || dl_codec_result_encode(sc->codec, decoded, len, result, &result_size) ||
+        dl_codec_result_decode(sc->codec, result, result_size, len, out))
+        abort();
+    free(result);
     free(bytes);
     free(decoded);
     free(acc);
+}
+
+/* What member i says it sent (dl_round_copy_sent): per chunk its input
+ * through the codec where the result's mask names it, 0 elsewhere; then the
+ * same with its bit cleared in one result's mask (that chunk: all 0). */
+static void check_sent(const struct scenario *sc, struct swarm *s, size_t i, size_t n) {
+    struct dl_round *r = s->m[i].r;
+    float *sent = malloc(n * sizeof *sent), *want = malloc(CHUNK * sizeof *want);
+    uint8_t *bytes = malloc(dl_codec_size(sc->codec, CHUNK));
+    if (!sent || !want || !bytes) abort();
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 1: member i left out of the first chunk it is in */
+        long cleared = -1;
+        for (size_t gi = 0; pass == 1 && gi < r->num_chunks && cleared < 0; gi++)
+            if (r->store[gi][28 + i / 8] & (1u << (i % 8))) {
+                r->store[gi][28 + i / 8] &= (uint8_t)~(1u << (i % 8));
+                cleared = (long)gi;
+            }
+        if (pass == 1 && cleared < 0) break;
+        for (size_t e = 0; e < n; e++) sent[e] = NAN;
+        CHECK_MSG(dl_round_copy_sent(r, sent) == 0, "%s: member %zu: %s", sc->name, i, dl_error());
+        size_t wrong = 0;
+        for (size_t p = 0; p < sc->members; p++)
+            for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+                const uint8_t *res = r->store[r->first_chunk[p] + k];
+                uint64_t off, len;
+                dl_round_chunk_range(r, p, k, &off, &len);
+                bool in = sc->roles[i] != 'a' && (res[28 + i / 8] & (1u << (i % 8)));
+                if (in && (dl_codec_encode(sc->codec, s->m[i].input + off, len, bytes) ||
+                           dl_codec_decode(sc->codec, bytes, dl_codec_size(sc->codec, len), len, want)))
+                    abort();
+                if (!in) memset(want, 0, len * sizeof *want);
+                wrong += memcmp(want, sent + off, len * sizeof *want) != 0;
+            }
+        CHECK_MSG(wrong == 0, "%s: member %zu%s: %zu chunks of its sent are not what the aggregators decoded",
+                  sc->name, i, pass ? " (left out of one chunk)" : "", wrong);
+        if (cleared >= 0) r->store[cleared][28 + i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+    free(sent);
+    free(want);
+    free(bytes);
 }
 
 /* What a run ends with, to compare two runs of one scenario. */
@@ -446,6 +494,8 @@ static struct outcome run_scenario(const struct scenario *sc) {
         receivers += sc->roles[i] != 'a';
     }
     CHECK_MSG(completed == receivers, "%s: %zu of %zu receiving members completed", sc->name, completed, receivers);
+    for (size_t i = 0; first >= 0 && i < s->n; i++)
+        if (s->m[i].state == ALIVE && s->m[i].r->status == DL_AVG_OK && s->m[i].r->i_receive) check_sent(sc, s, i, n);
 
     /* Each chunk against the reference over its contributors. */
     size_t rereduced = 0, relayed_ok = 0;
@@ -537,6 +587,14 @@ int main(void) {
         {"dead_aggregator", 4, DL_CODEC_NONE, "tttt", {CHUNK, 3 * CHUNK, CHUNK, 10}, {1, 2, 3, 4}, 1, KILLED},
         /* weights within 4 x the lower median: a larger one is capped (balance.h) */
         {"hung_aggregator_fp16", 4, DL_CODEC_FP16, "tttt", {CHUNK / 2, 3 * CHUNK, 1000, CHUNK}, {3, 1, 1, 2}, 1, HUNG},
+        /* int8 and topk (sparse fp16 results, sized by their bitmaps): the
+         * same, and re-reduced results fetched by those who lack them */
+        {"uneven_roles_int8", 5, DL_CODEC_INT8, "ttcat", {CHUNK + 11, 13, 0, CHUNK + 1, 5000}, {4, 1, 2, 0, 3}, -1,
+         ALIVE},
+        {"uneven_roles_topk", 5, DL_CODEC_TOPK, "ttcat", {2 * CHUNK + 11, 13, 0, CHUNK + 1, 5000}, {4, 1, 2, 0, 3},
+         -1, ALIVE},
+        {"dead_aggregator_topk", 4, DL_CODEC_TOPK, "tttt", {CHUNK, 3 * CHUNK, CHUNK, 10}, {1, 2, 3, 4}, 1, KILLED},
+        {"hung_aggregator_int8", 4, DL_CODEC_INT8, "tttt", {CHUNK / 2, 3 * CHUNK, 1000, CHUNK}, {3, 1, 1, 2}, 1, HUNG},
     };
     size_t count = sizeof scenarios / sizeof scenarios[0];
     struct outcome outcomes[sizeof scenarios / sizeof scenarios[0]];
