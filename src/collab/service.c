@@ -306,6 +306,7 @@ enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const s
     else if (!isfinite(opt.weight) || opt.weight < 0 || opt.weight > DL_AVG_MAX_WEIGHT)
         bad = "a weight that is negative, not finite or beyond 2^40";
     else if ((unsigned)opt.compression >= DL_CODEC_COUNT) bad = "an unknown compression";
+    else if (opt.sent && opt.sent == vec) bad = "with options->sent on the vector itself (it receives the average)";
     else if ((unsigned)opt.aggregation >= DL_AGG_COUNT) bad = "an unknown aggregation";
     else if (opt.aggregation == DL_AGG_CENTERED_CLIP && (!(opt.clip_tau > 0) || !isfinite(opt.clip_tau) ||
                                                          opt.clip_iterations < 0 ||
