@@ -316,7 +316,7 @@ int bench_allreduce(int argc, char **argv) {
         switch (c) {
         case O_PEERS: peers = v; bad |= !(v >= 2 && v <= MAX_BENCH_PEERS); break;
         case O_SIZE: size = v; bad |= !(v >= 1 && v <= 4e9); break;
-        case O_COMP: compression = optarg; break;
+        case O_COMP: if (optarg) compression = optarg; break;
         case O_BWS: bandwidths = optarg; break;
         case O_CLIENT: client_k = v; bad |= !(v >= 0); break;
         case O_AUX: aux_k = v; bad |= !(v >= 0); break;
