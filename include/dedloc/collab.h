@@ -91,6 +91,7 @@ struct dl_avg_options {
     double weight;               /* samples behind this vector (0 for aux), at most DL_AVG_MAX_WEIGHT;
                                   * with a handoff only the estimate written in the join */
     enum dl_codec compression;   /* wire codec (default none) */
+    float *sent;                 /* NULL, or n floats: on DL_AVG_OK the values our contribution carried after the wire codec (what the aggregators decoded from us), for error feedback */
     double deadline_s;           /* whole round, matchmaking included (default 60) */
     double stall_s;              /* silence after which a sender is left out (0 = deadline / 6, >= 1) */
     size_t expected_peers;       /* leader: close matchmaking once this many joined (0 = the swarm view's count) */
@@ -418,6 +419,21 @@ struct dl_collab_train_options {
     bool delay_update;           /* run each round beside the next step's micro-batches, which then
                                   * start from the weights before that round's step (one step
                                   * stale; docs/collab_training.md). false: exact, the default */
+    /* Local steps (DiLoCo; docs/collab_training.md, "Low-communication
+     * mode"). 0: DeDLOC's exact mode, the default. H > 0: each peer steps
+     * its own inner optimizer (opt_config) on its own weights after every
+     * micro-batch; the swarm syncs when its samples since the last sync
+     * reach H x sync_micro_batch x the peers seen (or, with local_batch,
+     * when ours reach local_batch), averaging the pseudo-gradients (outer
+     * minus local weights, plus what error feedback kept) weighted by
+     * samples; every peer then takes the same outer Nesterov step on the
+     * outer weights (what the swarm hashes, serves and checkpoints) and
+     * restarts its local weights from them. The epoch counts syncs. */
+    int64_t local_steps;
+    int64_t sync_micro_batch;    /* local mode: samples of one inner step (0: our last micro-batch's) */
+    double outer_lr;             /* local mode: the outer step's rate (0.7) */
+    double outer_momentum;       /* local mode: its Nesterov momentum (0.9) */
+    enum dl_codec outer_compression; /* local mode: codec of the pseudo-gradient (none) */
     /* What the signed metrics record (monitors read it) says of this peer;
      * NULL = "" (none published by aux peers). */
     const char *device_name, *device_vendor, *precision_name, *display_name;
@@ -534,6 +550,9 @@ struct dl_manifest {
     enum dl_aggregation aggregation;
     double clip_tau;
     int clip_iterations, clip_ban_rounds;
+    int64_t local_steps;              /* "local_steps" (optional): H, or 0 for DeDLOC's exact mode */
+    double outer_lr, outer_momentum;  /* its outer Nesterov step (0.7, 0.9 when not said) */
+    enum dl_codec outer_compression;  /* its pseudo-gradient codec (none when not said) */
     unsigned precisions;              /* bit p set: dl_precision p allowed */
     char precision_default[8];        /* the first one listed */
     bool has_authority;
