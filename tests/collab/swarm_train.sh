@@ -693,6 +693,32 @@ local_newcomer)
             [.[] | select(.step and .step > 2) | .grad_norm] | max <= 2 * $b' "$W/p0.jsonl" >/dev/null ||
     fail "a sync after the newcomer joined carried a pseudo-gradient far larger than before"
   ;;
+local_manifest)
+  # Local-steps mode from a signed manifest: run init writes the setting,
+  # run show prints it, and peers started with --manifest train in that
+  # mode (refusing --local-steps beside it: the manifest decides).
+  STEPS=3
+  manifest_init "$W/run.json" --identity "$W/owner.id" --max-steps $STEPS --local-steps 3 --outer-lr 0.5 \
+    --outer-compression fp16
+  jq -e '.local_steps == {"steps": 3, "outer_lr": 0.5, "outer_momentum": 0.9, "outer_compression": "fp16"}' \
+    "$W/run.json" >/dev/null || fail "run init did not write the local_steps setting"
+  jq -e '.optimizer.total_steps == 9' "$W/run.json" >/dev/null || fail "the inner schedule does not span 3 x 3 steps"
+  "$BIN" run show "$W/run.json" | grep -q "local steps    3 inner steps per sync, outer Nesterov lr 0.5 momentum 0.9, pseudo-gradient codec fp16" ||
+    fail "run show does not print the local_steps setting"
+  if "$BIN" train --manifest "$W/run.json" --local-steps 5 --no-dht --quiet 2>"$W/refuse.err"; then
+    fail "--local-steps beside --manifest was accepted"
+  fi
+  grep -q "local-steps is a run setting" "$W/refuse.err" || fail "the refusal does not say why: $(cat "$W/refuse.err")"
+  start_m p0 "$W/run.json" --min-peers 2
+  start_m p1 "$W/run.json" --min-peers 2
+  for i in p0 p1; do finish "$i"; done
+  agree p0 p1
+  for i in p0 p1; do
+    [ "$(last_step "$i")" = $STEPS ] || fail "$i stopped at step $(last_step "$i")"
+    jq -s -e '[.[] | select(.step)] | all(.mode == "local" and .outer_compression == "fp16")' "$W/$i.jsonl" \
+      >/dev/null || fail "$i did not train in the manifest's local-steps mode"
+  done
+  ;;
 attack)
   # Robust aggregation in a training swarm: 8 trainers on deterministic
   # shares of every global batch (4 samples each, 32 in all), of which 3
