@@ -93,10 +93,9 @@ void loop_local_before_outer_step(loop_state *st) {
     dl_local_residual_update(st->model.n, st->model.params, st->local.params, st->local.residual, st->local.sent);
 }
 
-void loop_local_after_outer_step(loop_state *st, const struct dl_avg_result *r) {
+void loop_local_after_outer_step(loop_state *st) {
     memcpy(st->local.params, st->model.params, st->model.n * sizeof(float));
     st->local.syncs++;
-    st->local.bytes_sent += (double)r->bytes_sent;
 }
 
 int loop_local_restart(loop_state *st) {
@@ -135,6 +134,6 @@ void loop_local_report(const loop_state *st, cJSON *o) {
     cJSON_AddNumberToObject(o, "syncs", (double)l->syncs);
     cJSON_AddNumberToObject(o, "inner_steps", (double)l->inner.step);
     cJSON_AddNumberToObject(o, "local_loss", (double)l->inner_loss);
-    cJSON_AddNumberToObject(o, "bytes_sent_total", l->bytes_sent);
+    cJSON_AddNumberToObject(o, "bytes_sent_total", st->report.bytes_sent);
     cJSON_AddStringToObject(o, "outer_compression", dl_codec_name(st->o->outer_compression));
 }

@@ -113,6 +113,7 @@ struct loop_report {
     dl_loss_watch loss_watch;      /* our loss, for the warning of a run that diverges */
     int64_t samples_computed;      /* this run's micro-batches that counted, in samples */
     double round_s;                /* this run's time in averaging rounds, failed ones too */
+    double bytes_sent;             /* payload bytes this run sent in averaging rounds, failed ones too */
     bool joined;                   /* the start's look for the swarm ended (not stopped): the weights we
                                       hold are the run's, worth a checkpoint */
 };
@@ -127,7 +128,6 @@ struct loop_local {
     float *residual;               /* error feedback: what our syncs have not sent yet (n) */
     float *sent;                   /* our last contribution after the wire codec (n + LOSS_ELEMS) */
     int64_t syncs;                 /* syncs this run took part in */
-    double bytes_sent;             /* payload bytes sent in them */
     float inner_loss;              /* the last inner step's loss (ours alone) */
 };
 
@@ -201,7 +201,7 @@ int loop_local_inner_step(loop_state *st, float *grad, const dl_losses *losses);
 int64_t loop_local_round_vector(loop_state *st, float *vec);
 void loop_local_prefill_sent(loop_state *st, const float *vec);
 void loop_local_before_outer_step(loop_state *st);
-void loop_local_after_outer_step(loop_state *st, const struct dl_avg_result *r);
+void loop_local_after_outer_step(loop_state *st);
 int loop_local_restart(loop_state *st);
 void loop_local_checkpoint(const loop_state *st, dl_checkpoint *ck);
 struct cJSON;

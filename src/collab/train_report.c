@@ -147,6 +147,8 @@ void loop_publish_metrics(loop_state *st, const float *losses, int64_t local_sam
     m.samples_total = st->report.samples_contributed;
     m.uptime_s = dl_now() - st->report.run_start;
     m.target_batch = (double)st->o->base.target_batch; /* the monitor's header, when it was not told */
+    m.syncs = st->local.on ? (double)st->local.syncs : 0;
+    m.bytes_sent = st->report.bytes_sent;
     const struct dl_collab_train_options *o = st->o;
     metrics_text(m.device, sizeof m.device, o->device_name);
     metrics_text(m.vendor, sizeof m.vendor, o->device_vendor);

@@ -108,6 +108,7 @@ void loop_corrupt_hook(loop_state *st) {
 int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64_t local, double t0, bool clear) {
     const bool stepped = !clear && st->be; /* delayed: already stepped on the round's thread */
     size_t n = st->model.n;
+    st->report.bytes_sent += (double)r->bytes_sent;
     if (r->status != DL_AVG_OK) {
         char detail[400];
         snprintf(detail, sizeof detail, "round of epoch %" PRId64 " failed (%s: %s): nothing applied, %" PRId64
@@ -158,7 +159,7 @@ int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64
             dl_avg_result_free(r);
             return -1;
         }
-        if (st->local.on) loop_local_after_outer_step(st, r);
+        if (st->local.on) loop_local_after_outer_step(st);
         loop_corrupt_hook(st);
         if (st->be->set_params(st->be->ctx, st->model.params)) {
             dl_avg_result_free(r);
