@@ -129,6 +129,8 @@ int cmd_aux(int argc, char **argv) {
     dl_opt_config opt = dl_opt_config_sahajbert();
     sw.train.base.target_batch = target;
     sw.train.base.max_steps = steps;
+    /* Local-steps mode: the sync target counts inner steps of the manifest's micro-batch. */
+    if (sw.has_manifest) sw.train.sync_micro_batch = sw.manifest.micro_batch;
     sw.train.base.log_path = log;
     sw.train.base.progress = quiet ? NULL : stderr;
     sw.train.base.stop = &stop_flag;

@@ -81,7 +81,8 @@ void loop_round_options(const loop_state *st, int64_t local, size_t expected, st
     dl_avg_options_default(ao);
     ao->epoch = (uint64_t)st->model.opt.step;
     ao->weight = (double)local;
-    ao->compression = st->local.on ? st->o->outer_compression : st->o->compression;
+    /* Local-steps mode, aux peers too: the pseudo-gradient's codec. */
+    ao->compression = st->o->local_steps > 0 ? st->o->outer_compression : st->o->compression;
     ao->sent = st->local.on ? st->local.sent : NULL;
     ao->aggregation = st->o->aggregation;
     ao->clip_tau = st->o->clip_tau;

@@ -693,6 +693,23 @@ local_newcomer)
             [.[] | select(.step and .step > 2) | .grad_norm] | max <= 2 * $b' "$W/p0.jsonl" >/dev/null ||
     fail "a sync after the newcomer joined carried a pseudo-gradient far larger than before"
   ;;
+local_aux)
+  # Local-steps mode with an aux peer: it aggregates the pseudo-gradients
+  # (weight 0) in the run's codec for them (--outer-compression, not
+  # --compression: a member of another codec would be refused), and the
+  # trainers agree at every sync.
+  STEPS=4
+  LOCAL=(--local-steps 3 --outer-compression fp16 --max-steps $STEPS --min-peers 3 --target-batch 24)
+  start t0 "${LOCAL[@]}" --local-batch 12 --peer-seed 1
+  start t1 "${LOCAL[@]}" --local-batch 12 --peer-seed 2
+  "$BIN" aux --model tiny --seed 1 --run-id "$RUN" --no-dht --expiry 6 --listen 127.0.0.1:0 \
+    --initial-peers "$FIRST_ADDR" "${LOCAL[@]}" --linger 3 --log "$W/aux.jsonl" 2>"$W/aux.err" &
+  PID[aux]=$!
+  for n in t0 t1 aux; do finish $n; done
+  agree t0 t1 aux
+  for n in t0 t1; do [ "$(last_step $n)" = $STEPS ] || fail "$n stopped at step $(last_step $n)"; done
+  has "$W/t0.jsonl" '.step and any(.members[]; .role == "aux")' || fail "the aux peer never took part"
+  ;;
 local_manifest)
   # Local-steps mode from a signed manifest: run init writes the setting,
   # run show prints it, and peers started with --manifest train in that
