@@ -15,8 +15,10 @@
 # rounds (the logs' bytes_sent), summed, divided by the samples they
 # computed.
 #   bench/local_steps_curve.sh [--peers 4] [--samples 6400] [--h "10 50 200"]
-#       [--codecs "none fp16 uint8 int8 topk"] [--out DIR] [--json]
-# Codecs the binary does not know are left out (said on stderr). --samples
+#       [--codecs "none fp16 uint8 int8 topk"] [--timeout 600] [--out DIR] [--json]
+# Codecs the binary does not know are left out (said on stderr). A setting
+# whose peers have not all finished after --timeout seconds is stopped and
+# reported as failed (its row says so), and the others still run. --samples
 # must be a multiple of PEERS x 4 x each H and of PEERS x 16. Writes into
 # --out (default build/local-steps-curve): per setting its logs, summary.json
 # (one object per setting), and curve.png (final loss and bytes per sample per
@@ -27,12 +29,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/dedloc}
 PEERS=4; SAMPLES=6400; HS="10 50 200"; CODECS="none fp16 uint8 int8 topk"; OUT=build/local-steps-curve; JSON=0
+TIMEOUT=600
 while [ $# -gt 0 ]; do
   case "$1" in
     --peers) PEERS=$2; shift 2 ;;
     --samples) SAMPLES=$2; shift 2 ;;
     --h) HS=$2; shift 2 ;;
     --codecs) CODECS=$2; shift 2 ;;
+    --timeout) TIMEOUT=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --json) JSON=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -63,7 +67,7 @@ run() {
     local peers=()
     [ -n "$first" ] && peers=(--initial-peers "$first")
     : > "$dir/p$i.err"
-    "$BIN" train "${COMMON[@]}" --run-id "lsc-$name-$$" --listen 127.0.0.1:0 "${peers[@]}" --data-shard "$i/$PEERS" \
+    timeout -s TERM -k 20 "$TIMEOUT" "$BIN" train "${COMMON[@]}" --run-id "lsc-$name-$$" --listen 127.0.0.1:0 "${peers[@]}" --data-shard "$i/$PEERS" \
       --min-peers "$PEERS" --checkpoint-dir "$dir/ck$i" --log "$dir/p$i.jsonl" "$@" 2>"$dir/p$i.err" &
     pids+=($!)
     if [ -z "$first" ]; then
@@ -78,7 +82,13 @@ run() {
   local status=0
   for p in "${pids[@]}"; do wait "$p" || status=1; done
   local elapsed=$(( $(date +%s) - start ))
-  [ "$status" = 0 ] || { echo "local_steps_curve: $name: a peer failed (see $dir)" >&2; return 1; }
+  if [ "$status" != 0 ]; then
+    echo "local_steps_curve: $name: a peer failed or stalled past --timeout (see $dir)" >&2
+    jq -n --arg name "$name" --argjson elapsed "$elapsed" \
+      '{setting: $name, failed: true, elapsed_s: $elapsed, rounds: null, final_loss: null,
+        bytes_per_peer_per_sample: null}' >> "$OUT/summary.jsonl"
+    return 0
+  fi
   "$BIN" export --checkpoint "$dir/ck0" --out "$dir/final" >/dev/null 2>"$dir/export.err"
   "$BIN" train --model "$dir/final" --data "$CORPUS" --seq 32 --batch $MICRO --target-batch 16 --shuffle-buffer 100 \
     --seed 99 --peer-seed 99 --max-steps 4 --lr 1e-12 --warmup-steps 0 --quiet --log "$dir/eval.jsonl" \
@@ -114,16 +124,18 @@ done
 LOAD_END=$(cut -d' ' -f1 /proc/loadavg)
 jq -s --arg load "$LOAD_START -> $LOAD_END" '
   (.[0]) as $base
-  | map(. + {loss_vs_dedloc: (.final_loss / $base.final_loss - 1),
-             traffic_reduction: (if .bytes_per_peer_per_sample > 0
+  | map(. + {loss_vs_dedloc: (if .final_loss and $base.final_loss then .final_loss / $base.final_loss - 1 else null end),
+             traffic_reduction: (if (.bytes_per_peer_per_sample // 0) > 0 and $base.bytes_per_peer_per_sample
                                  then $base.bytes_per_peer_per_sample / .bytes_per_peer_per_sample else null end)})
   | {load_average: $load, settings: .}' "$OUT/summary.jsonl" > "$OUT/summary.json"
 jq -r '"| setting | rounds | final loss | vs DeDLOC | bytes/peer/sample | less traffic | wall s |",
        "|---|---|---|---|---|---|---|",
-       (.settings[] | "| \(.setting) | \(.rounds) | \(.final_loss * 10000 | round / 10000) | \(.loss_vs_dedloc * 1000 | round / 10)% | \(.bytes_per_peer_per_sample | round) | \(.traffic_reduction * 10 | round / 10)x | \(.elapsed_s) |"),
+       (.settings[] | if .failed then "| \(.setting) | failed or stalled | - | - | - | - | \(.elapsed_s) |"
+                      else "| \(.setting) | \(.rounds) | \(.final_loss * 10000 | round / 10000) | \(.loss_vs_dedloc * 1000 | round / 10)% | \(.bytes_per_peer_per_sample | round) | \(.traffic_reduction * 10 | round / 10)x | \(.elapsed_s) |" end),
        "load average \(.load_average)"' "$OUT/summary.json"
 if command -v gnuplot >/dev/null; then
-  jq -r '.settings | to_entries[] | "\(.key) \(.value.setting) \(.value.final_loss) \(.value.bytes_per_peer_per_sample)"' \
+  jq -r '.settings | to_entries[] | select(.value.failed | not)
+         | "\(.key) \(.value.setting) \(.value.final_loss) \(.value.bytes_per_peer_per_sample)"' \
     "$OUT/summary.json" > "$OUT/curve.dat"
   gnuplot -e "set terminal pngcairo size 1000,500 noenhanced; set output '$OUT/curve.png';
     set style fill solid 0.6; set boxwidth 0.4; set xtics rotate by -45; set ylabel 'final loss';
