@@ -433,6 +433,21 @@ struct dl_collab_train_options {
     bool delay_update;           /* run each round beside the next step's micro-batches, which then
                                   * start from the weights before that round's step (one step
                                   * stale; docs/collab_training.md). false: exact, the default */
+    /* Local steps (DiLoCo; docs/collab_training.md, "Low-communication
+     * mode"). 0: DeDLOC's exact mode, the default. H > 0: each peer steps
+     * its own inner optimizer (opt_config) on its own weights after every
+     * micro-batch; the swarm syncs when its samples since the last sync
+     * reach H x sync_micro_batch x the peers seen (or, with local_batch,
+     * when ours reach local_batch), averaging the pseudo-gradients (outer
+     * minus local weights, plus what error feedback kept) weighted by
+     * samples; every peer then takes the same outer Nesterov step on the
+     * outer weights (what the swarm hashes, serves and checkpoints) and
+     * restarts its local weights from them. The epoch counts syncs. */
+    int64_t local_steps;
+    int64_t sync_micro_batch;    /* local mode: samples of one inner step (0: our last micro-batch's) */
+    double outer_lr;             /* local mode: the outer step's rate (0.7) */
+    double outer_momentum;       /* local mode: its Nesterov momentum (0.9) */
+    enum dl_codec outer_compression; /* local mode: codec of the pseudo-gradient (none) */
     /* What the signed metrics record (monitors read it) says of this peer;
      * NULL = "" (none published by aux peers). */
     const char *device_name, *device_vendor, *precision_name, *display_name;
@@ -549,6 +564,9 @@ struct dl_manifest {
     enum dl_aggregation aggregation;
     double clip_tau;
     int clip_iterations, clip_ban_rounds;
+    int64_t local_steps;              /* "local_steps" (optional): H, or 0 for DeDLOC's exact mode */
+    double outer_lr, outer_momentum;  /* its outer Nesterov step (0.7, 0.9 when not said) */
+    enum dl_codec outer_compression;  /* its pseudo-gradient codec (none when not said) */
     unsigned precisions;              /* bit p set: dl_precision p allowed */
     char precision_default[8];        /* the first one listed */
     bool has_authority;

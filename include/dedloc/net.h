@@ -417,6 +417,9 @@ struct dl_metrics {
     char precision[16];             /* "fp32", "fp16", ... */
     char name[DL_METRICS_TEXT];     /* display name the contributor chose ("" = none) */
     double target_batch;            /* samples per global step the trainer aims at; 0 = not said */
+    double syncs;                   /* local-steps mode: syncs it took part in since it joined; 0 = none, DeDLOC's
+                                     * exact mode, or not said (records before the field) */
+    double bytes_sent;              /* payload bytes it sent in averaging rounds since it joined; 0 = not said */
 };
 
 /* Signs m (time set to now) and serves it to whoever asks from now on. The

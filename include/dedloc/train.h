@@ -65,7 +65,12 @@ int dl_train_layout_copy(dl_train_layout *dst, const dl_train_layout *src);
 void dl_train_layout_free(dl_train_layout *layout);
 
 /* ---- optimizer ---------------------------------------------------------------- */
-typedef enum { DL_OPT_LAMB = 0, DL_OPT_ADAMW = 1 } dl_opt_kind;
+/* DL_OPT_NESTEROV is torch.optim.SGD(momentum=beta1, nesterov=True,
+ * dampening 0): the outer optimizer of local-steps training (DiLoCo). Its
+ * momentum buffer lives in exp_avg (exp_avg_sq stays zero), so state
+ * transfer and checkpoints carry it unchanged; its learning rate is
+ * constant (no schedule) and it clips only when max_grad_norm > 0. */
+typedef enum { DL_OPT_LAMB = 0, DL_OPT_ADAMW = 1, DL_OPT_NESTEROV = 2 } dl_opt_kind;
 
 /* Hyperparameters are doubles, as Python holds them; each is rounded to
  * float where torch rounds it (see optimizer.c). */
@@ -96,7 +101,10 @@ dl_opt_config dl_opt_config_preset(bool tiny, dl_opt_kind kind, int64_t max_step
  * LAMB this is the fraction of each tensor's norm it moves in one step, the
  * number that decides whether a run stays stable. */
 double dl_opt_peak_step(const dl_opt_config *c);
-/* "lamb" / "adamw" -> kind; -1 if unknown (error recorded). */
+/* DiLoCo's outer optimizer: Nesterov, lr and momentum as given (0.7 and
+ * 0.9 in the paper), no weight decay, no clipping, constant rate. */
+dl_opt_config dl_opt_config_outer(double lr, double momentum);
+/* "lamb" / "adamw" / "nesterov" -> kind; -1 if unknown (error recorded). */
 int dl_opt_kind_parse(const char *name, dl_opt_kind *kind);
 const char *dl_opt_kind_name(dl_opt_kind kind);
 
@@ -237,6 +245,23 @@ typedef struct dl_train_progress {
     double elapsed_s;         /* training time so far, summed over runs */
 } dl_train_progress;
 
+/* Local-steps training (DiLoCo): what a peer holds beside the outer state
+ * (the checkpoint's params and optimizer). Saved under their own tensor
+ * name prefixes ("local.params.", "local.exp_avg.", "local.exp_avg_sq.",
+ * "local.residual.") and a "local" metadata entry; a checkpoint without
+ * them is of DeDLOC's exact mode (params NULL here). */
+typedef struct dl_checkpoint_local {
+    float *params;            /* this peer's local weights, layout.total floats */
+    float *exp_avg;           /* its inner optimizer's moments */
+    float *exp_avg_sq;
+    float *residual;          /* error feedback: what its syncs have not sent yet */
+    dl_opt_config inner_config;
+    int64_t inner_step;       /* inner optimizer steps taken (its schedule position) */
+    int64_t samples_since_sync; /* samples behind the local weights since the last sync */
+    double loss_sum[3];       /* their losses (loss, mlm, sop), sample-weighted */
+    int64_t local_steps;      /* the run's H */
+} dl_checkpoint_local;
+
 typedef struct dl_checkpoint {
     char *model_config_json;  /* HF config.json text of the model */
     char *run_json;           /* the run's settings (trainer options), JSON object */
@@ -251,6 +276,7 @@ typedef struct dl_checkpoint {
     uint8_t *data_state;      /* the data stream's state at the step boundary (dl_data_save_state),
                                  NULL when not recorded: a resumed run then fast-forwards */
     size_t data_state_size;
+    dl_checkpoint_local local;  /* local-steps mode; all zero (params NULL) in exact mode */
 } dl_checkpoint;
 
 /* Writes a checkpoint atomically (temporary file, fsync, rename). The arrays

@@ -39,6 +39,10 @@ static void help(FILE *out) {
             "  --optimizer O --lr X --warmup-steps N --total-steps N --weight-decay X --max-grad-norm X\n"
             "                       as in dedloc train, with its defaults\n"
             "  --compression C      none (default), fp16, uint8, int8, topk\n"
+            "  --local-steps H      low-communication mode (DiLoCo; docs/collab_training.md): H inner\n"
+            "                       steps per peer between syncs, --max-steps counting syncs and the\n"
+            "                       inner schedule spanning max-steps x H; with --outer-lr X (0.7),\n"
+            "                       --outer-momentum M (0.9), --outer-compression C (none)\n"
             "  --aggregation A      mean (default) or centered-clip, with --clip-tau T (1),\n"
             "                       --clip-iterations N (20), --clip-ban-rounds N (10)\n"
             "  --precisions LIST    allowed compute precisions, the first the default (fp32,fp16,bf16)\n"
@@ -54,12 +58,12 @@ static void help(FILE *out) {
 enum {
     R_MODEL = 256, R_TOKENIZER, R_DATA, R_RUN, R_SEQ, R_BATCH, R_TARGET, R_STEPS, R_SEED, R_SHUFFLE, R_OPT, R_LR,
     R_WARMUP, R_TOTAL, R_WD, R_CLIP, R_COMP, R_AGG, R_TAU, R_CLIPIT, R_CLIPBAN, R_PREC, R_KEY, R_IDENTITY, R_OUT,
-    R_RUNKEY, R_DATA_SHARED, R_HELP
+    R_RUNKEY, R_DATA_SHARED, R_LOCAL, R_OUTER_LR, R_OUTER_MOM, R_OUTER_COMP, R_HELP
 };
 
 struct init_args {
     const char *model, *tokenizer, *run_id, *optimizer, *compression, *aggregation, *precisions, *key, *identity,
-        *out, *run_key;
+        *out, *run_key, *outer_compression;
     const char *data[DL_MANIFEST_MAX_DATA];
     int num_data;
     double v[R_HELP]; /* numeric options by code */
@@ -93,6 +97,9 @@ static int parse(int argc, char **argv, struct init_args *a) {
         {"key", required_argument, NULL, R_KEY}, {"identity", required_argument, NULL, R_IDENTITY},
         {"out", required_argument, NULL, R_OUT}, {"run-key", required_argument, NULL, R_RUNKEY},
         {"data-shared", no_argument, NULL, R_DATA_SHARED},
+        {"local-steps", required_argument, NULL, R_LOCAL}, {"outer-lr", required_argument, NULL, R_OUTER_LR},
+        {"outer-momentum", required_argument, NULL, R_OUTER_MOM},
+        {"outer-compression", required_argument, NULL, R_OUTER_COMP},
         {"help", no_argument, NULL, R_HELP}, {0, 0, 0, 0}};
     /* Numeric options: range and name. */
     static const struct { int code; double lo, hi; const char *name; } nums[] = {
@@ -101,7 +108,8 @@ static int parse(int argc, char **argv, struct init_args *a) {
         {R_SHUFFLE, 1, 1e8, "shuffle-buffer"}, {R_LR, 1e-12, 10, "lr"}, {R_WARMUP, 0, 1e9, "warmup-steps"},
         {R_TOTAL, 1, 1e9, "total-steps"}, {R_WD, 0, 10, "weight-decay"}, {R_CLIP, 0, 1e6, "max-grad-norm"},
         {R_TAU, 1e-30, 1e30, "clip-tau"}, {R_CLIPIT, 1, DL_CLIP_MAX_ITERATIONS, "clip-iterations"},
-        {R_CLIPBAN, 0, 1e6, "clip-ban-rounds"}};
+        {R_CLIPBAN, 0, 1e6, "clip-ban-rounds"}, {R_LOCAL, 1, 1e9, "local-steps"},
+        {R_OUTER_LR, 1e-9, 100, "outer-lr"}, {R_OUTER_MOM, 0, 0.999999, "outer-momentum"}};
     memset(a, 0, sizeof *a);
     a->model = "tiny";
     a->optimizer = "lamb";
@@ -138,6 +146,7 @@ static int parse(int argc, char **argv, struct init_args *a) {
         case R_IDENTITY: a->identity = optarg; break;
         case R_OUT: a->out = optarg; break;
         case R_RUNKEY: a->run_key = optarg; break;
+        case R_OUTER_COMP: a->outer_compression = optarg; break;
         case R_DATA_SHARED: break; /* given[] holds it */
         case 'h':
         case R_HELP: help(stdout); return 1;
@@ -198,7 +207,9 @@ static cJSON *manifest_body(const struct init_args *a, const char *run_id) {
     cJSON_AddNumberToObject(o, "shuffle_buffer", a->given[R_SHUFFLE] ? v[R_SHUFFLE] : 10000);
     cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
     cJSON_AddStringToObject(opt, "name", a->optimizer);
-    dl_opt_config preset = dl_opt_config_preset(tiny, lamb ? DL_OPT_LAMB : DL_OPT_ADAMW, (int64_t)steps);
+    /* Local-steps mode: the inner schedule spans the inner steps, H per sync. */
+    double inner_steps = a->given[R_LOCAL] ? steps * v[R_LOCAL] : steps;
+    dl_opt_config preset = dl_opt_config_preset(tiny, lamb ? DL_OPT_LAMB : DL_OPT_ADAMW, (int64_t)inner_steps);
     cJSON_AddNumberToObject(opt, "lr", a->given[R_LR] ? v[R_LR] : preset.lr);
     cJSON_AddNumberToObject(opt, "warmup_steps", a->given[R_WARMUP] ? v[R_WARMUP] : (double)preset.warmup_steps);
     cJSON_AddNumberToObject(opt, "total_steps", a->given[R_TOTAL] ? v[R_TOTAL] : (double)preset.total_steps);
@@ -211,6 +222,13 @@ static cJSON *manifest_body(const struct init_args *a, const char *run_id) {
         cJSON_AddNumberToObject(agg, "tau", a->given[R_TAU] ? v[R_TAU] : DL_CLIP_DEFAULT_TAU);
         cJSON_AddNumberToObject(agg, "iterations", a->given[R_CLIPIT] ? v[R_CLIPIT] : DL_CLIP_DEFAULT_ITERATIONS);
         cJSON_AddNumberToObject(agg, "ban_rounds", a->given[R_CLIPBAN] ? v[R_CLIPBAN] : 10);
+    }
+    if (a->given[R_LOCAL]) {
+        cJSON *l = cJSON_AddObjectToObject(o, "local_steps");
+        cJSON_AddNumberToObject(l, "steps", v[R_LOCAL]);
+        cJSON_AddNumberToObject(l, "outer_lr", a->given[R_OUTER_LR] ? v[R_OUTER_LR] : 0.7);
+        cJSON_AddNumberToObject(l, "outer_momentum", a->given[R_OUTER_MOM] ? v[R_OUTER_MOM] : 0.9);
+        cJSON_AddStringToObject(l, "outer_compression", a->outer_compression ? a->outer_compression : "none");
     }
     cJSON *prec = cJSON_AddArrayToObject(o, "precisions");
     char list[64];
@@ -359,6 +377,10 @@ static int run_show(int argc, char **argv) {
                dl_aggregation_name(m.aggregation));
         if (m.aggregation == DL_AGG_CENTERED_CLIP)
             printf(" (tau %g, %d iterations, ban after %d)", m.clip_tau, m.clip_iterations, m.clip_ban_rounds);
+        if (m.local_steps > 0)
+            printf("\n  local steps    %lld inner steps per sync, outer Nesterov lr %g momentum %g, pseudo-gradient "
+                   "codec %s", (long long)m.local_steps, m.outer_lr, m.outer_momentum,
+                   dl_codec_name(m.outer_compression));
         printf("\n  precisions     ");
         for (int pr = 0; pr < 8; pr++)
             if (m.precisions & (1u << pr)) printf("%s ", dl_precision_name((dl_precision)pr));

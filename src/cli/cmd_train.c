@@ -200,9 +200,9 @@ static void bad_value(const struct cli_opt *e, const char *arg) {
 }
 
 static int parse_args(int argc, char **argv, train_args *a) {
-    struct option all[N_TRAIN_OPTS + 32];
+    struct option all[N_TRAIN_OPTS + CLI_SWARM_MAX_OPTS + 1];
     size_t n_all = cli_opt_fill(train_opts, N_TRAIN_OPTS, all);
-    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_TRAIN_OPTS + 31; so++)
+    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_TRAIN_OPTS + CLI_SWARM_MAX_OPTS; so++)
         all[n_all++] = *so;
     memset(&all[n_all], 0, sizeof all[n_all]);
     memset(a, 0, sizeof *a);
@@ -512,7 +512,11 @@ static int settle_swarm(train_run *r) {
  * run keeps the checkpoint's settings except those given now. */
 static int settle_optimizer(train_run *r) {
     const train_args *a = &r->a;
-    r->opt = cli_train_opt_defaults(r->tiny, r->kind, a->max_steps);
+    /* Local-steps mode: --max-steps counts syncs of about H inner steps
+     * each, and the inner schedule spans the inner steps. */
+    int64_t h = a->swarm.train.local_steps > 0 ? a->swarm.train.local_steps : 1;
+    long long inner_steps = a->max_steps * h;
+    r->opt = cli_train_opt_defaults(r->tiny, r->kind, inner_steps);
     if (a->given[OPT_LR]) r->opt.lr = a->lr;
     r->opt.weight_decay = a->wd;
     r->opt.max_grad_norm = a->clip;
@@ -521,7 +525,7 @@ static int settle_optimizer(train_run *r) {
     if (!r->resuming) return 0;
     /* The trainer continues with the optimizer settings stored in the
      * checkpoint; the ones given now override them (as --help says). */
-    dl_opt_config *kept = &r->ck.opt_config;
+    dl_opt_config *kept = r->ck.local.params ? &r->ck.local.inner_config : &r->ck.opt_config;
     if (a->given[OPT_OPTIMIZER] && kept->kind != r->kind) {
         fprintf(stderr, "dedloc train: --optimizer %s: the checkpoint was trained with %s and its moments "
                         "belong to it; resume without --optimizer\n", a->optimizer, dl_opt_kind_name(kept->kind));
@@ -532,10 +536,10 @@ static int settle_optimizer(train_run *r) {
     if (a->given[OPT_CLIP]) kept->max_grad_norm = a->clip;
     if (a->given[OPT_TOTAL]) kept->total_steps = a->total;
     if (a->given[OPT_WARMUP]) kept->warmup_steps = a->warmup;
-    if (a->max_steps > kept->total_steps)
-        DL_WARN("train", "--max-steps %lld is past the schedule's end (total steps %" PRId64
+    if (inner_steps > kept->total_steps)
+        DL_WARN("train", "--max-steps %lld%s is past the schedule's end (total steps %" PRId64
                 "): later steps run at learning rate 0; pass --total-steps to extend the schedule",
-                a->max_steps, kept->total_steps);
+                a->max_steps, h > 1 ? " x --local-steps" : "", kept->total_steps);
     return 0;
 }
 
@@ -685,6 +689,9 @@ static int run_training(train_run *r, dl_trainer_result *res) {
         a->swarm.train.device_name = di ? di->name : "synthetic compute";
         a->swarm.train.device_vendor = di ? di->vendor : "";
         a->swarm.train.precision_name = dl_precision_name(r->precision);
+        /* Local-steps mode's sync target counts inner steps of the run's
+         * micro-batch (the manifest's, which every peer shares), else ours. */
+        a->swarm.train.sync_micro_batch = a->swarm.has_manifest ? a->swarm.manifest.micro_batch : a->batch;
         struct dl_collab_train_result cres;
         rc = cli_swarm_run(&a->swarm, &a->swarm.train, &r->opt, &r->layout, r->params, resume, &backend, &cres);
         *res = cres.base;

@@ -13,7 +13,8 @@ enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
     S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_DELAY, S_CORRUPT, S_ATTACK, S_LOG_BATCHES,
-    S_INVITE,
+    S_INVITE, S_LOCAL_STEPS, S_OUTER_LR, S_OUTER_MOMENTUM, S_OUTER_COMP,
+    S_LAST = S_OUTER_COMP,
 };
 
 static int set_client_mode(void *settings, const char *arg) {
@@ -58,6 +59,11 @@ static int set_data_shard(void *settings, const char *arg) {
 
 static int set_compression(void *settings, const char *arg) {
     return dl_codec_from_name(arg, &((struct cli_swarm_args *)settings)->train.compression) ? -1 : 0;
+}
+
+/* Through the codec name table: codecs added there are accepted here. */
+static int set_outer_compression(void *settings, const char *arg) {
+    return dl_codec_from_name(arg, &((struct cli_swarm_args *)settings)->train.outer_compression) ? -1 : 0;
 }
 
 static int set_aggregation(void *settings, const char *arg) {
@@ -111,6 +117,10 @@ static const struct cli_opt swarm_table[] = {
     {"token", S_TOKEN, CLI_OPT_STRING, S_FIELD(net.token_path), 0, 0, NULL},
     {"delay-update", S_DELAY, CLI_OPT_FLAG, S_FIELD(train.delay_update), 0, 0, NULL},
     {"invite-file", S_INVITE, CLI_OPT_STRING, S_FIELD(invite_path), 0, 0, NULL},
+    {"local-steps", S_LOCAL_STEPS, CLI_OPT_INT64, S_FIELD(train.local_steps), 1, 1e9, NULL},
+    {"outer-lr", S_OUTER_LR, CLI_OPT_DOUBLE, S_FIELD(train.outer_lr), 1e-9, 100, NULL},
+    {"outer-momentum", S_OUTER_MOMENTUM, CLI_OPT_DOUBLE, S_FIELD(train.outer_momentum), 0, 0.999999, NULL},
+    {"outer-compression", S_OUTER_COMP, CLI_OPT_SETTER, 0, 0, 0, set_outer_compression},
 #ifdef DEDLOC_TEST_HOOKS
     {"test-corrupt-at-step", S_CORRUPT, CLI_OPT_INT64, S_FIELD(train.corrupt_at_step), 1, 1e12, NULL},
     {"test-attack", S_ATTACK, CLI_OPT_SETTER, 0, 0, 0, set_test_attack},
@@ -118,6 +128,7 @@ static const struct cli_opt swarm_table[] = {
 #endif
 };
 enum { N_SWARM_OPTS = sizeof swarm_table / sizeof swarm_table[0] };
+_Static_assert(N_SWARM_OPTS <= CLI_SWARM_MAX_OPTS, "commands' getopt tables hold CLI_SWARM_MAX_OPTS swarm options");
 
 const struct option *cli_swarm_options(void) {
     static struct option opts[N_SWARM_OPTS + 1];
@@ -138,12 +149,13 @@ void cli_swarm_args_default(struct cli_swarm_args *a) {
 }
 
 int cli_swarm_option(struct cli_swarm_args *a, int c, const char *arg, const char *cmd) {
-    if (c < CLI_SWARM_OPT_BASE || c > S_INVITE) return 1;
+    if (c < CLI_SWARM_OPT_BASE || c > S_LAST) return 1;
     const struct cli_opt *e = cli_opt_find(swarm_table, N_SWARM_OPTS, c);
     a->any = true;
     if (!e) return 1;
     /* What a manifest decides may not be given beside it. */
-    if (c == S_RUN || c == S_COMP || c == S_AGG || c == S_TAU || c == S_CLIPIT || c == S_CLIPBAN)
+    if (c == S_RUN || c == S_COMP || c == S_AGG || c == S_TAU || c == S_CLIPIT || c == S_CLIPBAN ||
+        c == S_LOCAL_STEPS || c == S_OUTER_LR || c == S_OUTER_MOMENTUM || c == S_OUTER_COMP)
         a->run_option_given = e->name;
     if (cli_opt_assign(e, a, arg)) {
         fprintf(stderr, "dedloc %s: bad value '%s' for --%s\n", cmd, arg, e->name);
@@ -205,7 +217,16 @@ void cli_swarm_help(FILE *out) {
             "  --linger S           after the last step keep serving the state S seconds (2)\n"
             "  --delay-update       average each step's gradient while computing the next step's\n"
             "                       micro-batches (faster on slow links; their gradients are then one\n"
-            "                       step stale; weights stay identical on every peer)\n");
+            "                       step stale; weights stay identical on every peer)\n"
+            "  --local-steps H      low-communication mode (DiLoCo): each peer takes inner optimizer\n"
+            "                       steps (one per micro-batch) on its own weights; the swarm syncs when\n"
+            "                       its samples reach H micro-batches per peer seen, averaging the\n"
+            "                       pseudo-gradients (outer minus local weights), and every peer takes\n"
+            "                       one outer Nesterov step; --max-steps then counts syncs\n"
+            "  --outer-lr LR        the outer step's rate (0.7)\n"
+            "  --outer-momentum M   its Nesterov momentum (0.9)\n"
+            "  --outer-compression C  codec of the pseudo-gradient on the wire (none; the names of\n"
+            "                       --compression); what it does not carry is kept and sent next sync\n");
 }
 
 int cli_swarm_run(struct cli_swarm_args *a, struct dl_collab_train_options *train, const dl_opt_config *opt,

@@ -11,6 +11,9 @@
 
 /* getopt codes of the swarm options start here (commands keep theirs below). */
 #define CLI_SWARM_OPT_BASE 1000
+/* At most this many swarm options (swarm_args.c checks it at compile time):
+ * commands size their getopt tables with it. */
+#define CLI_SWARM_MAX_OPTS 48
 
 struct cli_swarm_args {
     struct dl_net_config net;

@@ -60,6 +60,10 @@ int cli_swarm_load_manifest(struct cli_swarm_args *a, const char *tokenizer_path
     a->train.clip_tau = m->clip_tau;
     a->train.clip_iterations = m->clip_iterations;
     a->collab.clip_ban_rounds = m->clip_ban_rounds;
+    a->train.local_steps = m->local_steps;
+    a->train.outer_lr = m->outer_lr;
+    a->train.outer_momentum = m->outer_momentum;
+    a->train.outer_compression = m->outer_compression;
     char signer[CLI_SIGNER_TEXT];
     cli_manifest_signer(m, signer);
     DL_INFO("run", "manifest %s: run %s, manifest hash %.16s..., signed by %s", a->manifest_path, m->run_id,

@@ -163,6 +163,7 @@ int dl_manifest_canonical(const char *json, size_t size, char **out, size_t *out
 static const char *const known_keys[] = {
     "format", "run_id", "model", "tokenizer", "data", "seq", "micro_batch", "target_batch", "max_steps", "seed",
     "shuffle_buffer", "optimizer", "compression", "aggregation", "precisions", "authority", "signer", "signature",
+    "local_steps",
 };
 
 static const cJSON *need(const cJSON *o, const char *key) {
@@ -300,6 +301,28 @@ static int read_aggregation(const cJSON *root, struct dl_manifest *m) {
     return 0;
 }
 
+/* Optional (absent: DeDLOC's exact mode): {"steps": H, "outer_lr",
+ * "outer_momentum", "outer_compression"} of local-steps mode. */
+static int read_local_steps(const cJSON *root, struct dl_manifest *m) {
+    m->local_steps = 0;
+    m->outer_lr = 0.7;
+    m->outer_momentum = 0.9;
+    m->outer_compression = DL_CODEC_NONE;
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "local_steps");
+    if (!l) return 0;
+    if (!cJSON_IsObject(l)) return dl_fail("manifest: 'local_steps' must be an object");
+    static const char *const keys[] = {"steps", "outer_lr", "outer_momentum", "outer_compression"};
+    char codec[16] = "none";
+    if (only_keys(l, "local_steps", keys, 4) || get_int(l, "steps", 1, 1000000000, &m->local_steps, true) ||
+        get_num(l, "outer_lr", 1e-9, 100, &m->outer_lr, false) < 0 ||
+        get_num(l, "outer_momentum", 0, 0.999999, &m->outer_momentum, false) < 0 ||
+        get_str(l, "outer_compression", codec, sizeof codec, false) < 0)
+        return -1;
+    if (dl_codec_from_name(codec, &m->outer_compression))
+        return dl_fail("manifest: local_steps.outer_compression '%s' unknown", codec);
+    return 0;
+}
+
 static int read_precisions(const cJSON *root, struct dl_manifest *m) {
     const cJSON *p = need(root, "precisions");
     if (!p) return -1;
@@ -328,7 +351,7 @@ static int read_fields(const cJSON *root, struct dl_manifest *m) {
         get_int(root, "target_batch", 1, 1000000000, &m->target_batch, true) ||
         get_int(root, "max_steps", 1, 1000000000, &m->max_steps, true) || read_optimizer(root, m) ||
         get_str(root, "compression", compression, sizeof compression, true) || read_aggregation(root, m) ||
-        read_precisions(root, m))
+        read_precisions(root, m) || read_local_steps(root, m))
         return -1;
     m->shuffle_buffer = 10000;
     if (get_int(root, "seed", 0, (1LL << 53) - 1, &m->seed, false) < 0 ||

@@ -8,8 +8,11 @@
 void dl_loop_policy_init(struct dl_loop_policy *p, const struct dl_collab_train_options *o, bool has_backend) {
     memset(p, 0, sizeof *p);
     p->aux = !has_backend;
-    p->delayed = o->delay_update && has_backend;
-    p->early_on = has_backend && !p->delayed;
+    p->local_steps = o->local_steps > 0 ? o->local_steps : 0;
+    p->sync_micro_batch = o->sync_micro_batch;
+    /* Local-steps mode syncs rarely: neither overlap pays for its complexity there. */
+    p->delayed = o->delay_update && has_backend && !p->local_steps;
+    p->early_on = has_backend && !p->delayed && !p->local_steps;
     p->target_batch = o->base.target_batch;
     p->local_batch = o->local_batch;
     p->min_peers = o->min_peers;
@@ -17,12 +20,21 @@ void dl_loop_policy_init(struct dl_loop_policy *p, const struct dl_collab_train_
     p->state_every = o->state_every;
 }
 
+double dl_loop_sync_target(const struct dl_loop_policy *p, const struct dl_loop_counters *c,
+                           const struct dl_swarm_look *look) {
+    if (!p->local_steps) return (double)p->target_batch;
+    double micro = p->sync_micro_batch > 0 ? (double)p->sync_micro_batch : (double)c->micro_samples;
+    /* An aux peer that was not told the micro-batch has no inner step of its own to measure. */
+    if (!(micro > 0)) return (double)p->target_batch;
+    return (double)p->local_steps * micro * (double)(look->peers > 1 ? look->peers : 1);
+}
+
 static bool accumulation_done(const struct dl_loop_policy *p, const struct dl_loop_counters *c,
                               const struct dl_swarm_look *look) {
-    if (p->aux) return c->micro_since_round > 0 && look->collective >= (double)p->target_batch;
+    if (p->aux) return c->micro_since_round > 0 && look->collective >= dl_loop_sync_target(p, c, look);
     if (c->local_samples <= 0 || c->micro_since_round == 0) return false;
     if (p->local_batch > 0) return c->local_samples >= p->local_batch;
-    return look->collective >= (double)p->target_batch;
+    return look->collective >= dl_loop_sync_target(p, c, look);
 }
 
 enum dl_loop_readiness dl_loop_ready(const struct dl_loop_policy *p, const struct dl_loop_counters *c,

@@ -25,6 +25,8 @@ struct dl_loop_policy {
     size_t min_peers;          /* > 1: wait for that many peers, and the leader for that many members */
     double round_deadline_s;   /* whole round, matchmaking included */
     int64_t state_every;       /* aux: download the state every this many epochs */
+    int64_t local_steps;       /* > 0: local-steps mode, H inner steps per peer between syncs */
+    int64_t sync_micro_batch;  /* local-steps mode: samples of one inner step (0: the last micro-batch's) */
 };
 
 void dl_loop_policy_init(struct dl_loop_policy *policy, const struct dl_collab_train_options *options,
@@ -60,6 +62,13 @@ enum dl_loop_readiness {
  * to join this round and one may lead it (matchmaking picks the lowest peer
  * id at our epoch), so a ready peer waits for them until prev_wait_until,
  * or two groups would form. */
+/* The swarm's samples at our epoch that end it: the target batch in exact
+ * mode; in local-steps mode H x (samples of one inner step) x (peers seen,
+ * us included), i.e. H inner steps per peer on average, whatever their
+ * speeds (docs/collab_training.md, "Low-communication mode"). */
+double dl_loop_sync_target(const struct dl_loop_policy *policy, const struct dl_loop_counters *counters,
+                           const struct dl_swarm_look *look);
+
 enum dl_loop_readiness dl_loop_ready(const struct dl_loop_policy *policy, const struct dl_loop_counters *counters,
                                      const struct dl_swarm_look *look);
 

@@ -25,6 +25,8 @@ void dl_collab_train_options_default(struct dl_collab_train_options *o) {
     o->aggregation = avg.aggregation;
     o->clip_tau = avg.clip_tau;
     o->clip_iterations = avg.clip_iterations;
+    o->outer_lr = 0.7;       /* DiLoCo's outer Nesterov step */
+    o->outer_momentum = 0.9;
 }
 
 /* One micro-batch into the device's sum (no loss scaling: a non-finite loss
@@ -54,6 +56,8 @@ static int micro_batch(loop_state *st) {
             return dl_fail_context("micro-batch %" PRId64, st->count.progress.micro_batches);
         bool finite = dl_all_finite(st->accum.grad, st->model.n) && isfinite(losses.loss);
         use = dl_loss_scale_update(&st->accum.ls, finite);
+        /* Local-steps mode: every micro-batch is an inner step. */
+        if (use && st->local.on && samples > 0 && loop_local_inner_step(st, st->accum.grad, &losses)) return -1;
     }
     loop_log_batch(st);
     st->count.progress.micro_batches++;
@@ -61,7 +65,7 @@ static int micro_batch(loop_state *st) {
     if (use) {
         if (samples <= 0) return dl_fail("the backend returned a micro-batch of %d samples", samples);
         st->report.samples_computed += samples;
-        if (st->accum.on_device) st->accum.acc.samples += samples;
+        if (st->accum.on_device || st->local.on) st->accum.acc.samples += samples;
         else dl_grad_accum_add(&st->accum.acc, st->accum.grad, samples);
         st->accum.loss_sum[0] += (double)losses.loss * samples;
         st->accum.loss_sum[1] += (double)losses.mlm_loss * samples;
@@ -288,14 +292,21 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
     if (o->base.target_batch <= 0) return dl_fail("the target batch must be positive");
     loop_state st = {.o = o, .net = net, .collab = collab, .donor = donor, .be = be, .res = res,
                      .model = {.n = layout->total, .params = params, .has_state = true}};
-    const dl_opt_config *cfg = resume ? &resume->opt_config : opt_config;
+    const bool local = o->local_steps > 0;
+    if (resume && (resume->local.params != NULL) != local)
+        return dl_fail("the checkpoint is of %s mode and this run of %s mode: resume it in its own mode (or start "
+                       "a new checkpoint folder)", resume->local.params ? "local-steps" : "exact",
+                       local ? "local-steps" : "exact");
+    /* Local-steps mode: st.model.opt is the outer optimizer, opt_config the inner one's. */
+    dl_opt_config outer = dl_opt_config_outer(o->outer_lr, o->outer_momentum);
+    const dl_opt_config *cfg = resume ? &resume->opt_config : local ? &outer : opt_config;
     if (dl_optimizer_init(&st.model.opt, cfg, layout)) return -1;
     int rc = -1;
     st.accum.grad = dl_malloc(dl_mul_size(st.model.n + LOSS_ELEMS, sizeof(float)));
     if (!st.accum.grad || dl_grad_accum_init(&st.accum.acc, st.model.n)) goto done;
     /* One download per round where the backend sums on the device; not with
      * loss scaling, where an overflowing micro-batch must be dropped alone. */
-    st.accum.on_device = be && be->accumulate && be->collect && !o->base.loss_scaling;
+    st.accum.on_device = be && be->accumulate && be->collect && !o->base.loss_scaling && !local;
     st.accum.device_fresh = true;
     dl_loop_policy_init(&st.policy, o, be != NULL);
     st.early.refused_epoch = -1;
@@ -312,6 +323,7 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         st.accum.ls = resume->loss_scale;
         st.count.progress = resume->progress;
     }
+    if (local && be && loop_local_init(&st, resume ? &resume->local.inner_config : opt_config, resume)) goto done;
     const char *data_how = resume ? "replay" : "fresh";
     int64_t skipped = 0;
     if (be && (skipped = stream_start(be, o, resume, &data_how)) < 0) goto done;
@@ -320,7 +332,7 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         dl_fail("cannot open the log %s for appending", o->base.log_path);
         goto done;
     }
-    if (be && be->set_params(be->ctx, params)) {
+    if (be && be->set_params(be->ctx, st.local.on ? st.local.params : params)) {
         dl_fail_context("uploading the weights");
         goto done;
     }
@@ -387,5 +399,6 @@ done:
     free(st.accum.rvec);
     free(st.accum.grad);
     dl_optimizer_free(&st.model.opt);
+    loop_local_free(&st);
     return rc;
 }

@@ -6,6 +6,7 @@
  *   train_round_delayed.c --delay-update: the round beside the next step's micro-batches
  *   train_round_early.c   exact mode: matchmaking ahead of the ETA
  *   train_state.c         our state against the swarm's and on disk: publish, download, heal, checkpoint
+ *   train_local.c         local-steps mode (DiLoCo): local weights, inner optimizer, pseudo-gradient, residual
  *   train_report.c        events, log lines, metrics records, the progress line */
 #ifndef DEDLOC_COLLAB_TRAIN_LOOP_INTERNAL_H
 #define DEDLOC_COLLAB_TRAIN_LOOP_INTERNAL_H
@@ -112,8 +113,22 @@ struct loop_report {
     dl_loss_watch loss_watch;      /* our loss, for the warning of a run that diverges */
     int64_t samples_computed;      /* this run's micro-batches that counted, in samples */
     double round_s;                /* this run's time in averaging rounds, failed ones too */
+    double bytes_sent;             /* payload bytes this run sent in averaging rounds, failed ones too */
     bool joined;                   /* the start's look for the swarm ended (not stopped): the weights we
                                       hold are the run's, worth a checkpoint */
+};
+
+/* Local-steps mode (train_local.c): st->model is the outer state; these
+ * are this peer's own. The samples and losses since the last sync are
+ * st->accum's (acc.samples, loss_sum; acc.sum is unused). */
+struct loop_local {
+    bool on;
+    float *params;                 /* our local weights (what the device trains on) */
+    dl_optimizer inner;            /* the run's LAMB/AdamW at our own schedule position */
+    float *residual;               /* error feedback: what our syncs have not sent yet (n) */
+    float *sent;                   /* our last contribution after the wire codec (n + LOSS_ELEMS) */
+    int64_t syncs;                 /* syncs this run took part in */
+    float inner_loss;              /* the last inner step's loss (ours alone) */
 };
 
 typedef struct loop_state {
@@ -131,6 +146,7 @@ typedef struct loop_state {
     struct loop_delayed delayed;
     struct loop_early early;
     struct loop_report report;
+    struct loop_local local;
 } loop_state;
 
 static inline bool loop_stopping(const loop_state *st) { return st->o->base.stop && *st->o->base.stop; }
@@ -172,6 +188,24 @@ int loop_mark_data(loop_state *st);
 int loop_download(loop_state *st, const struct dl_swarm_look *look, const char *why);
 void loop_heal(loop_state *st, const struct dl_swarm_look *look);
 int loop_epoch_sybil(loop_state *st);
+
+/* ---- train_local.c ---- */
+/* out = (outer - local) + residual: what a sync sends uncompressed. */
+void dl_local_pseudo_gradient(size_t n, const float *outer, const float *local, const float *residual, float *out);
+/* residual = ((outer - local) + residual) - sent: what the codec did not
+ * carry, for the next sync (call before the outer weights move). */
+void dl_local_residual_update(size_t n, const float *outer, const float *local, float *residual, const float *sent);
+int loop_local_init(loop_state *st, const dl_opt_config *inner_config, const dl_checkpoint *resume);
+void loop_local_free(loop_state *st);
+int loop_local_inner_step(loop_state *st, float *grad, const dl_losses *losses);
+int64_t loop_local_round_vector(loop_state *st, float *vec);
+void loop_local_prefill_sent(loop_state *st, const float *vec);
+void loop_local_before_outer_step(loop_state *st);
+void loop_local_after_outer_step(loop_state *st);
+int loop_local_restart(loop_state *st);
+void loop_local_checkpoint(const loop_state *st, dl_checkpoint *ck);
+struct cJSON;
+void loop_local_report(const loop_state *st, struct cJSON *o);
 
 /* ---- train_report.c ---- */
 void loop_log_batch(loop_state *st);

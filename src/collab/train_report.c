@@ -114,6 +114,9 @@ void loop_log_step(loop_state *st, const struct dl_avg_result *r, const dl_opt_s
     /* Exact mode: compute that ran while this step's round matchmade. */
     cJSON_AddNumberToObject(o, "matchmaking_overlap_s", st->early.overlap_s);
     cJSON_AddNumberToObject(o, "matchmaking_overlap_micro_batches", (double)st->early.overlap_micro);
+    /* Local-steps mode: loss above is the outer loss (averaged with the
+     * pseudo-gradients); local_loss is our last inner step's. */
+    if (st->local.on) loop_local_report(st, o);
     /* Once per episode of sharply rising loss, in the log and on stderr. */
     if (losses && dl_loss_watch_add(&st->report.loss_watch, st->model.opt.step, losses[0])) {
         char warning[512];
@@ -144,6 +147,8 @@ void loop_publish_metrics(loop_state *st, const float *losses, int64_t local_sam
     m.samples_total = st->report.samples_contributed;
     m.uptime_s = dl_now() - st->report.run_start;
     m.target_batch = (double)st->o->base.target_batch; /* the monitor's header, when it was not told */
+    m.syncs = st->local.on ? (double)st->local.syncs : 0;
+    m.bytes_sent = st->report.bytes_sent;
     const struct dl_collab_train_options *o = st->o;
     metrics_text(m.device, sizeof m.device, o->device_name);
     metrics_text(m.vendor, sizeof m.vendor, o->device_vendor);

@@ -39,6 +39,12 @@ int64_t loop_round_vector(loop_state *st, float *vec) {
         memset(vec, 0, (n + LOSS_ELEMS) * sizeof(float));
         return 0;
     }
+    if (st->local.on) {
+        int64_t samples = loop_local_round_vector(st, vec);
+        if (samples > 0 && st->o->test_attack != DL_TEST_ATTACK_NONE) attack_gradient(st, vec);
+        if (samples > 0) loop_local_prefill_sent(st, vec);
+        return samples;
+    }
     int64_t cur = st->accum.acc.samples, total = cur + st->delayed.carry.samples;
     if (total <= 0) return dl_fail("no samples accumulated: nothing to average");
     if (cur > 0) {
@@ -75,7 +81,9 @@ void loop_round_options(const loop_state *st, int64_t local, size_t expected, st
     dl_avg_options_default(ao);
     ao->epoch = (uint64_t)st->model.opt.step;
     ao->weight = (double)local;
-    ao->compression = st->o->compression;
+    /* Local-steps mode, aux peers too: the pseudo-gradient's codec. */
+    ao->compression = st->o->local_steps > 0 ? st->o->outer_compression : st->o->compression;
+    ao->sent = st->local.on ? st->local.sent : NULL;
     ao->aggregation = st->o->aggregation;
     ao->clip_tau = st->o->clip_tau;
     ao->clip_iterations = st->o->clip_iterations;
@@ -101,6 +109,7 @@ void loop_corrupt_hook(loop_state *st) {
 int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64_t local, double t0, bool clear) {
     const bool stepped = !clear && st->be; /* delayed: already stepped on the round's thread */
     size_t n = st->model.n;
+    st->report.bytes_sent += (double)r->bytes_sent;
     if (r->status != DL_AVG_OK) {
         char detail[400];
         snprintf(detail, sizeof detail, "round of epoch %" PRId64 " failed (%s: %s): nothing applied, %" PRId64
@@ -146,10 +155,12 @@ int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64
             return dl_fail_context("uploading the weights after step %" PRId64, st->model.opt.step);
         }
     } else if (st->be) {
+        if (st->local.on) loop_local_before_outer_step(st);
         if (dl_optimizer_step(&st->model.opt, st->model.params, vec, &info)) {
             dl_avg_result_free(r);
             return -1;
         }
+        if (st->local.on) loop_local_after_outer_step(st);
         loop_corrupt_hook(st);
         if (st->be->set_params(st->be->ctx, st->model.params)) {
             dl_avg_result_free(r);

@@ -39,6 +39,14 @@ int loop_save_checkpoint(loop_state *st) {
     ck.run_json = (char *)o->run_json;
     ck.loss_scale = st->count.ls_at_step;
     ck.progress = st->count.progress_at_step;
+    if (st->local.on) {
+        /* Every micro-batch drawn went into the local weights: the
+         * checkpoint stands where the stream stands now, mid inner steps. */
+        if (loop_mark_data(st)) return -1;
+        ck.progress = st->count.progress;
+        ck.loss_scale = st->accum.ls;
+        loop_local_checkpoint(st, &ck);
+    }
     ck.progress.elapsed_s += dl_now() - st->report.run_start;
     if (st->be && st->be->save_data) {
         if (st->count.mark_micro != ck.progress.micro_batches) {
@@ -95,11 +103,13 @@ int loop_download(loop_state *st, const struct dl_swarm_look *look, const char *
     st->model.last_state_epoch = meta.epoch;
     st->swarm.prev_wait_until = dl_now() + 3;
     st->res->state_downloads++;
+    if (st->local.on && st->be && loop_local_restart(st)) return -1;
     if (st->be && st->be->set_params(st->be->ctx, st->model.params))
         return dl_fail_context("uploading downloaded weights");
     /* Our accumulation is kept for the next round: its micro-batches are not
-     * applied yet, and the data mark stays before them. */
-    int64_t applied = st->count.progress_at_step.micro_batches;
+     * applied yet, and the data mark stays before them (local-steps mode:
+     * they were dropped, the mark is here). */
+    int64_t applied = st->local.on ? st->count.progress.micro_batches : st->count.progress_at_step.micro_batches;
     st->count.progress_at_step = st->count.progress;
     st->count.progress_at_step.micro_batches = applied;
     st->count.ls_at_step = st->accum.ls;

@@ -69,6 +69,11 @@ static cJSON *metrics_json(const struct dl_metrics *m) {
     cJSON_AddStringToObject(o, "name", m->name);
     if (m->target_batch > 0) cJSON_AddNumberToObject(o, "target_batch", m->target_batch);
     else cJSON_AddNullToObject(o, "target_batch");
+    /* Local-steps mode: syncs; any mode: bytes sent in rounds (null: not said). */
+    if (m->syncs > 0) cJSON_AddNumberToObject(o, "syncs", m->syncs);
+    else cJSON_AddNullToObject(o, "syncs");
+    if (m->bytes_sent > 0) cJSON_AddNumberToObject(o, "bytes_sent", m->bytes_sent);
+    else cJSON_AddNullToObject(o, "bytes_sent");
     return o;
 }
 

@@ -12,8 +12,11 @@
 
 static const char METRICS_CONTEXT[] = "dedloc-metrics-v1";
 /* Field 13, the target batch, came later (it was a reserved nil): records
- * of 14 fields with a nil there stay valid and read as "not said". */
-#define METRICS_FIELDS 15
+ * of 14 fields with a nil there stay valid and read as "not said". Fields
+ * 15 (local-steps syncs) and 16 (bytes sent in rounds) came later still:
+ * older readers ignore them, and records without them (or a nil there)
+ * read as 0, "not said". Field 14 stays reserved. */
+#define METRICS_FIELDS 17
 #define METRICS_MIN_FIELDS 13
 
 /* Printable ASCII only: the strings end up in HTML, JSON and Prometheus
@@ -36,6 +39,10 @@ static int check_bounds(const struct dl_metrics *m) {
     if (m->step > (uint64_t)1 << 53) return dl_fail("metrics record: step out of range");
     if (!(m->target_batch >= 0 && m->target_batch <= 1e12))
         return dl_fail("metrics record: target batch %g out of range", m->target_batch);
+    if (!(m->syncs >= 0 && m->syncs <= 1e15 && m->syncs == floor(m->syncs)))
+        return dl_fail("metrics record: syncs %g is not a count", m->syncs);
+    if (!(m->bytes_sent >= 0 && m->bytes_sent <= 1e18))
+        return dl_fail("metrics record: bytes sent %g out of range", m->bytes_sent);
     return check_text(m->device, "device") || check_text(m->vendor, "vendor") ||
                    check_text(m->precision, "precision") || check_text(m->name, "name")
                ? -1
@@ -63,6 +70,8 @@ static uint8_t *metrics_sign(const struct dl_metrics *m, const char *run_id, con
     dl_pack_str(pk, m->name);
     msgpack_pack_double(pk, m->target_batch);
     msgpack_pack_nil(pk); /* reserved for later fields */
+    msgpack_pack_double(pk, m->syncs);
+    msgpack_pack_double(pk, m->bytes_sent);
     size_t nbytes;
     uint8_t *bytes = dl_enc_finish(&body, &nbytes);
     return dl_signed_wrap(METRICS_CONTEXT, bytes, nbytes, id, size);
@@ -85,6 +94,9 @@ static int decode_metrics_body(const uint8_t *bytes, size_t nbytes, struct dl_me
     /* The target batch: a number, or nil / absent (a record from before it). */
     if (!bad && d.count > 13 && d.fields[13].type != MSGPACK_OBJECT_NIL)
         bad = dl_dec_f64(&d, 13, &m->target_batch, what);
+    if (!bad && d.count > 15 && d.fields[15].type != MSGPACK_OBJECT_NIL) bad = dl_dec_f64(&d, 15, &m->syncs, what);
+    if (!bad && d.count > 16 && d.fields[16].type != MSGPACK_OBJECT_NIL)
+        bad = dl_dec_f64(&d, 16, &m->bytes_sent, what);
     dl_dec_end(&d);
     if (bad) return -1;
     if (version != 1) return dl_fail("metrics record: version %u, expected 1", version);

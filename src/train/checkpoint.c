@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,13 @@ static const char *const checked_keys[] = {"format", "version", "model_config", 
                                            "optimizer", "state", "checksums"};
 enum { CHECKED_KEYS = sizeof checked_keys / sizeof checked_keys[0] };
 
-static const char *const tensor_kinds[3] = {"params.", "exp_avg.", "exp_avg_sq."};
+/* The first three are every checkpoint's; the rest only local-steps ones'. */
+enum { CORE_KINDS = 3, ALL_KINDS = 7 };
+static const char *const tensor_kinds[ALL_KINDS] = {"params.", "exp_avg.", "exp_avg_sq.", "local.params.",
+                                                     "local.exp_avg.", "local.exp_avg_sq.", "local.residual."};
+/* The metadata entry of local-steps checkpoints: outside checked_keys (old
+ * checkpoints lack it), chained into the metadata checksum when present. */
+#define LOCAL_KEY "local"
 
 static void tensor_key(char *out, size_t size, int kind, const dl_train_tensor *t, int index) {
     if (t->name)
@@ -35,9 +42,10 @@ static void tensor_key(char *out, size_t size, int kind, const dl_train_tensor *
         snprintf(out, size, "%stensor%d", tensor_kinds[kind], index);
 }
 
-static uint64_t metadata_hash(const char *const values[CHECKED_KEYS]) {
+static uint64_t metadata_hash(const char *const values[CHECKED_KEYS], const char *local) {
     uint64_t h = 0;
     for (int i = 0; i < CHECKED_KEYS; i++) h = dl_hash64(values[i], strlen(values[i]) + 1, h);
+    if (local) h = dl_hash64(local, strlen(local) + 1, h);
     return h;
 }
 
@@ -98,6 +106,8 @@ static cJSON *state_json(const dl_checkpoint *ck) {
     return o;
 }
 
+static cJSON *local_json(const dl_checkpoint_local *l);
+
 static char *print_and_delete(cJSON *o) {
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
@@ -111,10 +121,12 @@ static dl_st_writer *build_writer(const dl_checkpoint *ck) {
     dl_st_writer *w = dl_st_writer_new();
     if (!w) return NULL;
     cJSON *sums = cJSON_CreateObject();
-    const float *arrays[3] = {ck->params, ck->exp_avg, ck->exp_avg_sq};
+    const float *arrays[ALL_KINDS] = {ck->params, ck->exp_avg, ck->exp_avg_sq, ck->local.params,
+                                      ck->local.exp_avg, ck->local.exp_avg_sq, ck->local.residual};
+    const int kinds = ck->local.params ? ALL_KINDS : CORE_KINDS;
     char key[160];
     int rc = 0;
-    for (int kind = 0; rc == 0 && kind < 3; kind++) {
+    for (int kind = 0; rc == 0 && kind < kinds; kind++) {
         for (int i = 0; rc == 0 && i < l->count; i++) {
             const dl_train_tensor *t = &l->tensors[i];
             tensor_key(key, sizeof key, kind, t, i);
@@ -130,6 +142,8 @@ static dl_st_writer *build_writer(const dl_checkpoint *ck) {
         add_hex(sums, DATA_STATE_TENSOR, dl_hash64(ck->data_state, ck->data_state_size, 0));
     }
     char *values[CHECKED_KEYS] = {0};
+    char *local = NULL;
+    if (rc == 0 && ck->local.params && !(local = print_and_delete(local_json(&ck->local)))) rc = -1;
     if (rc == 0) {
         values[0] = dl_strdup(CKPT_FORMAT);
         values[1] = dl_strdup(CKPT_VERSION);
@@ -144,12 +158,14 @@ static dl_st_writer *build_writer(const dl_checkpoint *ck) {
             if (!values[i]) rc = -1;
     }
     for (int i = 0; rc == 0 && i < CHECKED_KEYS; i++) rc = dl_st_writer_metadata(w, checked_keys[i], values[i]);
+    if (rc == 0 && local) rc = dl_st_writer_metadata(w, LOCAL_KEY, local);
     if (rc == 0) {
         char hex[17];
-        dl_hash64_hex(metadata_hash((const char *const *)values), hex);
+        dl_hash64_hex(metadata_hash((const char *const *)values, local), hex);
         rc = dl_st_writer_metadata(w, "metadata_checksum", hex);
     }
     for (int i = 0; i < CHECKED_KEYS; i++) cJSON_free(values[i]);
+    cJSON_free(local);
     cJSON_Delete(sums);
     if (rc) {
         dl_st_writer_free(w);
@@ -182,6 +198,10 @@ void dl_checkpoint_free(dl_checkpoint *ck) {
     free(ck->exp_avg);
     free(ck->exp_avg_sq);
     free(ck->data_state);
+    free(ck->local.params);
+    free(ck->local.exp_avg);
+    free(ck->local.exp_avg_sq);
+    free(ck->local.residual);
     memset(ck, 0, sizeof *ck);
 }
 
@@ -291,8 +311,7 @@ done:
     return rc;
 }
 
-static int parse_optimizer(const char *text, dl_opt_config *c) {
-    cJSON *o = cJSON_Parse(text);
+static int parse_optimizer_object(const cJSON *o, dl_opt_config *c) {
     memset(c, 0, sizeof *c);
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
     int rc = -1;
@@ -307,8 +326,51 @@ static int parse_optimizer(const char *text, dl_opt_config *c) {
                get_int(o, "total_steps", 0, INT64_MAX / 2, &c->total_steps) == 0) {
         rc = 0;
     }
-    cJSON_Delete(o);
     return rc ? dl_fail_context("optimizer settings") : 0;
+}
+
+static int parse_optimizer(const char *text, dl_opt_config *c) {
+    cJSON *o = cJSON_Parse(text);
+    int rc = parse_optimizer_object(o, c);
+    cJSON_Delete(o);
+    return rc;
+}
+
+static cJSON *local_json(const dl_checkpoint_local *l) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "mode", "local");
+    cJSON_AddNumberToObject(o, "local_steps", (double)l->local_steps);
+    cJSON_AddItemToObject(o, "inner_optimizer", optimizer_json(&l->inner_config));
+    cJSON_AddNumberToObject(o, "inner_step", (double)l->inner_step);
+    cJSON_AddNumberToObject(o, "samples_since_sync", (double)l->samples_since_sync);
+    cJSON *sums = cJSON_AddArrayToObject(o, "loss_sum");
+    for (int k = 0; k < 3; k++) cJSON_AddItemToArray(sums, cJSON_CreateNumber(l->loss_sum[k]));
+    return o;
+}
+
+/* The "local" entry (untrusted text): every field typed and bounded. */
+static int parse_local(const char *text, dl_checkpoint_local *l) {
+    cJSON *o = cJSON_Parse(text);
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(o, "mode");
+    const cJSON *sums = cJSON_GetObjectItemCaseSensitive(o, "loss_sum");
+    int rc = -1;
+    if (!cJSON_IsObject(o) || !cJSON_IsString(mode) || strcmp(mode->valuestring, "local") != 0) {
+        dl_fail("not a JSON object of mode \"local\"");
+    } else if (!cJSON_IsArray(sums) || cJSON_GetArraySize(sums) != 3) {
+        dl_fail("'loss_sum' is not an array of 3 numbers");
+    } else if (get_int(o, "local_steps", 1, INT64_MAX / 2, &l->local_steps) == 0 &&
+               get_int(o, "inner_step", 0, INT64_MAX / 2, &l->inner_step) == 0 &&
+               get_int(o, "samples_since_sync", 0, INT64_MAX / 2, &l->samples_since_sync) == 0 &&
+               parse_optimizer_object(cJSON_GetObjectItemCaseSensitive(o, "inner_optimizer"), &l->inner_config) == 0) {
+        rc = 0;
+        for (int k = 0; k < 3; k++) {
+            const cJSON *e = cJSON_GetArrayItem(sums, k);
+            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble)) rc = dl_fail("'loss_sum' %d is not a finite number", k);
+            else l->loss_sum[k] = e->valuedouble;
+        }
+    }
+    cJSON_Delete(o);
+    return rc ? dl_fail_context("local-steps state") : 0;
 }
 
 static int parse_state(const char *text, dl_checkpoint *ck) {
@@ -343,11 +405,12 @@ static int parse_state(const char *text, dl_checkpoint *ck) {
     return rc ? dl_fail_context("training state") : 0;
 }
 
-static int load_tensors(const dl_safetensors *st, const cJSON *sums, dl_checkpoint *ck) {
+static int load_tensors(const dl_safetensors *st, const cJSON *sums, dl_checkpoint *ck, bool local) {
     const dl_train_layout *l = &ck->layout;
-    float **arrays[3] = {&ck->params, &ck->exp_avg, &ck->exp_avg_sq};
+    float **arrays[ALL_KINDS] = {&ck->params, &ck->exp_avg, &ck->exp_avg_sq, &ck->local.params,
+                                 &ck->local.exp_avg, &ck->local.exp_avg_sq, &ck->local.residual};
     char key[160];
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < (local ? ALL_KINDS : CORE_KINDS); kind++) {
         *arrays[kind] = dl_malloc(dl_mul_size(l->total, sizeof(float)));
         if (!*arrays[kind]) return -1;
         for (int i = 0; i < l->count; i++) {
@@ -402,9 +465,10 @@ static int load_checked(const dl_safetensors *st, dl_checkpoint *ck) {
         values[i] = dl_st_metadata(st, checked_keys[i]);
         if (!values[i]) return dl_fail("metadata entry '%s' is missing", checked_keys[i]);
     }
+    const char *local = dl_st_metadata(st, LOCAL_KEY);
     const char *sum_hex = dl_st_metadata(st, "metadata_checksum");
     char hex[17];
-    dl_hash64_hex(metadata_hash(values), hex);
+    dl_hash64_hex(metadata_hash(values, local), hex);
     if (!sum_hex || strcmp(sum_hex, hex) != 0) return dl_fail("the metadata is corrupted (checksum mismatch)");
 
     if (parse_layout(values[4], &ck->layout)) return dl_fail_context("layout");
@@ -415,7 +479,15 @@ static int load_checked(const dl_safetensors *st, dl_checkpoint *ck) {
         cJSON_Delete(sums);
         return dl_fail("the checksums are not a JSON object");
     }
-    int rc = load_tensors(st, sums, ck);
+    /* Local tensors listed in the checksums without their metadata entry:
+     * a local-steps checkpoint stripped of it, refused. */
+    bool listed = false;
+    for (const cJSON *it = sums->child; it && !listed; it = it->next)
+        listed = it->string && strncmp(it->string, "local.", 6) == 0;
+    int rc = 0;
+    if (listed && !local) rc = dl_fail("local-steps tensors without their '%s' metadata entry", LOCAL_KEY);
+    if (rc == 0 && local && parse_local(local, &ck->local)) rc = -1;
+    if (rc == 0) rc = load_tensors(st, sums, ck, local != NULL);
     if (rc == 0) rc = load_data_state(st, sums, ck);
     cJSON_Delete(sums);
     if (rc) return -1;

@@ -113,11 +113,24 @@ int dl_opt_kind_parse(const char *name, dl_opt_kind *kind) {
         *kind = DL_OPT_ADAMW;
         return 0;
     }
-    return dl_fail("unknown optimizer '%s' (expected lamb or adamw)", name);
+    if (!strcmp(name, "nesterov")) {
+        *kind = DL_OPT_NESTEROV;
+        return 0;
+    }
+    return dl_fail("unknown optimizer '%s' (expected lamb, adamw or nesterov)", name);
 }
 
 const char *dl_opt_kind_name(dl_opt_kind kind) {
-    return kind == DL_OPT_ADAMW ? "adamw" : "lamb";
+    switch (kind) {
+    case DL_OPT_ADAMW: return "adamw";
+    case DL_OPT_NESTEROV: return "nesterov";
+    default: return "lamb";
+    }
+}
+
+dl_opt_config dl_opt_config_outer(double lr, double momentum) {
+    dl_opt_config c = {.kind = DL_OPT_NESTEROV, .lr = lr, .beta1 = momentum};
+    return c;
 }
 
 static int check_config(const dl_opt_config *c) {
@@ -219,6 +232,23 @@ static void lamb_tensor(const dl_opt_config *c, int64_t step, double lr, float *
     for (size_t i = 0; i < n; i++) p[i] = p[i] + alpha * update[i];
 }
 
+/* torch.optim.SGD(momentum=mu, nesterov=True, dampening=0) for one tensor
+ * (_single_tensor_sgd): d_p = g (+ wd * p); the first step clones d_p into
+ * the buffer, later ones take buf * mu + d_p; then d_p + mu * buf, and
+ * p + (-lr) * that. mu, wd and -lr are rounded to float as torch rounds a
+ * Python float that meets a float tensor. */
+static void nesterov_tensor(const dl_opt_config *c, bool first, double lr, float *p, const float *g, float *buf,
+                            size_t n, double weight_decay) {
+    const float mu = (float)c->beta1, neg_lr = (float)(-lr), wd = (float)weight_decay;
+    for (size_t i = 0; i < n; i++) {
+        float d = weight_decay != 0 ? g[i] + wd * p[i] : g[i];
+        float b = first ? d : buf[i] * mu + d;
+        buf[i] = b;
+        float step = d + mu * b;
+        p[i] = p[i] + neg_lr * step;
+    }
+}
+
 /* torch.optim.AdamW (_single_tensor_adamw, amsgrad off) for one tensor. */
 static void adamw_tensor(const dl_opt_config *c, int64_t step, double lr, float *p, const float *g,
                          float *m, float *v, size_t n, double weight_decay) {
@@ -241,13 +271,16 @@ static void adamw_tensor(const dl_opt_config *c, int64_t step, double lr, float 
 
 void dl_optimizer_update(dl_optimizer *opt, float *params, const float *grad, double lr) {
     const dl_opt_config *c = &opt->config;
+    const bool first = opt->step == 0;
     opt->step++;
     float *update = opt->scratch;
     for (int t = 0; t < opt->layout.count; t++) {
         const dl_train_tensor *ts = &opt->layout.tensors[t];
         double wd = ts->no_weight_decay ? 0.0 : c->weight_decay;
         size_t o = ts->offset;
-        if (c->kind == DL_OPT_LAMB)
+        if (c->kind == DL_OPT_NESTEROV)
+            nesterov_tensor(c, first, lr, params + o, grad + o, opt->exp_avg + o, ts->numel, wd);
+        else if (c->kind == DL_OPT_LAMB)
             lamb_tensor(c, opt->step, lr, params + o, grad + o, opt->exp_avg + o, opt->exp_avg_sq + o,
                         update, ts->numel, wd);
         else
@@ -268,7 +301,9 @@ int dl_optimizer_step(dl_optimizer *opt, float *params, float *grad, dl_opt_step
     if (!isfinite(norm))
         return dl_fail("optimizer step %lld: the gradient norm is not finite; step skipped",
                        (long long)opt->step);
-    double lr = dl_schedule_linear_warmup(c->lr, opt->step, c->warmup_steps, c->total_steps);
+    /* The outer optimizer's rate is constant (DiLoCo's outer lr does not decay). */
+    double lr = c->kind == DL_OPT_NESTEROV ? c->lr
+                                           : dl_schedule_linear_warmup(c->lr, opt->step, c->warmup_steps, c->total_steps);
     dl_optimizer_update(opt, params, grad, lr);
     if (info) {
         info->lr = lr;

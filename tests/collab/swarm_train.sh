@@ -637,6 +637,105 @@ mixed)
   jq -s '[.[] | select(.step) | .loss] | (first - last) > 0.005 * first' "$W/h0.jsonl" | grep -q true ||
     fail "the loss moved too little in $STEPS steps for the comparison to mean anything"
   ;;
+local)
+  # Local-steps mode (DiLoCo): three peers take an inner LAMB step after
+  # every micro-batch and sync every 3 (--local-batch 12 of micro-batches of
+  # 4, their own thirds of the stream), four syncs. One stores fp16 with
+  # 16-wide work-groups, one runs the GPU's kernel shapes with reductions
+  # summed the other way: their local weights round differently, yet the
+  # outer weights (the outer Nesterov step on the same averaged
+  # pseudo-gradient) hold one param_hash on every peer at every sync.
+  STEPS=4
+  LOCAL=(--local-steps 3 --local-batch 12 --min-peers 3 --max-steps $STEPS --target-batch 36)
+  start p0 "${LOCAL[@]}" --data-shard 0/3
+  DEDLOC_WORK_GROUP=16 start p1 "${LOCAL[@]}" --data-shard 1/3 --precision fp16
+  DEDLOC_CL_BUILD_OPTIONS=-DDL_REDUCE_REVERSE DEDLOC_KERNEL_SHAPE=gpu start p2 "${LOCAL[@]}" --data-shard 2/3
+  for i in 0 1 2; do finish "p$i"; done
+  agree p0 p1 p2
+  for i in 0 1 2; do
+    [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"
+    n=$(jq -s '[.[] | select(.step) | select(.mode == "local" and (.members | length) == 3 and .group_samples == 36)]
+               | length' "$W/p$i.jsonl")
+    [ "$n" = $STEPS ] || fail "p$i: only $n of $STEPS syncs were local-mode rounds of 3 members with 36 samples"
+    jq -s -e '[.[] | select(.step)] | last | .inner_steps == 12 and .syncs == 4 and (.local_loss > 0)' "$W/p$i.jsonl" \
+      >/dev/null || fail "p$i: not 12 inner steps in 4 syncs at the end"
+  done
+  # The outer weights moved at every sync.
+  [ "$(steps_of p0 | awk '{print $2}' | sort -u | wc -l)" = $STEPS ] || fail "the outer weights did not move at every sync"
+  ;;
+local_newcomer)
+  # Local-steps mode with the collective rule (no --local-batch): a sync is
+  # due when the swarm's samples since the last one reach 3 inner steps of
+  # 4 samples per peer seen. Two peers train; a third arrives after sync 2
+  # with fresh weights of another seed, downloads the outer state (weights,
+  # momentum, epoch), restarts its local weights from it, and syncs on with
+  # the same param_hash.
+  STEPS=7
+  LOCAL=(--local-steps 3 --max-steps $STEPS --target-batch 24)
+  start p0 "${LOCAL[@]}" --min-peers 2 --peer-seed 1
+  start p1 "${LOCAL[@]}" --min-peers 2 --peer-seed 2
+  wait_step p0 2
+  "$BIN" train "${COMMON[@]}" --seed 5 --listen 127.0.0.1:0 --initial-peers "$FIRST_ADDR" "${LOCAL[@]}" \
+    --peer-seed 3 --log "$W/p2.jsonl" 2>"$W/p2.err" &
+  PID[p2]=$!
+  for i in 0 1 2; do finish "p$i"; done
+  agree p0 p1 p2
+  has "$W/p2.jsonl" '.event == "download"' || fail "the newcomer did not download the outer state"
+  has "$W/p2.jsonl" '.step and .mode == "local" and (.members | length) >= 2' ||
+    fail "the newcomer took no sync with the others"
+  [ "$(last_step p2)" = $STEPS ] || fail "the newcomer stopped at step $(last_step p2)"
+  # Its local weights restarted from the outer ones: its pseudo-gradients
+  # are of the others' size (its own fresh weights would give outer minus a
+  # random initialisation, a norm about 50x larger). The averaged
+  # pseudo-gradient's norm (grad_norm) after it joined stays within twice
+  # the largest before.
+  jq -s -e '([.[] | select(.step and .step <= 2) | .grad_norm] | max) as $b |
+            [.[] | select(.step and .step > 2) | .grad_norm] | max <= 2 * $b' "$W/p0.jsonl" >/dev/null ||
+    fail "a sync after the newcomer joined carried a pseudo-gradient far larger than before"
+  ;;
+local_aux)
+  # Local-steps mode with an aux peer: it aggregates the pseudo-gradients
+  # (weight 0) in the run's codec for them (--outer-compression, not
+  # --compression: a member of another codec would be refused), and the
+  # trainers agree at every sync.
+  STEPS=4
+  LOCAL=(--local-steps 3 --outer-compression fp16 --max-steps $STEPS --min-peers 3 --target-batch 24)
+  start t0 "${LOCAL[@]}" --local-batch 12 --peer-seed 1
+  start t1 "${LOCAL[@]}" --local-batch 12 --peer-seed 2
+  "$BIN" aux --model tiny --seed 1 --run-id "$RUN" --no-dht --expiry 6 --listen 127.0.0.1:0 \
+    --initial-peers "$FIRST_ADDR" "${LOCAL[@]}" --linger 3 --log "$W/aux.jsonl" 2>"$W/aux.err" &
+  PID[aux]=$!
+  for n in t0 t1 aux; do finish $n; done
+  agree t0 t1 aux
+  for n in t0 t1; do [ "$(last_step $n)" = $STEPS ] || fail "$n stopped at step $(last_step $n)"; done
+  has "$W/t0.jsonl" '.step and any(.members[]; .role == "aux")' || fail "the aux peer never took part"
+  ;;
+local_manifest)
+  # Local-steps mode from a signed manifest: run init writes the setting,
+  # run show prints it, and peers started with --manifest train in that
+  # mode (refusing --local-steps beside it: the manifest decides).
+  STEPS=3
+  manifest_init "$W/run.json" --identity "$W/owner.id" --max-steps $STEPS --local-steps 3 --outer-lr 0.5 \
+    --outer-compression fp16
+  jq -e '.local_steps == {"steps": 3, "outer_lr": 0.5, "outer_momentum": 0.9, "outer_compression": "fp16"}' \
+    "$W/run.json" >/dev/null || fail "run init did not write the local_steps setting"
+  jq -e '.optimizer.total_steps == 9' "$W/run.json" >/dev/null || fail "the inner schedule does not span 3 x 3 steps"
+  "$BIN" run show "$W/run.json" | grep -q "local steps    3 inner steps per sync, outer Nesterov lr 0.5 momentum 0.9, pseudo-gradient codec fp16" ||
+    fail "run show does not print the local_steps setting"
+  if "$BIN" train --manifest "$W/run.json" --local-steps 5 --no-dht --quiet 2>"$W/refuse.err"; then
+    fail "--local-steps beside --manifest was accepted"
+  fi
+  grep -q "local-steps is a run setting" "$W/refuse.err" || fail "the refusal does not say why: $(cat "$W/refuse.err")"
+  start_m p0 "$W/run.json" --min-peers 2
+  start_m p1 "$W/run.json" --min-peers 2
+  for i in p0 p1; do finish "$i"; done
+  agree p0 p1
+  for i in p0 p1; do
+    [ "$(last_step "$i")" = $STEPS ] || fail "$i stopped at step $(last_step "$i")"
+    jq -s -e '[.[] | select(.step)] | all(.mode == "local" and .outer_compression == "fp16")' "$W/$i.jsonl" \
+      >/dev/null || fail "$i did not train in the manifest's local-steps mode"
+  done
+  ;;
 attack)
   # Robust aggregation in a training swarm: 8 trainers on deterministic
   # shares of every global batch (4 samples each, 32 in all), of which 3

@@ -312,8 +312,38 @@ static void test_sync(void) {
     }
 }
 
+/* Local-steps mode: neither overlap, and the sync comes at H inner steps of
+ * the run's micro-batch per peer seen, not at the target batch. */
+static void test_local_sync(void) {
+    struct dl_collab_train_options o;
+    dl_collab_train_options_default(&o);
+    o.local_steps = 50;
+    o.sync_micro_batch = 8;
+    o.delay_update = true;
+    struct dl_loop_policy p;
+    dl_loop_policy_init(&p, &o, true);
+    CHECK_MSG(!p.delayed && !p.early_on, "local-steps mode keeps --delay-update and early rounds off");
+    struct dl_loop_counters c = counters();
+    struct dl_swarm_look l = look3();
+    CHECK(dl_loop_sync_target(&p, &c, &l) == 50.0 * 8 * 3);
+    l.collective = 50.0 * 8 * 3 - 1;
+    CHECK_MSG(dl_loop_ready(&p, &c, &l) == DL_LOOP_NOT_READY, "one sample short of H x 8 x 3");
+    l.collective = 50.0 * 8 * 3;
+    CHECK_MSG(dl_loop_ready(&p, &c, &l) == DL_LOOP_READY, "H inner steps per peer on average: ready");
+    /* Alone: H of our own inner steps; without sync_micro_batch our last micro-batch's size. */
+    l.peers = 1;
+    o.sync_micro_batch = 0;
+    dl_loop_policy_init(&p, &o, true);
+    c.micro_samples = 4;
+    CHECK(dl_loop_sync_target(&p, &c, &l) == 50.0 * 4);
+    /* Exact mode: the target batch. */
+    struct dl_loop_policy exact = trainer();
+    CHECK(dl_loop_sync_target(&exact, &c, &l) == 4096.0);
+}
+
 int main(void) {
     test_policy();
+    test_local_sync();
     test_ready();
     test_round_kind();
     test_early_lead();

@@ -18,6 +18,8 @@ struct fields {
     double time, loss, sps, total, uptime;
     uint64_t step;
     const char *device, *vendor, *precision, *name;
+    bool later;                 /* the later fields: target batch, nil, syncs, bytes sent */
+    double target, syncs, bytes;
 };
 
 static void pack_str(msgpack_packer *pk, const char *s) {
@@ -34,7 +36,7 @@ static size_t make_blob(const struct fields *f, const uint8_t pk_bytes[32], cons
     msgpack_sbuffer_init(&body);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &body, msgpack_sbuffer_write);
-    msgpack_pack_array(&pk, 14);
+    msgpack_pack_array(&pk, f->later ? 17 : 14);
     msgpack_pack_uint32(&pk, 1);
     msgpack_pack_bin(&pk, 32);
     msgpack_pack_bin_body(&pk, pk_bytes, 32);
@@ -49,7 +51,14 @@ static size_t make_blob(const struct fields *f, const uint8_t pk_bytes[32], cons
     pack_str(&pk, f->vendor);
     pack_str(&pk, f->precision);
     pack_str(&pk, f->name);
-    msgpack_pack_nil(&pk);
+    if (f->later) {
+        msgpack_pack_double(&pk, f->target);
+        msgpack_pack_nil(&pk);
+        msgpack_pack_double(&pk, f->syncs);
+        msgpack_pack_double(&pk, f->bytes);
+    } else {
+        msgpack_pack_nil(&pk);
+    }
     static const char context[] = "dedloc-metrics-v1";
     uint8_t sig[64];
     crypto_sign_ed25519ph_state st;
@@ -74,7 +83,7 @@ static size_t make_blob(const struct fields *f, const uint8_t pk_bytes[32], cons
 }
 
 static struct fields good(void) {
-    struct fields f = {"run-a", 1.7e9, 2.25, 12.5, 1000, 60, 7, "Test GPU", "Vendor", "fp16", "carol"};
+    struct fields f = {"run-a", 1.7e9, 2.25, 12.5, 1000, 60, 7, "Test GPU", "Vendor", "fp16", "carol", false, 0, 0, 0};
     return f;
 }
 
@@ -125,6 +134,30 @@ static void check_verification(void) {
     for (int i = 0; i < 6; i++) {
         size_t k = make_blob(&bad[i], pk, sk, blob, sizeof blob);
         CHECK_MSG(k > 0 && dl_metrics_verify(blob, k, "run-a", NULL, &m) != 0, "bad record %d verified", i);
+    }
+    /* The later fields: local-steps syncs and bytes sent in rounds; a
+     * record without them (above) reads 0, "not said". */
+    CHECK(m.syncs == 0 && m.bytes_sent == 0);
+    struct fields later = good();
+    later.later = true;
+    later.target = 4096;
+    later.syncs = 12;
+    later.bytes = 3.5e9;
+    size_t kl = make_blob(&later, pk, sk, blob, sizeof blob);
+    CHECK_OK(dl_metrics_verify(blob, kl, "run-a", NULL, &m));
+    CHECK(m.target_batch == 4096 && m.syncs == 12 && m.bytes_sent == 3.5e9);
+    double bad_syncs[] = {-1, 1.5, 1e16}, bad_bytes[] = {-5, 1e19};
+    for (int i = 0; i < 3; i++) {
+        struct fields b = later;
+        b.syncs = bad_syncs[i];
+        size_t kb = make_blob(&b, pk, sk, blob, sizeof blob);
+        CHECK_MSG(dl_metrics_verify(blob, kb, "run-a", NULL, &m) != 0, "syncs %g verified", bad_syncs[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        struct fields b = later;
+        b.bytes = bad_bytes[i];
+        size_t kb = make_blob(&b, pk, sk, blob, sizeof blob);
+        CHECK_MSG(dl_metrics_verify(blob, kb, "run-a", NULL, &m) != 0, "bytes sent %g verified", bad_bytes[i]);
     }
     /* Loss -1 means "none yet" and is allowed. */
     struct fields none = good();
@@ -238,6 +271,8 @@ static void check_round_trip(void) {
     m.uptime_s = 33;
     snprintf(m.device, sizeof m.device, "dev");
     snprintf(m.name, sizeof m.name, "dave");
+    m.syncs = 5;
+    m.bytes_sent = 123456789;
     struct dl_metrics bad = m;
     snprintf(bad.name, sizeof bad.name, "a\"b");
     CHECK(dl_net_publish_metrics(a, &bad) != 0);
@@ -252,6 +287,7 @@ static void check_round_trip(void) {
     }
     CHECK(f.done && f.status == DL_NET_OK);
     CHECK(f.m.step == 4 && f.m.loss == 1.5 && f.m.samples_total == 99 && !strcmp(f.m.name, "dave"));
+    CHECK(f.m.syncs == 5 && f.m.bytes_sent == 123456789);
     CHECK(!strcmp(f.m.peer_id, dl_net_peer_id(a)));
     /* b published nothing: a asks and gets an error, not a record. */
     f.done = 0;
