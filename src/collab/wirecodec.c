@@ -557,6 +557,9 @@ bool dl_codec_path_available(enum dl_codec_path path) {
     }
 }
 
+/* AVX-512 is not chosen: on the AMD EPYC (Zen 4) development machine it
+ * measured no faster than AVX2 (bench_codec, bench/RESULTS.md): these loops
+ * are bound by memory, not by lanes. */
 enum dl_codec_path dl_codec_best_path(void) {
     return dl_codec_path_available(DL_CODEC_PATH_AVX2) ? DL_CODEC_PATH_AVX2 : DL_CODEC_PATH_SCALAR;
 }
