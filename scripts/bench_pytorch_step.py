@@ -20,9 +20,16 @@ untimed ones), tokens/s = batch*seq / step time, the GEMM FLOPs of the step
 and the GFLOP/s they imply, peak resident memory. The FLOP count is that of
 dl_albert_step_flops() with the MLM head over every position, since HF
 computes it for all rows (dedloc computes it at masked rows only).
+
+--autocast bf16 runs forward and loss inside torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's mixed precision on CPUs (linear layers and
+matmuls in bf16, softmax, LayerNorm and losses in fp32, fp32 weights and
+gradients), the counterpart of `dedloc bench step --precision bf16`; it
+needs a torch with CPU autocast (1.10 or later).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -84,6 +91,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                    help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     args = ap.parse_args()
 
     if args.config:
@@ -109,11 +118,17 @@ def main():
     batch = make_batch(cfg, args.batch, args.seq, gen)
     masked = int((batch["labels"] != -100).sum())
 
+    def autocast():
+        if args.autocast == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     times, losses = [], []
     for i in range(args.warmup + args.steps):
         start = time.perf_counter()
         model.zero_grad(set_to_none=True)
-        loss = model(**batch).loss
+        with autocast():
+            loss = model(**batch).loss
         loss.backward()
         elapsed = time.perf_counter() - start
         losses.append(loss.item())
@@ -133,6 +148,7 @@ def main():
         "seq": args.seq,
         "masked_tokens": masked,
         "threads": torch.get_num_threads(),
+        "autocast": args.autocast,
         "steps": args.steps,
         "step_seconds": step_s,
         "step_seconds_all": times,
@@ -146,7 +162,7 @@ def main():
         print(json.dumps(result))
         return
     print(f"PyTorch {torch.__version__} CPU, {result['threads']} threads, transformers "
-          f"{transformers.__version__}")
+          f"{transformers.__version__}, autocast {args.autocast}")
     print(f"{'model':<12} {'params':>10} {'B x T':>10} {'step s':>9} {'tokens/s':>10} "
           f"{'GFLOP/step':>11} {'GFLOP/s':>8} {'RSS MiB':>8}")
     print(f"{os.path.basename(name):<12} {result['parameters']:>10} "

@@ -227,8 +227,9 @@ int dl_half_gemm_run(dl_half_gemm *h, const dl_gemm_args *g, const dl_buffer *b_
  * beta * C, C fp32. Only on a CPU device whose buffers are host memory and
  * whose GEMMs run on the host (dl_device_gemm_backend OpenBLAS), in a build
  * with oneDNN, on a CPU with the AVX512-BF16 instructions (oneDNN decides;
- * DNNL_MAX_CPU_ISA can take them away). Batched products (attention) run
- * through dl_gemm in fp32. */
+ * DNNL_MAX_CPU_ISA can take them away). Batched products (attention's,
+ * with outer_count and batch_count) run as one batched matmul each, their
+ * operands rounded the same way. */
 typedef struct dl_bf16_gemm dl_bf16_gemm;
 /* Whether dev can; if not, why (may be NULL) gets the reason. */
 bool dl_bf16_gemm_supported(const dl_device *dev, char *why, size_t size);

@@ -636,8 +636,9 @@ static int open_device(train_run *r) {
     r->data_resumed = seek_data;
     a->batch = used;
     const dl_param_layout *ml = dl_model_layout(r->be.model);
-    if (r->precision == DL_PRECISION_FP16)
-        DL_INFO("train", "fp16: GEMMs compute in %s", dl_model_compute_name(r->be.model));
+    if (r->precision == DL_PRECISION_FP16 || r->precision == DL_PRECISION_BF16)
+        DL_INFO("train", "%s: GEMMs compute in %s", dl_precision_name(r->precision),
+                dl_model_compute_name(r->be.model));
     return dl_train_layout_from_model(ml, &r->layout) ? -1 : 0;
 }
 

@@ -117,6 +117,7 @@ int dl_codec_result_decode(enum dl_codec codec, const uint8_t *in, size_t size, 
 enum dl_codec_path {
     DL_CODEC_PATH_SCALAR, /* portable C, any CPU */
     DL_CODEC_PATH_AVX2,   /* x86-64 with AVX2 and F16C, checked at run time */
+    DL_CODEC_PATH_AVX512, /* AVX-512 F and BW besides, checked at run time */
     DL_CODEC_PATH_COUNT
 };
 const char *dl_codec_path_name(enum dl_codec_path path);

@@ -129,13 +129,36 @@ static int grow(uint16_t **p, size_t *cap, size_t need) {
     return 0;
 }
 
-/* A rows x cols matrix (as the product reads it) stored with leading
- * dimension ld, transposed in memory when trans. */
-static int matrix_desc(dnnl_memory_desc_t *md, size_t rows, size_t cols, size_t ld, bool trans,
+/* Where the items of a (possibly batched) operand lie: item (o, i) of the
+ * outer x batch grid starts o * outer_stride + i * batch_stride elements
+ * after the matrix's offset. One item: outer = batch = 1. */
+typedef struct grid {
+    size_t outer, batch, outer_stride, batch_stride;
+} grid;
+
+/* A rows x cols matrix (as the product reads it), or a grid of them, stored
+ * with leading dimension ld, transposed in memory when trans. One matrix is
+ * described in 2D (what the linear layers' products were measured with), a
+ * grid in 4D: (outer, batch, rows, cols), oneDNN's batched matmul. */
+static int matrix_desc(dnnl_memory_desc_t *md, const grid *gr, size_t rows, size_t cols, size_t ld, bool trans,
                        dnnl_data_type_t type) {
-    dnnl_dims_t dims = {(dnnl_dim_t)rows, (dnnl_dim_t)cols};
-    dnnl_dims_t strides = {trans ? 1 : (dnnl_dim_t)ld, trans ? (dnnl_dim_t)ld : 1};
-    return dnnl_check(dnnl_memory_desc_init_by_strides(md, 2, dims, type, strides), "describing a matrix");
+    dnnl_dim_t row_stride = trans ? 1 : (dnnl_dim_t)ld, col_stride = trans ? (dnnl_dim_t)ld : 1;
+    if (gr->outer == 1 && gr->batch == 1) {
+        dnnl_dims_t dims = {(dnnl_dim_t)rows, (dnnl_dim_t)cols}, strides = {row_stride, col_stride};
+        return dnnl_check(dnnl_memory_desc_init_by_strides(md, 2, dims, type, strides), "describing a matrix");
+    }
+    /* A dimension of one item has no stride of its own (dl_gemm_args leaves
+     * it 0); give it the span of the dimensions inside, as a dense one has. */
+    dnnl_dim_t batch_stride = gr->batch > 1 ? (dnnl_dim_t)gr->batch_stride : (dnnl_dim_t)(rows * cols);
+    dnnl_dim_t outer_stride = gr->outer > 1 ? (dnnl_dim_t)gr->outer_stride : batch_stride * (dnnl_dim_t)gr->batch;
+    dnnl_dims_t dims = {(dnnl_dim_t)gr->outer, (dnnl_dim_t)gr->batch, (dnnl_dim_t)rows, (dnnl_dim_t)cols};
+    dnnl_dims_t strides = {outer_stride, batch_stride, row_stride, col_stride};
+    return dnnl_check(dnnl_memory_desc_init_by_strides(md, 4, dims, type, strides), "describing a batch of matrices");
+}
+
+/* The grid of a dense copy: items one after the other. */
+static grid dense_grid(const grid *gr, size_t rows, size_t cols) {
+    return (grid){gr->outer, gr->batch, gr->batch * rows * cols, rows * cols};
 }
 
 static int execute(dl_bf16_gemm *h, const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args,
@@ -154,13 +177,15 @@ static int make_memory(dl_bf16_gemm *h, dnnl_memory_t *mem, const dnnl_memory_de
     return dnnl_check(dnnl_memory_create(mem, md, h->engine, (void *)ptr), "wrapping a matrix");
 }
 
-/* Rounds a rows x cols fp32 matrix into dense bf16 of the same orientation
- * (the leading dimension becomes the row or column length). */
-static int round_matrix(dl_bf16_gemm *h, const float *src, size_t rows, size_t cols, size_t ld, bool trans,
-                        uint16_t *dst) {
+/* Rounds a rows x cols fp32 matrix (or a grid of them) into dense bf16 of
+ * the same orientation (the leading dimension becomes the row or column
+ * length; the items follow each other). */
+static int round_matrix(dl_bf16_gemm *h, const float *src, const grid *gr, size_t rows, size_t cols, size_t ld,
+                        bool trans, uint16_t *dst) {
     dnnl_memory_desc_t src_md, dst_md;
-    if (matrix_desc(&src_md, rows, cols, ld, trans, dnnl_f32) ||
-        matrix_desc(&dst_md, rows, cols, trans ? rows : cols, trans, dnnl_bf16))
+    grid dense = dense_grid(gr, rows, cols);
+    if (matrix_desc(&src_md, gr, rows, cols, ld, trans, dnnl_f32) ||
+        matrix_desc(&dst_md, &dense, rows, cols, trans ? rows : cols, trans, dnnl_bf16))
         return -1;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_memory_t sm = NULL, dm = NULL;
@@ -178,12 +203,12 @@ static int round_matrix(dl_bf16_gemm *h, const float *src, size_t rows, size_t c
 }
 
 /* C = alpha * A B + beta * C on bf16 operands with fp32 accumulation. */
-static int matmul(dl_bf16_gemm *h, const dl_gemm_args *g, const uint16_t *a, size_t lda, const uint16_t *b,
-                  size_t ldb, float *c) {
+static int matmul(dl_bf16_gemm *h, const dl_gemm_args *g, const grid *a_grid, const uint16_t *a, size_t lda,
+                  const grid *b_grid, const uint16_t *b, size_t ldb, const grid *c_grid, float *c) {
     dnnl_memory_desc_t a_md, b_md, c_md;
-    if (matrix_desc(&a_md, g->m, g->k, lda, g->trans_a, dnnl_bf16) ||
-        matrix_desc(&b_md, g->k, g->n, ldb, g->trans_b, dnnl_bf16) ||
-        matrix_desc(&c_md, g->m, g->n, g->ldc, false, dnnl_f32))
+    if (matrix_desc(&a_md, a_grid, g->m, g->k, lda, g->trans_a, dnnl_bf16) ||
+        matrix_desc(&b_md, b_grid, g->k, g->n, ldb, g->trans_b, dnnl_bf16) ||
+        matrix_desc(&c_md, c_grid, g->m, g->n, g->ldc, false, dnnl_f32))
         return -1;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
@@ -240,12 +265,20 @@ static void unmap_all(dl_device *dev, struct maps *mp) {
         if (mp->ptr[i]) clEnqueueUnmapMemObject(dev->queue, mp->buf[i]->mem, mp->ptr[i], 0, NULL, NULL);
 }
 
+/* One past the last element of a rows x cols matrix grid (with ld). */
+static size_t span(size_t off, const grid *gr, size_t rows, size_t cols, size_t ld) {
+    size_t last_item = (gr->outer > 1 ? (gr->outer - 1) * gr->outer_stride : 0) +
+                       (gr->batch > 1 ? (gr->batch - 1) * gr->batch_stride : 0);
+    return off + last_item + (rows - 1) * ld + cols;
+}
+
 int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
     size_t batch = g->batch_count ? g->batch_count : 1, outer = g->outer_count ? g->outer_count : 1;
-    /* Batched products (attention's, a few percent of the step's flops)
-     * stay fp32 on the host path. */
-    if (batch > 1 || outer > 1 || g->m == 0 || g->n == 0 || g->k == 0) return dl_gemm(h->dev, g);
+    if (g->m == 0 || g->n == 0 || g->k == 0) return dl_gemm(h->dev, g);
     if (g->type != DL_GEMM_F32) return dl_fail("bf16 compute: the operands must be fp32 buffers");
+    bool batched = batch > 1 || outer > 1;
+    grid ag = {outer, batch, g->a_outer, g->a_stride}, bg = {outer, batch, g->b_outer, g->b_stride},
+         cg = {outer, batch, g->c_outer, g->c_stride};
     /* dl_gemm's shape and bounds checks, on an empty fp32 product of the same
      * layout, would cost a map; check the spans here instead. */
     size_t a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
@@ -253,14 +286,18 @@ int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
     if (g->lda < a_cols || g->ldb < b_cols || g->ldc < g->n)
         return dl_fail("bf16 GEMM %zux%zux%zu: a leading dimension is smaller than its matrix's columns",
                        g->m, g->n, g->k);
-    size_t a_need = g->a_off + (a_rows - 1) * g->lda + a_cols, b_need = g->b_off + (b_rows - 1) * g->ldb + b_cols,
-           c_need = g->c_off + (g->m - 1) * g->ldc + g->n;
-    bool b_ready = b_weights;
+    size_t a_need = span(g->a_off, &ag, a_rows, a_cols, g->lda), b_need = span(g->b_off, &bg, b_rows, b_cols, g->ldb),
+           c_need = span(g->c_off, &cg, g->m, g->n, g->ldc);
+    /* The rounded weights are one matrix: a batched product rounds its B. */
+    bool b_ready = b_weights && !batched;
     if (b_ready && !h->weights_set) return dl_fail("bf16 GEMM: B is the weights, but none were set");
     if (a_need > g->a->size / 4 || c_need > g->c->size / 4 ||
         b_need > (b_ready ? h->weights_set : g->b->size / 4))
-        return dl_fail("bf16 GEMM %zux%zux%zu: a matrix does not fit its buffer", g->m, g->n, g->k);
-    if (grow(&h->a_scratch, &h->a_cap, g->m * g->k) || (!b_ready && grow(&h->b_scratch, &h->b_cap, g->k * g->n)))
+        return dl_fail("bf16 GEMM %zux%zux%zu (batch %zu x %zu): a matrix does not fit its buffer", g->m, g->n,
+                       g->k, outer, batch);
+    size_t items = outer * batch;
+    if (grow(&h->a_scratch, &h->a_cap, dl_mul_size(items, g->m * g->k)) ||
+        (!b_ready && grow(&h->b_scratch, &h->b_cap, dl_mul_size(items, g->k * g->n))))
         return -1;
 
     /* The kernels queued before wrote the inputs: the blocking maps wait for
@@ -282,19 +319,22 @@ int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
     float *c = (float *)mp.ptr[ic] + g->c_off;
     const uint16_t *b16 = h->weights + g->b_off;
     size_t ldb16 = g->ldb;
-    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    grid a16g = dense_grid(&ag, a_rows, a_cols), b16g = bg;
+    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)items;
     omp_set_num_threads(flops < ONE_THREAD_FLOPS ? 1 : h->threads);
-    int rc = round_matrix(h, a, g->m, g->k, g->lda, g->trans_a, h->a_scratch);
+    int rc = round_matrix(h, a, &ag, g->m, g->k, g->lda, g->trans_a, h->a_scratch);
     if (!rc && !b_ready) {
-        rc = round_matrix(h, (const float *)mp.ptr[ib] + g->b_off, g->k, g->n, g->ldb, g->trans_b, h->b_scratch);
+        rc = round_matrix(h, (const float *)mp.ptr[ib] + g->b_off, &bg, g->k, g->n, g->ldb, g->trans_b,
+                          h->b_scratch);
         b16 = h->b_scratch;
         ldb16 = g->trans_b ? g->k : g->n;
+        b16g = dense_grid(&bg, b_rows, b_cols);
     }
-    if (!rc) rc = matmul(h, g, h->a_scratch, g->trans_a ? g->m : g->k, b16, ldb16, c);
+    if (!rc) rc = matmul(h, g, &a16g, h->a_scratch, g->trans_a ? g->m : g->k, &b16g, b16, ldb16, &cg, c);
     unmap_all(h->dev, &mp);
     if (rc)
-        return dl_fail_context("bf16 GEMM %zux%zux%zu%s%s", g->m, g->n, g->k, g->trans_a ? " A^T" : "",
-                               g->trans_b ? " B^T" : "");
+        return dl_fail_context("bf16 GEMM %zux%zux%zu%s%s (batch %zu x %zu)", g->m, g->n, g->k,
+                               g->trans_a ? " A^T" : "", g->trans_b ? " B^T" : "", outer, batch);
     return 0;
 }
 #else

@@ -6,7 +6,9 @@
  * the losses, the gradient accumulator (each product lands in fp32), and the
  * master weights and the optimizer on the host. The weights are rounded once
  * per upload and reused by every layer application and micro-batch.
- * Attention's batched products stay fp32 (a few percent of the flops).
+ * Attention's batched products (scores Q K^T and context P V, and their
+ * gradients) run in bf16 the same way, one oneDNN matmul over (sequence,
+ * head) each; the softmax between them reads and writes fp32.
  *
  * DEDLOC_BF16_COMPUTE chooses: auto (default: bf16 GEMMs where possible,
  * else one line at start says why and bf16 storage runs with fp32

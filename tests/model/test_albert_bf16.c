@@ -1,5 +1,6 @@
 /* bf16 compute (--precision bf16 on a CPU with AVX512-BF16): the model's
- * linear layers multiply bf16-rounded operands with fp32 accumulation. On
+ * GEMMs (the linear layers' and attention's batched products over
+ * (sequence, head)) multiply bf16-rounded operands with fp32 accumulation. On
  * the PyTorch fixtures (fp32 reference losses and gradients) the result
  * must stay within bounds derived from bf16's precision, be deterministic,
  * and differ from bf16 storage with fp32 arithmetic (the GEMMs really ran
