@@ -36,6 +36,10 @@ struct dl_collab_config {
      * this many on (default 10); 0 = never. */
     int clip_warn_rounds;
     int clip_ban_rounds;
+    /* Test-hook builds' CLI only (--test-misbehave): a round misbehaviour
+     * this peer commits on purpose (enum dl_misbehaviour, src/collab/round.h);
+     * 0: none. */
+    int test_misbehaviour;
 };
 void dl_collab_config_default(struct dl_collab_config *config);
 

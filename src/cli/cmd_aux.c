@@ -49,10 +49,11 @@ int cmd_aux(int argc, char **argv) {
         {"log", required_argument, NULL, A_LOG}, {"quiet", no_argument, NULL, A_QUIET},
         {"help", no_argument, NULL, 'h'}};
     enum { N_OWN = sizeof own / sizeof own[0] };
-    struct option all[N_OWN + 32];
+    struct option all[N_OWN + CLI_SWARM_MAX_OPTS + 1];
     memcpy(all, own, sizeof own);
     size_t n_all = N_OWN;
-    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_OWN + 31; so++) all[n_all++] = *so;
+    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_OWN + CLI_SWARM_MAX_OPTS; so++)
+        all[n_all++] = *so;
     memset(&all[n_all], 0, sizeof all[n_all]);
 
     struct cli_swarm_args sw;

@@ -200,9 +200,9 @@ static void bad_value(const struct cli_opt *e, const char *arg) {
 }
 
 static int parse_args(int argc, char **argv, train_args *a) {
-    struct option all[N_TRAIN_OPTS + 32];
+    struct option all[N_TRAIN_OPTS + CLI_SWARM_MAX_OPTS + 1];
     size_t n_all = cli_opt_fill(train_opts, N_TRAIN_OPTS, all);
-    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_TRAIN_OPTS + 31; so++)
+    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_TRAIN_OPTS + CLI_SWARM_MAX_OPTS; so++)
         all[n_all++] = *so;
     memset(&all[n_all], 0, sizeof all[n_all]);
     memset(a, 0, sizeof *a);

@@ -7,12 +7,15 @@
 
 #include "cli/opt_table.h"
 #include "cli/swarm_args.h"
+#ifdef DEDLOC_TEST_HOOKS
+#include "collab/round.h" /* the misbehaviours of --test-misbehave */
+#endif
 #include "dedloc/util.h"
 
 enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
-    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_DELAY, S_CORRUPT, S_ATTACK, S_LOG_BATCHES,
+    S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_DELAY, S_CORRUPT, S_ATTACK, S_LOG_BATCHES, S_MISBEHAVE,
     S_INVITE,
 };
 
@@ -78,6 +81,28 @@ static int set_test_attack(void *settings, const char *arg) {
     if (dl_test_attack_from_name(arg, &a->train.test_attack) || a->train.test_attack == DL_TEST_ATTACK_NONE) return -1;
     return 0;
 }
+
+/* Round misbehaviours that a training peer commits with well-formed data
+ * (the test-hook ones of src/collab/round.h): an aggregator whose results
+ * are -1000 times the average, a sender whose published projections lie,
+ * chunks of huge finite values, a leader that dictates other settings or
+ * stalls every round it leads. */
+static int set_test_misbehave(void *settings, const char *arg) {
+    static const struct {
+        const char *name;
+        int mode;
+    } modes[] = {{"result-scale", DL_MISBEHAVE_RESULT_SCALE}, {"projection-lie", DL_MISBEHAVE_PROJECTION_LIE},
+                 {"huge-values", DL_MISBEHAVE_HUGE_VALUES},   {"dictate", DL_MISBEHAVE_DICTATE},
+                 {"stall-leader", DL_MISBEHAVE_STALL_LEADER}};
+    struct cli_swarm_args *a = settings;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+        if (!strcmp(arg, modes[i].name)) {
+            a->collab.test_misbehaviour = modes[i].mode;
+            return 0;
+        }
+    return dl_fail("unknown --test-misbehave '%s' (result-scale, projection-lie, huge-values, dictate or "
+                   "stall-leader)", arg);
+}
 #endif
 
 #define S_FIELD(f) offsetof(struct cli_swarm_args, f)
@@ -115,9 +140,11 @@ static const struct cli_opt swarm_table[] = {
     {"test-corrupt-at-step", S_CORRUPT, CLI_OPT_INT64, S_FIELD(train.corrupt_at_step), 1, 1e12, NULL},
     {"test-attack", S_ATTACK, CLI_OPT_SETTER, 0, 0, 0, set_test_attack},
     {"test-log-batches", S_LOG_BATCHES, CLI_OPT_FLAG, S_FIELD(train.test_log_batches), 0, 0, NULL},
+    {"test-misbehave", S_MISBEHAVE, CLI_OPT_SETTER, 0, 0, 0, set_test_misbehave},
 #endif
 };
 enum { N_SWARM_OPTS = sizeof swarm_table / sizeof swarm_table[0] };
+_Static_assert(N_SWARM_OPTS < CLI_SWARM_MAX_OPTS, "raise CLI_SWARM_MAX_OPTS");
 
 const struct option *cli_swarm_options(void) {
     static struct option opts[N_SWARM_OPTS + 1];

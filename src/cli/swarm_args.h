@@ -33,6 +33,9 @@ struct cli_swarm_args {
 
 void cli_swarm_args_default(struct cli_swarm_args *a);
 /* The long options, terminated by a zero entry. */
+/* The most swarm options there are (checked where they are listed), so that
+ * a command's option array has room for all of them. */
+#define CLI_SWARM_MAX_OPTS 48
 const struct option *cli_swarm_options(void);
 /* Handles one getopt result: 0 taken, 1 not a swarm option, -1 bad value
  * (message printed, prefixed by cmd). */
