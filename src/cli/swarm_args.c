@@ -7,9 +7,6 @@
 
 #include "cli/opt_table.h"
 #include "cli/swarm_args.h"
-#ifdef DEDLOC_TEST_HOOKS
-#include "collab/round.h" /* the misbehaviours of --test-misbehave */
-#endif
 #include "dedloc/util.h"
 
 enum {
@@ -83,25 +80,12 @@ static int set_test_attack(void *settings, const char *arg) {
 }
 
 /* Round misbehaviours that a training peer commits with well-formed data
- * (the test-hook ones of src/collab/round.h): an aggregator whose results
- * are -1000 times the average, a sender whose published projections lie,
- * chunks of huge finite values, a leader that dictates other settings or
- * stalls every round it leads. */
+ * (dl_test_misbehaviour_from_name): an aggregator whose results are -1000
+ * times the average, a sender whose published projections lie, chunks of
+ * huge finite values, a leader that dictates other settings or stalls every
+ * round it leads. */
 static int set_test_misbehave(void *settings, const char *arg) {
-    static const struct {
-        const char *name;
-        int mode;
-    } modes[] = {{"result-scale", DL_MISBEHAVE_RESULT_SCALE}, {"projection-lie", DL_MISBEHAVE_PROJECTION_LIE},
-                 {"huge-values", DL_MISBEHAVE_HUGE_VALUES},   {"dictate", DL_MISBEHAVE_DICTATE},
-                 {"stall-leader", DL_MISBEHAVE_STALL_LEADER}};
-    struct cli_swarm_args *a = settings;
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
-        if (!strcmp(arg, modes[i].name)) {
-            a->collab.test_misbehaviour = modes[i].mode;
-            return 0;
-        }
-    return dl_fail("unknown --test-misbehave '%s' (result-scale, projection-lie, huge-values, dictate or "
-                   "stall-leader)", arg);
+    return dl_test_misbehaviour_from_name(arg, &((struct cli_swarm_args *)settings)->collab.test_misbehaviour);
 }
 #endif
 
