@@ -310,6 +310,42 @@ epoch_sybil|epoch_sybil_half)
   done
   for i in 0 1; do kill -0 "${PID[s$i]}" 2>/dev/null || fail "s$i was gone before the end: its claim was not tested"; done
   ;;
+monitor_sybil)
+  # A closed run: two honest trainers with trainer tokens, then three
+  # identities with monitor-role tokens that run the epoch-sybil attack
+  # (their records claim an epoch 20 steps ahead, with a hash their donors
+  # serve). Counted, they would be three of five voters, a majority; a
+  # monitor's record counts for nothing (docs/protocol.md, "Bounded claims,
+  # leaders and roles"), so no honest peer downloads their state and the
+  # honest pair trains to the end on identical weights.
+  STEPS=6
+  "$BIN" authority init --run-id "$RUN" --out "$W/auth.key" >"$W/auth.out"
+  manifest_init "$W/run.json" --key "$W/auth.key" --max-steps $STEPS --target-batch 12
+  for n in p0 p1 s0 s1 s2; do
+    role=trainer; [ "${n:0:1}" = s ] && role=monitor
+    "$BIN" authority issue --key "$W/auth.key" --identity "$W/$n.id" --role $role >"$W/$n.token" ||
+      fail "authority issue for $n failed"
+  done
+  for i in 0 1; do
+    start_m "p$i" "$W/run.json" --min-peers 2 --peer-seed $i --token "$W/p$i.token" --identity "$W/p$i.id"
+  done
+  wait_step p0 1
+  for i in 0 1 2; do
+    start_m "s$i" "$W/run.json" --peer-seed $((i + 5)) --token "$W/s$i.token" --identity "$W/s$i.id" \
+      --test-attack epoch-sybil
+  done
+  for i in 0 1 2; do
+    for _ in $(seq 600); do grep -q "claiming epoch" "$W/s$i.err" && break; sleep 0.05; done
+    grep -q "claiming epoch" "$W/s$i.err" || fail "s$i never made its claim"
+  done
+  for i in 0 1; do finish "p$i"; done
+  agree p0 p1
+  for i in 0 1; do
+    [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"
+    ! has "$W/p$i.jsonl" ".event == \"download\" and (.detail | capture(\"state of epoch (?<e>[0-9]+)\").e | tonumber) > $STEPS" ||
+      fail "p$i downloaded the monitors' state"
+  done
+  ;;
 aux)
   # Two trainers and an aux peer, which aggregates (weight 0) and refreshes
   # its copy of the state; a newcomer could download from it.
