@@ -36,6 +36,10 @@ struct dl_collab_config {
      * this many on (default 10); 0 = never. */
     int clip_warn_rounds;
     int clip_ban_rounds;
+    /* Test-hook builds' CLI only (--test-misbehave): a round misbehaviour
+     * this peer commits on purpose (enum dl_misbehaviour, src/collab/round.h);
+     * 0: none. */
+    int test_misbehaviour;
 };
 void dl_collab_config_default(struct dl_collab_config *config);
 
@@ -413,6 +417,11 @@ enum dl_test_attack {
 /* "none" "sign-flip" "noise" "epoch-sybil" (--test-attack) */
 const char *dl_test_attack_name(enum dl_test_attack attack);
 int dl_test_attack_from_name(const char *name, enum dl_test_attack *attack);
+/* Test-hook builds' --test-misbehave: a round misbehaviour a training peer
+ * commits with well-formed data, by name ("result-scale", "projection-lie",
+ * "huge-values", "dictate", "stall-leader"), as dl_collab_config's
+ * test_misbehaviour takes it. */
+int dl_test_misbehaviour_from_name(const char *name, int *mode);
 
 /* The settings of one peer's step loop (dl_collab_train_run). */
 struct dl_collab_train_options {

@@ -108,6 +108,13 @@ int dl_net_publish_progress(dl_net *net, uint64_t epoch, double samples_accumula
  * BLAKE2b-256 of our parameters (NULL: none), and our upload bandwidth as
  * measured in past averaging rounds (published when none was declared). */
 int dl_net_set_param_hash(dl_net *net, const uint8_t hash[32]);
+/* Says that our state at `epoch` comes from a round we took part in and
+ * verified (not from a download or our own start): while our record is at
+ * that epoch with a param hash, we count ourselves among the peers whose
+ * majority moves the global epoch (docs/collab_training.md, "The epoch and
+ * the reference state"). A state taken from others vouches for nothing:
+ * once our record is past `epoch` (a download), we no longer vote. */
+void dl_net_vouch_epoch(dl_net *net, uint64_t epoch);
 int dl_net_set_measured_bandwidth(dl_net *net, double mbit);
 
 /* One peer as the swarm view sees it. */
@@ -135,7 +142,8 @@ struct dl_swarm_view {
     double eta_s;                /* (target - collective) / rate, 0 when reached, -1 if no rate */
     double refresh_s;            /* current adaptive publish period */
     size_t num_connections;      /* authenticated connections */
-    size_t num_peers;            /* alive records, ours included */
+    size_t num_peers;            /* alive records, ours included, of peers that may train */
+    size_t num_observers;        /* alive records of monitor-role peers: in nothing above or below */
     uint64_t records_checked;    /* records received (from every connection) */
     uint64_t records_verified;   /* of which the signature was checked (news, not duplicates) */
     size_t buffered_bytes;       /* in all connections' buffers at the last count */

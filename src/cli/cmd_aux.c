@@ -52,7 +52,8 @@ int cmd_aux(int argc, char **argv) {
     struct option all[N_OWN + CLI_SWARM_MAX_OPTS + 1];
     memcpy(all, own, sizeof own);
     size_t n_all = N_OWN;
-    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_OWN + CLI_SWARM_MAX_OPTS; so++) all[n_all++] = *so;
+    for (const struct option *so = cli_swarm_options(); so->name && n_all < N_OWN + CLI_SWARM_MAX_OPTS; so++)
+        all[n_all++] = *so;
     memset(&all[n_all], 0, sizeof all[n_all]);
 
     struct cli_swarm_args sw;

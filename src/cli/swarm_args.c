@@ -13,7 +13,7 @@ enum {
     S_RUN = CLI_SWARM_OPT_BASE, S_LISTEN, S_ANNOUNCE, S_INITIAL, S_IDENTITY, S_CLIENT, S_MAXUP, S_BW, S_NODHT,
     S_DHTBOOT, S_EXPIRY, S_LOCAL, S_MINPEERS, S_SHARD, S_COMP, S_DEADLINE, S_JOINWAIT, S_STATE_EVERY, S_LINGER,
     S_AGG, S_TAU, S_CLIPIT, S_CLIPBAN, S_NAME, S_MANIFEST, S_TOKEN, S_DELAY, S_CORRUPT, S_ATTACK, S_LOG_BATCHES,
-    S_INVITE, S_LOCAL_STEPS, S_OUTER_LR, S_OUTER_MOMENTUM, S_OUTER_COMP,
+    S_MISBEHAVE, S_INVITE, S_LOCAL_STEPS, S_OUTER_LR, S_OUTER_MOMENTUM, S_OUTER_COMP,
     S_LAST = S_OUTER_COMP,
 };
 
@@ -84,6 +84,15 @@ static int set_test_attack(void *settings, const char *arg) {
     if (dl_test_attack_from_name(arg, &a->train.test_attack) || a->train.test_attack == DL_TEST_ATTACK_NONE) return -1;
     return 0;
 }
+
+/* Round misbehaviours that a training peer commits with well-formed data
+ * (dl_test_misbehaviour_from_name): an aggregator whose results are -1000
+ * times the average, a sender whose published projections lie, chunks of
+ * huge finite values, a leader that dictates other settings or stalls every
+ * round it leads. */
+static int set_test_misbehave(void *settings, const char *arg) {
+    return dl_test_misbehaviour_from_name(arg, &((struct cli_swarm_args *)settings)->collab.test_misbehaviour);
+}
 #endif
 
 #define S_FIELD(f) offsetof(struct cli_swarm_args, f)
@@ -125,6 +134,7 @@ static const struct cli_opt swarm_table[] = {
     {"test-corrupt-at-step", S_CORRUPT, CLI_OPT_INT64, S_FIELD(train.corrupt_at_step), 1, 1e12, NULL},
     {"test-attack", S_ATTACK, CLI_OPT_SETTER, 0, 0, 0, set_test_attack},
     {"test-log-batches", S_LOG_BATCHES, CLI_OPT_FLAG, S_FIELD(train.test_log_batches), 0, 0, NULL},
+    {"test-misbehave", S_MISBEHAVE, CLI_OPT_SETTER, 0, 0, 0, set_test_misbehave},
 #endif
 };
 enum { N_SWARM_OPTS = sizeof swarm_table / sizeof swarm_table[0] };

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "collab/round.h"
 #include "dedloc/collab.h"
 #include "dedloc/util.h"
 
@@ -150,3 +151,21 @@ int dl_train_event_from_name(const char *name, enum dl_train_event *event) {
     *event = (enum dl_train_event)i;
     return 0;
 }
+
+int dl_test_misbehaviour_from_name(const char *name, int *mode) {
+    static const struct {
+        const char *name;
+        int mode;
+    } modes[] = {{"result-scale", DL_MISBEHAVE_RESULT_SCALE}, {"projection-lie", DL_MISBEHAVE_PROJECTION_LIE},
+                 {"huge-values", DL_MISBEHAVE_HUGE_VALUES},   {"dictate", DL_MISBEHAVE_DICTATE},
+                 {"stall-leader", DL_MISBEHAVE_STALL_LEADER}};
+    for (size_t i = 0; name && i < sizeof modes / sizeof modes[0]; i++)
+        if (!strcmp(name, modes[i].name)) {
+            *mode = modes[i].mode;
+            return 0;
+        }
+    return dl_fail("unknown test misbehaviour '%s' (result-scale, projection-lie, huge-values, dictate or "
+                   "stall-leader)",
+                   name ? name : "(null)");
+}
+

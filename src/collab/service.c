@@ -127,6 +127,7 @@ int dl_collab_start(dl_net *net, const struct dl_collab_config *config, dl_colla
     if (!(c->cfg.matchmaking_floor_s > 0)) c->cfg.matchmaking_floor_s = 0.5;
     if (!(c->cfg.matchmaking_ceiling_s >= c->cfg.matchmaking_floor_s)) c->cfg.matchmaking_ceiling_s = 10.0;
     if (!(c->cfg.ban_s > 0)) c->cfg.ban_s = 60.0;
+    c->misbehaviour = c->cfg.test_misbehaviour;
     /* Before any round, assume peers arrive within a quarter of the ceiling. */
     c->spread_ema = c->cfg.matchmaking_ceiling_s / 4;
     if (c->cfg.client_mode && c->cfg.aux) {

@@ -185,6 +185,8 @@ int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64
         return -1;
     }
     st->res->rounds_ok++;
+    /* Our state now comes from a round we verified: it votes on the epoch. */
+    if (st->model.has_state) dl_net_vouch_epoch(st->net, (uint64_t)st->model.opt.step);
     double now = dl_now(), wall = now - st->report.step_start;
     st->res->wait_s += now - t0;
     st->report.round_s += now - t0;

@@ -143,11 +143,23 @@ void dl_swarm_look_at(const struct dl_swarm_view *v, uint64_t epoch, const uint8
     const struct dl_group_evidence *group =
         evidence && evidence->n && evidence->epoch == epoch && group_is_most(v, evidence) ? evidence : NULL;
     uint64_t group_epoch = group ? group_backed_epoch(v, group, epoch) : epoch;
+    /* The round of our epoch makes the epoch after it, no further: members
+     * that claim more (a pair of liars who joined our group and made it
+     * fail) are followed there only by the view's rule. */
+    if (group_epoch > epoch + 1) group_epoch = epoch + 1;
+    uint64_t view_ahead = look->ahead_epoch;
     bool by_group = group_epoch > epoch && group_epoch >= look->ahead_epoch;
     if (by_group) look->ahead_epoch = group_epoch;
     look->ref_epoch = look->ahead_epoch ? look->ahead_epoch : epoch;
     pick_reference(v, look->ref_epoch, epoch, my_hash, NULL, look);
     if (by_group && !look->has_ref) pick_reference(v, look->ref_epoch, epoch, my_hash, group, look);
+    if (by_group && !look->has_ref && view_ahead != group_epoch) {
+        /* Nobody holds the state of the group's epoch (its members went on
+         * past it): the group proves nothing we could download. */
+        look->ahead_epoch = view_ahead;
+        look->ref_epoch = view_ahead ? view_ahead : epoch;
+        pick_reference(v, look->ref_epoch, epoch, my_hash, NULL, look);
+    }
     if (look->has_ref && my_hash && look->ref_epoch == epoch && memcmp(my_hash, look->ref_hash, 32)) {
         look->i_disagree = true;
         look->my_holders = 1;

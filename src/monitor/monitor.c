@@ -150,7 +150,7 @@ static int serve_setup(struct dl_monitor *m, const struct dl_monitor_config *cfg
     m->base = event_base_new();
     if (!m->base) return dl_fail("cannot create an event loop (libevent event_base_new failed)");
     m->end = cfg->duration_s >= 0 ? dl_now() + cfg->duration_s : 0;
-    m->http = dl_monitor_http_start(m->base, cfg->http_host, cfg->http_port, m->state, &m->http_port);
+    m->http = dl_monitor_http_start(m->base, cfg->http_host, cfg->http_port, m->state, &m->http_port, &m->state->conns);
     m->tick = event_new(m->base, -1, EV_PERSIST, on_tick, m);
     m->sigint = evsignal_new(m->base, SIGINT, on_stop_signal, m->base);
     m->sigterm = evsignal_new(m->base, SIGTERM, on_stop_signal, m->base);
@@ -217,8 +217,9 @@ void dl_monitor_close(dl_monitor *m) {
     if (m->sigint) event_free(m->sigint);
     if (m->tick) event_free(m->tick);
     if (m->http) evhttp_free(m->http);
-    if (m->base) event_base_free(m->base);
     struct dl_monitor_state *state = m->state;
+    dl_monitor_conns_free(state->conns); /* its events belong to the base */
+    if (m->base) event_base_free(m->base);
     /* A state download uses net: it ends first. The network thread may
      * still be in on_metrics: stop it before freeing what it writes. */
     dl_monitor_snapshots_stop(state);

@@ -261,6 +261,7 @@ static void send_static(struct evhttp_request *req, const char *name) {
 
 static void handle(struct evhttp_request *req, void *arg) {
     struct dl_monitor_state *s = arg;
+    dl_monitor_conns_note_request(s->conns, req);
     const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
     if (!path) path = "/";
     if (!strcmp(path, "/") || !strcmp(path, "/index.html")) {
@@ -296,14 +297,17 @@ static void handle(struct evhttp_request *req, void *arg) {
 }
 
 struct evhttp *dl_monitor_http_start(struct event_base *base, const char *host, int port, struct dl_monitor_state *s,
-                                  int *bound_port) {
+                                     int *bound_port, struct dl_monitor_conns **conns) {
+    *conns = NULL;
     struct evhttp *http = evhttp_new(base);
     if (!http) {
         dl_fail("cannot create the HTTP server (libevent evhttp_new failed)");
         return NULL;
     }
     evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
-    /* A client that sends or reads too slowly is dropped after 10 s. */
+    /* A client idle for 10 s is dropped (evhttp's timeout starts again
+     * with every byte: the deadline of the connection budget is what
+     * bounds a client that sends its head a byte at a time). */
     evhttp_set_timeout(http, 10);
     evhttp_set_max_headers_size(http, 8 * 1024);
     evhttp_set_max_body_size(http, 0);
@@ -324,5 +328,12 @@ struct evhttp *dl_monitor_http_start(struct event_base *base, const char *host, 
     }
     *bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                            : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    const struct dl_monitor_http_limits limits = {DL_MONITOR_HTTP_MAX_CONNECTIONS, DL_MONITOR_HTTP_MAX_PER_ADDRESS,
+                                                  DL_MONITOR_HTTP_HEADER_DEADLINE_S};
+    *conns = dl_monitor_conns_attach(base, http, sock, &limits);
+    if (!*conns) {
+        evhttp_free(http);
+        return NULL;
+    }
     return http;
 }

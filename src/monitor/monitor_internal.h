@@ -49,6 +49,8 @@ struct dl_monitor_snapshots {
 
 #define DL_MONITOR_MAX_METRICS 1024
 
+struct dl_monitor_conns;
+
 /* Everything the HTTP side reads; lock guards it (the metrics callbacks run on
  * the network thread). */
 struct dl_monitor_state {
@@ -66,6 +68,7 @@ struct dl_monitor_state {
     double round_s;                     /* seconds between the last two global steps; 0 = unknown */
     struct dl_monitor_history history;
     struct dl_monitor_snapshots snap;
+    struct dl_monitor_conns *conns;     /* the HTTP connection budget (event loop only) */
 };
 
 /* The latest metrics of peer_id, or NULL; lock held. */
@@ -103,11 +106,49 @@ void dl_monitor_snapshots_tick(struct dl_monitor_state *s, uint64_t global_epoch
 /* Waits for a download under way; then frees everything. */
 void dl_monitor_snapshots_stop(struct dl_monitor_state *s);
 
-/* Serves /, /chart.min.js, /api/status, /api/history and /metrics on
- * host:port (0 = any; the chosen one in *bound_port) with base's loop. */
+/* ---- the HTTP connection budget (monitor_conns.c) ---- */
+
 struct evhttp;
+struct evhttp_bound_socket;
+struct evhttp_request;
 struct event_base;
+
+/* What the monitor's HTTP server holds at most (docs/monitor.md, "Limits");
+ * 0 turns a limit off. */
+struct dl_monitor_http_limits {
+    size_t max_connections;   /* open at once, all clients together */
+    size_t max_per_address;   /* open at once from one IP address */
+    double header_deadline_s; /* from the accept, or the last request, to the next request's complete head */
+};
+#define DL_MONITOR_HTTP_MAX_CONNECTIONS 64
+#define DL_MONITOR_HTTP_MAX_PER_ADDRESS 8
+#define DL_MONITOR_HTTP_HEADER_DEADLINE_S 10.0
+
+struct dl_monitor_conns_stats {
+    size_t open;               /* connections held now (ours until the sweep after evhttp frees one) */
+    size_t peak;               /* the most held at once */
+    uint64_t accepted;         /* connections evhttp accepted */
+    uint64_t closed_address;   /* the oldest of an address over its share, closed for a newer one */
+    uint64_t refused_total;    /* closed at once: accepted past the total in one burst */
+    uint64_t closed_slow;      /* closed at their deadline */
+    uint64_t pauses;           /* times the listener stopped accepting at the total */
+};
+
+/* Puts http's connections (accepted on sock) under the limits; NULL on
+ * failure (the error says why). Call before serving; free after evhttp_free. */
+struct dl_monitor_conns *dl_monitor_conns_attach(struct event_base *base, struct evhttp *http,
+                                                 struct evhttp_bound_socket *sock,
+                                                 const struct dl_monitor_http_limits *limits);
+/* From the request handler: the request's head arrived, its connection's
+ * deadline starts again. c may be NULL. */
+void dl_monitor_conns_note_request(struct dl_monitor_conns *c, struct evhttp_request *req);
+void dl_monitor_conns_get_stats(const struct dl_monitor_conns *c, struct dl_monitor_conns_stats *out);
+void dl_monitor_conns_free(struct dl_monitor_conns *c);
+
+/* Serves /, /chart.min.js, /api/status, /api/history and /metrics on
+ * host:port (0 = any; the chosen one in *bound_port) with base's loop,
+ * under the default limits (*conns, to free after evhttp_free). */
 struct evhttp *dl_monitor_http_start(struct event_base *base, const char *host, int port, struct dl_monitor_state *s,
-                                     int *bound_port);
+                                     int *bound_port, struct dl_monitor_conns **conns);
 
 #endif

@@ -137,6 +137,7 @@ static int on_one_record(void *user, const uint8_t *blob, size_t size) {
             dropped(ctx, why);
             return 0;
         }
+        r.role = role; /* the view counts a monitor's record for nothing (net/swarm.c) */
     }
     pthread_mutex_lock(&net->lock);
     dl_swarm_charge(&net->swarm, r.pk, now);

@@ -444,6 +444,13 @@ int dl_net_set_param_hash(dl_net *net, const uint8_t hash[32]) {
     return 0;
 }
 
+void dl_net_vouch_epoch(dl_net *net, uint64_t epoch) {
+    pthread_mutex_lock(&net->lock);
+    net->swarm.vouched = true;
+    net->swarm.vouched_epoch = epoch;
+    pthread_mutex_unlock(&net->lock);
+}
+
 int dl_net_set_measured_bandwidth(dl_net *net, double mbit) {
     if (!(mbit >= 0) || mbit > 1e7) return dl_fail("measured bandwidth %g Mbit/s out of range", mbit);
     pthread_mutex_lock(&net->lock);

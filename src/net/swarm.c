@@ -147,25 +147,44 @@ static int by_epoch_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* Whether a record's owner may weigh in on the swarm's state at all: a
+ * monitor-role token watches the run, it does not train (docs/protocol.md,
+ * "Bounded claims, leaders and roles"). Without this a monitor's record at
+ * a far epoch or with huge samples would count like a trainer's. */
+static bool observer(const struct dl_record *r) { return r->role == DL_ROLE_MONITOR; }
+
 /* The global epoch (docs/protocol.md, "The swarm view"): our own epoch,
- * raised to the highest epoch that a strict majority of the other
- * non-client peers have reached (at or above it): with their epochs sorted
- * from the highest, the one at index n / 2. One record, however high its
- * epoch, moves nothing while another peer disagrees, and a pair of
- * colluding identities moves nothing while two honest others stay behind
- * (a second-highest rule let any two identities move everyone). */
+ * raised to the highest epoch that a strict majority of the voters have
+ * reached (at or above it). The voters are the other non-client peers, and
+ * we ourselves when our state comes from a round we verified (sw->vouched:
+ * we know where we are, and we are not past our epoch). One record, however
+ * high its epoch, moves nothing while another peer disagrees; a pair of
+ * colluding identities moves nothing beside two honest peers (2 of 4
+ * voters) where a count of the others only (2 of 3) let it. A newcomer, a
+ * peer that downloaded or one without a state, does not vote: it follows a
+ * majority of the others, who are all it knows. */
 static uint64_t quorum_epoch(const struct dl_swarm *sw, const uint8_t *self_pk, uint64_t *scratch) {
     uint64_t own = 0;
+    bool votes = false;
     size_t n = 0;
     for (size_t i = 0; i < sw->count; i++) {
         const struct dl_record *r = &sw->entries[i].rec;
-        if (r->goodbye || r->client_mode) continue;
-        if (self_pk && !memcmp(r->pk, self_pk, DL_WIRE_PK)) own = r->epoch;
-        else scratch[n++] = r->epoch;
+        if (r->goodbye || r->client_mode || observer(r)) continue;
+        if (self_pk && !memcmp(r->pk, self_pk, DL_WIRE_PK)) {
+            own = r->epoch;
+            votes = sw->vouched && r->has_param_hash && r->epoch <= sw->vouched_epoch;
+        } else {
+            scratch[n++] = r->epoch;
+        }
     }
     if (!n) return own;
     qsort(scratch, n, sizeof *scratch, by_epoch_desc);
-    uint64_t backed = scratch[n / 2];
+    /* With m voters, the epoch at index m / 2 of the others' (sorted from
+     * the highest) is reached by m / 2 + 1 of them: a strict majority. Our
+     * own vote is for our epoch, never above it. */
+    size_t voters = n + (votes ? 1 : 0), at = voters / 2;
+    if (at >= n) return own;
+    uint64_t backed = scratch[at];
     return backed > own ? backed : own;
 }
 
@@ -187,6 +206,10 @@ int dl_swarm_compute(const struct dl_swarm *sw, double now_wall, double target_b
         const struct dl_swarm_entry *e = &sw->entries[i];
         const struct dl_record *r = &e->rec;
         if (r->goodbye) continue;
+        if (observer(r)) {
+            view->num_observers++;
+            continue;
+        }
         bool self = self_pk && !memcmp(r->pk, self_pk, DL_WIRE_PK);
         /* Rates and samples count for what a device can do: at most
          * DL_SWARM_MAX_SPS, for the time since the owner reached the epoch

@@ -24,6 +24,10 @@ struct dl_record {
     uint8_t param_hash[32];       /* BLAKE2b-256 of the owner's parameters at epoch */
     uint8_t token[DL_TOKEN_MAX_BYTES]; /* the owner's admission token (closed runs), signed with it */
     size_t token_size;            /* 0: none */
+    /* Not on the wire: the role our admission found in the owner's token
+     * (DL_ROLE_NONE in an open run, and for our own record). A monitor-role
+     * owner watches; its record counts for nothing (dl_swarm_compute). */
+    enum dl_role role;
 };
 
 /* What a record may claim (docs/protocol.md, "Signed records"): a device
@@ -80,6 +84,12 @@ struct dl_swarm {
     size_t count, cap, max_entries;
     struct dl_swarm_tombstone *tombs; /* DL_SWARM_TOMBSTONES slots, allocated on first use */
     size_t num_tombs;
+    /* Our state at vouched_epoch came from a round we verified
+     * (dl_net_vouch_epoch): while our record is there with a hash (or
+     * still at the epoch before, as it is until the network thread
+     * publishes our step), we are one of the voters of the global epoch. */
+    bool vouched;
+    uint64_t vouched_epoch;
 };
 
 void dl_swarm_init(struct dl_swarm *sw, size_t max_entries);
@@ -109,7 +119,11 @@ int dl_swarm_precheck(struct dl_swarm *sw, const struct dl_record *r, double now
 void dl_swarm_charge(struct dl_swarm *sw, const uint8_t pk[DL_WIRE_PK], double now);
 
 /* Computes the view at wall time now_wall: the global numbers and one peer
- * entry per alive (non-goodbye) record, sorted by peer id. */
+ * entry per alive (non-goodbye) record of a peer that may train, sorted by
+ * peer id. Records of monitor-role owners are counted in num_observers and
+ * nowhere else: not in the epoch, the samples, the rate or the peers, so
+ * nothing that reads the view (the step loop's epoch and reference hash,
+ * matchmaking's leaders, the donors) can follow them. */
 int dl_swarm_compute(const struct dl_swarm *sw, double now_wall, double target_batch,
                      const uint8_t *self_pk, struct dl_swarm_view *view);
 

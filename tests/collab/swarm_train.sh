@@ -268,7 +268,7 @@ heal)
   agree p0 p1 p2late
   [ "$(last_step p2)" = $STEPS ] || fail "p2 stopped at step $(last_step p2)"
   ;;
-epoch_sybil)
+epoch_sybil|epoch_sybil_half)
   # Two colluding identities (test hook --test-attack epoch-sybil) join
   # three honest trainers after their first step and claim an epoch 20
   # steps ahead, with weights of their own that their donors serve and
@@ -277,17 +277,25 @@ epoch_sybil)
   # because "a peer is past the epoch", no download of their state), and the
   # honest peers train to the end on identical weights
   # (docs/collab_training.md, "The epoch and the reference state").
+  # epoch_sybil_half: beside only two honest trainers the pair is two of
+  # the three others of each, a majority of the others; each honest peer
+  # votes for its own epoch (its state comes from rounds it verified), and
+  # two of four voters move nothing.
   STEPS=8
-  for i in 0 1 2; do start "p$i" --target-batch 12 --max-steps $STEPS --min-peers 3 --peer-seed $i; done
+  HONEST=3
+  [ "$CASE" = epoch_sybil_half ] && HONEST=2
+  for i in $(seq 0 $((HONEST - 1))); do
+    start "p$i" --target-batch 12 --max-steps $STEPS --min-peers $HONEST --peer-seed $i
+  done
   wait_step p0 1
   for i in 0 1; do start "s$i" --target-batch 12 --max-steps 1000 --peer-seed $((i + 5)) --test-attack epoch-sybil; done
   for i in 0 1; do
     for _ in $(seq 400); do grep -q "claiming epoch" "$W/s$i.err" && break; sleep 0.05; done
     grep -q "claiming epoch" "$W/s$i.err" || fail "s$i never made its claim"
   done
-  for i in 0 1 2; do finish "p$i"; done
-  agree p0 p1 p2
-  for i in 0 1 2; do
+  for i in $(seq 0 $((HONEST - 1))); do finish "p$i"; done
+  agree $(seq -f 'p%g' 0 $((HONEST - 1)))
+  for i in $(seq 0 $((HONEST - 1))); do
     [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"
     # a download of an epoch the honest swarm never reached is the liars' state
     ! has "$W/p$i.jsonl" ".event == \"download\" and (.detail | capture(\"state of epoch (?<e>[0-9]+)\").e | tonumber) > $STEPS" ||
@@ -301,6 +309,42 @@ epoch_sybil)
     [ "$refused" -le "$caught_up" ] || fail "p$i dropped $refused round(s) for a peer past its epoch, caught up $caught_up time(s)"
   done
   for i in 0 1; do kill -0 "${PID[s$i]}" 2>/dev/null || fail "s$i was gone before the end: its claim was not tested"; done
+  ;;
+monitor_sybil)
+  # A closed run: two honest trainers with trainer tokens, then three
+  # identities with monitor-role tokens that run the epoch-sybil attack
+  # (their records claim an epoch 20 steps ahead, with a hash their donors
+  # serve). Counted, they would be three of five voters, a majority; a
+  # monitor's record counts for nothing (docs/protocol.md, "Bounded claims,
+  # leaders and roles"), so no honest peer downloads their state and the
+  # honest pair trains to the end on identical weights.
+  STEPS=6
+  "$BIN" authority init --run-id "$RUN" --out "$W/auth.key" >"$W/auth.out"
+  manifest_init "$W/run.json" --key "$W/auth.key" --max-steps $STEPS --target-batch 12
+  for n in p0 p1 s0 s1 s2; do
+    role=trainer; [ "${n:0:1}" = s ] && role=monitor
+    "$BIN" authority issue --key "$W/auth.key" --identity "$W/$n.id" --role $role >"$W/$n.token" ||
+      fail "authority issue for $n failed"
+  done
+  for i in 0 1; do
+    start_m "p$i" "$W/run.json" --min-peers 2 --peer-seed $i --token "$W/p$i.token" --identity "$W/p$i.id"
+  done
+  wait_step p0 1
+  for i in 0 1 2; do
+    start_m "s$i" "$W/run.json" --peer-seed $((i + 5)) --token "$W/s$i.token" --identity "$W/s$i.id" \
+      --test-attack epoch-sybil
+  done
+  for i in 0 1 2; do
+    for _ in $(seq 600); do grep -q "claiming epoch" "$W/s$i.err" && break; sleep 0.05; done
+    grep -q "claiming epoch" "$W/s$i.err" || fail "s$i never made its claim"
+  done
+  for i in 0 1; do finish "p$i"; done
+  agree p0 p1
+  for i in 0 1; do
+    [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"
+    ! has "$W/p$i.jsonl" ".event == \"download\" and (.detail | capture(\"state of epoch (?<e>[0-9]+)\").e | tonumber) > $STEPS" ||
+      fail "p$i downloaded the monitors' state"
+  done
   ;;
 aux)
   # Two trainers and an aux peer, which aggregates (weight 0) and refreshes

@@ -232,12 +232,43 @@ static void test_group_evidence(void) {
     CHECK(l.ahead_epoch == 0);
 }
 
+/* A pair of liars that joined our group at epoch 4 (most of the swarm:
+ * it and one honest peer) and made the round fail, then claim 25 with a
+ * hash of their own: the group's round makes epoch 5, no further. Nobody
+ * holds a state at 5, so the group proves nothing and we stay, keeping our
+ * reference (the group's majority would have made the pair our donors). */
+static void test_group_makes_one_epoch(void) {
+    uint8_t mine[32];
+    memset(mine, OLD, sizeof mine);
+    group_of(4, "01", "02", "50");
+    struct view w;
+    view_init(&w);
+    peer(&w, "01", 25, LIAR, true);
+    peer(&w, "02", 25, LIAR, true);
+    peer(&w, "50", 4, OLD, false);
+    self_at(&w, "70", 4, OLD);
+    struct dl_swarm_look l;
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, &evidence, &l);
+    CHECK_MSG(l.ahead_epoch == 0, "a group of epoch 4 moved us to %llu", (unsigned long long)l.ahead_epoch);
+    CHECK(!ref_is(&l, LIAR) && ref_is(&l, OLD));
+    for (size_t i = 0; i < l.num_donors; i++) CHECK(strcmp(l.donors[i], "01") && strcmp(l.donors[i], "02"));
+    /* the honest member completed the round: 5 is where we go, its hash the reference */
+    view_init(&w);
+    peer(&w, "01", 25, LIAR, true);
+    peer(&w, "02", 25, LIAR, true);
+    peer(&w, "50", 5, HONEST, true);
+    self_at(&w, "70", 4, OLD);
+    dl_swarm_look_at(&w.v, 4, mine, 0, 1000, &evidence, &l);
+    CHECK(l.ahead_epoch == 5 && ref_is(&l, HONEST) && l.num_donors == 1 && !strcmp(l.donors[0], "50"));
+}
+
 int main(void) {
     test_reference_is_the_majority();
     test_pair_at_our_epoch();
     test_pair_ahead();
     test_catch_up();
     test_group_evidence();
+    test_group_makes_one_epoch();
     printf("%d passed, %d failed\n", dl_test_passed, dl_test_failed);
     return dl_test_failed ? 1 : 0;
 }

@@ -262,8 +262,8 @@ static void test_records(void) {
     free(blob);
 }
 
-static void add(struct dl_swarm *sw, struct dl_identity *id, uint64_t seq, uint64_t epoch, double samples,
-                double sps, double time, bool client, bool goodbye) {
+static void add_as(enum dl_role role, struct dl_swarm *sw, struct dl_identity *id, uint64_t seq, uint64_t epoch,
+                   double samples, double sps, double time, bool client, bool goodbye) {
     struct dl_record r;
     memset(&r, 0, sizeof r);
     r.seq = seq;
@@ -276,8 +276,16 @@ static void add(struct dl_swarm *sw, struct dl_identity *id, uint64_t seq, uint6
     size_t n;
     uint8_t *blob = dl_record_sign(&r, "run", id, &n);
     struct dl_record got;
-    if (dl_record_verify(blob, n, "run", &got) == 0) dl_swarm_apply(sw, &got, blob, n, 0);
+    if (dl_record_verify(blob, n, "run", &got) == 0) {
+        got.role = role; /* as gossip.c sets it from the owner's admitted token */
+        dl_swarm_apply(sw, &got, blob, n, 0);
+    }
     free(blob);
+}
+
+static void add(struct dl_swarm *sw, struct dl_identity *id, uint64_t seq, uint64_t epoch, double samples,
+                double sps, double time, bool client, bool goodbye) {
+    add_as(DL_ROLE_NONE, sw, id, seq, epoch, samples, sps, time, client, goodbye);
 }
 
 /* The view against a hostile record (docs/protocol.md, "The swarm view"):
@@ -371,6 +379,97 @@ static void test_swarm_pair(void) {
     add(&sw, &p[1], 2, 9, 0, 0, 1000, false, false);
     CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
     CHECK(v.global_epoch == 9);
+    dl_swarm_view_free(&v);
+    dl_swarm_free(&sw);
+}
+
+/* Monitor-role records (docs/protocol.md, "Bounded claims, leaders and
+ * roles"): a pair of monitors claiming a far epoch beside one trainer would
+ * be two of three others, a majority, and their huge samples and rates
+ * would fill the batch at once. Counted for nothing, they move neither the
+ * epoch, nor the samples, nor the rate, nor appear among the peers. */
+static void test_swarm_monitors_count_for_nothing(void) {
+    struct dl_identity p[4];
+    for (int i = 0; i < 4; i++) CHECK_OK(dl_identity_load(NULL, &p[i]));
+    struct dl_swarm sw;
+    dl_swarm_init(&sw, 16);
+    add_as(DL_ROLE_TRAINER, &sw, &p[0], 1, 5, 10, 1, 1000, false, false);
+    add_as(DL_ROLE_TRAINER, &sw, &p[1], 1, 5, 20, 2, 1000, false, false);
+    add_as(DL_ROLE_MONITOR, &sw, &p[2], 1, 9, 1e300, 1e12, 1000, false, false);
+    add_as(DL_ROLE_MONITOR, &sw, &p[3], 1, 9, 1e300, 1e12, 1000, false, false);
+    struct dl_swarm_view v;
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK_MSG(v.global_epoch == 5, "two monitors moved the epoch to %llu", (unsigned long long)v.global_epoch);
+    CHECK_MSG(v.collective_samples == 30, "collective %g with monitors' samples", v.collective_samples);
+    CHECK_MSG(v.samples_per_second == 3, "rate %g with monitors' rates", v.samples_per_second);
+    CHECK_MSG(v.num_peers == 2 && v.num_observers == 2, "%zu peers, %zu observers", v.num_peers, v.num_observers);
+    for (size_t i = 0; i < v.num_peers; i++)
+        CHECK(memcmp(v.peers[i].peer_id, p[2].peer_id, DL_PEER_ID_HEX) &&
+              memcmp(v.peers[i].peer_id, p[3].peer_id, DL_PEER_ID_HEX));
+    dl_swarm_view_free(&v);
+    /* at our epoch, their samples would end the epoch for everyone */
+    add_as(DL_ROLE_MONITOR, &sw, &p[2], 2, 5, 1e300, 1e12, 1000, false, false);
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK_MSG(v.collective_samples == 30 && v.eta_s > 0, "collective %g, eta %g", v.collective_samples, v.eta_s);
+    dl_swarm_view_free(&v);
+    dl_swarm_free(&sw);
+}
+
+/* Our own record with a param hash (a trainer's). */
+static void add_self_with_hash(struct dl_swarm *sw, struct dl_identity *id, uint64_t seq, uint64_t epoch) {
+    struct dl_record r;
+    memset(&r, 0, sizeof r);
+    r.seq = seq;
+    r.epoch = epoch;
+    r.time = 1000;
+    r.has_param_hash = true;
+    memset(r.param_hash, 0xa1, sizeof r.param_hash);
+    size_t n;
+    uint8_t *blob = dl_record_sign(&r, "run", id, &n);
+    struct dl_record got;
+    if (dl_record_verify(blob, n, "run", &got) == 0) dl_swarm_apply(sw, &got, blob, n, 0);
+    free(blob);
+}
+
+/* Two colluding identities beside two honest peers (docs/collab_training.md,
+ * "The epoch and the reference state"): to us they are two of three others,
+ * a majority of the others. A peer whose state comes from a round it
+ * verified votes for its own epoch: two of four voters move nothing. A
+ * peer that did not vouch (a newcomer, one that downloaded) still follows a
+ * majority of the others, and once an honest peer steps, three of four are
+ * past our epoch. */
+static void test_swarm_pair_beside_two(void) {
+    struct dl_identity p[4];
+    for (int i = 0; i < 4; i++) CHECK_OK(dl_identity_load(NULL, &p[i]));
+    struct dl_swarm sw;
+    dl_swarm_init(&sw, 16);
+    add_self_with_hash(&sw, &p[0], 1, 5);
+    add(&sw, &p[1], 1, 5, 0, 0, 1000, false, false);
+    add(&sw, &p[2], 1, 25, 0, 0, 1000, false, false);
+    add(&sw, &p[3], 1, 25, 0, 0, 1000, false, false);
+    struct dl_swarm_view v;
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK(v.global_epoch == 25); /* no vouching: a newcomer's view */
+    dl_swarm_view_free(&v);
+    sw.vouched = true;
+    sw.vouched_epoch = 5;
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK_MSG(v.global_epoch == 5, "a pair beside two honest peers moved the epoch to %llu",
+              (unsigned long long)v.global_epoch);
+    int unbacked = 0;
+    for (size_t i = 0; i < v.num_peers; i++) unbacked += v.peers[i].epoch_unbacked;
+    CHECK(unbacked == 2);
+    dl_swarm_view_free(&v);
+    /* a vouch for an epoch below our record's (we downloaded since) counts for nothing */
+    sw.vouched_epoch = 4;
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK(v.global_epoch == 25);
+    dl_swarm_view_free(&v);
+    sw.vouched_epoch = 5;
+    /* the honest other steps: three of four voters are at 6 or past it */
+    add(&sw, &p[1], 2, 6, 0, 0, 1000, false, false);
+    CHECK_OK(dl_swarm_compute(&sw, 1000, 1e9, p[0].pk, &v));
+    CHECK_MSG(v.global_epoch == 6, "global epoch %llu", (unsigned long long)v.global_epoch);
     dl_swarm_view_free(&v);
     dl_swarm_free(&sw);
 }
@@ -489,6 +588,8 @@ int main(void) {
     test_swarm_view();
     test_swarm_hostile();
     test_swarm_pair();
+    test_swarm_monitors_count_for_nothing();
+    test_swarm_pair_beside_two();
     test_identity_file();
     test_peer_id_hash();
     return dl_test_finish("test_net_codec");
