@@ -120,6 +120,10 @@ static void pump_aggregate(struct dl_round *r, double now) {
             else ready = false;
         }
         if (!ready) return;
+#ifdef DEDLOC_TEST_HOOKS
+        /* The grinder signs its last result only once it holds every other. */
+        if (r->misbehaviour == DL_MISBEHAVE_GRIND && k + 1 == r->agg_chunks && r->have + 1 < r->need) return;
+#endif
         uint8_t *own = NULL;
         if (r->i_send) {
             size_t size;

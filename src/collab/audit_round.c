@@ -1,9 +1,12 @@
 /* Accountable aggregation within a round (round.h; docs/protocol.md,
  * "Accountable aggregation"). Once a member holds every result of the round:
  *
- *   1. The seed is BLAKE2b-256 of every result's signature, in chunk order:
- *      fixed only once every aggregator has signed, so no aggregator could
- *      aim its result at the directions drawn from it.
+ *   1. The seed is BLAKE2b-256 of every result's signature, in chunk order,
+ *      and of the nonces the aggregators revealed. Each aggregator commits
+ *      to its nonce in every result it signs and reveals it only once it
+ *      holds every result of the round: an aggregator signing its last
+ *      result cannot know the others' nonces, so it cannot try variants of
+ *      that result until the directions favour it (grinding).
  *   2. Each sender signs its projections of each part it contributed to (s,
  *      a, d of each chunk, audit.h) and sends them to that part's
  *      aggregator.
@@ -42,9 +45,12 @@ int dl_audit_setup(struct dl_round *r) {
     r->attest_in_size = dl_calloc(n, sizeof *r->attest_in_size);
     r->attest_checked = dl_calloc(n, sizeof *r->attest_checked);
     r->accused = dl_calloc(n, sizeof *r->accused);
+    r->reveal_in = dl_calloc(n, sizeof *r->reveal_in);
+    r->reveal_got = dl_calloc(n, sizeof *r->reveal_got);
+    randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
     if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
     if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
-        !r->accused || (r->i_aggregate && !r->kept))
+        !r->accused || !r->reveal_in || !r->reveal_got || (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -64,6 +70,8 @@ void dl_audit_free(struct dl_round *r) {
     free(r->attest_in_size);
     free(r->attest_checked);
     free(r->accused);
+    free(r->reveal_in);
+    free(r->reveal_got);
 }
 
 /* ---- helpers ---------------------------------------------------------------------- */
@@ -159,12 +167,79 @@ static void unsure(struct dl_round *r, const char *why) {
 
 /* ---- 1 and 2: the seed, our projections ----------------------------------------------- */
 
-static void compute_seed(struct dl_round *r) {
+/* The nonce commitment member m signed into the first result it reduced
+ * (in chunk order; every member holds the same results); NULL when it
+ * reduced none of them. */
+static const uint8_t *nonce_commitment(const struct dl_round *r, size_t m) {
+    for (size_t p = 0; p < r->g.n; p++)
+        for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+            const uint8_t *res = r->store[r->first_chunk[p] + k];
+            if (!res || dl_get_u16(res + 24) != m) continue;
+            uint64_t off, len;
+            dl_round_chunk_range(r, p, k, &off, &len);
+            return res + DL_AVG_RESULT_HEADER + dl_codec_size(r->g.codec, (size_t)len) + DL_AVG_COMMIT_NONCE;
+        }
+    return NULL;
+}
+
+/* Whether member m's nonce goes into the seed: it reduced a result we hold
+ * and revealed the nonce that result committed to (ours: always). */
+static bool nonce_counts(const struct dl_round *r, size_t m) {
+    const uint8_t *commit = nonce_commitment(r, m);
+    if (!commit) return false;
+    if (m == r->me) return true;
+    return r->reveal_got[m] && dl_audit_reveal_matches(r->g.round_id, r->reveal_in[m], commit);
+}
+
+/* The seed from what we hold now: every result's signature in chunk order,
+ * then each reducer's revealed nonce in member order. (The grinding test
+ * hook calls it before the others revealed: what a liar can foresee.) */
+static void compute_seed(const struct dl_round *r, uint8_t seed[32]) {
+    static const char tag[] = "dedloc audit seed 2";
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 32);
+    crypto_generichash_update(&st, (const uint8_t *)tag, sizeof tag);
     for (size_t gi = 0; gi < r->num_chunks; gi++)
         crypto_generichash_update(&st, r->store[gi] + DL_AVG_RESULT_SIGNED, DL_NET_SIGNATURE);
-    crypto_generichash_final(&st, r->audit_seed, 32);
+    for (size_t m = 0; m < r->g.n; m++) {
+        if (!nonce_counts(r, m)) continue;
+        uint8_t index[2];
+        dl_put_u16(index, (uint16_t)m);
+        crypto_generichash_update(&st, index, sizeof index);
+        crypto_generichash_update(&st, m == r->me ? r->audit_nonce : r->reveal_in[m], DL_AUDIT_NONCE);
+    }
+    crypto_generichash_final(&st, seed, 32);
+}
+
+/* Our nonce, once every result we sign is signed (and, if we receive, once
+ * we hold every result): to every member that receives. */
+static void send_reveal(struct dl_round *r, double now) {
+    if (!nonce_commitment(r, r->me)) return;
+    uint8_t msg[DL_AUDIT_REVEAL_SIZE] = {0};
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)r->me);
+    msg[18] = DL_AUDIT_REVEAL;
+    memcpy(msg + 24, r->audit_nonce, DL_AUDIT_NONCE);
+    for (size_t m = 0; m < r->g.n; m++) {
+        if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
+        if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
+                             EV_AUDIT_ACK, (uint32_t)r->me, 0, (uint32_t)m))
+            DL_WARN("collab", "cannot send our audit nonce to %s: %s", r->g.members[m].peer_id, dl_error());
+    }
+}
+
+/* Whether to draw the seed now: every reducer of a result we hold that we
+ * do not count as failed has revealed, or the wait is over. The wait is
+ * long enough for an honest member that still had to recover a part (it
+ * reveals only once it holds every result), and bounded, so that a reducer
+ * that keeps its nonce delays the round but cannot stall it. */
+static bool seed_due(const struct dl_round *r, double now) {
+    double until = fmax(r->audit_start + r->stall_s, fmin(r->audit_start + r->agg_timeout + r->stall_s,
+                                                          r->deadline - 2 * r->stall_s));
+    if (now >= until) return true;
+    for (size_t m = 0; m < r->g.n; m++)
+        if (m != r->me && !r->failed[m] && !r->reveal_got[m] && nonce_commitment(r, m)) return false;
+    return true;
 }
 
 /* Our signed projections of part p; NULL when we are in none of its results. */
@@ -540,6 +615,66 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
     free(has_stand_in);
 }
 
+/* ---- test hooks: a grinding aggregator ------------------------------------------------------ */
+
+#ifdef DEDLOC_TEST_HOOKS
+#define GRIND_PAIRS 10
+#define GRIND_TRIES 8192
+
+/* Swaps GRIND_PAIRS pairs of elements of q, try `t` choosing which: the
+ * swap moves z.q by sum (z_a - z_b)(q_b - q_a), zero exactly when every pair
+ * has equal signs (one direction in 2^10). */
+static void grind_swap(float *q, size_t len, size_t t) {
+    for (size_t i = 0; i < GRIND_PAIRS; i++) {
+        size_t a = 2 * (GRIND_PAIRS * t + i), b = a + 1;
+        float keep = q[a];
+        q[a] = q[b];
+        q[b] = keep;
+    }
+}
+
+void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
+    size_t gi = r->first_chunk[part] + k;
+    uint8_t *msg = r->store[gi];
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    float *q = dl_malloc(sizeof(float) * (size_t)len), *lie = dl_malloc(sizeof(float) * (size_t)len);
+    uint8_t signs[(2 * GRIND_PAIRS * GRIND_TRIES) / 8 + 8];
+    if (!q || !lie || len < 2 * GRIND_PAIRS * GRIND_TRIES || !decode_result(r, msg, (size_t)len, q)) {
+        free(q);
+        free(lie);
+        return;
+    }
+    for (size_t t = 0; t < GRIND_TRIES; t++) {
+        memcpy(lie, q, sizeof(float) * (size_t)len);
+        grind_swap(lie, (size_t)len, t);
+        if (dl_codec_encode(r->g.codec, lie, (size_t)len, msg + DL_AVG_RESULT_HEADER)) break;
+        uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
+        memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
+        crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER,
+                           r->store_size[gi] - DL_AVG_RESULT_HEADER, NULL, 0);
+        r->tp.ops->sign(r->tp.ctx, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED);
+        /* What it can foresee of the directions: the seed from every
+         * signature (it holds every other result) and the nonces it knows. */
+        uint8_t seed[32];
+        compute_seed(r, seed);
+        size_t span = 2 * GRIND_PAIRS * (t + 1);
+        dl_audit_direction(seed, gi, span, signs);
+        bool hidden = true;
+        for (size_t i = 0; i < GRIND_PAIRS && hidden; i++) {
+            size_t a = 2 * (GRIND_PAIRS * t + i);
+            hidden = ((signs[a / 8] >> (a % 8)) & 1) == ((signs[(a + 1) / 8] >> ((a + 1) % 8)) & 1);
+        }
+        if (hidden) {
+            DL_INFO("collab", "grinding: try %zu hides the swap from the directions we foresee", t);
+            break;
+        }
+    }
+    free(q);
+    free(lie);
+}
+#endif
+
 /* ---- the pump and the events ------------------------------------------------------------ */
 
 bool dl_audit_pump(struct dl_round *r, double now) {
@@ -553,23 +688,40 @@ bool dl_audit_pump(struct dl_round *r, double now) {
     if (!r->audit_started) {
         r->audit_started = true;
         r->audit_start = now;
-        if (r->i_receive) compute_seed(r);
-        if (r->i_send) send_projections(r, &sc, now);
+        send_reveal(r, now);
     }
     bool waiting = false;
-    if (r->i_aggregate && !r->attest_sent) {
+    if (r->i_receive && !r->seed_ready) {
+        if (seed_due(r, now)) {
+            for (size_t m = 0; m < r->g.n; m++)
+                if (m != r->me && nonce_commitment(r, m) && !nonce_counts(r, m))
+                    DL_INFO("collab", "accountable aggregation: member %zu's nonce is missing or not the one it "
+                            "committed to: the seed goes without it", m);
+            compute_seed(r, r->audit_seed);
+            r->seed_ready = true;
+            r->seed_at = now;
+            if (r->i_send) send_projections(r, &sc, now);
+        } else {
+            waiting = true;
+        }
+    }
+    /* Senders draw their projections once their seed is ready: an
+     * aggregator that receives waits for them from then on. */
+    double proj_since = r->i_receive ? r->seed_at : r->audit_start;
+    if (r->i_aggregate && !r->attest_sent && (!r->i_receive || r->seed_ready)) {
         bool all = true;
         for (size_t j = 0; j < r->g.n && all; j++)
             if (!r->proj_in[j] && !r->failed[j] && expects_projections(r, j)) all = false;
         /* A sender that sends none within stall_s: its chunks stand in. */
-        if (all || now - r->audit_start > r->stall_s) {
+        if (all || now - proj_since > r->stall_s) {
             r->attest_sent = true;
             if (send_attestation(r, &sc, now)) dl_round_fail(r, DL_AVG_FAILED, "out of memory");
         } else {
             waiting = true;
         }
     }
-    if (r->i_receive)
+    if (r->i_aggregate && !r->attest_sent) waiting = true;
+    if (r->i_receive && r->seed_ready)
         for (size_t p = 0; p < r->g.n; p++) {
             if (p == r->me || r->attest_checked[p] || !r->g.members[p].part_elems) continue;
             bool any = false;
@@ -632,6 +784,17 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
             r->proj_in[j] = ev->data;
             r->proj_in_size[j] = ev->size;
             ev->data = NULL;
+        }
+    } else if (type == DL_AUDIT_REVEAL) {
+        /* Checked against its commitment when the seed is drawn; one that
+         * comes after that is of no use. */
+        if (part != (size_t)j || ev->size != DL_AUDIT_REVEAL_SIZE) {
+            dl_round_respond_text(r, ev->token, "refused: a nonce that is not its sender's own");
+            return;
+        }
+        if (!r->reveal_got[j] && !r->seed_ready) {
+            memcpy(r->reveal_in[j], ev->data + 24, DL_AUDIT_NONCE);
+            r->reveal_got[j] = true;
         }
     } else if (type == DL_AUDIT_ATTESTATION) {
         if (part != (size_t)j || !r->g.members[part].part_elems) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collab/audit.h"
 #include "collab/balance.h"
 #include "collab/bytes.h"
 #include "collab/centered_clip.h"
@@ -402,6 +403,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     uint8_t *commit = data + enc;
     dl_put_f64(commit, distance_to(r->acc, q, (size_t)len));
     dl_put_f64(commit + 8, moved);
+    dl_audit_nonce_commit(r->g.round_id, r->audit_nonce, commit + DL_AVG_COMMIT_NONCE);
     for (size_t i = 0; i < count; i++) {
         memcpy(commit + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i, hash[i], 32);
         dl_put_f64(commit + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i + 32, clip_weight[i]);
@@ -410,6 +412,10 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     free(iterate);
     sign_result(r, msg, enc + trailer);
     store_result(r, r->first_chunk[part] + k, msg, DL_AVG_RESULT_HEADER + enc + trailer);
+#ifdef DEDLOC_TEST_HOOKS
+    if (r->misbehaviour == DL_MISBEHAVE_GRIND && generation == 0 && k + 1 == dl_round_chunks_of(r, part))
+        dl_audit_grind(r, part, k);
+#endif
     r->reduce_s += dl_now() - t0;
     r->reduced_elems += len * count;
     return 0;

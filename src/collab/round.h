@@ -34,17 +34,20 @@
 #define DL_AVG_JOIN_SIZE 72
 /* Accountable aggregation (audit_round.c, docs/protocol.md): a chunk ends
  * with its sender's signature over its header and BLAKE2b-256 of its data; a
- * result's data is followed by its commitments: e2 f64, delta f64, then per
- * contributor (mask order) the BLAKE2b-256 of its chunk's data and its clip
- * weight f64. */
+ * result's data is followed by its commitments: e2 f64, delta f64, the
+ * reducer's nonce commitment[32], then per contributor (mask order) the
+ * BLAKE2b-256 of its chunk's data and its clip weight f64. */
 #define DL_AVG_CHUNK_SIG DL_NET_SIGNATURE
-#define DL_AVG_COMMIT_HEAD 16
+#define DL_AVG_COMMIT_HEAD 48
+#define DL_AVG_COMMIT_NONCE 16    /* offset of the nonce commitment in the commitments */
 #define DL_AVG_COMMIT_ENTRY 40
 /* Centered clip: reweighted-mean steps after the iterations, at most. */
 #define DL_AUDIT_REWEIGHT_STEPS 200
 /* avg.audit messages: type byte at offset 18 (after round_id and part). */
 #define DL_AUDIT_PROJECTIONS 1
 #define DL_AUDIT_ATTESTATION 2
+#define DL_AUDIT_REVEAL 3
+#define DL_AUDIT_REVEAL_SIZE 56   /* round_id part(= sender) u16 type pad u32 pad nonce[32] */
 #define DL_AUDIT_PROJ_HEAD 64     /* round_id part type pad sender u16 pad u16 seed[32] weight f64 */
 #define DL_AUDIT_ATTEST_HEAD 24   /* round_id part type pad count u16 accusations u16 pad u32 */
 #define DL_AUDIT_ACCUSE_HEAD 8    /* chunk u32 sender u16 pad u16, then the sender's signed chunk */
@@ -66,6 +69,10 @@ enum dl_misbehaviour {
     /* test-hook builds only: an aggregator whose results are -1000 times the
      * average; a sender whose published projections are not its chunks' */
     DL_MISBEHAVE_RESULT_SCALE, DL_MISBEHAVE_PROJECTION_LIE,
+    /* test-hook builds only: an aggregator that signs its last result after
+     * holding every other, and grinds it (swapped elements) until the
+     * directions it can foresee hide the swap */
+    DL_MISBEHAVE_GRIND,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -179,6 +186,13 @@ struct dl_round {
     bool *attest_checked;
     bool *accused;                /* members banned on this round's evidence */
     uint32_t audit_chunks;        /* chunks whose equation we checked and found right */
+    /* The seed's nonces: ours (committed in every result we sign, revealed
+     * once we hold every result), the others' as revealed to us. */
+    uint8_t audit_nonce[32];
+    uint8_t (*reveal_in)[32];     /* per member */
+    bool *reveal_got;
+    bool seed_ready;
+    double seed_at;
     enum dl_avg_status audit_status;
     char audit_reason[256];       /* why the round is not applied, once every part is checked */
 };
@@ -258,6 +272,12 @@ void dl_audit_free(struct dl_round *r);
  * true when the audit is over (r->status says how it ended). */
 bool dl_audit_pump(struct dl_round *r, double now);
 void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev);
+#ifdef DEDLOC_TEST_HOOKS
+/* DL_MISBEHAVE_GRIND: rewrites our stored result of (part, k), swapping
+ * pairs of elements, until the seed we can compute now draws directions
+ * that do not see the swap (test builds only). */
+void dl_audit_grind(struct dl_round *r, size_t part, size_t k);
+#endif
 
 /* ---- recovery.c ------------------------------------------------------------------- */
 

@@ -257,6 +257,8 @@ struct scenario {
     long victim;                  /* -1: nobody fails */
     int victim_fate;
     bool probe_rereduce;          /* member 0 asks part 1's re-reducer to re-reduce while part 1's aggregator lives */
+    int lie;                      /* enum dl_misbehaviour of member `liar` (0: everyone is honest) */
+    long liar;
 };
 
 static uint32_t rng_state;
@@ -380,7 +382,12 @@ static struct outcome run_scenario(const struct scenario *sc) {
         r->deadline = s->clock + r->deadline_s;
         r->stall_s = g.stall_s;
         m->r = r;
+        if (sc->lie && (long)i == sc->liar) r->misbehaviour = sc->lie;
         CHECK_MSG(dl_round_begin(r) == 0, "%s: member %zu cannot begin: %s", sc->name, i, r->reason);
+        /* Nonces of our choosing, so that a run is the same bits every
+         * time: what the others reveal is still unknown to the liar when
+         * it signs. */
+        memset(r->audit_nonce, (int)(0x40 + i), sizeof r->audit_nonce);
     }
 
     /* A member that wrongly takes part 1's aggregator for dead asks its
@@ -436,6 +443,26 @@ static struct outcome run_scenario(const struct scenario *sc) {
     float *ref = malloc(CHUNK * sizeof *ref);
     float **out = calloc(sc->members, sizeof *out);
     if (!ref || !out) abort();
+    if (sc->lie) {
+        /* The liar is caught by every other member, on evidence: each
+         * applies nothing and bans the liar, and nobody else. */
+        for (size_t i = 0; i < s->n; i++) {
+            if ((long)i == sc->liar) continue;
+            const struct dl_round *r = s->m[i].r;
+            char caught[64];
+            snprintf(caught, sizeof caught, "caught member %ld", sc->liar);
+            CHECK_MSG(r->status == DL_AVG_FAILED && strstr(r->reason, caught), "%s: member %zu ended %s: %s",
+                      sc->name, i, dl_avg_status_name(r->status), r->reason);
+            for (size_t j = 0; j < s->n; j++)
+                CHECK_MSG(dl_bans_is_banned(&s->m[i].bans, s->m[j].peer_id) == ((long)j == sc->liar),
+                          "%s: member %zu %s member %zu", sc->name, i,
+                          (long)j == sc->liar ? "did not ban" : "banned", j);
+        }
+        printf("%s: %zu members, caught after %.2f s of virtual time\n", sc->name, sc->members,
+               s->clock - CLOCK_START);
+        goto done;
+    }
+
     for (size_t i = 0; i < s->n; i++) {
         struct member *m = &s->m[i];
         if (m->state != ALIVE) continue;
@@ -536,6 +563,7 @@ static struct outcome run_scenario(const struct scenario *sc) {
     printf("%s: %zu members, %zu elements, codec %s: %zu completed, %.2f s of virtual time, %zu re-reduced\n",
            sc->name, sc->members, n, dl_codec_name(sc->codec), completed, s->clock - CLOCK_START, rereduced);
 
+done:
     for (size_t i = 0; i < s->n; i++) {
         free(out[i]);
         free_events(take_all(&s->m[i]));
@@ -571,6 +599,12 @@ int main(void) {
         {.name = "hung_aggregator_fp16", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
          .parts = {CHUNK / 2, 3 * CHUNK, 1000, CHUNK}, .weights = {3, 1, 1, 2}, .victim = 1, .victim_fate = HUNG},
         /* a re-reduction asked for while the part's aggregator is alive is refused */
+        /* an aggregator that signs its last result after holding every
+         * other and grinds it until the directions it can foresee miss its
+         * swapped elements: the nonces it could not foresee catch it */
+        {.name = "grinding_aggregator", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
+         .parts = {CHUNK, CHUNK, 2 * CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
+         .lie = DL_MISBEHAVE_GRIND, .liar = 2},
         {.name = "rereduce_alive", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
          .parts = {CHUNK, 2 * CHUNK, CHUNK, 10}, .weights = {1, 2, 3, 4}, .victim = -1, .probe_rereduce = true},
     };
