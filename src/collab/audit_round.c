@@ -47,10 +47,14 @@ int dl_audit_setup(struct dl_round *r) {
     r->accused = dl_calloc(n, sizeof *r->accused);
     r->reveal_in = dl_calloc(n, sizeof *r->reveal_in);
     r->reveal_got = dl_calloc(n, sizeof *r->reveal_got);
+    r->store_hash = dl_calloc(r->num_chunks + 1, sizeof *r->store_hash);
+    r->roster_in = dl_calloc(n, sizeof *r->roster_in);
+    r->roster_in_size = dl_calloc(n, sizeof *r->roster_in_size);
     randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
     if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
     if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
-        !r->accused || !r->reveal_in || !r->reveal_got || (r->i_aggregate && !r->kept))
+        !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
+        (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -72,6 +76,11 @@ void dl_audit_free(struct dl_round *r) {
     free(r->accused);
     free(r->reveal_in);
     free(r->reveal_got);
+    if (r->roster_in)
+        for (size_t j = 0; j < n; j++) free(r->roster_in[j]);
+    free(r->roster_in);
+    free(r->roster_in_size);
+    free(r->store_hash);
 }
 
 /* ---- helpers ---------------------------------------------------------------------- */
@@ -615,6 +624,74 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
     free(has_stand_in);
 }
 
+/* ---- rosters: what each result we hold is signed over ---------------------------------------- */
+
+/* Our roster: per chunk, the signed header, the hash the signature covers
+ * and the signature, to every other member that receives. Two members
+ * holding different results that one reducer signed for one chunk thus
+ * both hold the proof of it, whoever lied to whom. */
+static void send_roster(struct dl_round *r, double now) {
+    size_t size = DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * r->num_chunks;
+    uint8_t *msg = dl_calloc(1, size);
+    if (!msg) return;
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)r->me);
+    msg[18] = DL_AUDIT_ROSTER;
+    dl_put_u32(msg + 20, (uint32_t)r->num_chunks);
+    for (size_t gi = 0; gi < r->num_chunks; gi++) {
+        uint8_t *e = msg + DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * gi;
+        memcpy(e, r->store[gi], DL_AVG_RESULT_SIGNED);
+        memcpy(e + DL_AVG_RESULT_SIGNED, r->store_hash[gi], 32);
+        memcpy(e + DL_AVG_RESULT_SIGNED + 32, r->store[gi] + DL_AVG_RESULT_SIGNED, DL_NET_SIGNATURE);
+    }
+    for (size_t m = 0; m < r->g.n; m++) {
+        if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
+        if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, size, r->deadline - now, EV_AUDIT_ACK,
+                             (uint32_t)r->me, 0, (uint32_t)m))
+            DL_WARN("collab", "cannot send our roster to %s: %s", r->g.members[m].peer_id, dl_error());
+    }
+    free(msg);
+}
+
+/* Compares member j's roster with the results we hold. An entry that
+ * differs from ours for the same chunk, generation and reducer, and that
+ * the reducer did sign, is a second signed result: the reducer is caught.
+ * Entries that do not verify prove nothing against anyone and are skipped
+ * (the roster itself is unsigned: j could not be held to it). */
+static void check_roster(struct dl_round *r, size_t j) {
+    const uint8_t *msg = r->roster_in[j];
+    if (r->roster_in_size[j] != DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * r->num_chunks) return;
+    for (size_t gi = 0; gi < r->num_chunks; gi++) {
+        const uint8_t *theirs = msg + DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * gi, *ours = r->store[gi];
+        if (!memcmp(theirs, ours, DL_AVG_RESULT_SIGNED) &&
+            !memcmp(theirs + DL_AVG_RESULT_SIGNED, r->store_hash[gi], 32))
+            continue;
+        size_t part, k;
+        size_t reducer = dl_get_u16(ours + 24);
+        /* Another generation (a re-reduction some members got instead of
+         * the aggregator's relayed result) is no contradiction. */
+        if (dl_round_ref_chunk(r, theirs, DL_AVG_RESULT_SIGNED, &part, &k) != (long)gi || theirs[18] != ours[18] ||
+            dl_get_u16(theirs + 24) != reducer || reducer >= r->g.n)
+            continue;
+        const struct dl_group_member *m = &r->g.members[reducer];
+        if (dl_net_verify(m->peer_id, m->pk, theirs, DL_AVG_RESULT_SIGNED + 32, theirs + DL_AVG_RESULT_SIGNED + 32))
+            continue;
+        char why[160];
+        snprintf(why, sizeof why, "it signed two different results of part %zu chunk %zu (one reached member %zu)",
+                 part, k, j);
+        accuse(r, reducer, why);
+    }
+}
+
+/* Rosters from every receiver we do not count as failed, or stall_s after
+ * our seed; then checked. */
+static bool rosters_due(const struct dl_round *r, double now) {
+    if (now - r->seed_at > r->stall_s) return true;
+    for (size_t m = 0; m < r->g.n; m++)
+        if (m != r->me && r->g.members[m].role != DL_MEMBER_AUX && !r->failed[m] && !r->roster_in[m]) return false;
+    return true;
+}
+
 /* ---- test hooks: a grinding aggregator ------------------------------------------------------ */
 
 #ifdef DEDLOC_TEST_HOOKS
@@ -631,6 +708,28 @@ static void grind_swap(float *q, size_t len, size_t t) {
         q[a] = q[b];
         q[b] = keep;
     }
+}
+
+uint8_t *dl_audit_two_faced_copy(struct dl_round *r, size_t gi) {
+    uint8_t *msg = dl_malloc(r->store_size[gi]);
+    if (!msg) return NULL;
+    memcpy(msg, r->store[gi], r->store_size[gi]);
+    size_t part = dl_get_u16(msg + 16), k = dl_get_u32(msg + 20);
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    float *q = dl_malloc(sizeof(float) * (size_t)len);
+    if (q && decode_result(r, msg, (size_t)len, q)) {
+        for (size_t e = 0; e < len; e++) q[e] *= -1000.0f;
+        if (!dl_codec_encode(r->g.codec, q, (size_t)len, msg + DL_AVG_RESULT_HEADER)) {
+            uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
+            memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
+            crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER,
+                               r->store_size[gi] - DL_AVG_RESULT_HEADER, NULL, 0);
+            r->tp.ops->sign(r->tp.ctx, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED);
+        }
+    }
+    free(q);
+    return msg;
 }
 
 void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
@@ -654,6 +753,8 @@ void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
         crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER,
                            r->store_size[gi] - DL_AVG_RESULT_HEADER, NULL, 0);
         r->tp.ops->sign(r->tp.ctx, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED);
+        memcpy(r->store_hash[gi], signed_part + DL_AVG_RESULT_SIGNED, 32);
+        dl_round_progress(r); /* it stays a live member while it grinds */
         /* What it can foresee of the directions: the seed from every
          * signature (it holds every other result) and the nonces it knows. */
         uint8_t seed[32];
@@ -689,6 +790,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
         r->audit_started = true;
         r->audit_start = now;
         send_reveal(r, now);
+        if (r->i_receive) send_roster(r, now);
     }
     bool waiting = false;
     if (r->i_receive && !r->seed_ready) {
@@ -721,6 +823,16 @@ bool dl_audit_pump(struct dl_round *r, double now) {
         }
     }
     if (r->i_aggregate && !r->attest_sent) waiting = true;
+    if (r->i_receive && r->seed_ready && !r->rosters_checked) {
+        if (rosters_due(r, now)) {
+            r->rosters_checked = true;
+            for (size_t m = 0; m < r->g.n; m++)
+                if (r->roster_in[m]) check_roster(r, m);
+            dl_round_progress(r);
+        } else {
+            waiting = true;
+        }
+    }
     if (r->i_receive && r->seed_ready)
         for (size_t p = 0; p < r->g.n; p++) {
             if (p == r->me || r->attest_checked[p] || !r->g.members[p].part_elems) continue;
@@ -795,6 +907,17 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         if (!r->reveal_got[j] && !r->seed_ready) {
             memcpy(r->reveal_in[j], ev->data + 24, DL_AUDIT_NONCE);
             r->reveal_got[j] = true;
+        }
+    } else if (type == DL_AUDIT_ROSTER) {
+        if (part != (size_t)j || ev->size != DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * r->num_chunks ||
+            r->g.members[j].role == DL_MEMBER_AUX) {
+            dl_round_respond_text(r, ev->token, "refused: a roster that is not its sender's or not of this round");
+            return;
+        }
+        if (!r->roster_in[j] && r->i_receive && !r->rosters_checked) {
+            r->roster_in[j] = ev->data;
+            r->roster_in_size[j] = ev->size;
+            ev->data = NULL;
         }
     } else if (type == DL_AUDIT_ATTESTATION) {
         if (part != (size_t)j || !r->g.members[part].part_elems) {

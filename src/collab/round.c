@@ -194,11 +194,12 @@ int dl_round_mask_count(const struct dl_round *r, const uint8_t *result) {
     return count;
 }
 
-static void sign_result(struct dl_round *r, uint8_t *msg, size_t data_size) {
+static void sign_result(struct dl_round *r, uint8_t *msg, size_t data_size, size_t gi) {
     uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
     memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
     crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER, data_size, NULL, 0);
     r->tp.ops->sign(r->tp.ctx, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED);
+    memcpy(r->store_hash[gi], signed_part + DL_AVG_RESULT_SIGNED, 32); /* for our roster */
 }
 
 static int store_result(struct dl_round *r, size_t gi, uint8_t *msg, size_t size) {
@@ -410,7 +411,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     }
     free(q);
     free(iterate);
-    sign_result(r, msg, enc + trailer);
+    sign_result(r, msg, enc + trailer, r->first_chunk[part] + k);
     store_result(r, r->first_chunk[part] + k, msg, DL_AVG_RESULT_HEADER + enc + trailer);
 #ifdef DEDLOC_TEST_HOOKS
     if (r->misbehaviour == DL_MISBEHAVE_GRIND && generation == 0 && k + 1 == dl_round_chunks_of(r, part))
@@ -460,6 +461,7 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
     uint8_t *copy = dl_malloc(size);
     if (!copy) return -1;
     memcpy(copy, msg, size);
+    memcpy(r->store_hash[gi], signed_part + DL_AVG_RESULT_SIGNED, 32); /* for our roster */
     r->last_heard[reducer] = dl_round_now(r);
     r->heard[reducer] = true;
     return store_result(r, (size_t)gi, copy, size);

@@ -48,6 +48,9 @@
 #define DL_AUDIT_ATTESTATION 2
 #define DL_AUDIT_REVEAL 3
 #define DL_AUDIT_REVEAL_SIZE 56   /* round_id part(= sender) u16 type pad u32 pad nonce[32] */
+#define DL_AUDIT_ROSTER 4
+#define DL_AUDIT_ROSTER_HEAD 24   /* round_id part(= sender) u16 type pad count u32 */
+#define DL_AUDIT_ROSTER_ENTRY (DL_AVG_RESULT_SIGNED + 32 + DL_NET_SIGNATURE) /* what a result's signature covers, and it */
 #define DL_AUDIT_PROJ_HEAD 64     /* round_id part type pad sender u16 pad u16 seed[32] weight f64 */
 #define DL_AUDIT_ATTEST_HEAD 24   /* round_id part type pad count u16 accusations u16 pad u32 */
 #define DL_AUDIT_ACCUSE_HEAD 8    /* chunk u32 sender u16 pad u16, then the sender's signed chunk */
@@ -73,6 +76,9 @@ enum dl_misbehaviour {
      * holding every other, and grinds it (swapped elements) until the
      * directions it can foresee hide the swap */
     DL_MISBEHAVE_GRIND,
+    /* test-hook builds only: an aggregator that sends its true results to
+     * the members of even index and signed wrong ones to the others */
+    DL_MISBEHAVE_TWO_FACED,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -193,6 +199,13 @@ struct dl_round {
     bool *reveal_got;
     bool seed_ready;
     double seed_at;
+    /* Rosters: every receiver tells every other what each result it holds
+     * is signed over, so that two results its reducer signed differently
+     * meet at every honest member (evidence of a two-faced reducer). */
+    uint8_t (*store_hash)[32];    /* per global chunk: BLAKE2b-256 its signature covers */
+    uint8_t **roster_in;          /* per member, its roster */
+    size_t *roster_in_size;
+    bool rosters_checked;
     enum dl_avg_status audit_status;
     char audit_reason[256];       /* why the round is not applied, once every part is checked */
 };
@@ -273,6 +286,9 @@ void dl_audit_free(struct dl_round *r);
 bool dl_audit_pump(struct dl_round *r, double now);
 void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev);
 #ifdef DEDLOC_TEST_HOOKS
+/* DL_MISBEHAVE_TWO_FACED: a signed copy of our stored result gi with other
+ * data (malloc'd; NULL when out of memory). */
+uint8_t *dl_audit_two_faced_copy(struct dl_round *r, size_t gi);
 /* DL_MISBEHAVE_GRIND: rewrites our stored result of (part, k), swapping
  * pairs of elements, until the seed we can compute now draws directions
  * that do not see the swap (test builds only). */
