@@ -50,11 +50,14 @@ int dl_audit_setup(struct dl_round *r) {
     r->store_hash = dl_calloc(r->num_chunks + 1, sizeof *r->store_hash);
     r->roster_in = dl_calloc(n, sizeof *r->roster_in);
     r->roster_in_size = dl_calloc(n, sizeof *r->roster_in_size);
+    r->rr_attest_in = dl_calloc(r->num_chunks + 1, sizeof *r->rr_attest_in);
+    r->rr_attest_in_size = dl_calloc(r->num_chunks + 1, sizeof *r->rr_attest_in_size);
+    r->rr_checked = dl_calloc(r->num_chunks + 1, sizeof *r->rr_checked);
     randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
     if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
     if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
         !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
-        (r->i_aggregate && !r->kept))
+        !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -80,6 +83,11 @@ void dl_audit_free(struct dl_round *r) {
         for (size_t j = 0; j < n; j++) free(r->roster_in[j]);
     free(r->roster_in);
     free(r->roster_in_size);
+    if (r->rr_attest_in)
+        for (size_t gi = 0; gi < r->num_chunks; gi++) free(r->rr_attest_in[gi]);
+    free(r->rr_attest_in);
+    free(r->rr_attest_in_size);
+    free(r->rr_checked);
     free(r->store_hash);
 }
 
@@ -447,8 +455,7 @@ static bool projections_signed(const struct dl_round *r, const uint8_t *proj, si
  * measures in *m; false when the record itself is bogus (then the
  * aggregator who signed it is to blame). */
 static bool read_record(struct dl_round *r, struct scratch *sc, size_t p, size_t k, size_t j, const uint8_t *chunk,
-                        struct dl_audit_measure *m, char *why, size_t why_size) {
-    const uint8_t *res = audited_result(r, p, k);
+                        const uint8_t *res, struct dl_audit_measure *m, char *why, size_t why_size) {
     uint64_t off, len;
     dl_round_chunk_range(r, p, k, &off, &len);
     uint8_t hash[32];
@@ -471,6 +478,40 @@ static bool read_record(struct dl_round *r, struct scratch *sc, size_t p, size_t
         return false;
     }
     return true;
+}
+
+/* The equation of chunk (part p, k) for the result res, given each
+ * contributor's claim (mask order): the verdict, why in `why`. */
+static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct scratch *sc, size_t p, size_t k,
+                                           const uint8_t *res, struct dl_audit_claim *claims, size_t count_k,
+                                           char *why, size_t why_size) {
+    uint64_t off, len;
+    dl_round_chunk_range(r, p, k, &off, &len);
+    /* The weights the aggregator had to use (round.c): centered clip
+     * counts every contribution once; the mean caps each claimed weight
+     * at a multiple of the chunk's median, or counts all alike when
+     * none is positive. */
+    double w[DL_AVG_MAX_MEMBERS], w_total = 0;
+    for (size_t j = 0; j < count_k; j++) w[j] = claims[j].weight > 0 ? claims[j].weight : 0;
+    dl_balance_cap_weights(count_k, w);
+    for (size_t j = 0; j < count_k; j++) w_total += w[j];
+    bool equal = r->g.aggregation == DL_AGG_CENTERED_CLIP || !(w_total > 0);
+    for (size_t j = 0; j < count_k; j++) claims[j].weight = equal ? 1.0 : w[j];
+    struct dl_audit_result rs = {.len = (size_t)len, .codec = r->g.codec};
+    const uint8_t *commit = res + DL_AVG_RESULT_HEADER + dl_codec_size(r->g.codec, (size_t)len);
+    rs.e2 = dl_get_f64(commit);
+    rs.delta = dl_get_f64(commit + 8);
+    struct dl_audit_measure qm;
+    decode_result(r, res, (size_t)len, sc->q);
+    dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->signs);
+    dl_audit_measure(sc->signs, sc->q, NULL, (size_t)len, &qm);
+    double l2 = 0;
+    for (size_t e = 0; e < len; e++) l2 += (double)sc->q[e] * (double)sc->q[e];
+    rs.s = qm.s;
+    rs.l1 = qm.a;
+    rs.l2 = sqrt(l2);
+    return dl_audit_check(claims, count_k, &rs, r->g.aggregation == DL_AGG_CENTERED_CLIP, r->g.clip_tau, why,
+                          why_size);
 }
 
 static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) {
@@ -527,7 +568,7 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
         const uint8_t *chunk = msg + at + DL_AUDIT_ACCUSE_HEAD;
         at += DL_AUDIT_ACCUSE_HEAD + chunk_size;
         struct dl_audit_measure m;
-        if (!read_record(r, sc, p, k, j, chunk, &m, why, sizeof why)) {
+        if (!read_record(r, sc, p, k, j, chunk, audited_result(r, p, k), &m, why, sizeof why)) {
             accuse(r, p, why);
             caught = true;
             break;
@@ -582,31 +623,7 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
             unsure(r, why);
             break;
         }
-        /* The weights the aggregator had to use (round.c): centered clip
-         * counts every contribution once; the mean caps each claimed weight
-         * at a multiple of the chunk's median, or counts all alike when
-         * none is positive. */
-        double w[DL_AVG_MAX_MEMBERS], w_total = 0;
-        for (size_t j = 0; j < count_k; j++) w[j] = claims[j].weight > 0 ? claims[j].weight : 0;
-        dl_balance_cap_weights(count_k, w);
-        for (size_t j = 0; j < count_k; j++) w_total += w[j];
-        bool equal = r->g.aggregation == DL_AGG_CENTERED_CLIP || !(w_total > 0);
-        for (size_t j = 0; j < count_k; j++) claims[j].weight = equal ? 1.0 : w[j];
-        struct dl_audit_result rs = {.len = (size_t)len, .codec = r->g.codec};
-        const uint8_t *commit = res + DL_AVG_RESULT_HEADER + dl_codec_size(r->g.codec, (size_t)len);
-        rs.e2 = dl_get_f64(commit);
-        rs.delta = dl_get_f64(commit + 8);
-        struct dl_audit_measure qm;
-        decode_result(r, res, (size_t)len, sc->q);
-        dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->signs);
-        dl_audit_measure(sc->signs, sc->q, NULL, (size_t)len, &qm);
-        double l2 = 0;
-        for (size_t e = 0; e < len; e++) l2 += (double)sc->q[e] * (double)sc->q[e];
-        rs.s = qm.s;
-        rs.l1 = qm.a;
-        rs.l2 = sqrt(l2);
-        enum dl_audit_verdict v = dl_audit_check(claims, count_k, &rs, r->g.aggregation == DL_AGG_CENTERED_CLIP,
-                                                 r->g.clip_tau, why, sizeof why);
+        enum dl_audit_verdict v = chunk_verdict(r, sc, p, k, res, claims, count_k, why, sizeof why);
         char text[400];
         snprintf(text, sizeof text, "its result of part %zu chunk %zu is wrong: %s", p, k, why);
         if (v == DL_AUDIT_WRONG) {
@@ -622,6 +639,123 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
     }
     free(stand_in);
     free(has_stand_in);
+}
+
+/* ---- generation-1 results: the re-reducer attests ------------------------------------------ */
+
+/* Whether chunk gi holds a generation-1 result, and its re-reducer. */
+static bool rereduced(const struct dl_round *r, size_t gi, size_t *reducer) {
+    const uint8_t *res = r->store[gi];
+    if (!res || res[18] != 1) return false;
+    *reducer = dl_get_u16(res + 24);
+    return true;
+}
+
+/* Per chunk we re-reduced: every contribution we reduced, as its sender
+ * signed it, under our signature, to every member that receives. A
+ * re-reduction happens only after an aggregator failed, so nobody sent
+ * projections for it: the members measure each contribution themselves,
+ * as they do a stand-in (about contributors x 1 MiB, within a frame up to
+ * 12 contributors in fp32). */
+static void send_rereduced(struct dl_round *r, double now) {
+    for (size_t p = 0; p < r->g.n; p++)
+        for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+            size_t gi = r->first_chunk[p] + k, reducer;
+            if (!rereduced(r, gi, &reducer) || reducer != r->me || !r->rr[gi].contrib) continue;
+            uint64_t off, len;
+            dl_round_chunk_range(r, p, k, &off, &len);
+            size_t chunk_size = dl_round_chunk_msg_size(r, len), used = 0, cap = 0, records = 0;
+            uint8_t *body = NULL;
+            bool ok = true;
+            for (size_t j = 0; j < r->g.n && ok; j++) {
+                if (!in_mask(r->store[gi], j) || !r->rr[gi].contrib[j]) continue;
+                ok = append_record(&body, &used, &cap, k, j, r->rr[gi].contrib[j], chunk_size);
+                records++;
+            }
+            size_t size = DL_AUDIT_REREDUCED_HEAD + used + DL_NET_SIGNATURE;
+            uint8_t *msg = ok && used <= DL_AUDIT_MAX_STAND_IN ? dl_calloc(1, size) : NULL;
+            if (!msg) {
+                DL_WARN("collab", "cannot attest our re-reduction of part %zu chunk %zu (%zu bytes)", p, k, used);
+                free(body);
+                continue;
+            }
+            dl_round_write_ref(msg, r, p, k);
+            msg[18] = DL_AUDIT_REREDUCED;
+            dl_put_u16(msg + 24, (uint16_t)records);
+            if (used) memcpy(msg + DL_AUDIT_REREDUCED_HEAD, body, used);
+            free(body);
+            r->tp.ops->sign(r->tp.ctx, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE);
+            for (size_t m = 0; m < r->g.n; m++) {
+                if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
+                if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, size, r->deadline - now,
+                                     EV_AUDIT_ACK, (uint32_t)p, (uint32_t)k, (uint32_t)m))
+                    DL_WARN("collab", "cannot send our re-reduction's attestation to %s: %s",
+                            r->g.members[m].peer_id, dl_error());
+            }
+            free(msg);
+        }
+}
+
+/* Checks the re-reducer's attestation of chunk gi against its signed
+ * generation-1 result: every contributor its mask names must be there,
+ * signed by its sender and committed to by the result, and the result must
+ * satisfy the aggregation's equation over them, as for any other part. */
+static void check_rereduced(struct dl_round *r, struct scratch *sc, size_t gi, size_t reducer) {
+    const uint8_t *msg = r->rr_attest_in[gi], *res = r->store[gi];
+    size_t size = r->rr_attest_in_size[gi], n = r->g.n, part, k;
+    const struct dl_group_member *rm = &r->g.members[reducer];
+    char why[300];
+    r->rr_checked[gi] = true;
+    if (size < DL_AUDIT_REREDUCED_HEAD + DL_NET_SIGNATURE ||
+        dl_net_verify(rm->peer_id, rm->pk, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE)) {
+        unsure(r, "a re-reduction's attestation is not signed by its re-reducer");
+        return;
+    }
+    dl_round_ref_chunk(r, msg, size, &part, &k);
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    size_t chunk_size = dl_round_chunk_msg_size(r, len), records = dl_get_u16(msg + 24);
+    size_t at = DL_AUDIT_REREDUCED_HEAD, end = size - DL_NET_SIGNATURE;
+    struct dl_audit_measure m[DL_AVG_MAX_MEMBERS];
+    double weight[DL_AVG_MAX_MEMBERS];
+    bool have[DL_AVG_MAX_MEMBERS] = {false};
+    for (size_t i = 0; i < records; i++) {
+        size_t j = at + DL_AUDIT_ACCUSE_HEAD + chunk_size <= end ? dl_get_u16(msg + at + 4) : n;
+        if (j >= n || have[j] || dl_get_u32(msg + at) != k) {
+            snprintf(why, sizeof why, "it signed a malformed attestation of its re-reduction of part %zu chunk %zu",
+                     part, k);
+            accuse(r, reducer, why);
+            return;
+        }
+        const uint8_t *chunk = msg + at + DL_AUDIT_ACCUSE_HEAD;
+        if (!read_record(r, sc, part, k, j, chunk, res, &m[j], why, sizeof why)) {
+            accuse(r, reducer, why);
+            return;
+        }
+        weight[j] = dl_get_f64(chunk + DL_AVG_REF_HEADER);
+        have[j] = true;
+        at += DL_AUDIT_ACCUSE_HEAD + chunk_size;
+    }
+    struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
+    size_t count = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (!in_mask(res, j)) continue;
+        if (!have[j] || at != end) {
+            snprintf(why, sizeof why, "its attestation of its re-reduction of part %zu chunk %zu leaves out a "
+                     "contributor its result names, or holds more", part, k);
+            accuse(r, reducer, why);
+            return;
+        }
+        claims[count++] = (struct dl_audit_claim){.weight = weight[j],
+                                                  .clip = dl_get_f64(commitment_of(r, res, len, j) + 32), .m = m[j]};
+    }
+    enum dl_audit_verdict v = chunk_verdict(r, sc, part, k, res, claims, count, why, sizeof why);
+    char text[400];
+    snprintf(text, sizeof text, "its re-reduction of part %zu chunk %zu is wrong: %s", part, k, why);
+    if (v == DL_AUDIT_WRONG) accuse(r, reducer, text);
+    else if (v == DL_AUDIT_UNCHECKABLE) unsure(r, text);
+    else r->audit_chunks++;
+    dl_round_progress(r);
 }
 
 /* ---- rosters: what each result we hold is signed over ---------------------------------------- */
@@ -791,6 +925,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
         r->audit_start = now;
         send_reveal(r, now);
         if (r->i_receive) send_roster(r, now);
+        send_rereduced(r, now);
     }
     bool waiting = false;
     if (r->i_receive && !r->seed_ready) {
@@ -833,6 +968,22 @@ bool dl_audit_pump(struct dl_round *r, double now) {
             waiting = true;
         }
     }
+    if (r->i_receive && r->seed_ready)
+        for (size_t gi = 0; gi < r->num_chunks; gi++) {
+            size_t reducer;
+            if (r->rr_checked[gi] || !rereduced(r, gi, &reducer) || reducer == r->me) continue;
+            if (r->rr_attest_in[gi]) {
+                check_rereduced(r, &sc, gi, reducer);
+            } else if (r->failed[reducer] || r->accused[reducer] ||
+                       dl_bans_is_banned(r->bans, r->g.members[reducer].peer_id)) {
+                /* Its re-reducer is gone too: nothing can show that the
+                 * result is right, so it is not applied. */
+                r->rr_checked[gi] = true;
+                unsure(r, "a re-reduced chunk's re-reducer failed before it attested it");
+            } else {
+                waiting = true;
+            }
+        }
     if (r->i_receive && r->seed_ready)
         for (size_t p = 0; p < r->g.n; p++) {
             if (p == r->me || r->attest_checked[p] || !r->g.members[p].part_elems) continue;
@@ -907,6 +1058,18 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         if (!r->reveal_got[j] && !r->seed_ready) {
             memcpy(r->reveal_in[j], ev->data + 24, DL_AUDIT_NONCE);
             r->reveal_got[j] = true;
+        }
+    } else if (type == DL_AUDIT_REREDUCED) {
+        size_t p, k;
+        long gi = dl_round_ref_chunk(r, ev->data, ev->size, &p, &k);
+        if (gi < 0 || dl_round_rereducer(r, p) != j || ev->size < DL_AUDIT_REREDUCED_HEAD + DL_NET_SIGNATURE) {
+            dl_round_respond_text(r, ev->token, "refused: an attestation of a re-reduction that is not its own");
+            return;
+        }
+        if (!r->rr_attest_in[gi] && r->i_receive) {
+            r->rr_attest_in[gi] = ev->data;
+            r->rr_attest_in_size[gi] = ev->size;
+            ev->data = NULL;
         }
     } else if (type == DL_AUDIT_ROSTER) {
         if (part != (size_t)j || ev->size != DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * r->num_chunks ||

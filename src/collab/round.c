@@ -368,7 +368,8 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
         for (size_t e = 0; e < len; e++) r->acc[e] /= total;
     }
 #ifdef DEDLOC_TEST_HOOKS
-    if (r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE && generation == 0)
+    if ((r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE && generation == 0) ||
+        (r->misbehaviour == DL_MISBEHAVE_REREDUCE_SCALE && generation == 1))
         for (size_t e = 0; e < len; e++) r->acc[e] *= -1000.0;
 #endif
     for (size_t e = 0; e < len; e++) r->tmp[e] = (float)r->acc[e];

@@ -447,7 +447,7 @@ static struct outcome run_scenario(const struct scenario *sc) {
         /* The liar is caught by every other member, on evidence: each
          * applies nothing and bans the liar, and nobody else. */
         for (size_t i = 0; i < s->n; i++) {
-            if ((long)i == sc->liar) continue;
+            if ((long)i == sc->liar || s->m[i].state != ALIVE) continue;
             const struct dl_round *r = s->m[i].r;
             char caught[64];
             snprintf(caught, sizeof caught, "caught member %ld", sc->liar);
@@ -611,6 +611,13 @@ int main(void) {
         {.name = "two_faced_aggregator", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
          .parts = {CHUNK, CHUNK, 2 * CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
          .lie = DL_MISBEHAVE_TWO_FACED, .liar = 2},
+        /* the aggregator of part 1 dies while sending its results; the
+         * re-reducer of its part (member 2) signs -1000 times the average
+         * for the chunks it re-reduces: its attestation, the contributions
+         * it reduced, convicts it */
+        {.name = "lying_rereducer", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
+         .parts = {CHUNK, 3 * CHUNK, CHUNK, 10}, .weights = {1, 2, 3, 4}, .victim = 1, .victim_fate = KILLED,
+         .lie = DL_MISBEHAVE_REREDUCE_SCALE, .liar = 2},
         {.name = "rereduce_alive", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
          .parts = {CHUNK, 2 * CHUNK, CHUNK, 10}, .weights = {1, 2, 3, 4}, .victim = -1, .probe_rereduce = true},
     };
