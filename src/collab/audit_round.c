@@ -50,14 +50,15 @@ int dl_audit_setup(struct dl_round *r) {
     r->store_hash = dl_calloc(r->num_chunks + 1, sizeof *r->store_hash);
     r->roster_in = dl_calloc(n, sizeof *r->roster_in);
     r->roster_in_size = dl_calloc(n, sizeof *r->roster_in_size);
-    r->rr_attest_in = dl_calloc(r->num_chunks + 1, sizeof *r->rr_attest_in);
-    r->rr_attest_in_size = dl_calloc(r->num_chunks + 1, sizeof *r->rr_attest_in_size);
+    r->rr_attest_in = dl_calloc(r->num_chunks * n + 1, sizeof *r->rr_attest_in);
+    r->rr_attest_in_size = dl_calloc(r->num_chunks * n + 1, sizeof *r->rr_attest_in_size);
     r->rr_checked = dl_calloc(r->num_chunks + 1, sizeof *r->rr_checked);
+    r->audit_gone = dl_calloc(n, sizeof *r->audit_gone);
     randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
     if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
     if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
         !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
-        !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || (r->i_aggregate && !r->kept))
+        !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -84,10 +85,11 @@ void dl_audit_free(struct dl_round *r) {
     free(r->roster_in);
     free(r->roster_in_size);
     if (r->rr_attest_in)
-        for (size_t gi = 0; gi < r->num_chunks; gi++) free(r->rr_attest_in[gi]);
+        for (size_t i = 0; i < r->num_chunks * n; i++) free(r->rr_attest_in[i]);
     free(r->rr_attest_in);
     free(r->rr_attest_in_size);
     free(r->rr_checked);
+    free(r->audit_gone);
     free(r->store_hash);
 }
 
@@ -255,7 +257,8 @@ static bool seed_due(const struct dl_round *r, double now) {
                                                           r->deadline - 2 * r->stall_s));
     if (now >= until) return true;
     for (size_t m = 0; m < r->g.n; m++)
-        if (m != r->me && !r->failed[m] && !r->reveal_got[m] && nonce_commitment(r, m)) return false;
+        if (m != r->me && !r->failed[m] && !r->audit_gone[m] && !r->reveal_got[m] && nonce_commitment(r, m))
+            return false;
     return true;
 }
 
@@ -652,11 +655,10 @@ static bool rereduced(const struct dl_round *r, size_t gi, size_t *reducer) {
 }
 
 /* Per chunk we re-reduced: every contribution we reduced, as its sender
- * signed it, under our signature, to every member that receives. A
- * re-reduction happens only after an aggregator failed, so nobody sent
- * projections for it: the members measure each contribution themselves,
- * as they do a stand-in (about contributors x 1 MiB, within a frame up to
- * 12 contributors in fp32). */
+ * signed it, under our signature, to every member that receives, one
+ * message per contribution (each within a frame). A re-reduction happens
+ * only after an aggregator failed, so nobody sent projections for it: the
+ * members measure each contribution themselves, as they do a stand-in. */
 static void send_rereduced(struct dl_round *r, double now) {
     for (size_t p = 0; p < r->g.n; p++)
         for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
@@ -664,90 +666,70 @@ static void send_rereduced(struct dl_round *r, double now) {
             if (!rereduced(r, gi, &reducer) || reducer != r->me || !r->rr[gi].contrib) continue;
             uint64_t off, len;
             dl_round_chunk_range(r, p, k, &off, &len);
-            size_t chunk_size = dl_round_chunk_msg_size(r, len), used = 0, cap = 0, records = 0;
-            uint8_t *body = NULL;
-            bool ok = true;
-            for (size_t j = 0; j < r->g.n && ok; j++) {
+            size_t chunk_size = dl_round_chunk_msg_size(r, len);
+            size_t size = DL_AUDIT_REREDUCED_HEAD + chunk_size + DL_NET_SIGNATURE;
+            uint8_t *msg = dl_calloc(1, size);
+            if (!msg) continue;
+            for (size_t j = 0; j < r->g.n; j++) {
                 if (!in_mask(r->store[gi], j) || !r->rr[gi].contrib[j]) continue;
-                ok = append_record(&body, &used, &cap, k, j, r->rr[gi].contrib[j], chunk_size);
-                records++;
-            }
-            size_t size = DL_AUDIT_REREDUCED_HEAD + used + DL_NET_SIGNATURE;
-            uint8_t *msg = ok && used <= DL_AUDIT_MAX_STAND_IN ? dl_calloc(1, size) : NULL;
-            if (!msg) {
-                DL_WARN("collab", "cannot attest our re-reduction of part %zu chunk %zu (%zu bytes)", p, k, used);
-                free(body);
-                continue;
-            }
-            dl_round_write_ref(msg, r, p, k);
-            msg[18] = DL_AUDIT_REREDUCED;
-            dl_put_u16(msg + 24, (uint16_t)records);
-            if (used) memcpy(msg + DL_AUDIT_REREDUCED_HEAD, body, used);
-            free(body);
-            r->tp.ops->sign(r->tp.ctx, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE);
-            for (size_t m = 0; m < r->g.n; m++) {
-                if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
-                if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, size, r->deadline - now,
-                                     EV_AUDIT_ACK, (uint32_t)p, (uint32_t)k, (uint32_t)m))
-                    DL_WARN("collab", "cannot send our re-reduction's attestation to %s: %s",
-                            r->g.members[m].peer_id, dl_error());
+                memset(msg, 0, DL_AUDIT_REREDUCED_HEAD);
+                dl_round_write_ref(msg, r, p, k);
+                msg[18] = DL_AUDIT_REREDUCED;
+                dl_put_u16(msg + 24, (uint16_t)j);
+                memcpy(msg + DL_AUDIT_REREDUCED_HEAD, r->rr[gi].contrib[j], chunk_size);
+                r->tp.ops->sign(r->tp.ctx, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE);
+                for (size_t m = 0; m < r->g.n; m++) {
+                    if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
+                    if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, size, r->deadline - now,
+                                         EV_AUDIT_ACK, (uint32_t)p, (uint32_t)k, (uint32_t)m))
+                        DL_WARN("collab", "cannot send our re-reduction's attestation to %s: %s",
+                                r->g.members[m].peer_id, dl_error());
+                }
             }
             free(msg);
         }
 }
 
-/* Checks the re-reducer's attestation of chunk gi against its signed
- * generation-1 result: every contributor its mask names must be there,
- * signed by its sender and committed to by the result, and the result must
- * satisfy the aggregation's equation over them, as for any other part. */
+/* Whether every contributor of re-reduced chunk gi has its record. */
+static bool rereduced_complete(const struct dl_round *r, size_t gi) {
+    for (size_t j = 0; j < r->g.n; j++)
+        if (in_mask(r->store[gi], j) && !r->rr_attest_in[gi * r->g.n + j]) return false;
+    return true;
+}
+
+/* Checks the re-reducer's records of chunk gi against its signed
+ * generation-1 result: every contributor its mask names, signed by its
+ * sender and committed to by the result, and the result must satisfy the
+ * aggregation's equation over them, as for any other part. */
 static void check_rereduced(struct dl_round *r, struct scratch *sc, size_t gi, size_t reducer) {
-    const uint8_t *msg = r->rr_attest_in[gi], *res = r->store[gi];
-    size_t size = r->rr_attest_in_size[gi], n = r->g.n, part, k;
+    const uint8_t *res = r->store[gi];
+    size_t n = r->g.n, part = 0, k = gi;
+    while (part + 1 < n && r->first_chunk[part + 1] <= gi) part++;
+    k = gi - r->first_chunk[part];
     const struct dl_group_member *rm = &r->g.members[reducer];
-    char why[300];
-    r->rr_checked[gi] = true;
-    if (size < DL_AUDIT_REREDUCED_HEAD + DL_NET_SIGNATURE ||
-        dl_net_verify(rm->peer_id, rm->pk, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE)) {
-        unsure(r, "a re-reduction's attestation is not signed by its re-reducer");
-        return;
-    }
-    dl_round_ref_chunk(r, msg, size, &part, &k);
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
-    size_t chunk_size = dl_round_chunk_msg_size(r, len), records = dl_get_u16(msg + 24);
-    size_t at = DL_AUDIT_REREDUCED_HEAD, end = size - DL_NET_SIGNATURE;
-    struct dl_audit_measure m[DL_AVG_MAX_MEMBERS];
-    double weight[DL_AVG_MAX_MEMBERS];
-    bool have[DL_AVG_MAX_MEMBERS] = {false};
-    for (size_t i = 0; i < records; i++) {
-        size_t j = at + DL_AUDIT_ACCUSE_HEAD + chunk_size <= end ? dl_get_u16(msg + at + 4) : n;
-        if (j >= n || have[j] || dl_get_u32(msg + at) != k) {
-            snprintf(why, sizeof why, "it signed a malformed attestation of its re-reduction of part %zu chunk %zu",
-                     part, k);
-            accuse(r, reducer, why);
-            return;
-        }
-        const uint8_t *chunk = msg + at + DL_AUDIT_ACCUSE_HEAD;
-        if (!read_record(r, sc, part, k, j, chunk, res, &m[j], why, sizeof why)) {
-            accuse(r, reducer, why);
-            return;
-        }
-        weight[j] = dl_get_f64(chunk + DL_AVG_REF_HEADER);
-        have[j] = true;
-        at += DL_AUDIT_ACCUSE_HEAD + chunk_size;
-    }
+    size_t size = DL_AUDIT_REREDUCED_HEAD + dl_round_chunk_msg_size(r, len) + DL_NET_SIGNATURE;
+    char why[300];
+    r->rr_checked[gi] = true;
     struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
     size_t count = 0;
     for (size_t j = 0; j < n; j++) {
         if (!in_mask(res, j)) continue;
-        if (!have[j] || at != end) {
-            snprintf(why, sizeof why, "its attestation of its re-reduction of part %zu chunk %zu leaves out a "
-                     "contributor its result names, or holds more", part, k);
+        const uint8_t *msg = r->rr_attest_in[gi * n + j];
+        if (r->rr_attest_in_size[gi * n + j] != size ||
+            dl_net_verify(rm->peer_id, rm->pk, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE)) {
+            unsure(r, "a re-reduction's attestation is not signed by its re-reducer");
+            return;
+        }
+        const uint8_t *chunk = msg + DL_AUDIT_REREDUCED_HEAD;
+        struct dl_audit_measure m;
+        if (!read_record(r, sc, part, k, j, chunk, res, &m, why, sizeof why)) {
             accuse(r, reducer, why);
             return;
         }
-        claims[count++] = (struct dl_audit_claim){.weight = weight[j],
-                                                  .clip = dl_get_f64(commitment_of(r, res, len, j) + 32), .m = m[j]};
+        claims[count++] = (struct dl_audit_claim){.weight = dl_get_f64(chunk + DL_AVG_REF_HEADER),
+                                                  .clip = dl_get_f64(commitment_of(r, res, len, j) + 32), .m = m};
     }
     enum dl_audit_verdict v = chunk_verdict(r, sc, part, k, res, claims, count, why, sizeof why);
     char text[400];
@@ -822,7 +804,9 @@ static void check_roster(struct dl_round *r, size_t j) {
 static bool rosters_due(const struct dl_round *r, double now) {
     if (now - r->seed_at > r->stall_s) return true;
     for (size_t m = 0; m < r->g.n; m++)
-        if (m != r->me && r->g.members[m].role != DL_MEMBER_AUX && !r->failed[m] && !r->roster_in[m]) return false;
+        if (m != r->me && r->g.members[m].role != DL_MEMBER_AUX && !r->failed[m] && !r->audit_gone[m] &&
+            !r->roster_in[m])
+            return false;
     return true;
 }
 
@@ -972,7 +956,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
         for (size_t gi = 0; gi < r->num_chunks; gi++) {
             size_t reducer;
             if (r->rr_checked[gi] || !rereduced(r, gi, &reducer) || reducer == r->me) continue;
-            if (r->rr_attest_in[gi]) {
+            if (rereduced_complete(r, gi)) {
                 check_rereduced(r, &sc, gi, reducer);
             } else if (r->failed[reducer] || r->accused[reducer] ||
                        dl_bans_is_banned(r->bans, r->g.members[reducer].peer_id)) {
@@ -1023,6 +1007,10 @@ bool dl_audit_pump(struct dl_round *r, double now) {
 
 void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
     if (ev->kind == EV_AUDIT_ACK) {
+        /* A member we cannot reach will send no nonce or roster either: not
+         * waited for. (Not counted as failed: that would spare an
+         * aggregator that hangs up on us the check of its part.) */
+        if (ev->status == DL_NET_DISCONNECTED && ev->member < r->g.n) r->audit_gone[ev->member] = true;
         if (ev->status != DL_NET_OK)
             DL_INFO("collab", "%s did not take our audit message (%s)", ev->peer_id, dl_net_status_name(ev->status));
         return;
@@ -1062,13 +1050,16 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
     } else if (type == DL_AUDIT_REREDUCED) {
         size_t p, k;
         long gi = dl_round_ref_chunk(r, ev->data, ev->size, &p, &k);
-        if (gi < 0 || dl_round_rereducer(r, p) != j || ev->size < DL_AUDIT_REREDUCED_HEAD + DL_NET_SIGNATURE) {
+        size_t sender = ev->size >= DL_AUDIT_REREDUCED_HEAD ? dl_get_u16(ev->data + 24) : r->g.n;
+        if (gi < 0 || dl_round_rereducer(r, p) != j || sender >= r->g.n ||
+            ev->size < DL_AUDIT_REREDUCED_HEAD + DL_NET_SIGNATURE) {
             dl_round_respond_text(r, ev->token, "refused: an attestation of a re-reduction that is not its own");
             return;
         }
-        if (!r->rr_attest_in[gi] && r->i_receive) {
-            r->rr_attest_in[gi] = ev->data;
-            r->rr_attest_in_size[gi] = ev->size;
+        size_t slot = (size_t)gi * r->g.n + sender;
+        if (!r->rr_attest_in[slot] && r->i_receive) {
+            r->rr_attest_in[slot] = ev->data;
+            r->rr_attest_in_size[slot] = ev->size;
             ev->data = NULL;
         }
     } else if (type == DL_AUDIT_ROSTER) {

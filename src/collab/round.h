@@ -48,8 +48,8 @@
 #define DL_AUDIT_ATTESTATION 2
 #define DL_AUDIT_REVEAL 3
 #define DL_AUDIT_REVEAL_SIZE 56   /* round_id part(= sender) u16 type pad u32 pad nonce[32] */
-#define DL_AUDIT_REREDUCED 5       /* a re-reducer's attestation of one generation-1 chunk */
-#define DL_AUDIT_REREDUCED_HEAD 32 /* round_id part u16 type pad chunk u32 records u16 pad[6] */
+#define DL_AUDIT_REREDUCED 5       /* a re-reducer's record of one contribution to a generation-1 chunk */
+#define DL_AUDIT_REREDUCED_HEAD 32 /* round_id part u16 type pad chunk u32 sender u16 pad[6] */
 #define DL_AUDIT_ROSTER 4
 #define DL_AUDIT_ROSTER_HEAD 24   /* round_id part(= sender) u16 type pad count u32 */
 #define DL_AUDIT_ROSTER_ENTRY (DL_AVG_RESULT_SIGNED + 32 + DL_NET_SIGNATURE) /* what a result's signature covers, and it */
@@ -211,8 +211,10 @@ struct dl_round {
     uint8_t **roster_in;          /* per member, its roster */
     size_t *roster_in_size;
     bool rosters_checked;
-    /* Generation-1 results: per global chunk, its re-reducer's signed
-     * attestation (the contributions it reduced), and whether we checked it. */
+    bool *audit_gone;             /* per member: an audit message to it found no connection (not waited for) */
+    /* Generation-1 results: per (global chunk, member) at gi n + j, the
+     * re-reducer's signed record of j's contribution; per global chunk,
+     * whether we checked it. */
     uint8_t **rr_attest_in;
     size_t *rr_attest_in_size;
     bool *rr_checked;
