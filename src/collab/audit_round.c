@@ -54,11 +54,13 @@ int dl_audit_setup(struct dl_round *r) {
     r->rr_attest_in_size = dl_calloc(r->num_chunks * n + 1, sizeof *r->rr_attest_in_size);
     r->rr_checked = dl_calloc(r->num_chunks + 1, sizeof *r->rr_checked);
     r->audit_gone = dl_calloc(n, sizeof *r->audit_gone);
+    r->proj1_in = dl_calloc(r->num_chunks * n + 1, sizeof *r->proj1_in);
     randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
     if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
     if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
         !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
-        !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || (r->i_aggregate && !r->kept))
+        !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || !r->proj1_in ||
+        (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -90,6 +92,9 @@ void dl_audit_free(struct dl_round *r) {
     free(r->rr_attest_in_size);
     free(r->rr_checked);
     free(r->audit_gone);
+    if (r->proj1_in)
+        for (size_t i = 0; i < r->num_chunks * n; i++) free(r->proj1_in[i]);
+    free(r->proj1_in);
     free(r->store_hash);
 }
 
@@ -654,29 +659,117 @@ static bool rereduced(const struct dl_round *r, size_t gi, size_t *reducer) {
     return true;
 }
 
-/* Per chunk we re-reduced: every contribution we reduced, as its sender
- * signed it, under our signature, to every member that receives, one
- * message per contribution (each within a frame). A re-reduction happens
- * only after an aggregator failed, so nobody sent projections for it: the
- * members measure each contribution themselves, as they do a stand-in. */
-static void send_rereduced(struct dl_round *r, double now) {
+/* Our signed projection of generation-1 chunk (p, k), for its re-reducer
+ * (DL_AUDIT_PROJ1_SIZE bytes into msg); false when we cannot make it. */
+static bool build_proj1(struct dl_round *r, struct scratch *sc, size_t p, size_t k, uint8_t *msg) {
+    size_t size;
+    uint8_t *own = dl_round_encode_own(r, p, k, true, &size);
+    struct dl_audit_measure m;
+    bool ok = own && measure_chunk(r, sc, r->audit_seed, p, k, own, r->store[r->first_chunk[p] + k], &m);
+    if (ok) {
+#ifdef DEDLOC_TEST_HOOKS
+        if (r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE) m.s += 1000.0 * (fabs(m.s) + 1.0);
+#endif
+        memset(msg, 0, DL_AUDIT_PROJ1_SIZE);
+        dl_round_write_ref(msg, r, p, k);
+        msg[18] = DL_AUDIT_PROJ1;
+        dl_put_u16(msg + 24, (uint16_t)r->me);
+        memcpy(msg + 32, r->audit_seed, 32);
+        dl_put_f64(msg + 64, dl_get_f64(own + DL_AVG_REF_HEADER));
+        dl_put_f64(msg + 72, m.s);
+        dl_put_f64(msg + 80, m.a);
+        dl_put_f64(msg + 88, m.d);
+        r->tp.ops->sign(r->tp.ctx, msg, DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE, msg + DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE);
+    }
+    free(own);
+    return ok;
+}
+
+/* Once our seed is drawn: our projection of every generation-1 chunk we
+ * contributed to, to its re-reducer (ours kept here when we are it). */
+static void send_proj1(struct dl_round *r, struct scratch *sc, double now) {
+    for (size_t p = 0; p < r->g.n; p++)
+        for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+            size_t gi = r->first_chunk[p] + k, reducer;
+            if (!rereduced(r, gi, &reducer) || !in_mask(r->store[gi], r->me)) continue;
+            uint8_t *msg = dl_malloc(DL_AUDIT_PROJ1_SIZE);
+            if (!msg || !build_proj1(r, sc, p, k, msg)) {
+                free(msg);
+                continue;
+            }
+            if (reducer == r->me) {
+                free(r->proj1_in[gi * r->g.n + r->me]);
+                r->proj1_in[gi * r->g.n + r->me] = msg;
+                continue;
+            }
+            if (dl_round_request(r, r->g.members[reducer].peer_id, "avg.audit", msg, DL_AUDIT_PROJ1_SIZE,
+                                 r->deadline - now, EV_AUDIT_ACK, (uint32_t)p, (uint32_t)k, (uint32_t)reducer))
+                DL_WARN("collab", "cannot send our projection to re-reducer %s: %s", r->g.members[reducer].peer_id,
+                        dl_error());
+            free(msg);
+        }
+}
+
+static void read_proj1(const uint8_t *msg, double *weight, struct dl_audit_measure *m) {
+    *weight = dl_get_f64(msg + 64);
+    m->s = dl_get_f64(msg + 72);
+    m->a = dl_get_f64(msg + 80);
+    m->d = dl_get_f64(msg + 88);
+}
+
+/* Whether the re-reducer has every projection of the chunks it
+ * re-reduced (or waited stall_s for them since its seed). */
+static bool rr_due(const struct dl_round *r, double now) {
+    if (now - r->seed_at > r->stall_s) return true;
+    for (size_t gi = 0; gi < r->num_chunks; gi++) {
+        size_t reducer;
+        if (!rereduced(r, gi, &reducer) || reducer != r->me) continue;
+        for (size_t j = 0; j < r->g.n; j++)
+            if (in_mask(r->store[gi], j) && !r->proj1_in[gi * r->g.n + j] && !r->failed[j] && !r->audit_gone[j])
+                return false;
+    }
+    return true;
+}
+
+/* Per chunk we re-reduced, per contribution, one record under our
+ * signature to every member that receives: the sender's signed projection
+ * when it agrees with the contribution it gave us (kind 1, 160 bytes), else
+ * the contribution itself as its sender signed it (kind 0: a stand-in the
+ * members measure themselves; a sender whose projection contradicts it is
+ * banned here). A re-reduction happens only after an aggregator failed;
+ * each record is its own message so that it fits a frame. */
+static void send_rereduced(struct dl_round *r, struct scratch *sc, double now) {
     for (size_t p = 0; p < r->g.n; p++)
         for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
             size_t gi = r->first_chunk[p] + k, reducer;
             if (!rereduced(r, gi, &reducer) || reducer != r->me || !r->rr[gi].contrib) continue;
+            const uint8_t *res = r->store[gi];
             uint64_t off, len;
             dl_round_chunk_range(r, p, k, &off, &len);
             size_t chunk_size = dl_round_chunk_msg_size(r, len);
-            size_t size = DL_AUDIT_REREDUCED_HEAD + chunk_size + DL_NET_SIGNATURE;
-            uint8_t *msg = dl_calloc(1, size);
+            uint8_t *msg = dl_calloc(1, DL_AUDIT_REREDUCED_HEAD + chunk_size + DL_NET_SIGNATURE);
             if (!msg) continue;
             for (size_t j = 0; j < r->g.n; j++) {
-                if (!in_mask(r->store[gi], j) || !r->rr[gi].contrib[j]) continue;
+                const uint8_t *chunk = r->rr[gi].contrib[j], *proj = r->proj1_in[gi * r->g.n + j];
+                if (!in_mask(res, j) || !chunk) continue;
+                bool agrees = false;
+                if (proj && !memcmp(proj + 32, r->audit_seed, 32)) {
+                    struct dl_audit_measure mine, theirs;
+                    double weight;
+                    read_proj1(proj, &weight, &theirs);
+                    agrees = measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &mine) &&
+                             dl_audit_measure_agrees(&theirs, &mine) && weight == dl_get_f64(chunk + DL_AVG_REF_HEADER);
+                    if (!agrees && j != r->me)
+                        accuse(r, j, "its signed projection of a re-reduced chunk contradicts the chunk it signed");
+                }
+                size_t body = agrees ? DL_AUDIT_PROJ1_SIZE : chunk_size;
+                size_t size = DL_AUDIT_REREDUCED_HEAD + body + DL_NET_SIGNATURE;
                 memset(msg, 0, DL_AUDIT_REREDUCED_HEAD);
                 dl_round_write_ref(msg, r, p, k);
                 msg[18] = DL_AUDIT_REREDUCED;
                 dl_put_u16(msg + 24, (uint16_t)j);
-                memcpy(msg + DL_AUDIT_REREDUCED_HEAD, r->rr[gi].contrib[j], chunk_size);
+                msg[26] = agrees ? 1 : 0;
+                memcpy(msg + DL_AUDIT_REREDUCED_HEAD, agrees ? proj : chunk, body);
                 r->tp.ops->sign(r->tp.ctx, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE);
                 for (size_t m = 0; m < r->g.n; m++) {
                     if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
@@ -685,6 +778,7 @@ static void send_rereduced(struct dl_round *r, double now) {
                         DL_WARN("collab", "cannot send our re-reduction's attestation to %s: %s",
                                 r->g.members[m].peer_id, dl_error());
                 }
+                dl_round_progress(r);
             }
             free(msg);
         }
@@ -709,7 +803,8 @@ static void check_rereduced(struct dl_round *r, struct scratch *sc, size_t gi, s
     const struct dl_group_member *rm = &r->g.members[reducer];
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
-    size_t size = DL_AUDIT_REREDUCED_HEAD + dl_round_chunk_msg_size(r, len) + DL_NET_SIGNATURE;
+    size_t chunk_size = DL_AUDIT_REREDUCED_HEAD + dl_round_chunk_msg_size(r, len) + DL_NET_SIGNATURE;
+    size_t proj_size1 = DL_AUDIT_REREDUCED_HEAD + DL_AUDIT_PROJ1_SIZE + DL_NET_SIGNATURE;
     char why[300];
     r->rr_checked[gi] = true;
     struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
@@ -717,18 +812,44 @@ static void check_rereduced(struct dl_round *r, struct scratch *sc, size_t gi, s
     for (size_t j = 0; j < n; j++) {
         if (!in_mask(res, j)) continue;
         const uint8_t *msg = r->rr_attest_in[gi * n + j];
-        if (r->rr_attest_in_size[gi * n + j] != size ||
+        size_t size = r->rr_attest_in_size[gi * n + j];
+        if (size < DL_AUDIT_REREDUCED_HEAD + DL_NET_SIGNATURE ||
             dl_net_verify(rm->peer_id, rm->pk, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE)) {
             unsure(r, "a re-reduction's attestation is not signed by its re-reducer");
             return;
         }
-        const uint8_t *chunk = msg + DL_AUDIT_REREDUCED_HEAD;
+        const uint8_t *body = msg + DL_AUDIT_REREDUCED_HEAD;
         struct dl_audit_measure m;
-        if (!read_record(r, sc, part, k, j, chunk, res, &m, why, sizeof why)) {
+        double weight;
+        if (msg[26] == 1 && size == proj_size1) {
+            /* The sender's own signed numbers, passed on. */
+            const struct dl_group_member *sm = &r->g.members[j];
+            if (dl_net_verify(sm->peer_id, sm->pk, body, DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE,
+                              body + DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE) ||
+                memcmp(body, msg, 18) || memcmp(body + 20, msg + 20, 4) || body[18] != DL_AUDIT_PROJ1 ||
+                dl_get_u16(body + 24) != j) {
+                snprintf(why, sizeof why, "it passed on a projection of member %zu that member did not sign", j);
+                accuse(r, reducer, why);
+                return;
+            }
+            if (memcmp(body + 32, r->audit_seed, 32)) {
+                unsure(r, "a re-reduced chunk's projections were drawn for other results than ours");
+                return;
+            }
+            read_proj1(body, &weight, &m);
+        } else if (msg[26] == 0 && size == chunk_size) {
+            if (!read_record(r, sc, part, k, j, body, res, &m, why, sizeof why)) {
+                accuse(r, reducer, why);
+                return;
+            }
+            weight = dl_get_f64(body + DL_AVG_REF_HEADER);
+        } else {
+            snprintf(why, sizeof why, "it signed a malformed record of its re-reduction of part %zu chunk %zu", part,
+                     k);
             accuse(r, reducer, why);
             return;
         }
-        claims[count++] = (struct dl_audit_claim){.weight = dl_get_f64(chunk + DL_AVG_REF_HEADER),
+        claims[count++] = (struct dl_audit_claim){.weight = weight,
                                                   .clip = dl_get_f64(commitment_of(r, res, len, j) + 32), .m = m};
     }
     enum dl_audit_verdict v = chunk_verdict(r, sc, part, k, res, claims, count, why, sizeof why);
@@ -909,7 +1030,6 @@ bool dl_audit_pump(struct dl_round *r, double now) {
         r->audit_start = now;
         send_reveal(r, now);
         if (r->i_receive) send_roster(r, now);
-        send_rereduced(r, now);
     }
     bool waiting = false;
     if (r->i_receive && !r->seed_ready) {
@@ -922,6 +1042,15 @@ bool dl_audit_pump(struct dl_round *r, double now) {
             r->seed_ready = true;
             r->seed_at = now;
             if (r->i_send) send_projections(r, &sc, now);
+            if (r->i_send) send_proj1(r, &sc, now);
+        } else {
+            waiting = true;
+        }
+    }
+    if (r->seed_ready && !r->rr_sent) {
+        if (rr_due(r, now)) {
+            r->rr_sent = true;
+            send_rereduced(r, &sc, now);
         } else {
             waiting = true;
         }
@@ -1046,6 +1175,21 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         if (!r->reveal_got[j] && !r->seed_ready) {
             memcpy(r->reveal_in[j], ev->data + 24, DL_AUDIT_NONCE);
             r->reveal_got[j] = true;
+        }
+    } else if (type == DL_AUDIT_PROJ1) {
+        size_t p, k;
+        long gi = dl_round_ref_chunk(r, ev->data, ev->size, &p, &k);
+        const struct dl_group_member *sm = &r->g.members[j];
+        if (gi < 0 || dl_round_rereducer(r, p) != (long)r->me || ev->size != DL_AUDIT_PROJ1_SIZE ||
+            dl_get_u16(ev->data + 24) != (size_t)j ||
+            dl_net_verify(sm->peer_id, sm->pk, ev->data, ev->size - DL_NET_SIGNATURE,
+                          ev->data + ev->size - DL_NET_SIGNATURE)) {
+            dl_round_respond_text(r, ev->token, "refused: a projection not for a chunk we re-reduced, or not signed");
+            return;
+        }
+        if (!r->proj1_in[(size_t)gi * r->g.n + (size_t)j] && !r->rr_sent) {
+            r->proj1_in[(size_t)gi * r->g.n + (size_t)j] = ev->data;
+            ev->data = NULL;
         }
     } else if (type == DL_AUDIT_REREDUCED) {
         size_t p, k;

@@ -49,7 +49,9 @@
 #define DL_AUDIT_REVEAL 3
 #define DL_AUDIT_REVEAL_SIZE 56   /* round_id part(= sender) u16 type pad u32 pad nonce[32] */
 #define DL_AUDIT_REREDUCED 5       /* a re-reducer's record of one contribution to a generation-1 chunk */
-#define DL_AUDIT_REREDUCED_HEAD 32 /* round_id part u16 type pad chunk u32 sender u16 pad[6] */
+#define DL_AUDIT_REREDUCED_HEAD 32 /* round_id part u16 type pad chunk u32 sender u16 kind u8 pad[5] */
+#define DL_AUDIT_PROJ1 6           /* a sender's signed projection of one generation-1 chunk, to its re-reducer */
+#define DL_AUDIT_PROJ1_SIZE 160    /* round_id part type pad chunk u32 sender u16 pad[6] seed[32] weight s a d sig */
 #define DL_AUDIT_ROSTER 4
 #define DL_AUDIT_ROSTER_HEAD 24   /* round_id part(= sender) u16 type pad count u32 */
 #define DL_AUDIT_ROSTER_ENTRY (DL_AVG_RESULT_SIGNED + 32 + DL_NET_SIGNATURE) /* what a result's signature covers, and it */
@@ -218,6 +220,8 @@ struct dl_round {
     uint8_t **rr_attest_in;
     size_t *rr_attest_in_size;
     bool *rr_checked;
+    uint8_t **proj1_in;           /* re-reducer: per (global chunk, member), its signed generation-1 projection */
+    bool proj1_sent, rr_sent;
     enum dl_avg_status audit_status;
     char audit_reason[256];       /* why the round is not applied, once every part is checked */
 };
