@@ -1032,14 +1032,13 @@ bool dl_audit_pump(struct dl_round *r, double now) {
         if (r->i_receive) send_roster(r, now);
     }
     bool waiting = false;
-    if (r->i_receive && !r->seed_ready) {
+    if (r->i_receive && !(r->seed_at > 0)) {
         if (seed_due(r, now)) {
             for (size_t m = 0; m < r->g.n; m++)
                 if (m != r->me && nonce_commitment(r, m) && !nonce_counts(r, m))
                     DL_INFO("collab", "accountable aggregation: member %zu's nonce is missing or not the one it "
                             "committed to: the seed goes without it", m);
             compute_seed(r, r->audit_seed);
-            r->seed_ready = true;
             r->seed_at = now;
             if (r->i_send) send_projections(r, &sc, now);
             if (r->i_send) send_proj1(r, &sc, now);
@@ -1047,7 +1046,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
             waiting = true;
         }
     }
-    if (r->seed_ready && !r->rr_sent) {
+    if (r->seed_at > 0 && !r->rr_sent) {
         if (rr_due(r, now)) {
             r->rr_sent = true;
             send_rereduced(r, &sc, now);
@@ -1058,7 +1057,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
     /* Senders draw their projections once their seed is ready: an
      * aggregator that receives waits for them from then on. */
     double proj_since = r->i_receive ? r->seed_at : r->audit_start;
-    if (r->i_aggregate && !r->attest_sent && (!r->i_receive || r->seed_ready)) {
+    if (r->i_aggregate && !r->attest_sent && (!r->i_receive || r->seed_at > 0)) {
         bool all = true;
         for (size_t j = 0; j < r->g.n && all; j++)
             if (!r->proj_in[j] && !r->failed[j] && expects_projections(r, j)) all = false;
@@ -1071,7 +1070,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
         }
     }
     if (r->i_aggregate && !r->attest_sent) waiting = true;
-    if (r->i_receive && r->seed_ready && !r->rosters_checked) {
+    if (r->i_receive && r->seed_at > 0 && !r->rosters_checked) {
         if (rosters_due(r, now)) {
             r->rosters_checked = true;
             for (size_t m = 0; m < r->g.n; m++)
@@ -1081,7 +1080,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
             waiting = true;
         }
     }
-    if (r->i_receive && r->seed_ready)
+    if (r->i_receive && r->seed_at > 0)
         for (size_t gi = 0; gi < r->num_chunks; gi++) {
             size_t reducer;
             if (r->rr_checked[gi] || !rereduced(r, gi, &reducer) || reducer == r->me) continue;
@@ -1097,7 +1096,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                 waiting = true;
             }
         }
-    if (r->i_receive && r->seed_ready)
+    if (r->i_receive && r->seed_at > 0)
         for (size_t p = 0; p < r->g.n; p++) {
             if (p == r->me || r->attest_checked[p] || !r->g.members[p].part_elems) continue;
             bool any = false;
@@ -1172,7 +1171,7 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
             dl_round_respond_text(r, ev->token, "refused: a nonce that is not its sender's own");
             return;
         }
-        if (!r->reveal_got[j] && !r->seed_ready) {
+        if (!r->reveal_got[j] && !(r->seed_at > 0)) {
             memcpy(r->reveal_in[j], ev->data + 24, DL_AUDIT_NONCE);
             r->reveal_got[j] = true;
         }

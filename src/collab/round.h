@@ -154,6 +154,7 @@ struct dl_round {
     _Atomic double heartbeat;     /* last_loop, for the network thread's avg.alive */
     bool i_send, i_receive, i_aggregate;
     bool audit_started, attest_sent, audit_done; /* accountable aggregation (below) */
+    bool rosters_checked, rr_sent;                /* rosters compared, our re-reductions attested */
     /* geometry: global chunk index of part p's first chunk; chunk count */
     size_t *first_chunk;
     size_t num_chunks;
@@ -198,13 +199,11 @@ struct dl_round {
     size_t *attest_in_size;
     bool *attest_checked;
     bool *accused;                /* members banned on this round's evidence */
-    uint32_t audit_chunks;        /* chunks whose equation we checked and found right */
-    /* The seed's nonces: ours (committed in every result we sign, revealed
-     * once we hold every result), the others' as revealed to us. */
-    uint8_t audit_nonce[32];
+    /* The seed's nonces: ours (audit_nonce, below: committed in every
+     * result we sign, revealed once we hold every result), the others' as
+     * revealed to us; when we drew the seed (0: not yet). */
     uint8_t (*reveal_in)[32];     /* per member */
     bool *reveal_got;
-    bool seed_ready;
     double seed_at;
     /* Rosters: every receiver tells every other what each result it holds
      * is signed over, so that two results its reducer signed differently
@@ -212,7 +211,6 @@ struct dl_round {
     uint8_t (*store_hash)[32];    /* per global chunk: BLAKE2b-256 its signature covers */
     uint8_t **roster_in;          /* per member, its roster */
     size_t *roster_in_size;
-    bool rosters_checked;
     bool *audit_gone;             /* per member: an audit message to it found no connection (not waited for) */
     /* Generation-1 results: per (global chunk, member) at gi n + j, the
      * re-reducer's signed record of j's contribution; per global chunk,
@@ -221,9 +219,10 @@ struct dl_round {
     size_t *rr_attest_in_size;
     bool *rr_checked;
     uint8_t **proj1_in;           /* re-reducer: per (global chunk, member), its signed generation-1 projection */
-    bool proj1_sent, rr_sent;
+    uint32_t audit_chunks;        /* chunks whose equation we checked and found right */
     enum dl_avg_status audit_status;
     char audit_reason[256];       /* why the round is not applied, once every part is checked */
+    uint8_t audit_nonce[32];
 };
 
 /* ---- round.c: the round's state -------------------------------------------------- */
