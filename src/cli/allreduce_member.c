@@ -349,6 +349,8 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "stall-leader")) mode = DL_MISBEHAVE_STALL_LEADER;
         else if (!strcmp(misbehave, "result-scale")) mode = DL_MISBEHAVE_RESULT_SCALE;
         else if (!strcmp(misbehave, "projection-lie")) mode = DL_MISBEHAVE_PROJECTION_LIE;
+        else if (!strcmp(misbehave, "grind")) mode = DL_MISBEHAVE_GRIND;
+        else if (!strcmp(misbehave, "two-faced")) mode = DL_MISBEHAVE_TWO_FACED;
 #endif
         else {
             fprintf(stderr, "allreduce-member: unknown --misbehave %s\n", misbehave);

@@ -120,6 +120,10 @@ static void pump_aggregate(struct dl_round *r, double now) {
             else ready = false;
         }
         if (!ready) return;
+#ifdef DEDLOC_TEST_HOOKS
+        /* The grinder signs its last result only once it holds every other. */
+        if (r->misbehaviour == DL_MISBEHAVE_GRIND && k + 1 == r->agg_chunks && r->have + 1 < r->need) return;
+#endif
         uint8_t *own = NULL;
         if (r->i_send) {
             size_t size;
@@ -166,8 +170,17 @@ static void pump_results(struct dl_round *r, double now) {
         struct dl_result_out *o = &r->out[m];
         while (o->inflight < DL_AVG_RESULT_WINDOW && o->next < r->next_reduce) {
             size_t gi = r->first_chunk[r->me] + o->next;
-            if (dl_round_request(r, r->g.members[m].peer_id, "avg.result", r->store[gi], r->store_size[gi],
-                                 r->deadline - now, EV_RESULT_ACK, (uint32_t)r->me, o->next, (uint32_t)m)) {
+            const uint8_t *result = r->store[gi];
+            uint8_t *other_face = NULL;
+#ifdef DEDLOC_TEST_HOOKS
+            if (r->misbehaviour == DL_MISBEHAVE_TWO_FACED && m % 2) result = other_face = dl_audit_two_faced_copy(r, gi);
+#endif
+            int rc = result ? dl_round_request(r, r->g.members[m].peer_id, "avg.result", result, r->store_size[gi],
+                                               r->deadline - now, EV_RESULT_ACK, (uint32_t)r->me, o->next,
+                                               (uint32_t)m)
+                            : -1;
+            free(other_face);
+            if (rc) {
                 dl_round_mark_failed(r, m, "cannot send it results");
                 break;
             }

@@ -8,6 +8,22 @@
 #include "collab/bytes.h"
 #include "dedloc/collab.h"
 
+void dl_audit_nonce_commit(const uint8_t round_id[16], const uint8_t nonce[DL_AUDIT_NONCE], uint8_t commit[32]) {
+    static const char tag[] = "dedloc audit nonce";
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, 32);
+    crypto_generichash_update(&st, (const uint8_t *)tag, sizeof tag);
+    crypto_generichash_update(&st, round_id, 16);
+    crypto_generichash_update(&st, nonce, DL_AUDIT_NONCE);
+    crypto_generichash_final(&st, commit, 32);
+}
+
+bool dl_audit_reveal_matches(const uint8_t round_id[16], const uint8_t nonce[DL_AUDIT_NONCE], const uint8_t commit[32]) {
+    uint8_t mine[32];
+    dl_audit_nonce_commit(round_id, nonce, mine);
+    return !sodium_memcmp(mine, commit, 32);
+}
+
 void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, uint8_t *signs) {
     /* ChaCha20 keyed by the seed, the chunk index as its nonce: one stream
      * per chunk, the same bits on every member. */

@@ -3,7 +3,8 @@
  *
  * After every result of a round is signed, each chunk gets a direction z of
  * +-1 signs drawn from a seed nobody knew before (BLAKE2b of the round's
- * signed results). Each sender publishes, per chunk it contributed to, three
+ * signed results and of nonces its aggregators revealed only after every
+ * result was signed). Each sender publishes, per chunk it contributed to, three
  * numbers about the chunk x it sent (as the aggregator decodes it): s = z.x,
  * a = sum |x_e| (what bounds the rounding of s) and d = |x - q|_2, its
  * distance to the decoded result q. The aggregator's result commits to e2 =
@@ -54,6 +55,15 @@ enum dl_audit_verdict {
  * P(|z.a| > k |a|_2) <= 2 exp(-k^2 / 2); k = 8 makes it 2.5e-14. */
 #define DL_AUDIT_SIGMAS 8.0
 
+/* The seed's randomness (docs/protocol.md, "Accountable aggregation", 2):
+ * every aggregator draws a nonce for the round and commits to it in each
+ * result it signs; it reveals the nonce only once it holds every result of
+ * the round. The commitment is BLAKE2b-256 of a domain tag, the round id
+ * and the nonce. */
+#define DL_AUDIT_NONCE 32
+void dl_audit_nonce_commit(const uint8_t round_id[16], const uint8_t nonce[DL_AUDIT_NONCE], uint8_t commit[32]);
+/* Whether a revealed nonce is the one `commit` committed to. */
+bool dl_audit_reveal_matches(const uint8_t round_id[16], const uint8_t nonce[DL_AUDIT_NONCE], const uint8_t commit[32]);
 /* The signs of chunk `chunk`'s direction, len bits (bit e set: z_e = -1),
  * from the round's seed. */
 void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, uint8_t *signs);

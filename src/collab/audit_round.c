@@ -1,9 +1,12 @@
 /* Accountable aggregation within a round (round.h; docs/protocol.md,
  * "Accountable aggregation"). Once a member holds every result of the round:
  *
- *   1. The seed is BLAKE2b-256 of every result's signature, in chunk order:
- *      fixed only once every aggregator has signed, so no aggregator could
- *      aim its result at the directions drawn from it.
+ *   1. The seed is BLAKE2b-256 of every result's signature, in chunk order,
+ *      and of the nonces the aggregators revealed. Each aggregator commits
+ *      to its nonce in every result it signs and reveals it only once it
+ *      holds every result of the round: an aggregator signing its last
+ *      result cannot know the others' nonces, so it cannot try variants of
+ *      that result until the directions favour it (grinding).
  *   2. Each sender signs its projections of each part it contributed to (s,
  *      a, d of each chunk, audit.h) and sends them to that part's
  *      aggregator.
@@ -42,9 +45,22 @@ int dl_audit_setup(struct dl_round *r) {
     r->attest_in_size = dl_calloc(n, sizeof *r->attest_in_size);
     r->attest_checked = dl_calloc(n, sizeof *r->attest_checked);
     r->accused = dl_calloc(n, sizeof *r->accused);
+    r->reveal_in = dl_calloc(n, sizeof *r->reveal_in);
+    r->reveal_got = dl_calloc(n, sizeof *r->reveal_got);
+    r->store_hash = dl_calloc(r->num_chunks + 1, sizeof *r->store_hash);
+    r->roster_in = dl_calloc(n, sizeof *r->roster_in);
+    r->roster_in_size = dl_calloc(n, sizeof *r->roster_in_size);
+    r->rr_attest_in = dl_calloc(r->num_chunks * n + 1, sizeof *r->rr_attest_in);
+    r->rr_attest_in_size = dl_calloc(r->num_chunks * n + 1, sizeof *r->rr_attest_in_size);
+    r->rr_checked = dl_calloc(r->num_chunks + 1, sizeof *r->rr_checked);
+    r->audit_gone = dl_calloc(n, sizeof *r->audit_gone);
+    r->proj1_in = dl_calloc(r->num_chunks * n + 1, sizeof *r->proj1_in);
+    randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
     if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
     if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
-        !r->accused || (r->i_aggregate && !r->kept))
+        !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
+        !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || !r->proj1_in ||
+        (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -64,6 +80,22 @@ void dl_audit_free(struct dl_round *r) {
     free(r->attest_in_size);
     free(r->attest_checked);
     free(r->accused);
+    free(r->reveal_in);
+    free(r->reveal_got);
+    if (r->roster_in)
+        for (size_t j = 0; j < n; j++) free(r->roster_in[j]);
+    free(r->roster_in);
+    free(r->roster_in_size);
+    if (r->rr_attest_in)
+        for (size_t i = 0; i < r->num_chunks * n; i++) free(r->rr_attest_in[i]);
+    free(r->rr_attest_in);
+    free(r->rr_attest_in_size);
+    free(r->rr_checked);
+    free(r->audit_gone);
+    if (r->proj1_in)
+        for (size_t i = 0; i < r->num_chunks * n; i++) free(r->proj1_in[i]);
+    free(r->proj1_in);
+    free(r->store_hash);
 }
 
 /* ---- helpers ---------------------------------------------------------------------- */
@@ -161,12 +193,80 @@ static void unsure(struct dl_round *r, const char *why) {
 
 /* ---- 1 and 2: the seed, our projections ----------------------------------------------- */
 
-static void compute_seed(struct dl_round *r) {
+/* The nonce commitment member m signed into the first result it reduced
+ * (in chunk order; every member holds the same results); NULL when it
+ * reduced none of them. */
+static const uint8_t *nonce_commitment(const struct dl_round *r, size_t m) {
+    for (size_t p = 0; p < r->g.n; p++)
+        for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+            const uint8_t *res = r->store[r->first_chunk[p] + k];
+            if (!res || dl_get_u16(res + 24) != m) continue;
+            uint64_t off, len;
+            dl_round_chunk_range(r, p, k, &off, &len);
+            return res + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, res, len) + DL_AVG_COMMIT_NONCE;
+        }
+    return NULL;
+}
+
+/* Whether member m's nonce goes into the seed: it reduced a result we hold
+ * and revealed the nonce that result committed to (ours: always). */
+static bool nonce_counts(const struct dl_round *r, size_t m) {
+    const uint8_t *commit = nonce_commitment(r, m);
+    if (!commit) return false;
+    if (m == r->me) return true;
+    return r->reveal_got[m] && dl_audit_reveal_matches(r->g.round_id, r->reveal_in[m], commit);
+}
+
+/* The seed from what we hold now: every result's signature in chunk order,
+ * then each reducer's revealed nonce in member order. (The grinding test
+ * hook calls it before the others revealed: what a liar can foresee.) */
+static void compute_seed(const struct dl_round *r, uint8_t seed[32]) {
+    static const char tag[] = "dedloc audit seed 2";
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 32);
+    crypto_generichash_update(&st, (const uint8_t *)tag, sizeof tag);
     for (size_t gi = 0; gi < r->num_chunks; gi++)
         crypto_generichash_update(&st, r->store[gi] + DL_AVG_RESULT_SIGNED, DL_NET_SIGNATURE);
-    crypto_generichash_final(&st, r->audit_seed, 32);
+    for (size_t m = 0; m < r->g.n; m++) {
+        if (!nonce_counts(r, m)) continue;
+        uint8_t index[2];
+        dl_put_u16(index, (uint16_t)m);
+        crypto_generichash_update(&st, index, sizeof index);
+        crypto_generichash_update(&st, m == r->me ? r->audit_nonce : r->reveal_in[m], DL_AUDIT_NONCE);
+    }
+    crypto_generichash_final(&st, seed, 32);
+}
+
+/* Our nonce, once every result we sign is signed (and, if we receive, once
+ * we hold every result): to every member that receives. */
+static void send_reveal(struct dl_round *r, double now) {
+    if (!nonce_commitment(r, r->me)) return;
+    uint8_t msg[DL_AUDIT_REVEAL_SIZE] = {0};
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)r->me);
+    msg[18] = DL_AUDIT_REVEAL;
+    memcpy(msg + 24, r->audit_nonce, DL_AUDIT_NONCE);
+    for (size_t m = 0; m < r->g.n; m++) {
+        if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
+        if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
+                             EV_AUDIT_ACK, (uint32_t)r->me, 0, (uint32_t)m))
+            DL_WARN("collab", "cannot send our audit nonce to %s: %s", r->g.members[m].peer_id, dl_error());
+    }
+}
+
+/* Whether to draw the seed now: every reducer of a result we hold that we
+ * do not count as failed has revealed, or the wait is over. The wait is
+ * long enough for an honest member that still had to recover a part (it
+ * reveals only once it holds every result), and bounded, so that a reducer
+ * that keeps its nonce delays the round but cannot stall it. */
+static bool seed_due(const struct dl_round *r, double now) {
+    double until = fmax(r->audit_start + r->stall_s, fmin(r->audit_start + r->agg_timeout + r->stall_s,
+                                                          r->deadline - 2 * r->stall_s));
+    if (now >= until) return true;
+    for (size_t m = 0; m < r->g.n; m++)
+        if (m != r->me && !r->failed[m] && !r->audit_gone[m] && !r->reveal_got[m] && nonce_commitment(r, m))
+            return false;
+    return true;
 }
 
 /* Our signed projections of part p; NULL when we are in none of its results. */
@@ -365,8 +465,7 @@ static bool projections_signed(const struct dl_round *r, const uint8_t *proj, si
  * measures in *m; false when the record itself is bogus (then the
  * aggregator who signed it is to blame). */
 static bool read_record(struct dl_round *r, struct scratch *sc, size_t p, size_t k, size_t j, const uint8_t *chunk,
-                        struct dl_audit_measure *m, char *why, size_t why_size) {
-    const uint8_t *res = audited_result(r, p, k);
+                        const uint8_t *res, struct dl_audit_measure *m, char *why, size_t why_size) {
     uint64_t off, len;
     dl_round_chunk_range(r, p, k, &off, &len);
     uint8_t hash[32];
@@ -389,6 +488,45 @@ static bool read_record(struct dl_round *r, struct scratch *sc, size_t p, size_t
         return false;
     }
     return true;
+}
+
+/* The equation of chunk (part p, k) for the result res, given each
+ * contributor's claim (mask order): the verdict, why in `why`. */
+static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct scratch *sc, size_t p, size_t k,
+                                           const uint8_t *res, struct dl_audit_claim *claims, size_t count_k,
+                                           char *why, size_t why_size) {
+    uint64_t off, len;
+    dl_round_chunk_range(r, p, k, &off, &len);
+    /* The weights the aggregator had to use (round.c): centered clip
+     * counts every contribution once; the mean caps each claimed weight
+     * at a multiple of the chunk's median, or counts all alike when
+     * none is positive. */
+    double w[DL_AVG_MAX_MEMBERS], w_total = 0;
+    for (size_t j = 0; j < count_k; j++) w[j] = claims[j].weight > 0 ? claims[j].weight : 0;
+    dl_balance_cap_weights(count_k, w);
+    for (size_t j = 0; j < count_k; j++) w_total += w[j];
+    bool equal = r->g.aggregation == DL_AGG_CENTERED_CLIP || !(w_total > 0);
+    for (size_t j = 0; j < count_k; j++) claims[j].weight = equal ? 1.0 : w[j];
+    struct dl_audit_result rs = {.len = (size_t)len, .codec = r->g.codec};
+    const uint8_t *commit = res + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, res, len);
+    rs.e2 = dl_get_f64(commit);
+    rs.delta = dl_get_f64(commit + 8);
+    struct dl_audit_measure qm;
+    decode_result(r, res, (size_t)len, sc->q);
+    dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->signs);
+    dl_audit_measure(sc->signs, sc->q, NULL, (size_t)len, &qm);
+    double l2 = 0;
+    double linf = 0;
+    for (size_t e = 0; e < len; e++) {
+        l2 += (double)sc->q[e] * (double)sc->q[e];
+        linf = fmax(linf, fabs((double)sc->q[e]));
+    }
+    rs.linf = linf;
+    rs.s = qm.s;
+    rs.l1 = qm.a;
+    rs.l2 = sqrt(l2);
+    return dl_audit_check(claims, count_k, &rs, r->g.aggregation == DL_AGG_CENTERED_CLIP, r->g.clip_tau, why,
+                          why_size);
 }
 
 static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) {
@@ -445,7 +583,7 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
         const uint8_t *chunk = msg + at + DL_AUDIT_ACCUSE_HEAD;
         at += DL_AUDIT_ACCUSE_HEAD + chunk_size;
         struct dl_audit_measure m;
-        if (!read_record(r, sc, p, k, j, chunk, &m, why, sizeof why)) {
+        if (!read_record(r, sc, p, k, j, chunk, audited_result(r, p, k), &m, why, sizeof why)) {
             accuse(r, p, why);
             caught = true;
             break;
@@ -500,36 +638,7 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
             unsure(r, why);
             break;
         }
-        /* The weights the aggregator had to use (round.c): centered clip
-         * counts every contribution once; the mean caps each claimed weight
-         * at a multiple of the chunk's median, or counts all alike when
-         * none is positive. */
-        double w[DL_AVG_MAX_MEMBERS], w_total = 0;
-        for (size_t j = 0; j < count_k; j++) w[j] = claims[j].weight > 0 ? claims[j].weight : 0;
-        dl_balance_cap_weights(count_k, w);
-        for (size_t j = 0; j < count_k; j++) w_total += w[j];
-        bool equal = r->g.aggregation == DL_AGG_CENTERED_CLIP || !(w_total > 0);
-        for (size_t j = 0; j < count_k; j++) claims[j].weight = equal ? 1.0 : w[j];
-        struct dl_audit_result rs = {.len = (size_t)len, .codec = r->g.codec};
-        const uint8_t *commit = res + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, res, len);
-        rs.e2 = dl_get_f64(commit);
-        rs.delta = dl_get_f64(commit + 8);
-        struct dl_audit_measure qm;
-        decode_result(r, res, (size_t)len, sc->q);
-        dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->signs);
-        dl_audit_measure(sc->signs, sc->q, NULL, (size_t)len, &qm);
-        double l2 = 0;
-        double linf = 0;
-        for (size_t e = 0; e < len; e++) {
-            l2 += (double)sc->q[e] * (double)sc->q[e];
-            linf = fmax(linf, fabs((double)sc->q[e]));
-        }
-        rs.linf = linf;
-        rs.s = qm.s;
-        rs.l1 = qm.a;
-        rs.l2 = sqrt(l2);
-        enum dl_audit_verdict v = dl_audit_check(claims, count_k, &rs, r->g.aggregation == DL_AGG_CENTERED_CLIP,
-                                                 r->g.clip_tau, why, sizeof why);
+        enum dl_audit_verdict v = chunk_verdict(r, sc, p, k, res, claims, count_k, why, sizeof why);
         char text[400];
         snprintf(text, sizeof text, "its result of part %zu chunk %zu is wrong: %s", p, k, why);
         if (v == DL_AUDIT_WRONG) {
@@ -547,6 +656,372 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
     free(has_stand_in);
 }
 
+/* ---- generation-1 results: the re-reducer attests ------------------------------------------ */
+
+/* Whether chunk gi holds a generation-1 result, and its re-reducer. */
+static bool rereduced(const struct dl_round *r, size_t gi, size_t *reducer) {
+    const uint8_t *res = r->store[gi];
+    if (!res || res[18] != 1) return false;
+    *reducer = dl_get_u16(res + 24);
+    return true;
+}
+
+/* Our signed projection of generation-1 chunk (p, k), for its re-reducer
+ * (DL_AUDIT_PROJ1_SIZE bytes into msg); false when we cannot make it. */
+static bool build_proj1(struct dl_round *r, struct scratch *sc, size_t p, size_t k, uint8_t *msg) {
+    size_t size;
+    uint8_t *own = dl_round_encode_own(r, p, k, true, &size);
+    struct dl_audit_measure m;
+    bool ok = own && measure_chunk(r, sc, r->audit_seed, p, k, own, r->store[r->first_chunk[p] + k], &m);
+    if (ok) {
+#ifdef DEDLOC_TEST_HOOKS
+        if (r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE) m.s += 1000.0 * (fabs(m.s) + 1.0);
+#endif
+        memset(msg, 0, DL_AUDIT_PROJ1_SIZE);
+        dl_round_write_ref(msg, r, p, k);
+        msg[18] = DL_AUDIT_PROJ1;
+        dl_put_u16(msg + 24, (uint16_t)r->me);
+        memcpy(msg + 32, r->audit_seed, 32);
+        dl_put_f64(msg + 64, dl_get_f64(own + DL_AVG_REF_HEADER));
+        dl_put_f64(msg + 72, m.s);
+        dl_put_f64(msg + 80, m.a);
+        dl_put_f64(msg + 88, m.d);
+        r->tp.ops->sign(r->tp.ctx, msg, DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE, msg + DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE);
+    }
+    free(own);
+    return ok;
+}
+
+/* Once our seed is drawn: our projection of every generation-1 chunk we
+ * contributed to, to its re-reducer (ours kept here when we are it). */
+static void send_proj1(struct dl_round *r, struct scratch *sc, double now) {
+    for (size_t p = 0; p < r->g.n; p++)
+        for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+            size_t gi = r->first_chunk[p] + k, reducer;
+            if (!rereduced(r, gi, &reducer) || !in_mask(r->store[gi], r->me)) continue;
+            uint8_t *msg = dl_malloc(DL_AUDIT_PROJ1_SIZE);
+            if (!msg || !build_proj1(r, sc, p, k, msg)) {
+                free(msg);
+                continue;
+            }
+            if (reducer == r->me) {
+                free(r->proj1_in[gi * r->g.n + r->me]);
+                r->proj1_in[gi * r->g.n + r->me] = msg;
+                continue;
+            }
+            if (dl_round_request(r, r->g.members[reducer].peer_id, "avg.audit", msg, DL_AUDIT_PROJ1_SIZE,
+                                 r->deadline - now, EV_AUDIT_ACK, (uint32_t)p, (uint32_t)k, (uint32_t)reducer))
+                DL_WARN("collab", "cannot send our projection to re-reducer %s: %s", r->g.members[reducer].peer_id,
+                        dl_error());
+            free(msg);
+        }
+}
+
+static void read_proj1(const uint8_t *msg, double *weight, struct dl_audit_measure *m) {
+    *weight = dl_get_f64(msg + 64);
+    m->s = dl_get_f64(msg + 72);
+    m->a = dl_get_f64(msg + 80);
+    m->d = dl_get_f64(msg + 88);
+}
+
+/* Whether the re-reducer has every projection of the chunks it
+ * re-reduced (or waited stall_s for them since its seed). */
+static bool rr_due(const struct dl_round *r, double now) {
+    if (now - r->seed_at > r->stall_s) return true;
+    for (size_t gi = 0; gi < r->num_chunks; gi++) {
+        size_t reducer;
+        if (!rereduced(r, gi, &reducer) || reducer != r->me) continue;
+        for (size_t j = 0; j < r->g.n; j++)
+            if (in_mask(r->store[gi], j) && !r->proj1_in[gi * r->g.n + j] && !r->failed[j] && !r->audit_gone[j])
+                return false;
+    }
+    return true;
+}
+
+/* Per chunk we re-reduced, per contribution, one record under our
+ * signature to every member that receives: the sender's signed projection
+ * when it agrees with the contribution it gave us (kind 1, 160 bytes), else
+ * the contribution itself as its sender signed it (kind 0: a stand-in the
+ * members measure themselves; a sender whose projection contradicts it is
+ * banned here). A re-reduction happens only after an aggregator failed;
+ * each record is its own message so that it fits a frame. */
+static void send_rereduced(struct dl_round *r, struct scratch *sc, double now) {
+    for (size_t p = 0; p < r->g.n; p++)
+        for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+            size_t gi = r->first_chunk[p] + k, reducer;
+            if (!rereduced(r, gi, &reducer) || reducer != r->me || !r->rr[gi].contrib) continue;
+            const uint8_t *res = r->store[gi];
+            uint64_t off, len;
+            dl_round_chunk_range(r, p, k, &off, &len);
+            size_t chunk_size = dl_round_chunk_msg_size(r, len);
+            uint8_t *msg = dl_calloc(1, DL_AUDIT_REREDUCED_HEAD + chunk_size + DL_NET_SIGNATURE);
+            if (!msg) continue;
+            for (size_t j = 0; j < r->g.n; j++) {
+                const uint8_t *chunk = r->rr[gi].contrib[j], *proj = r->proj1_in[gi * r->g.n + j];
+                if (!in_mask(res, j) || !chunk) continue;
+                bool agrees = false;
+                if (proj && !memcmp(proj + 32, r->audit_seed, 32)) {
+                    struct dl_audit_measure mine, theirs;
+                    double weight;
+                    read_proj1(proj, &weight, &theirs);
+                    agrees = measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &mine) &&
+                             dl_audit_measure_agrees(&theirs, &mine) && weight == dl_get_f64(chunk + DL_AVG_REF_HEADER);
+                    if (!agrees && j != r->me)
+                        accuse(r, j, "its signed projection of a re-reduced chunk contradicts the chunk it signed");
+                }
+                size_t body = agrees ? DL_AUDIT_PROJ1_SIZE : chunk_size;
+                size_t size = DL_AUDIT_REREDUCED_HEAD + body + DL_NET_SIGNATURE;
+                memset(msg, 0, DL_AUDIT_REREDUCED_HEAD);
+                dl_round_write_ref(msg, r, p, k);
+                msg[18] = DL_AUDIT_REREDUCED;
+                dl_put_u16(msg + 24, (uint16_t)j);
+                msg[26] = agrees ? 1 : 0;
+                memcpy(msg + DL_AUDIT_REREDUCED_HEAD, agrees ? proj : chunk, body);
+                r->tp.ops->sign(r->tp.ctx, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE);
+                for (size_t m = 0; m < r->g.n; m++) {
+                    if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
+                    if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, size, r->deadline - now,
+                                         EV_AUDIT_ACK, (uint32_t)p, (uint32_t)k, (uint32_t)m))
+                        DL_WARN("collab", "cannot send our re-reduction's attestation to %s: %s",
+                                r->g.members[m].peer_id, dl_error());
+                }
+                dl_round_progress(r);
+            }
+            free(msg);
+        }
+}
+
+/* Whether every contributor of re-reduced chunk gi has its record. */
+static bool rereduced_complete(const struct dl_round *r, size_t gi) {
+    for (size_t j = 0; j < r->g.n; j++)
+        if (in_mask(r->store[gi], j) && !r->rr_attest_in[gi * r->g.n + j]) return false;
+    return true;
+}
+
+/* Checks the re-reducer's records of chunk gi against its signed
+ * generation-1 result: every contributor its mask names, signed by its
+ * sender and committed to by the result, and the result must satisfy the
+ * aggregation's equation over them, as for any other part. */
+static void check_rereduced(struct dl_round *r, struct scratch *sc, size_t gi, size_t reducer) {
+    const uint8_t *res = r->store[gi];
+    size_t n = r->g.n, part = 0, k = gi;
+    while (part + 1 < n && r->first_chunk[part + 1] <= gi) part++;
+    k = gi - r->first_chunk[part];
+    const struct dl_group_member *rm = &r->g.members[reducer];
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    size_t chunk_size = DL_AUDIT_REREDUCED_HEAD + dl_round_chunk_msg_size(r, len) + DL_NET_SIGNATURE;
+    size_t proj_size1 = DL_AUDIT_REREDUCED_HEAD + DL_AUDIT_PROJ1_SIZE + DL_NET_SIGNATURE;
+    char why[300];
+    r->rr_checked[gi] = true;
+    struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
+    size_t count = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (!in_mask(res, j)) continue;
+        const uint8_t *msg = r->rr_attest_in[gi * n + j];
+        size_t size = r->rr_attest_in_size[gi * n + j];
+        if (size < DL_AUDIT_REREDUCED_HEAD + DL_NET_SIGNATURE ||
+            dl_net_verify(rm->peer_id, rm->pk, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE)) {
+            unsure(r, "a re-reduction's attestation is not signed by its re-reducer");
+            return;
+        }
+        const uint8_t *body = msg + DL_AUDIT_REREDUCED_HEAD;
+        struct dl_audit_measure m;
+        double weight;
+        if (msg[26] == 1 && size == proj_size1) {
+            /* The sender's own signed numbers, passed on. */
+            const struct dl_group_member *sm = &r->g.members[j];
+            if (dl_net_verify(sm->peer_id, sm->pk, body, DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE,
+                              body + DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE) ||
+                memcmp(body, msg, 18) || memcmp(body + 20, msg + 20, 4) || body[18] != DL_AUDIT_PROJ1 ||
+                dl_get_u16(body + 24) != j) {
+                snprintf(why, sizeof why, "it passed on a projection of member %zu that member did not sign", j);
+                accuse(r, reducer, why);
+                return;
+            }
+            if (memcmp(body + 32, r->audit_seed, 32)) {
+                unsure(r, "a re-reduced chunk's projections were drawn for other results than ours");
+                return;
+            }
+            read_proj1(body, &weight, &m);
+        } else if (msg[26] == 0 && size == chunk_size) {
+            if (!read_record(r, sc, part, k, j, body, res, &m, why, sizeof why)) {
+                accuse(r, reducer, why);
+                return;
+            }
+            weight = dl_get_f64(body + DL_AVG_REF_HEADER);
+        } else {
+            snprintf(why, sizeof why, "it signed a malformed record of its re-reduction of part %zu chunk %zu", part,
+                     k);
+            accuse(r, reducer, why);
+            return;
+        }
+        claims[count++] = (struct dl_audit_claim){.weight = weight,
+                                                  .clip = dl_get_f64(commitment_of(r, res, len, j) + 32), .m = m};
+    }
+    enum dl_audit_verdict v = chunk_verdict(r, sc, part, k, res, claims, count, why, sizeof why);
+    char text[400];
+    snprintf(text, sizeof text, "its re-reduction of part %zu chunk %zu is wrong: %s", part, k, why);
+    if (v == DL_AUDIT_WRONG) accuse(r, reducer, text);
+    else if (v == DL_AUDIT_UNCHECKABLE) unsure(r, text);
+    else r->audit_chunks++;
+    dl_round_progress(r);
+}
+
+/* ---- rosters: what each result we hold is signed over ---------------------------------------- */
+
+/* Our roster: per chunk, the signed header, the hash the signature covers
+ * and the signature, to every other member that receives. Two members
+ * holding different results that one reducer signed for one chunk thus
+ * both hold the proof of it, whoever lied to whom. */
+static void send_roster(struct dl_round *r, double now) {
+    size_t size = DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * r->num_chunks;
+    uint8_t *msg = dl_calloc(1, size);
+    if (!msg) return;
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)r->me);
+    msg[18] = DL_AUDIT_ROSTER;
+    dl_put_u32(msg + 20, (uint32_t)r->num_chunks);
+    for (size_t gi = 0; gi < r->num_chunks; gi++) {
+        uint8_t *e = msg + DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * gi;
+        memcpy(e, r->store[gi], DL_AVG_RESULT_SIGNED);
+        memcpy(e + DL_AVG_RESULT_SIGNED, r->store_hash[gi], 32);
+        memcpy(e + DL_AVG_RESULT_SIGNED + 32, r->store[gi] + DL_AVG_RESULT_SIGNED, DL_NET_SIGNATURE);
+    }
+    for (size_t m = 0; m < r->g.n; m++) {
+        if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
+        if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, size, r->deadline - now, EV_AUDIT_ACK,
+                             (uint32_t)r->me, 0, (uint32_t)m))
+            DL_WARN("collab", "cannot send our roster to %s: %s", r->g.members[m].peer_id, dl_error());
+    }
+    free(msg);
+}
+
+/* Compares member j's roster with the results we hold. An entry that
+ * differs from ours for the same chunk, generation and reducer, and that
+ * the reducer did sign, is a second signed result: the reducer is caught.
+ * Entries that do not verify prove nothing against anyone and are skipped
+ * (the roster itself is unsigned: j could not be held to it). */
+static void check_roster(struct dl_round *r, size_t j) {
+    const uint8_t *msg = r->roster_in[j];
+    if (r->roster_in_size[j] != DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * r->num_chunks) return;
+    for (size_t gi = 0; gi < r->num_chunks; gi++) {
+        const uint8_t *theirs = msg + DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * gi, *ours = r->store[gi];
+        if (!memcmp(theirs, ours, DL_AVG_RESULT_SIGNED) &&
+            !memcmp(theirs + DL_AVG_RESULT_SIGNED, r->store_hash[gi], 32))
+            continue;
+        size_t part, k;
+        size_t reducer = dl_get_u16(ours + 24);
+        /* Another generation (a re-reduction some members got instead of
+         * the aggregator's relayed result) is no contradiction. */
+        if (dl_round_ref_chunk(r, theirs, DL_AVG_RESULT_SIGNED, &part, &k) != (long)gi || theirs[18] != ours[18] ||
+            dl_get_u16(theirs + 24) != reducer || reducer >= r->g.n)
+            continue;
+        const struct dl_group_member *m = &r->g.members[reducer];
+        if (dl_net_verify(m->peer_id, m->pk, theirs, DL_AVG_RESULT_SIGNED + 32, theirs + DL_AVG_RESULT_SIGNED + 32))
+            continue;
+        char why[160];
+        snprintf(why, sizeof why, "it signed two different results of part %zu chunk %zu (one reached member %zu)",
+                 part, k, j);
+        accuse(r, reducer, why);
+    }
+}
+
+/* Rosters from every receiver we do not count as failed, or stall_s after
+ * our seed; then checked. */
+static bool rosters_due(const struct dl_round *r, double now) {
+    if (now - r->seed_at > r->stall_s) return true;
+    for (size_t m = 0; m < r->g.n; m++)
+        if (m != r->me && r->g.members[m].role != DL_MEMBER_AUX && !r->failed[m] && !r->audit_gone[m] &&
+            !r->roster_in[m])
+            return false;
+    return true;
+}
+
+/* ---- test hooks: a grinding aggregator ------------------------------------------------------ */
+
+#ifdef DEDLOC_TEST_HOOKS
+#define GRIND_PAIRS 10
+#define GRIND_TRIES 8192
+
+/* Swaps GRIND_PAIRS pairs of elements of q, try `t` choosing which: the
+ * swap moves z.q by sum (z_a - z_b)(q_b - q_a), zero exactly when every pair
+ * has equal signs (one direction in 2^10). */
+static void grind_swap(float *q, size_t len, size_t t) {
+    for (size_t i = 0; i < GRIND_PAIRS; i++) {
+        size_t a = 2 * (GRIND_PAIRS * t + i), b = a + 1;
+        float keep = q[a];
+        q[a] = q[b];
+        q[b] = keep;
+    }
+}
+
+uint8_t *dl_audit_two_faced_copy(struct dl_round *r, size_t gi) {
+    uint8_t *msg = dl_malloc(r->store_size[gi]);
+    if (!msg) return NULL;
+    memcpy(msg, r->store[gi], r->store_size[gi]);
+    size_t part = dl_get_u16(msg + 16), k = dl_get_u32(msg + 20);
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    float *q = dl_malloc(sizeof(float) * (size_t)len);
+    if (q && decode_result(r, msg, (size_t)len, q)) {
+        for (size_t e = 0; e < len; e++) q[e] *= -1000.0f;
+        if (!dl_codec_encode(r->g.codec, q, (size_t)len, msg + DL_AVG_RESULT_HEADER)) {
+            uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
+            memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
+            crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER,
+                               r->store_size[gi] - DL_AVG_RESULT_HEADER, NULL, 0);
+            r->tp.ops->sign(r->tp.ctx, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED);
+        }
+    }
+    free(q);
+    return msg;
+}
+
+void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
+    size_t gi = r->first_chunk[part] + k;
+    uint8_t *msg = r->store[gi];
+    uint64_t off, len;
+    dl_round_chunk_range(r, part, k, &off, &len);
+    float *q = dl_malloc(sizeof(float) * (size_t)len), *lie = dl_malloc(sizeof(float) * (size_t)len);
+    uint8_t signs[(2 * GRIND_PAIRS * GRIND_TRIES) / 8 + 8];
+    if (!q || !lie || len < 2 * GRIND_PAIRS * GRIND_TRIES || !decode_result(r, msg, (size_t)len, q)) {
+        free(q);
+        free(lie);
+        return;
+    }
+    for (size_t t = 0; t < GRIND_TRIES; t++) {
+        memcpy(lie, q, sizeof(float) * (size_t)len);
+        grind_swap(lie, (size_t)len, t);
+        if (dl_codec_encode(r->g.codec, lie, (size_t)len, msg + DL_AVG_RESULT_HEADER)) break;
+        uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
+        memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
+        crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER,
+                           r->store_size[gi] - DL_AVG_RESULT_HEADER, NULL, 0);
+        r->tp.ops->sign(r->tp.ctx, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED);
+        memcpy(r->store_hash[gi], signed_part + DL_AVG_RESULT_SIGNED, 32);
+        dl_round_progress(r); /* it stays a live member while it grinds */
+        /* What it can foresee of the directions: the seed from every
+         * signature (it holds every other result) and the nonces it knows. */
+        uint8_t seed[32];
+        compute_seed(r, seed);
+        size_t span = 2 * GRIND_PAIRS * (t + 1);
+        dl_audit_direction(seed, gi, span, signs);
+        bool hidden = true;
+        for (size_t i = 0; i < GRIND_PAIRS && hidden; i++) {
+            size_t a = 2 * (GRIND_PAIRS * t + i);
+            hidden = ((signs[a / 8] >> (a % 8)) & 1) == ((signs[(a + 1) / 8] >> ((a + 1) % 8)) & 1);
+        }
+        if (hidden) {
+            DL_INFO("collab", "grinding: try %zu hides the swap from the directions we foresee", t);
+            break;
+        }
+    }
+    free(q);
+    free(lie);
+}
+#endif
+
 /* ---- the pump and the events ------------------------------------------------------------ */
 
 bool dl_audit_pump(struct dl_round *r, double now) {
@@ -560,23 +1035,75 @@ bool dl_audit_pump(struct dl_round *r, double now) {
     if (!r->audit_started) {
         r->audit_started = true;
         r->audit_start = now;
-        if (r->i_receive) compute_seed(r);
-        if (r->i_send) send_projections(r, &sc, now);
+        send_reveal(r, now);
+        if (r->i_receive) send_roster(r, now);
     }
     bool waiting = false;
-    if (r->i_aggregate && !r->attest_sent) {
+    if (r->i_receive && !(r->seed_at > 0)) {
+        if (seed_due(r, now)) {
+            for (size_t m = 0; m < r->g.n; m++)
+                if (m != r->me && nonce_commitment(r, m) && !nonce_counts(r, m))
+                    DL_INFO("collab", "accountable aggregation: member %zu's nonce is missing or not the one it "
+                            "committed to: the seed goes without it", m);
+            compute_seed(r, r->audit_seed);
+            r->seed_at = now;
+            if (r->i_send) send_projections(r, &sc, now);
+            if (r->i_send) send_proj1(r, &sc, now);
+        } else {
+            waiting = true;
+        }
+    }
+    if (r->seed_at > 0 && !r->rr_sent) {
+        if (rr_due(r, now)) {
+            r->rr_sent = true;
+            send_rereduced(r, &sc, now);
+        } else {
+            waiting = true;
+        }
+    }
+    /* Senders draw their projections once their seed is ready: an
+     * aggregator that receives waits for them from then on. */
+    double proj_since = r->i_receive ? r->seed_at : r->audit_start;
+    if (r->i_aggregate && !r->attest_sent && (!r->i_receive || r->seed_at > 0)) {
         bool all = true;
         for (size_t j = 0; j < r->g.n && all; j++)
             if (!r->proj_in[j] && !r->failed[j] && expects_projections(r, j)) all = false;
         /* A sender that sends none within stall_s: its chunks stand in. */
-        if (all || now - r->audit_start > r->stall_s) {
+        if (all || now - proj_since > r->stall_s) {
             r->attest_sent = true;
             if (send_attestation(r, &sc, now)) dl_round_fail(r, DL_AVG_FAILED, "out of memory");
         } else {
             waiting = true;
         }
     }
-    if (r->i_receive)
+    if (r->i_aggregate && !r->attest_sent) waiting = true;
+    if (r->i_receive && r->seed_at > 0 && !r->rosters_checked) {
+        if (rosters_due(r, now)) {
+            r->rosters_checked = true;
+            for (size_t m = 0; m < r->g.n; m++)
+                if (r->roster_in[m]) check_roster(r, m);
+            dl_round_progress(r);
+        } else {
+            waiting = true;
+        }
+    }
+    if (r->i_receive && r->seed_at > 0)
+        for (size_t gi = 0; gi < r->num_chunks; gi++) {
+            size_t reducer;
+            if (r->rr_checked[gi] || !rereduced(r, gi, &reducer) || reducer == r->me) continue;
+            if (rereduced_complete(r, gi)) {
+                check_rereduced(r, &sc, gi, reducer);
+            } else if (r->failed[reducer] || r->accused[reducer] ||
+                       dl_bans_is_banned(r->bans, r->g.members[reducer].peer_id)) {
+                /* Its re-reducer is gone too: nothing can show that the
+                 * result is right, so it is not applied. */
+                r->rr_checked[gi] = true;
+                unsure(r, "a re-reduced chunk's re-reducer failed before it attested it");
+            } else {
+                waiting = true;
+            }
+        }
+    if (r->i_receive && r->seed_at > 0)
         for (size_t p = 0; p < r->g.n; p++) {
             if (p == r->me || r->attest_checked[p] || !r->g.members[p].part_elems) continue;
             bool any = false;
@@ -615,6 +1142,10 @@ bool dl_audit_pump(struct dl_round *r, double now) {
 
 void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
     if (ev->kind == EV_AUDIT_ACK) {
+        /* A member we cannot reach will send no nonce or roster either: not
+         * waited for. (Not counted as failed: that would spare an
+         * aggregator that hangs up on us the check of its part.) */
+        if (ev->status == DL_NET_DISCONNECTED && ev->member < r->g.n) r->audit_gone[ev->member] = true;
         if (ev->status != DL_NET_OK)
             DL_INFO("collab", "%s did not take our audit message (%s)", ev->peer_id, dl_net_status_name(ev->status));
         return;
@@ -638,6 +1169,58 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         if (!r->proj_in[j] && !r->attest_sent) {
             r->proj_in[j] = ev->data;
             r->proj_in_size[j] = ev->size;
+            ev->data = NULL;
+        }
+    } else if (type == DL_AUDIT_REVEAL) {
+        /* Checked against its commitment when the seed is drawn; one that
+         * comes after that is of no use. */
+        if (part != (size_t)j || ev->size != DL_AUDIT_REVEAL_SIZE) {
+            dl_round_respond_text(r, ev->token, "refused: a nonce that is not its sender's own");
+            return;
+        }
+        if (!r->reveal_got[j] && !(r->seed_at > 0)) {
+            memcpy(r->reveal_in[j], ev->data + 24, DL_AUDIT_NONCE);
+            r->reveal_got[j] = true;
+        }
+    } else if (type == DL_AUDIT_PROJ1) {
+        size_t p, k;
+        long gi = dl_round_ref_chunk(r, ev->data, ev->size, &p, &k);
+        const struct dl_group_member *sm = &r->g.members[j];
+        if (gi < 0 || dl_round_rereducer(r, p) != (long)r->me || ev->size != DL_AUDIT_PROJ1_SIZE ||
+            dl_get_u16(ev->data + 24) != (size_t)j ||
+            dl_net_verify(sm->peer_id, sm->pk, ev->data, ev->size - DL_NET_SIGNATURE,
+                          ev->data + ev->size - DL_NET_SIGNATURE)) {
+            dl_round_respond_text(r, ev->token, "refused: a projection not for a chunk we re-reduced, or not signed");
+            return;
+        }
+        if (!r->proj1_in[(size_t)gi * r->g.n + (size_t)j] && !r->rr_sent) {
+            r->proj1_in[(size_t)gi * r->g.n + (size_t)j] = ev->data;
+            ev->data = NULL;
+        }
+    } else if (type == DL_AUDIT_REREDUCED) {
+        size_t p, k;
+        long gi = dl_round_ref_chunk(r, ev->data, ev->size, &p, &k);
+        size_t sender = ev->size >= DL_AUDIT_REREDUCED_HEAD ? dl_get_u16(ev->data + 24) : r->g.n;
+        if (gi < 0 || dl_round_rereducer(r, p) != j || sender >= r->g.n ||
+            ev->size < DL_AUDIT_REREDUCED_HEAD + DL_NET_SIGNATURE) {
+            dl_round_respond_text(r, ev->token, "refused: an attestation of a re-reduction that is not its own");
+            return;
+        }
+        size_t slot = (size_t)gi * r->g.n + sender;
+        if (!r->rr_attest_in[slot] && r->i_receive) {
+            r->rr_attest_in[slot] = ev->data;
+            r->rr_attest_in_size[slot] = ev->size;
+            ev->data = NULL;
+        }
+    } else if (type == DL_AUDIT_ROSTER) {
+        if (part != (size_t)j || ev->size != DL_AUDIT_ROSTER_HEAD + DL_AUDIT_ROSTER_ENTRY * r->num_chunks ||
+            r->g.members[j].role == DL_MEMBER_AUX) {
+            dl_round_respond_text(r, ev->token, "refused: a roster that is not its sender's or not of this round");
+            return;
+        }
+        if (!r->roster_in[j] && r->i_receive && !r->rosters_checked) {
+            r->roster_in[j] = ev->data;
+            r->roster_in_size[j] = ev->size;
             ev->data = NULL;
         }
     } else if (type == DL_AUDIT_ATTESTATION) {

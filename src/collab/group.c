@@ -91,6 +91,22 @@ int dl_group_check_settings(const struct dl_group *g, const struct dl_avg_option
     return 0;
 }
 
+int dl_group_check_join(const struct dl_group *g, const char *leader, const char *self, enum dl_member_role role,
+                        uint64_t elements, enum dl_codec codec, uint64_t epoch, size_t *me) {
+    int i = dl_group_find(g, self);
+    if (strcmp(g->members[g->leader].peer_id, leader)) return dl_fail("the group record is signed by another leader");
+    if (i < 0 || g->members[i].role != role) return dl_fail("the group record does not hold us in our role");
+    if (g->elements != elements || g->codec != codec)
+        return dl_fail("the group record is for %llu elements in %s, we joined with %llu in %s",
+                       (unsigned long long)g->elements, dl_codec_name(g->codec), (unsigned long long)elements,
+                       dl_codec_name(codec));
+    if (g->epoch != epoch)
+        return dl_fail("the group record is for epoch %llu, we joined for epoch %llu", (unsigned long long)g->epoch,
+                       (unsigned long long)epoch);
+    *me = (size_t)i;
+    return 0;
+}
+
 int dl_group_find(const struct dl_group *g, const char *peer_id) {
     for (size_t i = 0; i < g->n; i++)
         if (!strcmp(g->members[i].peer_id, peer_id)) return (int)i;

@@ -63,6 +63,13 @@ int dl_group_check_plan(struct dl_group *g);
  * time, centered clip's tau and iterations) differ from this run's own
  * (`opt`, resolved: stall_s > 0): a leader may not dictate them. */
 int dl_group_check_settings(const struct dl_group *g, const struct dl_avg_options *opt);
+/* Refuses a parsed record that is not the answer to our join: signed by
+ * another leader than the one we asked, without us or with us in another
+ * role, or for another vector size, codec or epoch (a record of an old epoch
+ * replayed by its leader must not run a round that a later step applies).
+ * Our member index goes to *me. */
+int dl_group_check_join(const struct dl_group *g, const char *leader, const char *self, enum dl_member_role role,
+                        uint64_t elements, enum dl_codec codec, uint64_t epoch, size_t *me);
 /* Index of peer_id in the group, or -1. */
 int dl_group_find(const struct dl_group *g, const char *peer_id);
 

@@ -531,17 +531,16 @@ static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
                     pass_over(c, opt->epoch, leader);
                     rc = dl_round_fail(r, DL_AVG_NO_GROUP, "%s", dl_error());
                 } else {
-                    int me = dl_group_find(&r->g, dl_net_peer_id(c->net));
-                    if (strcmp(r->g.members[r->g.leader].peer_id, leader) || me < 0 || r->g.elements != r->n ||
-                        r->g.codec != opt->compression || r->g.epoch != opt->epoch ||
-                        r->g.members[me].role != self.role)
-                        rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the group record from %s does not match our join",
-                                           leader);
+                    size_t me = 0;
+                    if (dl_group_check_join(&r->g, leader, dl_net_peer_id(c->net), self.role, r->n, opt->compression,
+                                            opt->epoch, &me))
+                        rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the group record from %s does not match our join: %s",
+                                           leader, dl_error());
                     else if (dl_group_check_settings(&r->g, opt) || dl_group_check_plan(&r->g))
                         rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the group record from %s: %s", leader, dl_error());
                     if (rc != 1) pass_over(c, opt->epoch, leader);
                     else {
-                        r->me = (size_t)me;
+                        r->me = me;
                         rc = 0;
                     }
                 }

@@ -34,16 +34,21 @@ static void answer_waiters(struct dl_round *r, size_t gi, const char *error) {
 static void finish_rereduce(struct dl_round *r, size_t part, size_t k) {
     size_t gi = r->first_chunk[part] + k;
     struct dl_rereduce *rr = &r->rr[gi];
+    bool reduced_here = false;
     if (!r->store[gi]) {
         bool bad[DL_AVG_MAX_MEMBERS] = {false};
         if (dl_round_reduce(r, part, k, 1, rr->contrib, bad))
             DL_WARN("collab", "cannot re-reduce part %zu chunk %zu: no contribution", part, k);
+        else
+            reduced_here = true;
         for (size_t j = 0; j < r->g.n; j++)
             if (bad[j])
                 dl_round_ban(r, r->g.members[j].peer_id,
                              "sent a contribution that does not decode or an impossible weight");
     }
-    for (size_t j = 0; j < r->g.n; j++) {
+    /* The signed contributions of a result we signed are kept: its
+     * attestation shows them to every member (audit_round.c). */
+    for (size_t j = 0; j < r->g.n && !reduced_here; j++) {
         free(rr->contrib[j]);
         rr->contrib[j] = NULL;
     }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collab/audit.h"
 #include "collab/balance.h"
 #include "collab/bytes.h"
 #include "collab/centered_clip.h"
@@ -193,11 +194,12 @@ int dl_round_mask_count(const struct dl_round *r, const uint8_t *result) {
     return count;
 }
 
-static void sign_result(struct dl_round *r, uint8_t *msg, size_t data_size) {
+static void sign_result(struct dl_round *r, uint8_t *msg, size_t data_size, size_t gi) {
     uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
     memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
     crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER, data_size, NULL, 0);
     r->tp.ops->sign(r->tp.ctx, signed_part, sizeof signed_part, msg + DL_AVG_RESULT_SIGNED);
+    memcpy(r->store_hash[gi], signed_part + DL_AVG_RESULT_SIGNED, 32); /* for our roster */
 }
 
 static int store_result(struct dl_round *r, size_t gi, uint8_t *msg, size_t size) {
@@ -366,7 +368,8 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
         for (size_t e = 0; e < len; e++) r->acc[e] /= total;
     }
 #ifdef DEDLOC_TEST_HOOKS
-    if (r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE && generation == 0)
+    if ((r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE && generation == 0) ||
+        (r->misbehaviour == DL_MISBEHAVE_REREDUCE_SCALE && generation == 1))
         for (size_t e = 0; e < len; e++) r->acc[e] *= -1000.0;
 #endif
     for (size_t e = 0; e < len; e++) r->tmp[e] = (float)r->acc[e];
@@ -404,14 +407,19 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     uint8_t *commit = data + res_size;
     dl_put_f64(commit, distance_to(r->acc, q, (size_t)len));
     dl_put_f64(commit + 8, moved);
+    dl_audit_nonce_commit(r->g.round_id, r->audit_nonce, commit + DL_AVG_COMMIT_NONCE);
     for (size_t i = 0; i < count; i++) {
         memcpy(commit + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i, hash[i], 32);
         dl_put_f64(commit + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i + 32, clip_weight[i]);
     }
     free(q);
     free(iterate);
-    sign_result(r, msg, res_size + trailer);
+    sign_result(r, msg, res_size + trailer, r->first_chunk[part] + k);
     store_result(r, r->first_chunk[part] + k, msg, DL_AVG_RESULT_HEADER + res_size + trailer);
+#ifdef DEDLOC_TEST_HOOKS
+    if (r->misbehaviour == DL_MISBEHAVE_GRIND && generation == 0 && k + 1 == dl_round_chunks_of(r, part))
+        dl_audit_grind(r, part, k);
+#endif
     r->reduce_s += dl_now() - t0;
     r->reduced_elems += len * count;
     return 0;
@@ -457,6 +465,7 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
     uint8_t *copy = dl_malloc(size);
     if (!copy) return -1;
     memcpy(copy, msg, size);
+    memcpy(r->store_hash[gi], signed_part + DL_AVG_RESULT_SIGNED, 32); /* for our roster */
     r->last_heard[reducer] = dl_round_now(r);
     r->heard[reducer] = true;
     return store_result(r, (size_t)gi, copy, size);

@@ -34,17 +34,27 @@
 #define DL_AVG_JOIN_SIZE 72
 /* Accountable aggregation (audit_round.c, docs/protocol.md): a chunk ends
  * with its sender's signature over its header and BLAKE2b-256 of its data; a
- * result's data is followed by its commitments: e2 f64, delta f64, then per
- * contributor (mask order) the BLAKE2b-256 of its chunk's data and its clip
- * weight f64. */
+ * result's data is followed by its commitments: e2 f64, delta f64, the
+ * reducer's nonce commitment[32], then per contributor (mask order) the
+ * BLAKE2b-256 of its chunk's data and its clip weight f64. */
 #define DL_AVG_CHUNK_SIG DL_NET_SIGNATURE
-#define DL_AVG_COMMIT_HEAD 16
+#define DL_AVG_COMMIT_HEAD 48
+#define DL_AVG_COMMIT_NONCE 16    /* offset of the nonce commitment in the commitments */
 #define DL_AVG_COMMIT_ENTRY 40
 /* Centered clip: reweighted-mean steps after the iterations, at most. */
 #define DL_AUDIT_REWEIGHT_STEPS 200
 /* avg.audit messages: type byte at offset 18 (after round_id and part). */
 #define DL_AUDIT_PROJECTIONS 1
 #define DL_AUDIT_ATTESTATION 2
+#define DL_AUDIT_REVEAL 3
+#define DL_AUDIT_REVEAL_SIZE 56   /* round_id part(= sender) u16 type pad u32 pad nonce[32] */
+#define DL_AUDIT_REREDUCED 5       /* a re-reducer's record of one contribution to a generation-1 chunk */
+#define DL_AUDIT_REREDUCED_HEAD 32 /* round_id part u16 type pad chunk u32 sender u16 kind u8 pad[5] */
+#define DL_AUDIT_PROJ1 6           /* a sender's signed projection of one generation-1 chunk, to its re-reducer */
+#define DL_AUDIT_PROJ1_SIZE 160    /* round_id part type pad chunk u32 sender u16 pad[6] seed[32] weight s a d sig */
+#define DL_AUDIT_ROSTER 4
+#define DL_AUDIT_ROSTER_HEAD 24   /* round_id part(= sender) u16 type pad count u32 */
+#define DL_AUDIT_ROSTER_ENTRY (DL_AVG_RESULT_SIGNED + 32 + DL_NET_SIGNATURE) /* what a result's signature covers, and it */
 #define DL_AUDIT_PROJ_HEAD 64     /* round_id part type pad sender u16 pad u16 seed[32] weight f64 */
 #define DL_AUDIT_ATTEST_HEAD 24   /* round_id part type pad count u16 accusations u16 pad u32 */
 #define DL_AUDIT_ACCUSE_HEAD 8    /* chunk u32 sender u16 pad u16, then the sender's signed chunk */
@@ -66,6 +76,16 @@ enum dl_misbehaviour {
     /* test-hook builds only: an aggregator whose results are -1000 times the
      * average; a sender whose published projections are not its chunks' */
     DL_MISBEHAVE_RESULT_SCALE, DL_MISBEHAVE_PROJECTION_LIE,
+    /* test-hook builds only: an aggregator that signs its last result after
+     * holding every other, and grinds it (swapped elements) until the
+     * directions it can foresee hide the swap */
+    DL_MISBEHAVE_GRIND,
+    /* test-hook builds only: an aggregator that sends its true results to
+     * the members of even index and signed wrong ones to the others */
+    DL_MISBEHAVE_TWO_FACED,
+    /* test-hook builds only: a re-reducer whose generation-1 results are
+     * -1000 times the average */
+    DL_MISBEHAVE_REREDUCE_SCALE,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -134,6 +154,7 @@ struct dl_round {
     _Atomic double heartbeat;     /* last_loop, for the network thread's avg.alive */
     bool i_send, i_receive, i_aggregate;
     bool audit_started, attest_sent, audit_done; /* accountable aggregation (below) */
+    bool rosters_checked, rr_sent;                /* rosters compared, our re-reductions attested */
     /* geometry: global chunk index of part p's first chunk; chunk count */
     size_t *first_chunk;
     size_t num_chunks;
@@ -178,9 +199,30 @@ struct dl_round {
     size_t *attest_in_size;
     bool *attest_checked;
     bool *accused;                /* members banned on this round's evidence */
+    /* The seed's nonces: ours (audit_nonce, below: committed in every
+     * result we sign, revealed once we hold every result), the others' as
+     * revealed to us; when we drew the seed (0: not yet). */
+    uint8_t (*reveal_in)[32];     /* per member */
+    bool *reveal_got;
+    double seed_at;
+    /* Rosters: every receiver tells every other what each result it holds
+     * is signed over, so that two results its reducer signed differently
+     * meet at every honest member (evidence of a two-faced reducer). */
+    uint8_t (*store_hash)[32];    /* per global chunk: BLAKE2b-256 its signature covers */
+    uint8_t **roster_in;          /* per member, its roster */
+    size_t *roster_in_size;
+    bool *audit_gone;             /* per member: an audit message to it found no connection (not waited for) */
+    /* Generation-1 results: per (global chunk, member) at gi n + j, the
+     * re-reducer's signed record of j's contribution; per global chunk,
+     * whether we checked it. */
+    uint8_t **rr_attest_in;
+    size_t *rr_attest_in_size;
+    bool *rr_checked;
+    uint8_t **proj1_in;           /* re-reducer: per (global chunk, member), its signed generation-1 projection */
     uint32_t audit_chunks;        /* chunks whose equation we checked and found right */
     enum dl_avg_status audit_status;
     char audit_reason[256];       /* why the round is not applied, once every part is checked */
+    uint8_t audit_nonce[32];
 };
 
 /* ---- round.c: the round's state -------------------------------------------------- */
@@ -267,6 +309,15 @@ void dl_audit_free(struct dl_round *r);
  * true when the audit is over (r->status says how it ended). */
 bool dl_audit_pump(struct dl_round *r, double now);
 void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev);
+#ifdef DEDLOC_TEST_HOOKS
+/* DL_MISBEHAVE_TWO_FACED: a signed copy of our stored result gi with other
+ * data (malloc'd; NULL when out of memory). */
+uint8_t *dl_audit_two_faced_copy(struct dl_round *r, size_t gi);
+/* DL_MISBEHAVE_GRIND: rewrites our stored result of (part, k), swapping
+ * pairs of elements, until the seed we can compute now draws directions
+ * that do not see the swap (test builds only). */
+void dl_audit_grind(struct dl_round *r, size_t part, size_t k);
+#endif
 
 /* ---- recovery.c ------------------------------------------------------------------- */
 

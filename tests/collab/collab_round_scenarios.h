@@ -158,6 +158,14 @@ static const struct scenario scenarios[] = {
      .victim = 1, .misbehave = "result-scale", .caught = true, .needs_test_hooks = true},
     {.name = "audit_projection_lie_topk", .member_count = 4, .vector_size = 1000003, .compression = "topk",
      .victim = 3, .misbehave = "projection-lie", .caught = true, .needs_test_hooks = true},
+    /* an aggregator that signs its last result after every other and grinds
+     * it against the seed it can foresee (the others' nonces are not in it
+     * yet); one that sends signed wrong results to the members of odd index:
+     * the rosters bring both of its signed results to every member */
+    {.name = "audit_grind", .member_count = 4, .vector_size = 1000003, .victim = 2, .misbehave = "grind",
+     .caught = true, .needs_test_hooks = true},
+    {.name = "audit_two_faced", .member_count = 5, .vector_size = 1000003, .victim = 2, .misbehave = "two-faced",
+     .caught = true, .needs_test_hooks = true},
     /* a clean centered-clip round passes every check */
     {.name = "audit_clean_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
      .aggregation = "centered-clip", .roles = "ttatc"},

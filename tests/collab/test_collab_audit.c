@@ -220,6 +220,20 @@ int main(void) {
     CHECK(dl_audit_check(claims, K, &res, true, tau, NULL, 0) == DL_AUDIT_WRONG);
     CHECK(dl_audit_check(claims, 0, &res, true, tau, NULL, 0) == DL_AUDIT_WRONG);
 
+    /* A revealed nonce opens its commitment and nothing else: another
+     * nonce, or the same nonce in another round, does not. */
+    {
+        uint8_t round_id[16], other_round[16], nonce[DL_AUDIT_NONCE], commit[32];
+        memset(round_id, 0xA5, sizeof round_id);
+        memset(other_round, 0xA5, sizeof other_round);
+        other_round[15] ^= 1;
+        for (size_t i = 0; i < sizeof nonce; i++) nonce[i] = (uint8_t)(3 * i + 1);
+        dl_audit_nonce_commit(round_id, nonce, commit);
+        CHECK(dl_audit_reveal_matches(round_id, nonce, commit));
+        CHECK(!dl_audit_reveal_matches(other_round, nonce, commit));
+        nonce[31] ^= 0x80;
+        CHECK(!dl_audit_reveal_matches(round_id, nonce, commit));
+    }
     printf("%d passed, %d failed\n", dl_test_passed, dl_test_failed);
     return dl_test_failed ? 1 : 0;
 }

@@ -90,6 +90,26 @@ int main(void) {
     CHECK(dl_group_find(parsed, g->members[2].peer_id) == 2);
     CHECK(dl_group_find(parsed, "00000000000000000000000000000000") == -1);
 
+    /* The record answers our join only when it is for what we joined: a
+     * leader that answers an epoch-8 join with its record of epoch 7 (a
+     * replay of a round already applied) is refused, as are another vector
+     * size, codec, role or leader. */
+    {
+        const char *lead_id = dl_net_peer_id(leader), *me_id = g->members[1].peer_id;
+        size_t me = 99;
+        CHECK_OK(dl_group_check_join(parsed, lead_id, me_id, DL_MEMBER_TRAINER, 1000, DL_CODEC_FP16, 7, &me));
+        CHECK(me == 1);
+        CHECK(dl_group_check_join(parsed, lead_id, me_id, DL_MEMBER_TRAINER, 1000, DL_CODEC_FP16, 8, &me) != 0 &&
+              strstr(dl_error(), "epoch 7"));
+        CHECK(dl_group_check_join(parsed, lead_id, me_id, DL_MEMBER_TRAINER, 1000, DL_CODEC_FP16, 6, &me) != 0);
+        CHECK(dl_group_check_join(parsed, lead_id, me_id, DL_MEMBER_TRAINER, 999, DL_CODEC_FP16, 7, &me) != 0);
+        CHECK(dl_group_check_join(parsed, lead_id, me_id, DL_MEMBER_TRAINER, 1000, DL_CODEC_NONE, 7, &me) != 0);
+        CHECK(dl_group_check_join(parsed, lead_id, me_id, DL_MEMBER_CLIENT, 1000, DL_CODEC_FP16, 7, &me) != 0);
+        CHECK(dl_group_check_join(parsed, me_id, me_id, DL_MEMBER_TRAINER, 1000, DL_CODEC_FP16, 7, &me) != 0);
+        CHECK(dl_group_check_join(parsed, lead_id, dl_net_peer_id(other), DL_MEMBER_TRAINER, 1000, DL_CODEC_FP16, 7,
+                                  &me) != 0);
+    }
+
     /* Any flipped bit is refused (a field check or the signature). */
     int refused = 0;
     for (size_t i = 0; i < size; i++) {

@@ -42,6 +42,8 @@ struct pending {                  /* a request not yet answered */
     uint32_t part, chunk, member;
     double expires;
     bool open;
+    int answered_status;          /* how it was answered (the probe's check) */
+    char answered_text[64];
 };
 
 struct swarm;
@@ -103,6 +105,9 @@ static long find_member(struct swarm *s, const char *peer_id) {
 static void answer(struct swarm *s, struct pending *p, int status, const void *data, size_t size) {
     if (!p->open) return;
     p->open = false;
+    p->answered_status = status;
+    if (status == DL_NET_REMOTE_ERROR && data)
+        snprintf(p->answered_text, sizeof p->answered_text, "%.*s", (int)size, (const char *)data);
     struct member *asker = &s->m[p->from];
     if (asker->state != ALIVE || asker->finished) return;
     struct dl_avg_event *ev = dl_avg_event_new(p->kind, s->m[p->to].peer_id, data, data ? size : 0);
@@ -253,6 +258,9 @@ struct scenario {
     double weights[MAX_MEMBERS];
     long victim;                  /* -1: nobody fails */
     int victim_fate;
+    bool probe_rereduce;          /* member 0 asks part 1's re-reducer to re-reduce while part 1's aggregator lives */
+    int lie;                      /* enum dl_misbehaviour of member `liar` (0: everyone is honest) */
+    long liar;
 };
 
 static uint32_t rng_state;
@@ -422,7 +430,27 @@ static struct outcome run_scenario(const struct scenario *sc) {
         r->deadline = s->clock + r->deadline_s;
         r->stall_s = g.stall_s;
         m->r = r;
+        if (sc->lie && (long)i == sc->liar) r->misbehaviour = sc->lie;
         CHECK_MSG(dl_round_begin(r) == 0, "%s: member %zu cannot begin: %s", sc->name, i, r->reason);
+        /* Nonces of our choosing, so that a run is the same bits every
+         * time: what the others reveal is still unknown to the liar when
+         * it signs. */
+        memset(r->audit_nonce, (int)(0x40 + i), sizeof r->audit_nonce);
+    }
+
+    /* A member that wrongly takes part 1's aggregator for dead asks its
+     * re-reducer for chunk 0: the re-reducer must find the aggregator
+     * alive and refuse, or it would sign generation-1 bits where everyone
+     * else holds the aggregator's. */
+    uint64_t probe_token = 0;
+    if (sc->probe_rereduce) {
+        uint8_t ref[DL_AVG_REF_HEADER];
+        dl_round_write_ref(ref, s->m[0].r, 1, 0);
+        long rr = dl_round_rereducer(s->m[0].r, 1);
+        CHECK(rr > 1);
+        mem_request(&s->m[0], 999, s->m[rr].peer_id, "avg.rereduce", ref, sizeof ref, 30, EV_REREDUCE_REPLY, 1, 0,
+                    (uint32_t)rr);
+        probe_token = s->next_token;
     }
 
     /* The pump. */
@@ -463,6 +491,26 @@ static struct outcome run_scenario(const struct scenario *sc) {
     float *ref = malloc(CHUNK * sizeof *ref);
     float **out = calloc(sc->members, sizeof *out);
     if (!ref || !out) abort();
+    if (sc->lie) {
+        /* The liar is caught by every other member, on evidence: each
+         * applies nothing and bans the liar, and nobody else. */
+        for (size_t i = 0; i < s->n; i++) {
+            if ((long)i == sc->liar || s->m[i].state != ALIVE) continue;
+            const struct dl_round *r = s->m[i].r;
+            char caught[64];
+            snprintf(caught, sizeof caught, "caught member %ld", sc->liar);
+            CHECK_MSG(r->status == DL_AVG_FAILED && strstr(r->reason, caught), "%s: member %zu ended %s: %s",
+                      sc->name, i, dl_avg_status_name(r->status), r->reason);
+            for (size_t j = 0; j < s->n; j++)
+                CHECK_MSG(dl_bans_is_banned(&s->m[i].bans, s->m[j].peer_id) == ((long)j == sc->liar),
+                          "%s: member %zu %s member %zu", sc->name, i,
+                          (long)j == sc->liar ? "did not ban" : "banned", j);
+        }
+        printf("%s: %zu members, caught after %.2f s of virtual time\n", sc->name, sc->members,
+               s->clock - CLOCK_START);
+        goto done;
+    }
+
     for (size_t i = 0; i < s->n; i++) {
         struct member *m = &s->m[i];
         if (m->state != ALIVE) continue;
@@ -553,11 +601,19 @@ static struct outcome run_scenario(const struct scenario *sc) {
         CHECK_MSG(relayed_ok > 0, "%s: nothing the victim reduced survived", sc->name);
         CHECK(survivors == sc->members - 1);
     }
+    if (sc->probe_rereduce) {
+        struct pending *probe = find_pending(s, probe_token);
+        CHECK_MSG(probe && !probe->open && probe->answered_status == DL_NET_REMOTE_ERROR &&
+                      !strcmp(probe->answered_text, "aggregator alive"),
+                  "%s: the re-reducer answered a re-reduction of a live aggregator's part with status %d (%s)",
+                  sc->name, probe ? probe->answered_status : -1, probe ? probe->answered_text : "no request");
+    }
     outcome.virtual_s = s->clock - CLOCK_START;
     if (first >= 0) outcome.result_hash = fnv1a(out[first], n * sizeof(float));
     printf("%s: %zu members, %zu elements, codec %s: %zu completed, %.2f s of virtual time, %zu re-reduced\n",
            sc->name, sc->members, n, dl_codec_name(sc->codec), completed, s->clock - CLOCK_START, rereduced);
 
+done:
     for (size_t i = 0; i < s->n; i++) {
         free(out[i]);
         free_events(take_all(&s->m[i]));
@@ -575,26 +631,55 @@ static struct outcome run_scenario(const struct scenario *sc) {
 int main(void) {
     if (sodium_init() < 0) return 1;
     static const struct scenario scenarios[] = {
-        {"two", 2, DL_CODEC_NONE, "tt", {100003, 99991}, {3, 5}, -1, ALIVE},
-        {"eight", 8, DL_CODEC_NONE, "tttttttt", {40001, 40003, 39989, 40009, 40013, 39983, 40031, 40037},
-         {1, 2, 3, 4, 5, 6, 7, 8}, -1, ALIVE},
-        {"four_fp16", 4, DL_CODEC_FP16, "tttt", {CHUNK + 5, 2 * CHUNK - 3, 77, CHUNK}, {2, 3, 5, 7}, -1, ALIVE},
+        {.name = "two", .members = 2, .codec = DL_CODEC_NONE, .roles = "tt", .parts = {100003, 99991},
+         .weights = {3, 5}, .victim = -1},
+        {.name = "eight", .members = 8, .codec = DL_CODEC_NONE, .roles = "tttttttt",
+         .parts = {40001, 40003, 39989, 40009, 40013, 39983, 40031, 40037}, .weights = {1, 2, 3, 4, 5, 6, 7, 8},
+         .victim = -1},
+        {.name = "four_fp16", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
+         .parts = {CHUNK + 5, 2 * CHUNK - 3, 77, CHUNK}, .weights = {2, 3, 5, 7}, .victim = -1},
         /* uneven parts (several chunks, a last chunk of a few elements, a
          * part of 13), a client without a part and an aux peer with one */
-        {"uneven_roles_uint8", 5, DL_CODEC_UINT8, "ttcat", {2 * CHUNK + 11, 13, 0, CHUNK + 1, 5000}, {4, 1, 2, 0, 3},
-         -1, ALIVE},
+        {.name = "uneven_roles_uint8", .members = 5, .codec = DL_CODEC_UINT8, .roles = "ttcat",
+         .parts = {2 * CHUNK + 11, 13, 0, CHUNK + 1, 5000}, .weights = {4, 1, 2, 0, 3}, .victim = -1},
         /* an aggregator that dies in the middle of sending its results */
-        {"dead_aggregator", 4, DL_CODEC_NONE, "tttt", {CHUNK, 3 * CHUNK, CHUNK, 10}, {1, 2, 3, 4}, 1, KILLED},
+        {.name = "dead_aggregator", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
+         .parts = {CHUNK, 3 * CHUNK, CHUNK, 10}, .weights = {1, 2, 3, 4}, .victim = 1, .victim_fate = KILLED},
         /* weights within 4 x the lower median: a larger one is capped (balance.h) */
-        {"hung_aggregator_fp16", 4, DL_CODEC_FP16, "tttt", {CHUNK / 2, 3 * CHUNK, 1000, CHUNK}, {3, 1, 1, 2}, 1, HUNG},
+        {.name = "hung_aggregator_fp16", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
+         .parts = {CHUNK / 2, 3 * CHUNK, 1000, CHUNK}, .weights = {3, 1, 1, 2}, .victim = 1, .victim_fate = HUNG},
+        /* a re-reduction asked for while the part's aggregator is alive is refused */
+        /* an aggregator that signs its last result after holding every
+         * other and grinds it until the directions it can foresee miss its
+         * swapped elements: the nonces it could not foresee catch it */
+        {.name = "grinding_aggregator", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
+         .parts = {CHUNK, CHUNK, 2 * CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
+         .lie = DL_MISBEHAVE_GRIND, .liar = 2},
+        /* an aggregator that sends its true results to members 0 and 2
+         * and signed wrong ones to 1 and 3: the rosters bring both signed
+         * results to everyone */
+        {.name = "two_faced_aggregator", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
+         .parts = {CHUNK, CHUNK, 2 * CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
+         .lie = DL_MISBEHAVE_TWO_FACED, .liar = 2},
+        /* the aggregator of part 1 dies while sending its results; the
+         * re-reducer of its part (member 2) signs -1000 times the average
+         * for the chunks it re-reduces: its attestation, the contributions
+         * it reduced, convicts it */
+        {.name = "lying_rereducer", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
+         .parts = {CHUNK, 3 * CHUNK, CHUNK, 10}, .weights = {1, 2, 3, 4}, .victim = 1, .victim_fate = KILLED,
+         .lie = DL_MISBEHAVE_REREDUCE_SCALE, .liar = 2},
+        {.name = "rereduce_alive", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
+         .parts = {CHUNK, 2 * CHUNK, CHUNK, 10}, .weights = {1, 2, 3, 4}, .victim = -1, .probe_rereduce = true},
         /* int8 and topk (sparse fp16 results, sized by their bitmaps): the
          * same, and re-reduced results fetched by those who lack them */
-        {"uneven_roles_int8", 5, DL_CODEC_INT8, "ttcat", {CHUNK + 11, 13, 0, CHUNK + 1, 5000}, {4, 1, 2, 0, 3}, -1,
-         ALIVE},
-        {"uneven_roles_topk", 5, DL_CODEC_TOPK, "ttcat", {2 * CHUNK + 11, 13, 0, CHUNK + 1, 5000}, {4, 1, 2, 0, 3},
-         -1, ALIVE},
-        {"dead_aggregator_topk", 4, DL_CODEC_TOPK, "tttt", {CHUNK, 3 * CHUNK, CHUNK, 10}, {1, 2, 3, 4}, 1, KILLED},
-        {"hung_aggregator_int8", 4, DL_CODEC_INT8, "tttt", {CHUNK / 2, 3 * CHUNK, 1000, CHUNK}, {3, 1, 1, 2}, 1, HUNG},
+        {.name = "uneven_roles_int8", .members = 5, .codec = DL_CODEC_INT8, .roles = "ttcat",
+         .parts = {CHUNK + 11, 13, 0, CHUNK + 1, 5000}, .weights = {4, 1, 2, 0, 3}, .victim = -1},
+        {.name = "uneven_roles_topk", .members = 5, .codec = DL_CODEC_TOPK, .roles = "ttcat",
+         .parts = {2 * CHUNK + 11, 13, 0, CHUNK + 1, 5000}, .weights = {4, 1, 2, 0, 3}, .victim = -1},
+        {.name = "dead_aggregator_topk", .members = 4, .codec = DL_CODEC_TOPK, .roles = "tttt",
+         .parts = {CHUNK, 3 * CHUNK, CHUNK, 10}, .weights = {1, 2, 3, 4}, .victim = 1, .victim_fate = KILLED},
+        {.name = "hung_aggregator_int8", .members = 4, .codec = DL_CODEC_INT8, .roles = "tttt",
+         .parts = {CHUNK / 2, 3 * CHUNK, 1000, CHUNK}, .weights = {3, 1, 1, 2}, .victim = 1, .victim_fate = HUNG},
     };
     size_t count = sizeof scenarios / sizeof scenarios[0];
     struct outcome outcomes[sizeof scenarios / sizeof scenarios[0]];
