@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "dedloc/util.h"
 
@@ -42,6 +43,16 @@ static int file_has(const char *name, const char *needle) {
     int found = text && strstr(text, needle) != NULL;
     free(text);
     return found;
+}
+
+/* file_has, asked again every 50 ms for up to `seconds`: for a line a
+ * process just started writes after the one the caller waited for. */
+static inline int file_gets(const char *name, const char *needle, double seconds) {
+    for (int i = 0; i < (int)(seconds * 20); i++) {
+        if (file_has(name, needle)) return 1;
+        usleep(50000);
+    }
+    return file_has(name, needle);
 }
 
 /* inline, as write_bytes: a test that needs neither gets no unused-function warning. */
