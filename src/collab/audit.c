@@ -72,13 +72,13 @@ double dl_audit_e2_bound(int codec, double q_l2, double q_linf, double q_range, 
      * values and their mean lie within w of each other, so its squared
      * errors sum to at most count x w^2 / 4 (Bhatia-Davis), and the result
      * |v - q| <= sqrt(len) w / 2 (plus fp32 roundings of v and of each
-     * mean). Bins 0 and 255 hold the smallest and the largest value and
+     * mean, subnormal steps included). Bins 0 and 255 hold the smallest and the largest value and
      * decode to a mean within w of it, so q's range is at least 254 w (less
      * two roundings). Not 12 sigma / 256: with the contributions' mean +-
      * 6 sigma grid, values beyond it (most of the non-zeros of a sparse
      * chunk, such as an embedding's gradient) decode to an end bin's mean,
      * far beyond one bin width. */
-    case DL_CODEC_UINT8: return 2 * (root * (q_range + 0x1p-22 * q_linf) / 508.0 + 0x1p-23 * q_l2);
+    case DL_CODEC_UINT8: return 2 * (root * ((q_range + 0x1p-22 * q_linf) / 508.0 + 0x1p-149) + 0x1p-23 * q_l2);
     /* int8: each element within scale / 2 (plus half an ulp), where scale =
      * max|v| / 127 and max|v| <= max|q| + scale / 2, so scale <= max|q| /
      * 126.5 and scale / 2 <= max|q| / 253; the smallest subnormal scale
