@@ -6,7 +6,9 @@
  *
  * Test-hook builds (DEDLOC_TEST_HOOKS) also take a vector model closer to
  * gradients (--common-seed S --spread X: a vector shared by every member
- * plus X times the member's own draws) and --attack MODE, a member that
+ * plus X times the member's own draws; --sparse F: only a fraction F of
+ * rows of 64 values non-zero, drawn per member, as in an embedding's
+ * gradient) and --attack MODE, a member that
  * misbehaves on purpose with well-formed data, to test robust aggregation:
  *   sign-flip  its honest vector times -1000
  *   noise      uniform noise in [-100, 100)
@@ -57,12 +59,26 @@ static void fill_vector(float *v, size_t n, uint64_t seed) {
 }
 
 /* The vector a member contributes in a round: its own draws, or with a
- * common seed the shared vector plus `spread` times its own draws. */
+ * common seed the shared vector plus `spread` times its own draws; with
+ * `sparse` > 0 only that fraction of its rows of 64 values (drawn from its
+ * seed and the round) non-zero. */
 struct vector_model {
     bool common;
     uint64_t common_seed;
     double spread;
+    double sparse;
 };
+
+static void keep_rows(float *v, size_t n, uint64_t seed, double fraction) {
+    for (size_t row = 0; row * 64 < n; row++) {
+        uint64_t z = seed * 0x9E3779B97F4A7C15ull + row * 0xBF58476D1CE4E5B9ull + 1;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        if ((double)(z >> 11) / 9007199254740992.0 < fraction) continue;
+        for (size_t i = row * 64; i < n && i < row * 64 + 64; i++) v[i] = 0;
+    }
+}
 
 static void honest_vector(float *v, float *scratch, size_t n, uint64_t seed, uint64_t round,
                           const struct vector_model *vm) {
@@ -73,6 +89,7 @@ static void honest_vector(float *v, float *scratch, size_t n, uint64_t seed, uin
     fill_vector(v, n, vm->common_seed * 1000003u + round);
     fill_vector(scratch, n, seed * 1000003u + round);
     for (size_t i = 0; i < n; i++) v[i] = (float)((double)v[i] + vm->spread * (double)scratch[i]);
+    if (vm->sparse > 0) keep_rows(v, n, seed * 1000003u + round, vm->sparse);
 }
 
 #ifdef DEDLOC_TEST_HOOKS
@@ -256,11 +273,11 @@ int bench_allreduce_member(int argc, char **argv) {
     double tau = DL_CLIP_DEFAULT_TAU, iterations = DL_CLIP_DEFAULT_ITERATIONS;
     double join_weight = -1, hand_over = 0;
     const char *out_prefix = NULL, *misbehave = NULL;
-    struct vector_model vm = {false, 0, 0};
+    struct vector_model vm = {false, 0, 0, 0};
     enum { O_LISTEN = 256, O_INITIAL, O_SIZE, O_SEED, O_WEIGHT, O_COMP, O_DEADLINE, O_STALL, O_ROUNDS,
            O_PEERS, O_CLIENT, O_AUX, O_BW, O_MAXUP, O_MISB, O_OUT, O_DELAY, O_LINGER, O_AGG, O_TAU, O_ITERS,
            O_CWARN, O_CBAN, O_ATTACK, O_COMMON, O_SPREAD, O_REPLAY, O_JOINW, O_HANDOVER, O_SAME_EPOCH,
-           O_IDENTITY, O_TOKEN, O_RUN_KEY };
+           O_IDENTITY, O_TOKEN, O_RUN_KEY, O_SPARSE };
     bool same_epoch = false; /* every round retries epoch 1 with round 0's vector */
 #ifdef DEDLOC_TEST_HOOKS
     int attack = ATTACK_NONE;
@@ -285,7 +302,7 @@ int bench_allreduce_member(int argc, char **argv) {
 #ifdef DEDLOC_TEST_HOOKS
         {"attack", required_argument, NULL, O_ATTACK}, {"common-seed", required_argument, NULL, O_COMMON},
         {"spread", required_argument, NULL, O_SPREAD}, {"replay-seed", required_argument, NULL, O_REPLAY},
-        {"same-epoch", no_argument, NULL, O_SAME_EPOCH},
+        {"same-epoch", no_argument, NULL, O_SAME_EPOCH}, {"sparse", required_argument, NULL, O_SPARSE},
 #endif
         {0, 0, 0, 0}};
     int c;
@@ -326,6 +343,7 @@ int bench_allreduce_member(int argc, char **argv) {
         case O_SPREAD: bad = parse_num(optarg, 0, 1e6, &vm.spread); break;
         case O_REPLAY: bad = parse_num(optarg, 0, 1e15, &replay_seed); break;
         case O_SAME_EPOCH: same_epoch = true; break;
+        case O_SPARSE: bad = parse_num(optarg, 0, 1, &vm.sparse); break;
 #endif
         default: return DL_EXIT_USAGE;
         }

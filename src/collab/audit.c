@@ -74,18 +74,27 @@ double dl_audit_tolerance(const struct dl_audit_claim *c, size_t count, const st
     return DL_AUDIT_SIGMAS * res->e2 + g * (2 * spread + res->l1);
 }
 
-double dl_audit_e2_bound(int codec, double q_l2, double q_linf, size_t len) {
+double dl_audit_e2_bound(int codec, double q_l2, double q_linf, double q_range, size_t len) {
     /* Rounding to fp32: half an ulp, 2^-24 relative (plus fp32's smallest
      * subnormal step); to fp16: 2^-11 relative plus half of fp16's smallest
-     * subnormal (2^-25), after the fp32 rounding; uint8: a value decodes
-     * within one bin width (12 sigma / 256 <= 12 |q|_2 / 256 / sqrt(len) per
-     * element) except outliers clamped into an end bin, for which twice that
-     * leaves room. Each bound doubled against the rounding of |q|_2 itself. */
+     * subnormal (2^-25), after the fp32 rounding. Each bound doubled against
+     * the rounding of |q|_2 itself. */
     double root = sqrt((double)len);
     switch (codec) {
     case DL_CODEC_NONE: return 2 * (0x1p-24 * q_l2 + 0x1p-149 * root);
     case DL_CODEC_FP16: return 2 * ((0x1p-11 + 0x1p-24) * q_l2 + 0x1p-25 * root);
-    case DL_CODEC_UINT8: return 2 * 12.0 / 256.0 * q_l2;
+    /* uint8: a result's grid runs from its smallest value to its largest
+     * (wirecodec.c), w = (max - min) / 256 wide, nothing clamped. A bin's
+     * values and their mean lie within w of each other, so its squared
+     * errors sum to at most count x w^2 / 4 (Bhatia-Davis), and the result
+     * |v - q| <= sqrt(len) w / 2 (plus fp32 roundings of v and of each
+     * mean, subnormal steps included). Bins 0 and 255 hold the smallest and the largest value and
+     * decode to a mean within w of it, so q's range is at least 254 w (less
+     * two roundings). Not 12 sigma / 256: with the contributions' mean +-
+     * 6 sigma grid, values beyond it (most of the non-zeros of a sparse
+     * chunk, such as an embedding's gradient) decode to an end bin's mean,
+     * far beyond one bin width. */
+    case DL_CODEC_UINT8: return 2 * (root * ((q_range + 0x1p-22 * q_linf) / 508.0 + 0x1p-149) + 0x1p-23 * q_l2);
     /* int8: each element within scale / 2 (plus half an ulp), where scale =
      * max|v| / 127 and max|v| <= max|q| + scale / 2, so scale <= max|q| /
      * 126.5 and scale / 2 <= max|q| / 253; the smallest subnormal scale
@@ -116,10 +125,9 @@ enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t coun
         return DL_AUDIT_WRONG;
     }
     /* The equation first: it needs no clip-weight bound, and with e2 held
-     * to what an honest result needs (a rigorous bound for none and fp16)
+     * to what an honest result needs (a rigorous bound for every codec)
      * an aggregator cannot buy tolerance by claiming a large rounding. */
-    double e2_bound = dl_audit_e2_bound(res->codec, res->l2, res->linf, res->len);
-    bool rigorous = res->codec != DL_CODEC_UINT8;
+    double e2_bound = dl_audit_e2_bound(res->codec, res->l2, res->linf, res->range, res->len);
     double total = 0;
     for (size_t j = 0; j < count; j++) {
         if (!(c[j].clip >= 0 && c[j].clip <= 1) || (!clip && c[j].clip != 1)) {
@@ -136,7 +144,7 @@ enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t coun
     for (size_t j = 0; j < count; j++) want += c[j].weight * c[j].clip * c[j].m.s;
     want /= total;
     struct dl_audit_result held = *res;
-    if (rigorous && held.e2 > e2_bound) held.e2 = e2_bound;
+    if (held.e2 > e2_bound) held.e2 = e2_bound;
     double tol = dl_audit_tolerance(c, count, &held);
     if (!(fabs(res->s - want) <= tol)) {
         snprintf(why, why_size, "its projection is %.9g where its contributors' give %.9g (tolerance %.3g)", res->s,

@@ -39,6 +39,7 @@ struct dl_audit_claim {
 struct dl_audit_result {
     double s, l1, l2;             /* z.q, sum |q_e|, |q|_2 */
     double linf;                  /* max |q_e| (what bounds an int8 result's rounding) */
+    double range;                 /* max q_e - min q_e (what bounds a uint8 result's rounding) */
     double e2, delta;             /* committed: |v - q|_2, |v_c - v|_2 */
     size_t len;
     int codec;                    /* enum dl_codec of the result */
@@ -76,10 +77,10 @@ bool dl_audit_measure_agrees(const struct dl_audit_measure *published, const str
 /* The tolerance of the equation: 8 e2 (the result's rounding, in the
  * direction) plus the double rounding of every sum on either side. */
 double dl_audit_tolerance(const struct dl_audit_claim *c, size_t count, const struct dl_audit_result *res);
-/* The most e2 an honest aggregator can need for a result of this L2 and
- * max norm under `codec` (enum dl_codec); INFINITY when the codec gives no
- * bound. */
-double dl_audit_e2_bound(int codec, double q_l2, double q_linf, size_t len);
+/* The most e2 an honest aggregator can need for a result of this L2 norm,
+ * max norm and range (max - min) under `codec` (enum dl_codec); INFINITY
+ * when the codec gives no bound. */
+double dl_audit_e2_bound(int codec, double q_l2, double q_linf, double q_range, size_t len);
 /* Checks one chunk. clip: centered clip with radius tau (else every c_j must
  * be 1 and delta 0). An e2 beyond dl_audit_e2_bound, or a delta beyond
  * tau / 2, would buy the aggregator slack an honest one never needs: the

@@ -516,12 +516,15 @@ static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct scra
     dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->signs);
     dl_audit_measure(sc->signs, sc->q, NULL, (size_t)len, &qm);
     double l2 = 0;
-    double linf = 0;
+    double linf = 0, lowest = len ? sc->q[0] : 0, highest = lowest;
     for (size_t e = 0; e < len; e++) {
         l2 += (double)sc->q[e] * (double)sc->q[e];
         linf = fmax(linf, fabs((double)sc->q[e]));
+        lowest = fmin(lowest, (double)sc->q[e]);
+        highest = fmax(highest, (double)sc->q[e]);
     }
     rs.linf = linf;
+    rs.range = highest - lowest;
     rs.s = qm.s;
     rs.l1 = qm.a;
     rs.l2 = sqrt(l2);

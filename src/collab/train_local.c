@@ -8,6 +8,7 @@
  * have not sent yet. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +135,11 @@ void loop_local_report(const loop_state *st, cJSON *o) {
     cJSON_AddNumberToObject(o, "syncs", (double)l->syncs);
     cJSON_AddNumberToObject(o, "inner_steps", (double)l->inner.step);
     cJSON_AddNumberToObject(o, "local_loss", (double)l->inner_loss);
+    /* |residual|_2: what error feedback holds back for the next sync (0
+     * with the codec none). */
+    double r2 = 0;
+    for (size_t i = 0; i < st->model.n; i++) r2 += (double)l->residual[i] * (double)l->residual[i];
+    cJSON_AddNumberToObject(o, "residual_norm", sqrt(r2));
     cJSON_AddNumberToObject(o, "bytes_sent_total", st->report.bytes_sent);
     cJSON_AddStringToObject(o, "outer_compression", dl_codec_name(st->o->outer_compression));
 }

@@ -582,20 +582,11 @@ static const struct codec_kernels *kernels_of(enum dl_codec_path path) {
     return &scalar_kernels;
 }
 
-static int encode_uint8(const struct codec_kernels *kern, const float *x, size_t n, uint8_t *out) {
-    if (kern->check_finite(x, n)) return -1;
-    /* These sums run in index order, one rounding per value, whatever the
-     * path: mean, sigma and the codebook, hence the bytes, depend on it. */
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += x[i];
-    double mean = n ? sum / (double)n : 0, sq = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)x[i] - mean;
-        sq += d * d;
-    }
-    double sigma = n ? sqrt(sq / (double)n) : 0;
-    double lo = mean - 6 * sigma, width = 12 * sigma / DL_CODEC_UINT8_BINS;
-    /* sigma = 0: every value is the mean, one bin holds them all. */
+/* Codes and codebook of a uint8 chunk over the grid lo + k width (values
+ * outside go to the end bins); the sums run in index order. */
+static void uint8_fill(const struct codec_kernels *kern, const float *x, size_t n, double lo, double width,
+                       uint8_t *out) {
+    /* width = 0: every value is the same, one bin holds them all. */
     double inv_width = width > 0 ? 1 / width : 0;
     double bin_sum[DL_CODEC_UINT8_BINS] = {0};
     size_t bin_count[DL_CODEC_UINT8_BINS] = {0};
@@ -610,6 +601,36 @@ static int encode_uint8(const struct codec_kernels *kern, const float *x, size_t
         float f = clamp_to_float(v);
         memcpy(out + 4 * (size_t)k, &f, 4);
     }
+}
+
+static int encode_uint8(const struct codec_kernels *kern, const float *x, size_t n, uint8_t *out) {
+    if (kern->check_finite(x, n)) return -1;
+    /* These sums run in index order, one rounding per value, whatever the
+     * path: mean, sigma and the codebook, hence the bytes, depend on it. */
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += x[i];
+    double mean = n ? sum / (double)n : 0, sq = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)x[i] - mean;
+        sq += d * d;
+    }
+    double sigma = n ? sqrt(sq / (double)n) : 0;
+    uint8_fill(kern, x, n, mean - 6 * sigma, 12 * sigma / DL_CODEC_UINT8_BINS, out);
+    return 0;
+}
+
+/* A uint8 result: the same layout over the grid from the smallest value to
+ * the largest, so no value is clamped and each decodes within one bin width
+ * (max - min) / 256 of itself, which members can bound from the decoded
+ * result alone (collab/audit.c). */
+static int encode_uint8_range(const struct codec_kernels *kern, const float *x, size_t n, uint8_t *out) {
+    if (kern->check_finite(x, n)) return -1;
+    float lo = n ? x[0] : 0, hi = lo;
+    for (size_t i = 1; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    uint8_fill(kern, x, n, lo, ((double)hi - (double)lo) / DL_CODEC_UINT8_BINS, out);
     return 0;
 }
 
@@ -760,6 +781,7 @@ size_t dl_codec_result_size(enum dl_codec codec, const uint8_t *in, size_t avail
 int dl_codec_result_encode(enum dl_codec codec, const float *x, size_t n, uint8_t *out, size_t *size) {
     if (codec == DL_CODEC_TOPK) return dl_codec_sparse16_encode(x, n, out, size);
     *size = dl_codec_size(codec, n);
+    if (codec == DL_CODEC_UINT8) return encode_uint8_range(kernels_of(best_path_cached()), x, n, out);
     return dl_codec_encode(codec, x, n, out);
 }
 

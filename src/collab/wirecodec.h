@@ -43,7 +43,9 @@
  *          rounding. Offsets travel as fixed-width 12-bit numbers rather
  *          than a delta code so that a chunk's size is a function of n.
  * Results (what an aggregator returns, dl_codec_result_*) use the same
- * layout for none, fp16, uint8 and int8. A topk round returns sparse fp16:
+ * layout for none, fp16, uint8 and int8; a uint8 result's 256 bins run from
+ * its smallest value to its largest (nothing clamped: each value decodes
+ * within (max - min) / 256 of itself, a bound members can check). A topk round returns sparse fp16:
  * a bitmap of ceil(n / 8) bytes (bit e % 8 of byte e / 8: element e is not
  * zero in fp16; bits past n zero), then, in index order, the fp16 value
  * (as the fp16 codec rounds it, never +-0) of each element whose bit is

@@ -40,6 +40,8 @@ struct scenario {
     const char *victim_reason;  /* what the victim's reason must contain, or NULL */
     bool caught;                /* member `victim` lies (misbehave) and must be caught: every other
                                  * member applies nothing and bans it alone, on signed evidence */
+    double sparse;              /* > 0: gradient-like vectors (as with attacks) of which only this
+                                 * fraction of rows of 64 values is non-zero, drawn per member */
     bool needs_test_hooks;      /* registered only in test-hook builds (the attack modes) */
 };
 
@@ -51,6 +53,23 @@ static const struct scenario scenarios[] = {
     /* int8 and topk: every member's sent (error feedback) is what the
      * aggregators decoded from it, and each result the weighted mean of those */
     {.name = "four_int8", .member_count = 4, .vector_size = 1500001, .compression = "int8"},
+    /* Sparse gradient-like vectors (an embedding's gradient): most of the
+     * non-zeros lie beyond mean +- 6 sigma, so the uint8 result's error
+     * bound must not assume that grid; every member applies the same bits
+     * after checking every other part, under the mean and centered clip,
+     * and the other codecs alike. */
+    {.name = "sparse_uint8", .member_count = 4, .vector_size = 1000003, .compression = "uint8", .sparse = 0.005,
+     .needs_test_hooks = true},
+    {.name = "sparse_uint8_clip", .member_count = 4, .vector_size = 1000003, .compression = "uint8", .sparse = 0.005,
+     .aggregation = "centered-clip", .tau = 30, .needs_test_hooks = true},
+    {.name = "sparse_int8", .member_count = 4, .vector_size = 1000003, .compression = "int8", .sparse = 0.005,
+     .needs_test_hooks = true},
+    {.name = "sparse_int8_clip", .member_count = 4, .vector_size = 1000003, .compression = "int8", .sparse = 0.005,
+     .aggregation = "centered-clip", .tau = 30, .needs_test_hooks = true},
+    {.name = "sparse_topk", .member_count = 4, .vector_size = 1000003, .compression = "topk", .sparse = 0.005,
+     .needs_test_hooks = true},
+    {.name = "sparse_topk_clip", .member_count = 4, .vector_size = 1000003, .compression = "topk", .sparse = 0.005,
+     .aggregation = "centered-clip", .tau = 30, .needs_test_hooks = true},
     {.name = "five_topk", .member_count = 5, .vector_size = 1500001, .compression = "topk", .roles = "ttatc"},
     {.name = "topk_clip", .member_count = 5, .vector_size = 1000003, .compression = "topk",
      .aggregation = "centered-clip", .tau = 30},

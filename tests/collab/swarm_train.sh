@@ -727,6 +727,45 @@ local)
   # The outer weights moved at every sync.
   [ "$(steps_of p0 | awk '{print $2}' | sort -u | wc -l)" = $STEPS ] || fail "the outer weights did not move at every sync"
   ;;
+uint8)
+  # DeDLOC mode with uint8 on the wire and accountable aggregation: four
+  # peers step together to the end, one param_hash at every step (a tiny
+  # model's gradient is sparse in its embeddings: the results' rounding
+  # must stay within what the audit allows, or every round ends unsure).
+  STEPS=4
+  for i in 0 1 2 3; do
+    start "p$i" --target-batch 16 --max-steps $STEPS --min-peers 4 --peer-seed $i --compression uint8
+  done
+  for i in 0 1 2 3; do finish "p$i"; done
+  agree p0 p1 p2 p3
+  for i in 0 1 2 3; do
+    [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"
+    has "$W/p$i.jsonl" '.step and (.members | length) >= 2' || fail "p$i averaged with nobody"
+  done
+  ;;
+local_topk | local_int8 | local_uint8)
+  # Local-steps mode with a compressed pseudo-gradient: three peers sync
+  # every 3 inner steps with error feedback; every sync is a round of all
+  # three, the outer weights hold one param_hash on every peer at every
+  # sync, and each peer's residual (what its codec did not carry, added to
+  # the next sync) is not zero and changes from sync to sync.
+  CODEC=${CASE#local_}
+  STEPS=4
+  LOCAL=(--local-steps 3 --local-batch 12 --min-peers 3 --max-steps $STEPS --target-batch 36
+         --outer-compression "$CODEC")
+  for i in 0 1 2; do start "p$i" "${LOCAL[@]}" --data-shard "$i/3"; done
+  for i in 0 1 2; do finish "p$i"; done
+  agree p0 p1 p2
+  for i in 0 1 2; do
+    [ "$(last_step "p$i")" = $STEPS ] || fail "p$i stopped at step $(last_step "p$i")"
+    n=$(jq -s '[.[] | select(.step) | select(.mode == "local" and (.members | length) == 3
+                and .outer_compression == "'"$CODEC"'")] | length' "$W/p$i.jsonl")
+    [ "$n" = $STEPS ] || fail "p$i: only $n of $STEPS syncs were $CODEC rounds of 3 members"
+    jq -s -e '[.[] | select(.step) | .residual_norm] | length == '$STEPS' and all(. > 0) and
+              (unique | length) == '$STEPS'' "$W/p$i.jsonl" >/dev/null ||
+      fail "p$i: the residual is not carried: $(jq -c 'select(.step) | .residual_norm' "$W/p$i.jsonl" | tr '\n' ' ')"
+  done
+  ;;
 local_newcomer)
   # Local-steps mode with the collective rule (no --local-batch): a sync is
   # due when the swarm's samples since the last one reach 3 inner steps of

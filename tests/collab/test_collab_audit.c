@@ -41,14 +41,16 @@ static void describe(float x[][LEN], const double *w, const double *c, size_t k,
     }
     struct dl_audit_measure qm;
     dl_audit_measure(signs, q, NULL, LEN, &qm);
-    double e2 = 0, dc = 0, l2 = 0, linf = 0;
+    double e2 = 0, dc = 0, l2 = 0, linf = 0, lowest = q[0], highest = q[0];
     for (size_t e = 0; e < LEN; e++) {
         linf = fmax(linf, fabs((double)q[e]));
+        lowest = fmin(lowest, (double)q[e]);
+        highest = fmax(highest, (double)q[e]);
         e2 += (v[e] - q[e]) * (v[e] - q[e]);
         if (iterate) dc += (iterate[e] - v[e]) * (iterate[e] - v[e]);
         l2 += (double)q[e] * q[e];
     }
-    *res = (struct dl_audit_result){.s = qm.s, .l1 = qm.a, .l2 = sqrt(l2), .linf = linf, .e2 = sqrt(e2),
+    *res = (struct dl_audit_result){.s = qm.s, .l1 = qm.a, .l2 = sqrt(l2), .linf = linf, .range = highest - lowest, .e2 = sqrt(e2),
                                     .delta = sqrt(dc), .len = LEN, .codec = codec};
 }
 
@@ -62,12 +64,20 @@ static void weighted_mean(float x[][LEN], const double *w, const double *c, size
     }
 }
 
+/* The result an honest aggregator sends for v, decoded. */
 static void round_to(int codec, const double *v, float *q) {
     float f[LEN];
     uint8_t wire[4 * LEN + 2048];
+    size_t size = 0;
     for (size_t e = 0; e < LEN; e++) f[e] = (float)v[e];
-    dl_codec_encode(codec, f, LEN, wire);
-    dl_codec_decode(codec, wire, dl_codec_size(codec, LEN), LEN, q);
+    CHECK_OK(dl_codec_result_encode(codec, f, LEN, wire, &size));
+    CHECK_OK(dl_codec_result_decode(codec, wire, size, LEN, q));
+}
+
+/* A standard normal draw. */
+static double normal(void) {
+    double u = (uniform() + 1) / 2, t = (uniform() + 1) / 2;
+    return sqrt(-2 * log(u + 1e-300)) * cos(6.283185307179586 * t);
 }
 
 int main(void) {
@@ -142,16 +152,58 @@ int main(void) {
         round_to(DL_CODEC_FP16, v, q);
         describe(x, w, ones, K, v, NULL, q, DL_CODEC_FP16, claims, &res);
         passed16 += dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS;
-        CHECK(res.e2 <= dl_audit_e2_bound(DL_CODEC_FP16, res.l2, 0, LEN));
+        CHECK(res.e2 <= dl_audit_e2_bound(DL_CODEC_FP16, res.l2, 0, 0, LEN));
         round_to(DL_CODEC_UINT8, v, q);
         describe(x, w, ones, K, v, NULL, q, DL_CODEC_UINT8, claims, &res);
         passed8 += dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS;
     }
     CHECK_MSG(passed16 == 200, "fp16: %d of 200 honest results passed", passed16);
     CHECK_MSG(passed8 == 200, "uint8: %d of 200 honest results passed", passed8);
-    /* uint8 gives no rigorous bound: a claim beyond it is uncheckable. */
-    res.e2 = 10 * dl_audit_e2_bound(DL_CODEC_UINT8, res.l2, 0, LEN);
+    /* A claim beyond uint8's bound is held to it, and uncheckable. */
+    res.e2 = 10 * dl_audit_e2_bound(DL_CODEC_UINT8, res.l2, res.linf, res.range, LEN);
     CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_UNCHECKABLE);
+
+    /* 3b. uint8 on gradient-like chunks: sparse ones (an embedding's
+     * gradient: most rows untouched, 0.5 to 5 % of the values non-zero,
+     * heavy-tailed) and dense ones whose scales differ by 1000 across the
+     * chunk, under the mean and centered clip. Where the contributions'
+     * mean +- 6 sigma grid clamps most non-zeros into its end bins, the
+     * result's own grid (its smallest to its largest value) keeps every
+     * value within one bin width: every honest result passes, with its e2
+     * within the bound. */
+    int honest8 = 0, caught8 = 0, trials8 = 0;
+    for (int trial = 0; trial < 120; trial++) {
+        bool sparse = trial % 2 == 0;
+        double keep = 0.005 * (1 + trial % 10);
+        for (size_t e = 0; e < LEN; e++) {
+            bool row = !sparse || (uniform() + 1) / 2 < keep;
+            double scale = sparse ? 1 : pow(10, -3.0 * (double)e / LEN);
+            for (size_t j = 0; j < K; j++) {
+                double g = row ? scale * normal() * (1 + 3 * fabs(normal())) : 0;
+                x[j][e] = (float)g;
+            }
+        }
+        weighted_mean(x, w, ones, K, v);
+        round_to(DL_CODEC_UINT8, v, q);
+        describe(x, w, ones, K, v, NULL, q, DL_CODEC_UINT8, claims, &res);
+        double bound = dl_audit_e2_bound(DL_CODEC_UINT8, res.l2, res.linf, res.range, LEN);
+        CHECK_MSG(res.e2 <= bound, "trial %d: e2 %g beyond the bound %g (|q| %g)", trial, res.e2, bound, res.l2);
+        enum dl_audit_verdict verdict = dl_audit_check(claims, K, &res, false, 1, why, sizeof why);
+        CHECK_MSG(verdict == DL_AUDIT_PASS, "trial %d (%s, %g): %s", trial, sparse ? "sparse" : "dense", keep, why);
+        honest8 += verdict == DL_AUDIT_PASS;
+        trials8++;
+        /* A x(-100) flip, claiming the most slack the bound allows (0.05 to
+         * 0.2 |q| here, and it scales with the lie): each chunk has its own
+         * direction, and about half of them catch it, so a part of a few
+         * chunks escapes with a probability of about 2^-chunks. */
+        float flipped[LEN];
+        for (size_t e = 0; e < LEN; e++) flipped[e] = -100 * q[e];
+        describe(x, w, ones, K, v, NULL, flipped, DL_CODEC_UINT8, claims, &res);
+        res.e2 = dl_audit_e2_bound(DL_CODEC_UINT8, res.l2, res.linf, res.range, LEN);
+        caught8 += dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_WRONG;
+    }
+    CHECK_MSG(honest8 == trials8, "uint8, gradient-like: %d of %d honest results passed", honest8, trials8);
+    CHECK_MSG(caught8 >= trials8 * 2 / 5, "uint8, gradient-like: %d of %d flipped results caught", caught8, trials8);
 
     /* 4. Senders that cancel (+1000 g and -1000 g): the result is small, the
      * rounding of their projections is not; the tolerance covers it. */

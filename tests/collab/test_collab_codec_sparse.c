@@ -473,14 +473,16 @@ static void test_audit_bounds(void) {
         size_t size;
         CHECK(dl_codec_result_encode(codec, vf, n, buf, &size) == 0);
         CHECK(dl_codec_result_decode(codec, buf, size, n, q) == 0);
-        double e2 = 0, l2 = 0, linf = 0;
+        double e2 = 0, l2 = 0, linf = 0, lowest = q[0], highest = q[0];
         for (size_t i = 0; i < n; i++) {
             e2 += (v[i] - q[i]) * (v[i] - q[i]);
             l2 += (double)q[i] * q[i];
             linf = fmax(linf, fabs((double)q[i]));
+            lowest = fmin(lowest, (double)q[i]);
+            highest = fmax(highest, (double)q[i]);
         }
         e2 = sqrt(e2);
-        double bound = dl_audit_e2_bound(codec, sqrt(l2), linf, n);
+        double bound = dl_audit_e2_bound(codec, sqrt(l2), linf, highest - lowest, n);
         printf("audit bound %s: e2 %.4g, bound %.4g (%.2fx)\n", dl_codec_name(codec), e2, bound, bound / e2);
         CHECK_MSG(e2 <= bound && bound < 8 * e2, "%s: e2 %g against the bound %g", dl_codec_name(codec), e2, bound);
     }
