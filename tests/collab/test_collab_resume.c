@@ -18,73 +18,10 @@
 #include "dedloc/net.h"
 #include "dedloc/train.h"
 #include "dedloc/util.h"
+#include "counter_stream.h"
 #include "dl_test.h"
 
-enum { N = 19, SAMPLES = 3, STEPS = 5, MAX_DRAWN = 64, SHARD = 1, SHARDS = 3 };
-
-typedef struct {
-    float params[N];
-    int64_t pos;                 /* the next batch of the stream */
-    int64_t mark;                /* the stream at the last mark (-1: none) */
-    int64_t skipped;             /* batches thrown away before the first micro-batch (the
-                                  * others' shares after each are not counted) */
-    int64_t drawn[MAX_DRAWN];    /* the stream batches fed as micro-batches */
-    int count;
-    int stop_after;              /* > 0: raise *stop once this many micro-batches were fed */
-    volatile sig_atomic_t *stop;
-} counter_stream;
-
-static int cs_set_params(void *ctx, const float *p) {
-    memcpy(((counter_stream *)ctx)->params, p, sizeof(float) * N);
-    return 0;
-}
-
-static int cs_micro_batch(void *ctx, float scale, float *grad, int *samples, dl_losses *losses) {
-    counter_stream *s = ctx;
-    int64_t k = s->pos++;
-    if (s->count < MAX_DRAWN) s->drawn[s->count] = k;
-    s->count++;
-    if (s->stop_after > 0 && s->count == s->stop_after) *s->stop = 1;
-    dl_rng rng;
-    dl_rng_seed(&rng, 500 + (uint64_t)k);
-    double loss = 0;
-    for (int i = 0; i < N; i++) {
-        float d = s->params[i] - (0.5f + 0.1f * dl_rng_normal(&rng));
-        loss += 0.5 * (double)d * d / N;
-        grad[i] = d / (float)N * scale / scale;
-    }
-    *samples = SAMPLES;
-    *losses = (dl_losses){.loss = (float)loss, .mlm_loss = (float)loss, .sop_loss = 0};
-    return 0;
-}
-
-static int cs_skip(void *ctx, int64_t n) {
-    counter_stream *s = ctx;
-    s->pos += n;
-    if (s->count == 0) s->skipped += n;
-    return 0;
-}
-
-static int cs_mark(void *ctx) {
-    counter_stream *s = ctx;
-    s->mark = s->pos;
-    return 0;
-}
-
-static int cs_save(void *ctx, uint8_t **state, size_t *size) {
-    counter_stream *s = ctx;
-    if (s->mark < 0) return dl_fail("no mark");
-    *state = malloc(sizeof s->mark);
-    if (!*state) return -1;
-    memcpy(*state, &s->mark, sizeof s->mark);
-    *size = sizeof s->mark;
-    return 0;
-}
-
-static dl_trainer_backend callbacks(counter_stream *s) {
-    return (dl_trainer_backend){.ctx = s, .set_params = cs_set_params, .micro_batch = cs_micro_batch,
-                                .skip = cs_skip, .mark_data = cs_mark, .save_data = cs_save};
-}
+enum { N = CS_N, SAMPLES = CS_SAMPLES, STEPS = 5, MAX_DRAWN = CS_MAX_DRAWN, SHARD = 1, SHARDS = 3 };
 
 /* One lone peer's run to STEPS from resume (NULL: fresh weights); params in/out. */
 static int run_peer(counter_stream *s, bool data_resumed, const dl_checkpoint *resume, const char *ckdir,
@@ -93,15 +30,9 @@ static int run_peer(counter_stream *s, bool data_resumed, const dl_checkpoint *r
     stop = 0;
     s->stop = &stop;
     s->mark = -1;
+    s->seed = 500;
     char run_id[64];
     snprintf(run_id, sizeof run_id, "test-collab-resume-%d", (int)getpid());
-    struct dl_net_config nc;
-    dl_net_config_default(&nc);
-    nc.run_id = run_id;
-    nc.listen = "127.0.0.1:0";
-    nc.use_dht = false;
-    struct dl_collab_config cc;
-    dl_collab_config_default(&cc);
     struct dl_collab_train_options o;
     dl_collab_train_options_default(&o);
     o.base.target_batch = 2 * SAMPLES;
@@ -119,27 +50,8 @@ static int run_peer(counter_stream *s, bool data_resumed, const dl_checkpoint *r
     opt.lr = 0.01;
     opt.warmup_steps = 1;
     opt.total_steps = STEPS;
-    dl_trainer_backend be = callbacks(s);
-    be.data_resumed = data_resumed;
-    dl_net *net = NULL;
-    dl_collab *collab = NULL;
-    dl_state_donor *donor = NULL;
-    struct dl_collab_train_result res;
-    int rc = -1;
-    if (!dl_net_start(&nc, &net) && !dl_collab_start(net, &cc, &collab) && !dl_state_donor_start(net, NULL, &donor))
-        rc = dl_collab_train_run(net, collab, donor, &o, &opt, layout, params, resume, &be, &res);
-    dl_state_donor_stop(donor);
-    if (collab) dl_collab_stop(collab);
-    dl_net_stop(net);
-    return rc;
-}
-
-/* s fed micro-batches from..from + want - 1 of the uninterrupted run. */
-static void check_fed(const counter_stream *s, const counter_stream *whole, int from, int want, const char *what) {
-    CHECK_MSG(s->count == want, "%s: fed %d micro-batches, want %d", what, s->count, want);
-    for (int i = 0; i < s->count && i < MAX_DRAWN && from + i < MAX_DRAWN; i++)
-        CHECK_MSG(s->drawn[i] == whole->drawn[from + i], "%s: micro-batch %d is stream batch %lld, want %lld", what,
-                  from + i, (long long)s->drawn[i], (long long)whole->drawn[from + i]);
+    dl_trainer_backend be = counter_stream_backend(s, data_resumed);
+    return counter_stream_lone_run(run_id, &o, &opt, layout, params, resume, &be);
 }
 
 int main(void) {
@@ -164,7 +76,7 @@ int main(void) {
     counter_stream first = {.stop_after = 7};
     memcpy(params, init, sizeof init);
     CHECK_OK(run_peer(&first, false, NULL, dir, &layout, params));
-    check_fed(&first, &whole, 0, 7, "before the stop");
+    counter_stream_check_fed(&first, &whole, 0, 7, "before the stop");
     dl_checkpoint ck;
     memset(&ck, 0, sizeof ck);
     CHECK(dl_checkpoint_load_latest(dir, &ck, NULL, 0) == 0);
@@ -182,7 +94,7 @@ int main(void) {
     memcpy(params, init, sizeof init);
     CHECK_OK(run_peer(&seek, true, &ck, NULL, &layout, params));
     CHECK_MSG(seek.skipped == 0, "seeking re-read %lld batches", (long long)seek.skipped);
-    check_fed(&seek, &whole, 6, 2 * STEPS - 6, "resumed by seeking");
+    counter_stream_check_fed(&seek, &whole, 6, 2 * STEPS - 6, "resumed by seeking");
     CHECK(memcmp(params, whole_params, sizeof params) == 0);
 
     /* Resumed by re-reading: 6 x 3 + 1 batches skipped, the same again. */
@@ -191,7 +103,7 @@ int main(void) {
     CHECK_OK(run_peer(&replay, false, &ck, NULL, &layout, params));
     CHECK_MSG(replay.skipped == 6 * SHARDS + SHARD, "re-read %lld batches, want %d", (long long)replay.skipped,
               6 * SHARDS + SHARD);
-    check_fed(&replay, &whole, 6, 2 * STEPS - 6, "resumed by re-reading");
+    counter_stream_check_fed(&replay, &whole, 6, 2 * STEPS - 6, "resumed by re-reading");
     CHECK(memcmp(params, whole_params, sizeof params) == 0);
 
     dl_checkpoint_free(&ck);
