@@ -160,6 +160,8 @@ struct dl_avg_result {
     struct dl_avg_chunk_info *chunks;
     enum dl_codec compression;
     uint64_t bytes_sent, bytes_received;  /* payload bytes of this round's requests */
+    uint64_t bytes_resent;       /* of bytes_sent: chunks sent again because their aggregator
+                                  * had not seen the group record yet ("unknown round") */
     double matchmaking_s, allreduce_s, total_s;
     double handoff_wait_s;       /* with a handoff: from the group forming to the vector (in allreduce_s) */
     double total_weight;         /* samples behind the average: the most any result chunk's header

@@ -216,6 +216,7 @@ static void report_round(int round, const struct dl_avg_result *res, const float
     cJSON_AddNumberToObject(o, "total_weight", res->total_weight);
     cJSON_AddNumberToObject(o, "bytes_sent", (double)res->bytes_sent);
     cJSON_AddNumberToObject(o, "bytes_received", (double)res->bytes_received);
+    cJSON_AddNumberToObject(o, "bytes_resent", (double)res->bytes_resent);
     cJSON_AddNumberToObject(o, "reduce_s", res->reduce_s);
     cJSON_AddNumberToObject(o, "reduced_elems", (double)res->reduced_elems);
     cJSON_AddNumberToObject(o, "peak_rss_kb", (double)peak_rss_kb());
@@ -369,6 +370,7 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "projection-lie")) mode = DL_MISBEHAVE_PROJECTION_LIE;
         else if (!strcmp(misbehave, "grind")) mode = DL_MISBEHAVE_GRIND;
         else if (!strcmp(misbehave, "two-faced")) mode = DL_MISBEHAVE_TWO_FACED;
+        else if (!strcmp(misbehave, "slow-record")) mode = DL_MISBEHAVE_SLOW_RECORD;
 #endif
         else {
             fprintf(stderr, "allreduce-member: unknown --misbehave %s\n", misbehave);

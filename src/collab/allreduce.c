@@ -42,6 +42,12 @@ static void misbehaved(struct dl_round *r, long j, uint64_t token, const char *p
 
 static void on_chunk(struct dl_round *r, struct dl_avg_event *ev) {
     char why[160];
+    /* Chunks that came during matchmaking were let in for whatever group
+     * would form (service.c): one for another group is refused, not blamed. */
+    if (ev->size < DL_GROUP_ROUND_ID || memcmp(ev->data, r->g.round_id, DL_GROUP_ROUND_ID)) {
+        dl_round_respond_text(r, ev->token, "unknown round");
+        return;
+    }
     long j = dl_group_find(&r->g, ev->peer_id);
     if (j < 0) {
         misbehaved(r, -1, ev->token, ev->peer_id, "sent a chunk to a round it is not a member of");
@@ -209,11 +215,14 @@ static void pump_send(struct dl_round *r, double now) {
         if (p == r->me || !s->total || r->failed[p] || s->done_or_failed) continue;
         while (s->inflight < DL_AVG_SEND_WINDOW) {
             uint32_t k;
+            bool again = false;
             /* Chunks to send again go first: the aggregator acknowledges in
              * order, so later chunks would only fill the window behind them. */
             if (s->num_resend && now < s->resend_at) break;
-            if (s->num_resend) k = s->resend[--s->num_resend];
-            else if (s->next < s->total) k = s->next++;
+            if (s->num_resend) {
+                k = s->resend[--s->num_resend];
+                again = true;
+            } else if (s->next < s->total) k = s->next++;
             else break;
             size_t size;
             uint8_t *msg = dl_round_encode_own(r, p, k, true, &size);
@@ -228,6 +237,7 @@ static void pump_send(struct dl_round *r, double now) {
                 dl_round_mark_failed(r, p, "cannot send it our chunks");
                 break;
             }
+            if (again) r->bytes_resent += size;
             s->inflight++;
         }
     }
@@ -245,7 +255,12 @@ static void on_chunk_ack(struct dl_round *r, struct dl_avg_event *ev) {
     }
     const char *text = ev->size ? (const char *)ev->data : "";
     int tl = (int)ev->size;
-    bool unknown = ev->status == DL_NET_REMOTE_ERROR && tl >= 13 && !strncmp(text, "unknown round", 13);
+    /* A member still matchmaking holds our chunks until it has the group
+     * record (dl_round_hold_early); "unknown round" means it is in no round
+     * now or in another one. Asked again for a short while, as a peer's
+     * network thread may run ahead of its round thread. */
+    bool unknown = ev->status == DL_NET_REMOTE_ERROR && tl >= 13 && !strncmp(text, "unknown round", 13) &&
+                   dl_round_now(r) - r->group_time < DL_AVG_CONNECT_GRACE_S;
     /* Right after matchmaking a connection to a member we only know from
      * its records may still be on its way: not a failure yet. */
     bool connecting = ev->status == DL_NET_DISCONNECTED && !r->heard[p] &&
@@ -380,6 +395,26 @@ static void answer_leftovers(struct dl_round *r) {
     }
 }
 
+/* The chunks held during matchmaking: those for our group go to the round
+ * in the order they came, the others are refused as they would have been. */
+static void take_early(struct dl_round *r) {
+    struct dl_avg_event *mine = NULL, *ev = r->early;
+    r->early = NULL;
+    while (ev) {
+        struct dl_avg_event *next = ev->next;
+        if (ev->size >= DL_GROUP_ROUND_ID && !memcmp(ev->data, r->g.round_id, DL_GROUP_ROUND_ID)) {
+            ev->next = mine; /* reverses the newest-first list */
+            mine = ev;
+        } else {
+            ev->next = r->early;
+            r->early = ev;
+        }
+        ev = next;
+    }
+    dl_round_drop_early(r);
+    dl_round_handle(r, mine);
+}
+
 int dl_round_begin(struct dl_round *r) {
     if (dl_round_setup(r)) return -1;
     DL_INFO("collab", "round: %zu members, we are %zu (%s), part of %llu elements, %zu chunks, codec %s", r->g.n,
@@ -387,6 +422,7 @@ int dl_round_begin(struct dl_round *r) {
             r->num_chunks, dl_codec_name(r->g.codec));
     r->last_loop = dl_round_now(r);
     atomic_store(&r->heartbeat, r->last_loop);
+    take_early(r);
     return 0;
 }
 

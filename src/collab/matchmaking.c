@@ -459,6 +459,33 @@ static int lead(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
     return 0;
 }
 
+#ifdef DEDLOC_TEST_HOOKS
+/* DL_MISBEHAVE_SLOW_RECORD: the group record reached us a second after it
+ * reached the others, whose chunks come in meanwhile. */
+static void slow_record(struct dl_round *r) {
+    double until = dl_now() + 1.0;
+    while (dl_now() < until) {
+        struct dl_avg_event *ev = dl_round_wait_events(r, until);
+        while (ev) {
+            struct dl_avg_event *next = ev->next;
+            if (!dl_round_hold_early(r, ev)) {
+                if (ev->token) dl_round_respond_text(r, ev->token, "unknown round");
+                dl_avg_event_free(ev);
+            }
+            ev = next;
+        }
+    }
+}
+#endif
+
+/* Reads the group record of the leader's answer into r->g. */
+static int take_record(struct dl_round *r, const struct dl_avg_event *ev) {
+#ifdef DEDLOC_TEST_HOOKS
+    if (r->misbehaviour == DL_MISBEHAVE_SLOW_RECORD) slow_record(r);
+#endif
+    return dl_group_parse(ev->data, ev->size, &r->g);
+}
+
 static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_options *opt,
                 const char *first_leader) {
     char leader[DL_PEER_ID_HEX];
@@ -527,7 +554,7 @@ static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
                     rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the leader %s did not take us: %s%s%.*s", leader,
                                        dl_net_status_name(ev->status), ev->size ? ": " : "", (int)ev->size,
                                        ev->data ? (const char *)ev->data : "");
-                } else if (dl_group_parse(ev->data, ev->size, &r->g)) {
+                } else if (take_record(r, ev)) {
                     pass_over(c, opt->epoch, leader);
                     rc = dl_round_fail(r, DL_AVG_NO_GROUP, "%s", dl_error());
                 } else {
@@ -548,7 +575,11 @@ static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
                 /* Joins for us while we are joining: send them on to the
                  * peer we joined (before us in the order, so they follow). */
                 if (ev->kind == EV_JOIN) respond_redirect(r, ev->token, leader);
-                else dl_round_respond_text(r, ev->token, "unknown round");
+                else if (dl_round_hold_early(r, ev)) {
+                    ev = next; /* a chunk for the group we are joining: kept */
+                    continue;
+                } else
+                    dl_round_respond_text(r, ev->token, "unknown round");
             }
             dl_avg_event_free(ev);
             ev = next;

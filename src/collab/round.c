@@ -484,6 +484,30 @@ void dl_round_progress(struct dl_round *r) {
     atomic_store(&r->heartbeat, now);
 }
 
+bool dl_round_hold_early(struct dl_round *r, struct dl_avg_event *ev) {
+    if (ev->kind != EV_CHUNK || !ev->token || r->early_count >= DL_AVG_EARLY_MAX ||
+        r->early_bytes + ev->size > DL_AVG_EARLY_MAX_BYTES)
+        return false;
+    size_t from_peer = 0;
+    for (const struct dl_avg_event *e = r->early; e; e = e->next) from_peer += !strcmp(e->peer_id, ev->peer_id);
+    if (from_peer >= DL_AVG_SEND_WINDOW) return false;
+    ev->next = r->early;
+    r->early = ev;
+    r->early_count++;
+    r->early_bytes += ev->size;
+    return true;
+}
+
+void dl_round_drop_early(struct dl_round *r) {
+    while (r->early) {
+        struct dl_avg_event *ev = r->early;
+        r->early = ev->next;
+        dl_round_respond_text(r, ev->token, "unknown round");
+        dl_avg_event_free(ev);
+    }
+    r->early_count = r->early_bytes = 0;
+}
+
 int dl_round_setup(struct dl_round *r) {
     struct dl_group *g = &r->g;
     size_t n = g->n;
@@ -541,6 +565,7 @@ int dl_round_setup(struct dl_round *r) {
 
 void dl_round_free(struct dl_round *r) {
     if (!r) return;
+    dl_round_drop_early(r);
     if (r->agg)
         for (uint32_t k = 0; k < r->agg_chunks; k++) {
             if (r->agg[k].contrib)

@@ -61,6 +61,10 @@
 /* Chunk requests in flight per (sender, aggregator) and result requests per
  * (aggregator, receiver); reduced chunks not yet sent to everyone. */
 #define DL_AVG_SEND_WINDOW 4
+/* Chunks held during matchmaking: an honest sender has at most its window
+ * in flight to us; in all, a bound on what a crowd of peers can park. */
+#define DL_AVG_EARLY_MAX 256
+#define DL_AVG_EARLY_MAX_BYTES ((size_t)256 << 20)
 #define DL_AVG_RESULT_WINDOW 4
 #define DL_AVG_REDUCE_AHEAD 4
 /* Seconds after the group forms during which "not connected" means "not yet". */
@@ -86,6 +90,9 @@ enum dl_misbehaviour {
     /* test-hook builds only: a re-reducer whose generation-1 results are
      * -1000 times the average */
     DL_MISBEHAVE_REREDUCE_SCALE,
+    /* test-hook builds only, honest: a joining member that takes the group
+     * record 1 s after it arrives, while the others' chunks come in */
+    DL_MISBEHAVE_SLOW_RECORD,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -137,6 +144,13 @@ struct dl_round {
     int misbehaviour;             /* tests only: enum dl_misbehaviour */
     uint64_t serial;
     bool has_group;
+    /* Chunks that reached us during matchmaking, before we knew the group
+     * they belong to (a member can learn the group record before we do):
+     * held, newest first, and taken or refused once the group is known
+     * (dl_round_hold_early). Without them the sender would send each such
+     * chunk twice. */
+    struct dl_avg_event *early;
+    size_t early_count, early_bytes;
     struct dl_group g;
     size_t me;
     const float *input;
@@ -182,7 +196,7 @@ struct dl_round {
     /* outcome */
     enum dl_avg_status status;
     char reason[256];
-    uint64_t bytes_sent, bytes_received;
+    uint64_t bytes_sent, bytes_received, bytes_resent;
     double reduce_s;
     uint64_t reduced_elems;
     uint8_t *group_record;        /* leader: the signed record, for a member that asks again */
@@ -267,6 +281,12 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
                            const char *sender);
 /* Called at every step of the round thread (fails the round after a stall). */
 void dl_round_progress(struct dl_round *r);
+/* Matchmaking: keeps an incoming chunk for the group about to form (true:
+ * the round owns ev now) within the DL_AVG_EARLY_* bounds; false: the
+ * caller answers and frees it as before. */
+bool dl_round_hold_early(struct dl_round *r, struct dl_avg_event *ev);
+/* Answers the held chunks "unknown round" and frees them. */
+void dl_round_drop_early(struct dl_round *r);
 /* Allocates the per-member and per-chunk state once the group is known. */
 int dl_round_setup(struct dl_round *r);
 /* Whether this round answers avg.alive for the round id in payload at `now`:

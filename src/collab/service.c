@@ -99,6 +99,10 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
             pthread_mutex_unlock(&c->lock);
             return;
         }
+        /* During our matchmaking a member of the group that is forming may
+         * know the group before we do: its chunks wait for the record
+         * (dl_round_hold_early) instead of crossing the link twice. */
+        else if (cur && !cur->has_group && slot->kind == EV_CHUNK) for_cur = true;
     }
     if (banned) {
         pthread_mutex_unlock(&c->lock);
@@ -239,6 +243,7 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
     res->status = r->status;
     snprintf(res->reason, sizeof res->reason, "%s", r->reason);
     res->bytes_sent = r->bytes_sent;
+    res->bytes_resent = r->bytes_resent;
     res->bytes_received = r->bytes_received;
     res->total_s = t_end - t0;
     res->matchmaking_s = (r->has_group ? t_group : t_end) - t0;

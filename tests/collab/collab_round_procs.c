@@ -409,6 +409,11 @@ static void verify(const struct scenario *sc) {
     }
     /* Which members must have succeeded. */
     int reference = -1;
+    for (int i = 0; sc->no_resend && i < num_members; i++) {
+        const cJSON *resent = members[i].round ? cJSON_GetObjectItem(members[i].round, "bytes_resent") : NULL;
+        CHECK_MSG(cJSON_IsNumber(resent) && cJSON_GetNumberValue(resent) == 0, "member %d sent %.0f bytes twice", i,
+                  cJSON_IsNumber(resent) ? cJSON_GetNumberValue(resent) : -1.0);
+    }
     for (int i = 0; i < num_members; i++) {
         struct member *m = &members[i];
         bool must = !m->victim && strcmp(m->role, "aux");
@@ -525,7 +530,8 @@ static void verify(const struct scenario *sc) {
             CHECK_MSG(inputs[g] != NULL, "chunk %d names member %d, which has no input file", ci, g);
             count++;
             int who = index_of[g];
-            bool welcome = who >= 0 && members[who].misbehave && !strcmp(members[who].misbehave, "weight-huge");
+            bool welcome = who >= 0 && members[who].misbehave && (!strcmp(members[who].misbehave, "weight-huge") ||
+                                                                  !strcmp(members[who].misbehave, "slow-record"));
             if (who >= 0 && members[who].misbehave && g != reducer && !welcome)
                 CHECK_MSG(false, "chunk %d holds the misbehaving member's data", ci);
             if (who >= 0 && !strcmp(members[who].role, "aux")) CHECK_MSG(false, "chunk %d holds an aux member", ci);
@@ -783,7 +789,8 @@ static int run(const struct scenario *sc) {
         char a = sc->attacks ? sc->attacks[i] : '-';
         m->attack = a == 's' ? "sign-flip" : a == 'n' ? "noise" : a == 't' ? "stale" : a == 'r' ? "replay" : NULL;
         if (m->attack && sc->attacker_weight > 0) m->weight = m->join_weight = sc->attacker_weight;
-        m->victim = (sc->fault && strcmp(sc->fault, "port") && i == sc->victim) || m->misbehave ||
+        bool honest_mode = m->misbehave && !strcmp(m->misbehave, "slow-record");
+        m->victim = (sc->fault && strcmp(sc->fault, "port") && i == sc->victim) || (m->misbehave && !honest_mode) ||
                     (sc->victim_delay > 0 && i == sc->victim) || (sc->tokens && sc->tokens[i] == 'm');
     }
     if (sc->tokens && make_tokens(sc)) {

@@ -42,6 +42,7 @@ struct scenario {
                                  * member applies nothing and bans it alone, on signed evidence */
     double sparse;              /* > 0: gradient-like vectors (as with attacks) of which only this
                                  * fraction of rows of 64 values is non-zero, drawn per member */
+    bool no_resend;             /* no member sends a chunk twice (bytes_resent 0 everywhere) */
     bool needs_test_hooks;      /* registered only in test-hook builds (the attack modes) */
 };
 
@@ -70,6 +71,12 @@ static const struct scenario scenarios[] = {
      .needs_test_hooks = true},
     {.name = "sparse_topk_clip", .member_count = 4, .vector_size = 1000003, .compression = "topk", .sparse = 0.005,
      .aggregation = "centered-clip", .tau = 30, .needs_test_hooks = true},
+    /* Every member but the leader takes the group record a second late
+     * (slow-record, honest): the leader's chunks, and those of the members
+     * that wake first, reach them before it. They wait for the record
+     * instead of being refused and sent again. */
+    {.name = "late_record", .member_count = 4, .vector_size = 1000003, .compression = "fp16",
+     .misbehave = "slow-record", .everyone_misbehaves = true, .no_resend = true, .needs_test_hooks = true},
     {.name = "five_topk", .member_count = 5, .vector_size = 1500001, .compression = "topk", .roles = "ttatc"},
     {.name = "topk_clip", .member_count = 5, .vector_size = 1000003, .compression = "topk",
      .aggregation = "centered-clip", .tau = 30},
