@@ -371,6 +371,7 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "grind")) mode = DL_MISBEHAVE_GRIND;
         else if (!strcmp(misbehave, "two-faced")) mode = DL_MISBEHAVE_TWO_FACED;
         else if (!strcmp(misbehave, "slow-record")) mode = DL_MISBEHAVE_SLOW_RECORD;
+        else if (!strcmp(misbehave, "skip-audit")) mode = DL_MISBEHAVE_SKIP_AUDIT;
 #endif
         else {
             fprintf(stderr, "allreduce-member: unknown --misbehave %s\n", misbehave);

@@ -51,7 +51,12 @@ static void help(FILE *out) {
             "  --rounds R                rounds to run (default 3)\n"
             "  --kill-one                SIGKILL the last peer half-way through the first round\n"
             "  --deadline S              round deadline (default 120)\n"
-            "  --json                    JSON instead of a table\n\n"
+            "  --json                    JSON instead of a table\n"
+#ifdef DEDLOC_TEST_HOOKS
+            "  --no-audit                (test builds) every peer skips the audit phase of\n"
+            "                            accountable aggregation, to measure what the checks cost\n"
+#endif
+            "\n"
             "algbw = S / t with S the fp32 vector's bytes and t the slowest member's all-reduce\n"
             "time (matchmaking excluded); busbw = algbw * 2(n-1)/n; bound = the load-balancing\n"
             "optimum for these bandwidths and this codec; efficiency = bound / t. sent_MB: payload\n"
@@ -119,7 +124,7 @@ struct bench_run {
     double size, rounds, client_k, aux_k, deadline;
     const double *bw;
     size_t nbw;
-    bool json, kill_one;
+    bool json, kill_one, no_audit;
 };
 
 static int run_codec(const struct bench_run *b, const char *compression, cJSON *report) {
@@ -155,6 +160,10 @@ static int run_codec(const struct bench_run *b, const char *compression, cJSON *
         args[k++] = "--deadline"; args[k++] = a_deadline;
         args[k++] = "--compression"; args[k++] = (char *)compression;
         if (i < (size_t)aux_k) args[k++] = "--aux";
+        if (b->no_audit) {
+            args[k++] = "--misbehave";
+            args[k++] = "skip-audit";
+        }
         if (i >= np - (size_t)client_k) args[k++] = "--client-mode";
         if (i > 0) {
             args[k++] = "--initial-peers";
@@ -299,14 +308,17 @@ out:
 int bench_allreduce(int argc, char **argv) {
     double peers = 4, size = 18000000, rounds = 3, client_k = 0, aux_k = 0, deadline = 120;
     const char *compression = "fp16", *bandwidths = "100";
-    bool json = false, kill_one = false;
-    enum { O_PEERS = 256, O_SIZE, O_COMP, O_BWS, O_CLIENT, O_AUX, O_ROUNDS, O_KILL, O_DEADLINE, O_JSON };
+    bool json = false, kill_one = false, no_audit = false;
+    enum { O_PEERS = 256, O_SIZE, O_COMP, O_BWS, O_CLIENT, O_AUX, O_ROUNDS, O_KILL, O_DEADLINE, O_JSON, O_NO_AUDIT };
     static const struct option opts[] = {
         {"peers", required_argument, NULL, O_PEERS}, {"size", required_argument, NULL, O_SIZE},
         {"compression", required_argument, NULL, O_COMP}, {"bandwidths", required_argument, NULL, O_BWS},
         {"client-mode", required_argument, NULL, O_CLIENT}, {"aux", required_argument, NULL, O_AUX},
         {"rounds", required_argument, NULL, O_ROUNDS}, {"kill-one", no_argument, NULL, O_KILL},
         {"deadline", required_argument, NULL, O_DEADLINE}, {"json", no_argument, NULL, O_JSON},
+#ifdef DEDLOC_TEST_HOOKS
+        {"no-audit", no_argument, NULL, O_NO_AUDIT},
+#endif
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = cli_getopt_long(argc, argv, "h", opts, "bench allreduce")) != -1) {
@@ -324,6 +336,7 @@ int bench_allreduce(int argc, char **argv) {
         case O_KILL: kill_one = true; break;
         case O_DEADLINE: deadline = v; bad |= !(v > 0); break;
         case O_JSON: json = true; break;
+        case O_NO_AUDIT: no_audit = true; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -368,7 +381,7 @@ int bench_allreduce(int argc, char **argv) {
         return DL_EXIT_USAGE;
     }
     signal(SIGPIPE, SIG_IGN);
-    struct bench_run b = {np, size, rounds, client_k, aux_k, deadline, bw, nbw, json, kill_one};
+    struct bench_run b = {np, size, rounds, client_k, aux_k, deadline, bw, nbw, json, kill_one, no_audit};
     cJSON *report = cJSON_CreateArray();
     if (!report) return DL_EXIT_FAILURE;
     if (!json)

@@ -437,7 +437,10 @@ bool dl_round_advance(struct dl_round *r, double *wake_at) {
     check_aggregators(r, now);
     dl_recovery_pump(r, now);
     if (r->status != DL_AVG_OK) return true;
-    if (r->input_ready && r->have == r->need && aggregation_done(r) && dl_audit_pump(r, now)) return true;
+    /* The audit starts once every result is in and our part is delivered. */
+    if (r->input_ready && r->have == r->need && aggregation_done(r) &&
+        (r->misbehaviour == DL_MISBEHAVE_SKIP_AUDIT || dl_audit_pump(r, now)))
+        return true;
     if (r->status != DL_AVG_OK) return true;
     if (now >= r->deadline) {
         dl_round_fail(r, DL_AVG_DEADLINE, "the round did not complete within its deadline (%zu of %zu chunks)",

@@ -32,24 +32,6 @@ void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, uint
     crypto_stream_chacha20(signs, (len + 7) / 8, nonce, seed);
 }
 
-static inline bool sign_bit(const uint8_t *signs, size_t e) { return (signs[e / 8] >> (e % 8)) & 1; }
-
-void dl_audit_measure(const uint8_t *signs, const float *x, const float *q, size_t len, struct dl_audit_measure *out) {
-    double s = 0, a = 0, d2 = 0;
-    for (size_t e = 0; e < len; e++) {
-        double v = (double)x[e];
-        s += sign_bit(signs, e) ? -v : v;
-        a += fabs(v);
-        if (q) {
-            double diff = v - (double)q[e];
-            d2 += diff * diff;
-        }
-    }
-    out->s = s;
-    out->a = a;
-    out->d = sqrt(d2);
-}
-
 static bool close_to(double x, double y) { return fabs(x - y) <= 1e-12 * fmax(fabs(x), fabs(y)) + 1e-300; }
 
 bool dl_audit_measure_agrees(const struct dl_audit_measure *published, const struct dl_audit_measure *recomputed) {

@@ -68,8 +68,20 @@ bool dl_audit_reveal_matches(const uint8_t round_id[16], const uint8_t nonce[DL_
 /* The signs of chunk `chunk`'s direction, len bits (bit e set: z_e = -1),
  * from the round's seed. */
 void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, uint8_t *signs);
-/* s, a and d of x (d against q; 0 when q is NULL), in double, index order. */
+/* s, a and d of x against q, in double, in the fixed order of
+ * audit_measure.c (eight lanes by index mod 8), the same on every CPU. */
 void dl_audit_measure(const uint8_t *signs, const float *x, const float *q, size_t len, struct dl_audit_measure *out);
+/* A result's smallest and largest value (0 and 0 for no elements). */
+struct dl_audit_extremes {
+    double lo, hi;
+};
+/* Over a result q, in one pass: s and a as above, d = |q|_2, its extremes. */
+void dl_audit_measure_result(const uint8_t *signs, const float *q, size_t len, struct dl_audit_measure *out,
+                             struct dl_audit_extremes *ext);
+/* Either of the above on the portable path (portable) or the fastest this
+ * CPU has; q NULL: d = |x|_2; ext may be NULL. Tests hold the paths equal. */
+void dl_audit_measure_path(bool portable, const uint8_t *signs, const float *x, const float *q, size_t len,
+                           struct dl_audit_measure *out, struct dl_audit_extremes *ext);
 /* Whether two measures of the same chunk agree: the sender's published one
  * and the one recomputed from its signed chunk (the same arithmetic on the
  * same floats, so equal up to a margin kept for other compilers). */

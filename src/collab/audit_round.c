@@ -512,22 +512,15 @@ static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct scra
     rs.e2 = dl_get_f64(commit);
     rs.delta = dl_get_f64(commit + 8);
     struct dl_audit_measure qm;
+    struct dl_audit_extremes ext;
     decode_result(r, res, (size_t)len, sc->q);
     dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->signs);
-    dl_audit_measure(sc->signs, sc->q, NULL, (size_t)len, &qm);
-    double l2 = 0;
-    double linf = 0, lowest = len ? sc->q[0] : 0, highest = lowest;
-    for (size_t e = 0; e < len; e++) {
-        l2 += (double)sc->q[e] * (double)sc->q[e];
-        linf = fmax(linf, fabs((double)sc->q[e]));
-        lowest = fmin(lowest, (double)sc->q[e]);
-        highest = fmax(highest, (double)sc->q[e]);
-    }
-    rs.linf = linf;
-    rs.range = highest - lowest;
+    dl_audit_measure_result(sc->signs, sc->q, (size_t)len, &qm, &ext);
+    rs.linf = fmax(fabs(ext.lo), fabs(ext.hi));
+    rs.range = ext.hi - ext.lo;
     rs.s = qm.s;
     rs.l1 = qm.a;
-    rs.l2 = sqrt(l2);
+    rs.l2 = qm.d;
     return dl_audit_check(claims, count_k, &rs, r->g.aggregation == DL_AGG_CENTERED_CLIP, r->g.clip_tau, why,
                           why_size);
 }

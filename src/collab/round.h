@@ -93,6 +93,10 @@ enum dl_misbehaviour {
     /* test-hook builds only, honest: a joining member that takes the group
      * record 1 s after it arrives, while the others' chunks come in */
     DL_MISBEHAVE_SLOW_RECORD,
+    /* test-hook builds only: a member that skips the audit phase (neither
+     * checks nor answers), to measure the audit's cost when every member of
+     * the round does so (bench allreduce --no-audit) */
+    DL_MISBEHAVE_SKIP_AUDIT,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */

@@ -101,6 +101,53 @@ int main(void) {
     for (size_t e = 0; e < LEN; e++) neg += (a[e / 8] >> (e % 8)) & 1;
     CHECK_MSG(neg > LEN / 2 - 100 && neg < LEN / 2 + 100, "%d of %d signs negative", neg, LEN);
 
+    /* 1b. The measures: the fast path (AVX2 where the CPU has it) and the
+     * portable one give the same bits, over every length up to 40 (the
+     * lanes' tail) and a long odd one; both are the index-order sums up to
+     * double rounding, and the extremes are exact. */
+    {
+        static float xs[LEN], qs[LEN];
+        for (size_t e = 0; e < LEN; e++) {
+            xs[e] = (float)(uniform() * 1e3);
+            qs[e] = (float)uniform();
+        }
+        xs[500] = -3e3f; /* the smallest, inside the vector part */
+        xs[998] = 4e3f;  /* the largest, in the tail beyond the last 8 */
+        size_t lens[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 40, LEN};
+        for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+            size_t n = lens[i];
+            for (int with_q = 0; with_q < 2; with_q++) {
+                struct dl_audit_measure fast, portable;
+                struct dl_audit_extremes fe, pe;
+                dl_audit_measure_path(false, a, xs, with_q ? qs : NULL, n, &fast, &fe);
+                dl_audit_measure_path(true, a, xs, with_q ? qs : NULL, n, &portable, &pe);
+                CHECK_MSG(!memcmp(&fast, &portable, sizeof fast) && fe.lo == pe.lo && fe.hi == pe.hi,
+                          "length %zu: fast %.17g %.17g %.17g, portable %.17g %.17g %.17g", n, fast.s, fast.a, fast.d,
+                          portable.s, portable.a, portable.d);
+                long double s = 0, ab = 0, d2 = 0;
+                double lo = n ? xs[0] : 0, hi = lo;
+                for (size_t e = 0; e < n; e++) {
+                    long double v = xs[e], diff = v - (with_q ? (long double)qs[e] : 0);
+                    s += (a[e / 8] >> (e % 8)) & 1 ? -v : v;
+                    ab += fabsl(v);
+                    d2 += diff * diff;
+                    lo = xs[e] < lo ? xs[e] : lo;
+                    hi = xs[e] > hi ? xs[e] : hi;
+                }
+                double slack = 1e-13 * (double)ab + 1e-300;
+                CHECK_MSG(fabs(fast.s - (double)s) <= slack && fabs(fast.a - (double)ab) <= slack &&
+                              fabs(fast.d - sqrt((double)d2)) <= 1e-13 * sqrt((double)d2) + 1e-300,
+                          "length %zu: %.17g %.17g %.17g against %.17Lg %.17Lg %.17Lg", n, fast.s, fast.a, fast.d, s, ab,
+                          sqrtl(d2));
+                CHECK(fe.lo == lo && fe.hi == hi);
+            }
+        }
+        struct dl_audit_extremes ext;
+        struct dl_audit_measure m;
+        dl_audit_measure_result(a, xs, LEN, &m, &ext);
+        CHECK(ext.lo == -3e3 && ext.hi == 4e3);
+    }
+
     /* 2. The mean, fp32 on the wire: passes; the tolerance's edge is sharp. */
     for (size_t j = 0; j < K; j++)
         for (size_t e = 0; e < LEN; e++) x[j][e] = (float)uniform();

@@ -1,0 +1,163 @@
+/* The audit's passes over the elements (collab/audit.h): a chunk's signed
+ * sum, L1 norm and distance to the result, and a result's extremes.
+ *
+ * Every member runs these over its whole vector several times a round (its
+ * own chunks, the chunks of its part, every result), so they are the
+ * audit's main cost. A measure published by one member is recomputed by
+ * another and compared, so the summation order is part of the protocol and
+ * the same on every CPU: eight lanes, element e going to lane e mod 8 in
+ * index order, the lanes added as ((0+1)+(2+3))+((4+5)+(6+7)). The AVX2 path
+ * and the portable one do the same double operations lane by lane (fp32 to
+ * double is exact, negation and fabs are exact, the build never contracts
+ * a product and a sum), so their results are bitwise equal; test_collab_audit
+ * holds them against each other and against a plain index-order sum. */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "collab/audit.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define MEASURE_HAVE_X86 1
+#else
+#define MEASURE_HAVE_X86 0
+#endif
+
+#define LANES 8
+
+struct lanes {
+    double s[LANES], a[LANES], d[LANES];
+    float lo, hi;
+};
+
+/* Elements [from, to) into their lanes; q NULL: d sums x^2. */
+static void measure_scalar(const uint8_t *signs, const float *x, const float *q, size_t from, size_t to,
+                           struct lanes *L) {
+    for (size_t e = from; e < to; e++) {
+        size_t l = e % LANES;
+        double v = (double)x[e];
+        L->s[l] += (signs[e / 8] >> (e % 8)) & 1 ? -v : v;
+        L->a[l] += fabs(v);
+        double diff = q ? v - (double)q[e] : v;
+        L->d[l] += diff * diff;
+        /* a NaN never replaces a bound, as with _mm256_min_ps(v, bound) */
+        L->lo = x[e] < L->lo ? x[e] : L->lo;
+        L->hi = x[e] > L->hi ? x[e] : L->hi;
+    }
+}
+
+#if MEASURE_HAVE_X86
+__attribute__((target("avx2"))) static void measure_avx2(const uint8_t *signs, const float *x, const float *q,
+                                                         size_t blocks, struct lanes *L) {
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256d s0 = _mm256_loadu_pd(L->s), s1 = _mm256_loadu_pd(L->s + 4);
+    __m256d a0 = _mm256_loadu_pd(L->a), a1 = _mm256_loadu_pd(L->a + 4);
+    __m256d d0 = _mm256_loadu_pd(L->d), d1 = _mm256_loadu_pd(L->d + 4);
+    __m256 lo = _mm256_set1_ps(L->lo), hi = _mm256_set1_ps(L->hi);
+    for (size_t b = 0; b < blocks; b++) {
+        __m256 v = _mm256_loadu_ps(x + LANES * b);
+        __m256i mine = _mm256_and_si256(_mm256_set1_epi32(signs[b]), bit);
+        __m256 flip = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(mine, bit)), sign);
+        __m256 sv = _mm256_xor_ps(v, flip), av = _mm256_andnot_ps(sign, v);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(sv)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(sv, 1)));
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(av)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(av, 1)));
+        __m256d v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), v1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        if (q) {
+            __m256 qv = _mm256_loadu_ps(q + LANES * b);
+            v0 = _mm256_sub_pd(v0, _mm256_cvtps_pd(_mm256_castps256_ps128(qv)));
+            v1 = _mm256_sub_pd(v1, _mm256_cvtps_pd(_mm256_extractf128_ps(qv, 1)));
+        }
+        d0 = _mm256_add_pd(d0, _mm256_mul_pd(v0, v0));
+        d1 = _mm256_add_pd(d1, _mm256_mul_pd(v1, v1));
+        lo = _mm256_min_ps(v, lo);
+        hi = _mm256_max_ps(v, hi);
+    }
+    _mm256_storeu_pd(L->s, s0);
+    _mm256_storeu_pd(L->s + 4, s1);
+    _mm256_storeu_pd(L->a, a0);
+    _mm256_storeu_pd(L->a + 4, a1);
+    _mm256_storeu_pd(L->d, d0);
+    _mm256_storeu_pd(L->d + 4, d1);
+    float lanes_lo[LANES], lanes_hi[LANES];
+    _mm256_storeu_ps(lanes_lo, lo);
+    _mm256_storeu_ps(lanes_hi, hi);
+    for (int l = 0; l < LANES; l++) {
+        L->lo = lanes_lo[l] < L->lo ? lanes_lo[l] : L->lo;
+        L->hi = lanes_hi[l] > L->hi ? lanes_hi[l] : L->hi;
+    }
+}
+
+static bool cpu_has_avx2(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned osxsave = 1u << 27, avx = 1u << 28;
+    if ((c & (osxsave | avx)) != (osxsave | avx)) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    if ((xcr0_lo & 6u) != 6u || __get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b & (1u << 5)) != 0;
+}
+#endif
+
+/* 0 unknown, 1 portable, 2 AVX2; DL_AUDIT_PATH_* forces one (tests). */
+static int measure_path(void) {
+    static int cached;
+    int p = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (!p) {
+#if MEASURE_HAVE_X86
+        p = cpu_has_avx2() ? 2 : 1;
+#else
+        p = 1;
+#endif
+        __atomic_store_n(&cached, p, __ATOMIC_RELAXED);
+    }
+    return p;
+}
+
+static double lanes_sum(const double *v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+
+static void measure_lanes(bool portable, const uint8_t *signs, const float *x, const float *q, size_t len,
+                          struct lanes *L) {
+    memset(L, 0, sizeof *L);
+    L->lo = INFINITY;
+    L->hi = -INFINITY;
+    size_t blocks = len / LANES;
+#if MEASURE_HAVE_X86
+    if (!portable && measure_path() == 2) {
+        measure_avx2(signs, x, q, blocks, L);
+        measure_scalar(signs, x, q, blocks * LANES, len, L);
+        return;
+    }
+#endif
+    (void)portable;
+    measure_scalar(signs, x, q, 0, len, L);
+}
+
+void dl_audit_measure_path(bool portable, const uint8_t *signs, const float *x, const float *q, size_t len,
+                           struct dl_audit_measure *out, struct dl_audit_extremes *ext) {
+    struct lanes L;
+    measure_lanes(portable, signs, x, q, len, &L);
+    out->s = lanes_sum(L.s);
+    out->a = lanes_sum(L.a);
+    out->d = sqrt(lanes_sum(L.d));
+    if (ext) {
+        ext->lo = len ? (double)L.lo : 0;
+        ext->hi = len ? (double)L.hi : 0;
+    }
+}
+
+void dl_audit_measure(const uint8_t *signs, const float *x, const float *q, size_t len, struct dl_audit_measure *out) {
+    dl_audit_measure_path(false, signs, x, q, len, out, NULL);
+}
+
+void dl_audit_measure_result(const uint8_t *signs, const float *q, size_t len, struct dl_audit_measure *out,
+                             struct dl_audit_extremes *ext) {
+    dl_audit_measure_path(false, signs, q, NULL, len, out, ext);
+}
