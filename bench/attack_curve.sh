@@ -3,6 +3,8 @@
 # tiny-model trainers on loopback, 4 samples each (32 per step), against
 # one peer fed the whole batch of 32 (the clean reference). Runs:
 #   clean-mean   8 honest trainers, --aggregation mean
+#   clean-noaudit the same, every peer skipping accountable aggregation's
+#                checks (--test-misbehave skip-audit): what the checks cost
 #   clean-clip   8 honest trainers, centered-clip (tau 10, ban after 3 rounds)
 #   attack-clip  the same with 3 attackers: peer 5 sends its gradient x -1000,
 #                peer 6 uniform noise, peer 7 sends x -1000 and, as an
@@ -73,6 +75,7 @@ swarm() {
 }
 
 swarm cm --aggregation mean
+swarm cn --aggregation mean --test-misbehave skip-audit
 swarm cc --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3
 ATTACK=1 swarm ac --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3
 
@@ -83,11 +86,11 @@ printf '%-12s %6s %10s %9s %8s %8s\n' run steps loss vs_clean wall_s s/step
 printf '%-12s %6s %10.4f %9s %8.1f %8.2f\n' single "$(steps_of "$TMP/single.jsonl")" "$clean" "" "$single_s" \
   "$(echo "$single_s / $STEPS" | bc -l)"
 json="{\"steps\":$STEPS,\"window\":$W,\"clean_loss\":$clean,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\""
-for tag in cm cc ac; do
+for tag in cm cn cc ac; do
   loss=$(tail_loss "$TMP/${tag}0.jsonl")
   secs=$(cat "$TMP/$tag.seconds")
   rel=$(echo "($loss - $clean) / $clean * 100" | bc -l)
-  case $tag in cm) name=clean-mean ;; cc) name=clean-clip ;; ac) name=attack-clip ;; esac
+  case $tag in cm) name=clean-mean ;; cn) name=clean-noaudit ;; cc) name=clean-clip ;; ac) name=attack-clip ;; esac
   printf '%-12s %6s %10.4f %+8.2f%% %8.1f %8.2f\n' "$name" "$(steps_of "$TMP/${tag}0.jsonl")" "$loss" "$rel" "$secs" \
     "$(echo "$secs / $STEPS" | bc -l)"
   # what the honest peers logged: liars caught, peers refused for clipping

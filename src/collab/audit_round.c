@@ -166,15 +166,18 @@ static bool measure_chunk(const struct dl_round *r, struct scratch *sc, const ui
     return true;
 }
 
-/* A verdict backed by signed messages: member j is refused by us, and the
- * round is not applied. */
+/* A verdict backed by signed messages: member j is refused by us for the
+ * rest of the run, and the round is not applied. Not for ban_s like a
+ * malformed chunk: its own signatures show it computed or claimed what no
+ * honest peer does, and one back after a minute spoils another round (the
+ * attacked run of bench/attack_curve.sh lost a round that way). */
 static void accuse(struct dl_round *r, size_t j, const char *why) {
     if (r->accused[j]) return;
     r->accused[j] = true;
     char text[300];
     snprintf(text, sizeof text, "accountable aggregation: %s", why);
     DL_WARN("collab", "member %zu (%s) caught lying: %s", j, r->g.members[j].peer_id, why);
-    dl_round_ban(r, r->g.members[j].peer_id, text);
+    dl_round_ban_for_run(r, r->g.members[j].peer_id, text);
     if (r->audit_status != DL_AVG_FAILED) {
         r->audit_status = DL_AVG_FAILED;
         snprintf(r->audit_reason, sizeof r->audit_reason, "accountable aggregation caught member %zu (%s): %s", j,

@@ -57,6 +57,10 @@ struct dl_avg_event *dl_round_wait_events(struct dl_round *r, double until) {
 
 void dl_round_ban(struct dl_round *r, const char *peer_id, const char *why) { dl_bans_add(r->bans, peer_id, why); }
 
+void dl_round_ban_for_run(struct dl_round *r, const char *peer_id, const char *why) {
+    dl_bans_add_for_run(r->bans, peer_id, why);
+}
+
 int dl_round_fail(struct dl_round *r, enum dl_avg_status status, const char *fmt, ...) {
     if (r->status == DL_AVG_OK) {
         r->status = status;

@@ -261,6 +261,8 @@ void dl_round_respond_text(struct dl_round *r, uint64_t token, const char *text)
 struct dl_avg_event *dl_round_wait_events(struct dl_round *r, double until);
 /* Refuses a member that misbehaved (the round's ban table). */
 void dl_round_ban(struct dl_round *r, const char *peer_id, const char *why);
+/* Refuses peer_id for the rest of the run (a liar caught on signed evidence). */
+void dl_round_ban_for_run(struct dl_round *r, const char *peer_id, const char *why);
 /* chunk geometry */
 size_t dl_round_chunks_of(const struct dl_round *r, size_t part);
 void dl_round_chunk_range(const struct dl_round *r, size_t part, size_t k, uint64_t *offset, uint64_t *length);

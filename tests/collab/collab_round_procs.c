@@ -45,6 +45,7 @@
 
 #include "collab/wirecodec.h"
 #include "collab_round_scenarios.h"
+#include "dedloc/util.h"
 #include "dl_test.h"
 
 #define MAX_MEMBERS 8
@@ -713,6 +714,16 @@ static void verify_refused(const struct scenario *sc) {
     printf("%d members refused the leader's record\n", refused);
 }
 
+/* Whether the file at path holds text. */
+static bool file_has(const char *path, const char *text) {
+    char *data = NULL;
+    size_t size = 0;
+    if (dl_read_file(path, (size_t)1 << 26, &data, &size)) return false;
+    bool found = data && strstr(data, text) != NULL;
+    free(data);
+    return found;
+}
+
 /* Accountable aggregation: the liar (member `victim`) is caught by every
  * other member, which applies nothing and bans the liar and nobody else. */
 static void verify_caught(const struct scenario *sc) {
@@ -738,6 +749,11 @@ static void verify_caught(const struct scenario *sc) {
             if (is_liar) {
                 CHECK_MSG(banned, "member %d did not ban the liar (member %d)", i, sc->victim);
                 caught_by += banned;
+                /* for the run, not for ban_s: signed evidence is no glitch */
+                char path[300], want[120];
+                snprintf(path, sizeof path, "%s/m%d.log", workdir, i);
+                snprintf(want, sizeof want, "refusing peer %s for the rest of the run", liar->peer_id);
+                CHECK_MSG(!banned || file_has(path, want), "member %d did not refuse the liar for the run", i);
             } else {
                 CHECK_MSG(!banned, "member %d banned %s, who did not lie", i, id ? id : "?");
             }
