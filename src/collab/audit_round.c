@@ -293,7 +293,7 @@ static uint8_t *build_projections(struct dl_round *r, struct scratch *sc, size_t
         const uint8_t *res = audited_result(r, p, k);
         if (!res || !in_mask(res, r->me)) continue;
         size_t chunk_size;
-        uint8_t *own = dl_round_encode_own(r, p, k, true, &chunk_size);
+        uint8_t *own = dl_round_encode_own_unsigned(r, p, k, true, &chunk_size);
         /* Projections and weight of the chunks as we sent them (the same
          * weight in each): the aggregator compares them with what it got. */
         if (own) dl_put_f64(msg + 56, dl_get_f64(own + DL_AVG_REF_HEADER));
@@ -669,7 +669,7 @@ static bool rereduced(const struct dl_round *r, size_t gi, size_t *reducer) {
  * (DL_AUDIT_PROJ1_SIZE bytes into msg); false when we cannot make it. */
 static bool build_proj1(struct dl_round *r, struct scratch *sc, size_t p, size_t k, uint8_t *msg) {
     size_t size;
-    uint8_t *own = dl_round_encode_own(r, p, k, true, &size);
+    uint8_t *own = dl_round_encode_own_unsigned(r, p, k, true, &size);
     struct dl_audit_measure m;
     bool ok = own && measure_chunk(r, sc, r->audit_seed, p, k, own, r->store[r->first_chunk[p] + k], &m);
     if (ok) {

@@ -117,7 +117,7 @@ void dl_round_mark_failed(struct dl_round *r, size_t member, const char *why) {
 
 bool dl_round_weight_ok(double weight) { return isfinite(weight) && weight >= 0 && weight <= DL_AVG_MAX_WEIGHT; }
 
-uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size) {
+static uint8_t *encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, bool sign, size_t *size) {
     if (!r->input_ready || !r->input) return NULL;
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
@@ -165,12 +165,24 @@ uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool mis
     }
     /* Signed, so that the aggregator holding it can show anyone what we
      * sent (an accusation when our projections contradict it). */
-    uint8_t to_sign[DL_AVG_CHUNK_HEADER + 32];
-    memcpy(to_sign, msg, DL_AVG_CHUNK_HEADER);
-    crypto_generichash(to_sign + DL_AVG_CHUNK_HEADER, 32, data, enc + extra, NULL, 0);
-    r->tp.ops->sign(r->tp.ctx, to_sign, sizeof to_sign, data + enc + extra);
+    if (sign) {
+        uint8_t to_sign[DL_AVG_CHUNK_HEADER + 32];
+        memcpy(to_sign, msg, DL_AVG_CHUNK_HEADER);
+        crypto_generichash(to_sign + DL_AVG_CHUNK_HEADER, 32, data, enc + extra, NULL, 0);
+        r->tp.ops->sign(r->tp.ctx, to_sign, sizeof to_sign, data + enc + extra);
+    } else {
+        memset(data + enc + extra, 0, DL_AVG_CHUNK_SIG);
+    }
     *size = DL_AVG_CHUNK_HEADER + enc + extra + DL_AVG_CHUNK_SIG;
     return msg;
+}
+
+uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size) {
+    return encode_own(r, part, k, misbehave, true, size);
+}
+
+uint8_t *dl_round_encode_own_unsigned(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size) {
+    return encode_own(r, part, k, misbehave, false, size);
 }
 
 size_t dl_round_chunk_msg_size(const struct dl_round *r, uint64_t len) {

@@ -279,6 +279,9 @@ bool dl_round_weight_ok(double weight);
 /* Our own chunk of part p, encoded with our weight in its header
  * (misbehaviour applied). malloc'd; NULL before our vector is handed over. */
 uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size);
+/* The same bytes without the signature (zeros in its place): what we sent,
+ * for our own measures (the audit), without a hash and a signature per chunk. */
+uint8_t *dl_round_encode_own_unsigned(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size);
 /* Reduces one chunk from the given per-member encoded contributions (NULL =
  * absent) in member order; stores the signed result. 0, or -1 (no contributor). */
 int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generation, uint8_t **contrib, bool *bad);
