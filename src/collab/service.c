@@ -92,8 +92,8 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
         }
         for_cur = true;
     } else if (in->size >= DL_GROUP_ROUND_ID) {
-        if (cur && cur->has_group && !memcmp(in->payload, cur->g.round_id, DL_GROUP_ROUND_ID)) for_cur = true;
-        else if (c->last && !memcmp(in->payload, c->last->g.round_id, DL_GROUP_ROUND_ID)) {
+        bool ours = cur && cur->has_group && !memcmp(in->payload, cur->g.round_id, DL_GROUP_ROUND_ID);
+        if (!ours && c->last && !memcmp(in->payload, c->last->g.round_id, DL_GROUP_ROUND_ID)) {
             if (!banned) serve_finished(net, c->last, slot->kind, in);
             else respond_text(net, in->token, "refused: banned");
             pthread_mutex_unlock(&c->lock);
@@ -102,7 +102,7 @@ static void on_request(void *user, dl_net *net, const struct dl_net_incoming *in
         /* During our matchmaking a member of the group that is forming may
          * know the group before we do: its chunks wait for the record
          * (dl_round_hold_early) instead of crossing the link twice. */
-        else if (cur && !cur->has_group && slot->kind == EV_CHUNK) for_cur = true;
+        for_cur = ours || (cur && !cur->has_group && slot->kind == EV_CHUNK);
     }
     if (banned) {
         pthread_mutex_unlock(&c->lock);
