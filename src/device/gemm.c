@@ -7,6 +7,10 @@
 #ifdef DEDLOC_HAVE_OPENBLAS
 #include <cblas.h>
 #include <pthread.h>
+#ifdef DEDLOC_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#endif
 #endif
 
 #include "dedloc/util.h"
@@ -180,9 +184,41 @@ static void *run_rows_thread(void *arg) {
     return NULL;
 }
 
+#ifdef DEDLOC_HAVE_DNNL
+/* Large products go to oneDNN's fp32 GEMM where the build has it: on the
+ * step's linear shapes it ran 1.05-1.70x the row-split OpenBLAS below on a
+ * quiet machine (bench_gemm_bf16, bench/RESULTS.md). Only products of
+ * SPLIT_MIN_FLOPS and more: oneDNN threads with OpenMP, whose threads spin
+ * at barriers, and small products on shared cores paid for that (the bf16
+ * path's finding, gemm_bf16.c). DEDLOC_FP32_GEMM=openblas keeps every
+ * product on OpenBLAS (for comparison). */
+static bool dnnl_fp32_wanted(void) {
+    static int wanted = -1;
+    int w = __atomic_load_n(&wanted, __ATOMIC_RELAXED);
+    if (w < 0) {
+        const char *env = getenv("DEDLOC_FP32_GEMM");
+        w = !(env && !strcmp(env, "openblas"));
+        __atomic_store_n(&wanted, w, __ATOMIC_RELAXED);
+    }
+    return w;
+}
+
+static bool run_dnnl(const dl_gemm_args *g, const float *a, const float *b, float *c, int threads) {
+    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    if (flops < SPLIT_MIN_FLOPS || !dnnl_fp32_wanted()) return false;
+    omp_set_num_threads(threads > 0 ? threads : 1);
+    return dnnl_sgemm(g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', (dnnl_dim_t)g->m, (dnnl_dim_t)g->n,
+                      (dnnl_dim_t)g->k, g->alpha, a, (dnnl_dim_t)g->lda, b, (dnnl_dim_t)g->ldb, g->beta, c,
+                      (dnnl_dim_t)g->ldc) == dnnl_success;
+}
+#endif
+
 /* Returns false when the product is better left to OpenBLAS's threads. */
 static bool run_split(const dl_gemm_args *g, const float *a, const float *b, float *c, int threads) {
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+#ifdef DEDLOC_HAVE_DNNL
+    if (run_dnnl(g, a, b, c, threads)) return true;
+#endif
     if (threads < 2 || flops < SPLIT_MIN_FLOPS || g->m < (size_t)threads * SPLIT_ROW_ALIGN) return false;
     if (threads > MAX_ITEM_THREADS) threads = MAX_ITEM_THREADS;
     struct blas_rows parts[MAX_ITEM_THREADS] = {{0}};

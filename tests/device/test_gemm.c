@@ -292,10 +292,12 @@ int main(void) {
             CHECK_MSG(run_case(dev, &big, 0.75f, -0.5f) == 0, "indirect path");
         }
         test_batched(dev);
-        /* OpenBLAS: a product of over 2^27 FLOPs is split by rows of C over
-         * the threads (gemm.c, run_split) when there are several; 333 rows
-         * leave a ragged last part, and op(A)'s rows are columns of A when
-         * it is transposed. */
+        /* A product of over 2^27 FLOPs goes to oneDNN's fp32 GEMM where the
+         * build has it, else (and with DEDLOC_FP32_GEMM=openblas: ctest
+         * device/test_gemm_openblas_split) it is split by rows of C over the
+         * OpenBLAS threads (gemm.c, run_split) when there are several; 333
+         * rows leave a ragged last part, and op(A)'s rows are columns of A
+         * when it is transposed. */
         if (backend == DL_GEMM_OPENBLAS)
             for (int t = 0; t < 4; t++) {
                 gemm_case split = {333, 515, 401, t & 1, (t >> 1) & 1, 1, 0};
