@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "collab/audit.h"
+#include "collab/wirecodec.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define MEASURE_HAVE_X86 1
 #else
@@ -92,34 +92,8 @@ __attribute__((target("avx2"))) static void measure_avx2(const uint8_t *signs, c
     }
 }
 
-static bool cpu_has_avx2(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
-    const unsigned osxsave = 1u << 27, avx = 1u << 28;
-    if ((c & (osxsave | avx)) != (osxsave | avx)) return false;
-    unsigned xcr0_lo, xcr0_hi;
-    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    (void)xcr0_hi;
-    if ((xcr0_lo & 6u) != 6u || __get_cpuid_max(0, NULL) < 7) return false;
-    __cpuid_count(7, 0, a, b, c, d);
-    return (b & (1u << 5)) != 0;
-}
 #endif
 
-/* 0 unknown, 1 portable, 2 AVX2; DL_AUDIT_PATH_* forces one (tests). */
-static int measure_path(void) {
-    static int cached;
-    int p = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (!p) {
-#if MEASURE_HAVE_X86
-        p = cpu_has_avx2() ? 2 : 1;
-#else
-        p = 1;
-#endif
-        __atomic_store_n(&cached, p, __ATOMIC_RELAXED);
-    }
-    return p;
-}
 
 static double lanes_sum(const double *v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
@@ -130,7 +104,9 @@ static void measure_lanes(bool portable, const uint8_t *signs, const float *x, c
     L->hi = -INFINITY;
     size_t blocks = len / LANES;
 #if MEASURE_HAVE_X86
-    if (!portable && measure_path() == 2) {
+    /* The codecs' check of the CPU (AVX2 with F16C, asked once): the same
+     * machines run both. */
+    if (!portable && dl_codec_path_available(DL_CODEC_PATH_AVX2)) {
         measure_avx2(signs, x, q, blocks, L);
         measure_scalar(signs, x, q, blocks * LANES, len, L);
         return;
