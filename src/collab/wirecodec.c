@@ -123,6 +123,46 @@ static void uint8_decode_scalar(const float *codebook, const uint8_t *codes, siz
     for (size_t i = from; i < n; i++) out[i] = codebook[codes[i]];
 }
 
+/* The sums that place a uint8 chunk's grid (its mean and sigma) run in
+ * SUM_LANES lanes: lane l adds the values i = l (mod SUM_LANES) in index
+ * order, one rounding per value, and lanes_total joins the lanes in a fixed
+ * tree. A vector path keeps each lane in a register lane and hands its
+ * lanes over for the tail, so every path gives the same bits, at vector
+ * speed (one chain of dependent adds per value ran at a quarter of it). */
+#define SUM_LANES 16
+
+static void lane_sums_scalar(const float *x, size_t from, size_t n, double lanes[SUM_LANES]) {
+    for (size_t i = from; i < n; i++) lanes[i % SUM_LANES] += x[i];
+}
+
+static void lane_squares_scalar(const float *x, size_t from, size_t n, double mean, double lanes[SUM_LANES]) {
+    for (size_t i = from; i < n; i++) {
+        double d = (double)x[i] - mean;
+        lanes[i % SUM_LANES] += d * d;
+    }
+}
+
+static double lanes_total(const double lanes[SUM_LANES]) {
+    double t[SUM_LANES];
+    memcpy(t, lanes, sizeof t);
+    for (int half = SUM_LANES / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) t[l] += t[l + half];
+    return t[0];
+}
+
+/* Smallest and largest of finite values. Which zero comes out when zeros of
+ * both signs meet depends on the order of the compares, but not the bytes:
+ * x - lo, the codes and lo + (k + 1/2) width are the same for -0 and +0. */
+static void min_max_scalar(const float *x, size_t from, size_t n, float *lo, float *hi) {
+    float l = *lo, h = *hi;
+    for (size_t i = from; i < n; i++) {
+        l = x[i] < l ? x[i] : l;
+        h = x[i] > h ? x[i] : h;
+    }
+    *lo = l;
+    *hi = h;
+}
+
 /* The reduce's inner loops: acc += weight * value, in double, one rounding
  * for the product and one for the sum (no contraction), per element, so any
  * lane width gives the same bits; and the mean, rounded once to float. */
@@ -169,14 +209,19 @@ static void mean_scalar(const double *acc, size_t from, size_t n, double total, 
 }
 
 /* One implementation of the parts that vectorise; everything else (the
- * sums that define mean, sigma and the codebook) is shared, in index order. */
+ * codebook's per-bin sums) is shared, in index order. */
 struct codec_kernels {
     int (*check_finite)(const float *x, size_t n);
     int (*copy_decoded)(const uint8_t *in, size_t n, float *out); /* fp32 in, refused if not finite */
     int (*encode_fp16)(const float *x, size_t n, uint8_t *out);
     int (*decode_fp16)(const uint8_t *in, size_t n, float *out);
-    void (*uint8_codes)(const float *x, size_t n, double lo, double inv_width, uint8_t *codes);
+    /* codes, and per bin the sum and count of its values in index order */
+    void (*uint8_bins)(const float *x, size_t n, double lo, double inv_width, uint8_t *codes, double (*bins)[2]);
     void (*uint8_decode)(const float *codebook, const uint8_t *codes, size_t n, float *out);
+    /* lanes[] += per lane (SUM_LANES above), on finite input */
+    void (*lane_sums)(const float *x, size_t n, double lanes[SUM_LANES]);
+    void (*lane_squares)(const float *x, size_t n, double mean, double lanes[SUM_LANES]);
+    void (*min_max)(const float *x, size_t n, float *lo, float *hi); /* n > 0, finite */
     /* on input already checked (no NaN/Inf can come out) */
     void (*accumulate_f32)(const uint8_t *in, size_t n, double weight, double *acc);
     void (*accumulate_f16)(const uint8_t *in, size_t n, double weight, double *acc);
@@ -193,11 +238,31 @@ static int copy_decoded_all_scalar(const uint8_t *in, size_t n, float *out) {
 }
 static int encode_fp16_all_scalar(const float *x, size_t n, uint8_t *out) { return encode_fp16_scalar(x, 0, n, out); }
 static int decode_fp16_all_scalar(const uint8_t *in, size_t n, float *out) { return decode_fp16_scalar(in, 0, n, out); }
-static void uint8_codes_all_scalar(const float *x, size_t n, double lo, double inv_width, uint8_t *codes) {
+static void uint8_bins_scalar(const float *x, size_t from, size_t n, const uint8_t *codes, double (*bins)[2]) {
+    for (size_t i = from; i < n; i++) {
+        double *b = bins[codes[i]];
+        b[0] += x[i];
+        b[1] += 1;
+    }
+}
+static void uint8_bins_all_scalar(const float *x, size_t n, double lo, double inv_width, uint8_t *codes,
+                                  double (*bins)[2]) {
     uint8_codes_scalar(x, 0, n, lo, inv_width, codes);
+    uint8_bins_scalar(x, 0, n, codes, bins);
 }
 static void uint8_decode_all_scalar(const float *codebook, const uint8_t *codes, size_t n, float *out) {
     uint8_decode_scalar(codebook, codes, 0, n, out);
+}
+
+static void lane_sums_all_scalar(const float *x, size_t n, double lanes[SUM_LANES]) {
+    lane_sums_scalar(x, 0, n, lanes);
+}
+static void lane_squares_all_scalar(const float *x, size_t n, double mean, double lanes[SUM_LANES]) {
+    lane_squares_scalar(x, 0, n, mean, lanes);
+}
+static void min_max_all_scalar(const float *x, size_t n, float *lo, float *hi) {
+    *lo = *hi = x[0];
+    min_max_scalar(x, 1, n, lo, hi);
 }
 
 static void accumulate_f32_all_scalar(const uint8_t *in, size_t n, double weight, double *acc) {
@@ -215,7 +280,8 @@ static int check_f16_wire_all_scalar(const uint8_t *in, size_t n) { return check
 
 static const struct codec_kernels scalar_kernels = {
     check_finite_all_scalar,   copy_decoded_all_scalar,   encode_fp16_all_scalar, decode_fp16_all_scalar,
-    uint8_codes_all_scalar,    uint8_decode_all_scalar,   accumulate_f32_all_scalar,
+    uint8_bins_all_scalar,     uint8_decode_all_scalar,   lane_sums_all_scalar,
+    lane_squares_all_scalar,   min_max_all_scalar,        accumulate_f32_all_scalar,
     accumulate_f16_all_scalar, mean_all_scalar,           check_f32_wire_all_scalar, check_f16_wire_all_scalar};
 
 #if DL_CODEC_HAVE_X86
@@ -290,7 +356,11 @@ AVX2_TARGET static int decode_fp16_avx2(const uint8_t *in, size_t n, float *out)
     return decode_fp16_scalar(in, i, n, out);
 }
 
-AVX2_TARGET static void uint8_codes_avx2(const float *x, size_t n, double lo, double inv_width, uint8_t *codes) {
+/* The codes eight at a time, then the bins in a second pass: adding each
+ * value to its bin straight from the vector of codes measured slower (the
+ * codes' pass runs at several times the bins' speed on its own). */
+AVX2_TARGET static void uint8_bins_avx2(const float *x, size_t n, double lo, double inv_width, uint8_t *codes,
+                                        double (*bins)[2]) {
     const __m256d vlo = _mm256_set1_pd(lo), vinv = _mm256_set1_pd(inv_width);
     const __m256d zero = _mm256_setzero_pd(), top = _mm256_set1_pd(DL_CODEC_UINT8_BINS - 1);
     size_t i = 0;
@@ -307,6 +377,76 @@ AVX2_TARGET static void uint8_codes_avx2(const float *x, size_t n, double lo, do
         _mm_storel_epi64((__m128i *)(void *)(codes + i), k8);
     }
     uint8_codes_scalar(x, i, n, lo, inv_width, codes);
+    uint8_bins_scalar(x, 0, n, codes, bins);
+}
+
+/* Four registers hold lanes 0-3, 4-7, 8-11 and 12-15; sixteen values a
+ * turn, each added to its own lane, as lane_sums_scalar adds them. */
+AVX2_TARGET static void lane_sums_avx2(const float *x, size_t n, double lanes[SUM_LANES]) {
+    __m256d a0 = _mm256_loadu_pd(lanes), a1 = _mm256_loadu_pd(lanes + 4);
+    __m256d a2 = _mm256_loadu_pd(lanes + 8), a3 = _mm256_loadu_pd(lanes + 12);
+    size_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v0)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v0, 1)));
+        a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(v1)));
+        a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(v1, 1)));
+    }
+    _mm256_storeu_pd(lanes, a0);
+    _mm256_storeu_pd(lanes + 4, a1);
+    _mm256_storeu_pd(lanes + 8, a2);
+    _mm256_storeu_pd(lanes + 12, a3);
+    lane_sums_scalar(x, i, n, lanes);
+}
+
+AVX2_TARGET static inline __m256d square_off(__m256d acc, __m128 v, __m256d mean) {
+    __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(v), mean);
+    return _mm256_add_pd(acc, _mm256_mul_pd(d, d));
+}
+
+AVX2_TARGET static void lane_squares_avx2(const float *x, size_t n, double mean, double lanes[SUM_LANES]) {
+    const __m256d m = _mm256_set1_pd(mean);
+    __m256d a0 = _mm256_loadu_pd(lanes), a1 = _mm256_loadu_pd(lanes + 4);
+    __m256d a2 = _mm256_loadu_pd(lanes + 8), a3 = _mm256_loadu_pd(lanes + 12);
+    size_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        a0 = square_off(a0, _mm256_castps256_ps128(v0), m);
+        a1 = square_off(a1, _mm256_extractf128_ps(v0, 1), m);
+        a2 = square_off(a2, _mm256_castps256_ps128(v1), m);
+        a3 = square_off(a3, _mm256_extractf128_ps(v1, 1), m);
+    }
+    _mm256_storeu_pd(lanes, a0);
+    _mm256_storeu_pd(lanes + 4, a1);
+    _mm256_storeu_pd(lanes + 8, a2);
+    _mm256_storeu_pd(lanes + 12, a3);
+    lane_squares_scalar(x, i, n, mean, lanes);
+}
+
+/* min and max are exact, so lanes may meet in any order (for zeros, see
+ * min_max_scalar). */
+AVX2_TARGET static void min_max_avx2(const float *x, size_t n, float *lo, float *hi) {
+    *lo = *hi = x[0];
+    size_t i = 0;
+    if (n >= 16) {
+        __m256 l0 = _mm256_loadu_ps(x), l1 = _mm256_loadu_ps(x + 8), h0 = l0, h1 = l1;
+        for (i = 16; i + 16 <= n; i += 16) {
+            __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+            l0 = _mm256_min_ps(l0, v0);
+            l1 = _mm256_min_ps(l1, v1);
+            h0 = _mm256_max_ps(h0, v0);
+            h1 = _mm256_max_ps(h1, v1);
+        }
+        float l[16], h[16];
+        _mm256_storeu_ps(l, l0);
+        _mm256_storeu_ps(l + 8, l1);
+        _mm256_storeu_ps(h, h0);
+        _mm256_storeu_ps(h + 8, h1);
+        min_max_scalar(l, 0, 16, lo, hi);
+        min_max_scalar(h, 0, 16, lo, hi);
+    }
+    min_max_scalar(x, i ? i : 1, n, lo, hi);
 }
 
 /* Four lanes of acc += weight * value: a multiply then an add, as the
@@ -377,15 +517,15 @@ AVX2_TARGET static int check_f16_wire_avx2(const uint8_t *in, size_t n) {
 /* uint8 decoding stays a scalar table lookup: an AVX2 gather of eight
  * codebook entries measured 4x slower here than eight plain loads. */
 static const struct codec_kernels avx2_kernels = {
-    check_finite_avx2,   copy_decoded_avx2,       encode_fp16_avx2,    decode_fp16_avx2, uint8_codes_avx2,
-    uint8_decode_all_scalar, accumulate_f32_avx2, accumulate_f16_avx2, mean_avx2, check_f32_wire_avx2,
+    check_finite_avx2,   copy_decoded_avx2,       encode_fp16_avx2,    decode_fp16_avx2, uint8_bins_avx2,
+    uint8_decode_all_scalar, lane_sums_avx2, lane_squares_avx2, min_max_avx2, accumulate_f32_avx2, accumulate_f16_avx2, mean_avx2, check_f32_wire_avx2,
     check_f16_wire_avx2};
 #endif
 
 #if DL_CODEC_HAVE_X86
 /* AVX-512 F and BW (BW for the 16-bit compares of fp16 checks), the same
  * operations as the AVX2 path on twice the lanes, so the same bytes; the
- * uint8 codes keep the AVX2 loop (their sums are shared and scalar). */
+ * uint8 codes and sums keep the AVX2 loops. */
 #define AVX512_TARGET __attribute__((target("avx2,f16c,avx512f,avx512bw")))
 
 AVX512_TARGET static inline __mmask16 nonfinite_mask16(__m512 v) {
@@ -509,8 +649,8 @@ AVX512_TARGET static int check_f16_wire_avx512(const uint8_t *in, size_t n) {
 }
 
 static const struct codec_kernels avx512_kernels = {
-    check_finite_avx512,     copy_decoded_avx512,   encode_fp16_avx512,    decode_fp16_avx512, uint8_codes_avx2,
-    uint8_decode_all_scalar, accumulate_f32_avx512, accumulate_f16_avx512, mean_avx512,        check_f32_wire_avx512,
+    check_finite_avx512,     copy_decoded_avx512,   encode_fp16_avx512,    decode_fp16_avx512, uint8_bins_avx2,
+    uint8_decode_all_scalar, lane_sums_avx2, lane_squares_avx2, min_max_avx2, accumulate_f32_avx512, accumulate_f16_avx512, mean_avx512,        check_f32_wire_avx512,
     check_f16_wire_avx512};
 #endif
 
@@ -597,39 +737,47 @@ static const struct codec_kernels *kernels_of(enum dl_codec_path path) {
 }
 
 /* Codes and codebook of a uint8 chunk over the grid lo + k width (values
- * outside go to the end bins); the sums run in index order. */
+ * outside go to the end bins). Each bin's sum and count run in index order
+ * as one pair of doubles, which the compiler may add as one 128-bit vector:
+ * the same two additions, the same bits. */
 static void uint8_fill(const struct codec_kernels *kern, const float *x, size_t n, double lo, double width,
                        uint8_t *out) {
     /* width = 0: every value is the same, one bin holds them all. */
     double inv_width = width > 0 ? 1 / width : 0;
-    double bin_sum[DL_CODEC_UINT8_BINS] = {0};
-    size_t bin_count[DL_CODEC_UINT8_BINS] = {0};
-    uint8_t *codes = out + UINT8_HEADER;
-    kern->uint8_codes(x, n, lo, inv_width, codes);
-    for (size_t i = 0; i < n; i++) {
-        bin_sum[codes[i]] += x[i];
-        bin_count[codes[i]]++;
-    }
+    double bins[DL_CODEC_UINT8_BINS][2];
+    memset(bins, 0, sizeof bins);
+    kern->uint8_bins(x, n, lo, inv_width, out + UINT8_HEADER, bins);
     for (int k = 0; k < DL_CODEC_UINT8_BINS; k++) {
-        double v = bin_count[k] ? bin_sum[k] / (double)bin_count[k] : lo + (k + 0.5) * width;
+        double v = bins[k][1] > 0 ? bins[k][0] / bins[k][1] : lo + (k + 0.5) * width;
         float f = clamp_to_float(v);
         memcpy(out + 4 * (size_t)k, &f, 4);
     }
 }
 
+/* mean and sigma in lanes (SUM_LANES): the same bits on every path. */
+static void uint8_moments(const struct codec_kernels *kern, const float *x, size_t n, double *mean, double *sigma) {
+    double lanes[SUM_LANES] = {0};
+    kern->lane_sums(x, n, lanes);
+    *mean = n ? lanes_total(lanes) / (double)n : 0;
+    memset(lanes, 0, sizeof lanes);
+    kern->lane_squares(x, n, *mean, lanes);
+    *sigma = n ? sqrt(lanes_total(lanes) / (double)n) : 0;
+}
+
 static int encode_uint8(const struct codec_kernels *kern, const float *x, size_t n, uint8_t *out) {
     if (kern->check_finite(x, n)) return -1;
-    /* These sums run in index order, one rounding per value, whatever the
-     * path: mean, sigma and the codebook, hence the bytes, depend on it. */
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += x[i];
-    double mean = n ? sum / (double)n : 0, sq = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)x[i] - mean;
-        sq += d * d;
-    }
-    double sigma = n ? sqrt(sq / (double)n) : 0;
+    double mean, sigma;
+    uint8_moments(kern, x, n, &mean, &sigma);
     uint8_fill(kern, x, n, mean - 6 * sigma, 12 * sigma / DL_CODEC_UINT8_BINS, out);
+    return 0;
+}
+
+int dl_codec_uint8_moments_path(enum dl_codec_path path, const float *x, size_t n, double *mean, double *sigma) {
+    if (!dl_codec_path_available(path)) return dl_fail("codec path %s is not available on this CPU",
+                                                       dl_codec_path_name(path));
+    const struct codec_kernels *kern = kernels_of(path);
+    if (kern->check_finite(x, n)) return -1;
+    uint8_moments(kern, x, n, mean, sigma);
     return 0;
 }
 
@@ -639,11 +787,8 @@ static int encode_uint8(const struct codec_kernels *kern, const float *x, size_t
  * result alone (collab/audit.c). */
 static int encode_uint8_range(const struct codec_kernels *kern, const float *x, size_t n, uint8_t *out) {
     if (kern->check_finite(x, n)) return -1;
-    float lo = n ? x[0] : 0, hi = lo;
-    for (size_t i = 1; i < n; i++) {
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
-    }
+    float lo = 0, hi = 0;
+    if (n) kern->min_max(x, n, &lo, &hi);
     uint8_fill(kern, x, n, lo, ((double)hi - (double)lo) / DL_CODEC_UINT8_BINS, out);
     return 0;
 }
@@ -792,11 +937,18 @@ size_t dl_codec_result_size(enum dl_codec codec, const uint8_t *in, size_t avail
     return want;
 }
 
-int dl_codec_result_encode(enum dl_codec codec, const float *x, size_t n, uint8_t *out, size_t *size) {
+int dl_codec_result_encode_path(enum dl_codec_path path, enum dl_codec codec, const float *x, size_t n, uint8_t *out,
+                                size_t *size) {
     if (codec == DL_CODEC_TOPK) return dl_codec_sparse16_encode(x, n, out, size);
     *size = dl_codec_size(codec, n);
-    if (codec == DL_CODEC_UINT8) return encode_uint8_range(kernels_of(best_path_cached()), x, n, out);
-    return dl_codec_encode(codec, x, n, out);
+    if (codec != DL_CODEC_UINT8) return dl_codec_encode_path(path, codec, x, n, out);
+    if (!dl_codec_path_available(path)) return dl_fail("encode: codec path %s is not available on this CPU",
+                                                       dl_codec_path_name(path));
+    return encode_uint8_range(kernels_of(path), x, n, out);
+}
+
+int dl_codec_result_encode(enum dl_codec codec, const float *x, size_t n, uint8_t *out, size_t *size) {
+    return dl_codec_result_encode_path(best_path_cached(), codec, x, n, out, size);
 }
 
 int dl_codec_result_decode(enum dl_codec codec, const uint8_t *in, size_t size, size_t n, float *out) {

@@ -114,8 +114,8 @@ int dl_codec_result_decode(enum dl_codec codec, const uint8_t *in, size_t size, 
 
 /* Implementations of the codecs. Every path gives the same bytes and the
  * same floats as the scalar one, on every input (the sums that define a
- * uint8 codebook run in index order in all of them); they differ only in
- * speed. dl_codec_encode/decode use the best path this CPU has. */
+ * uint8 codebook run in the same lanes and order in all of them); they
+ * differ only in speed. dl_codec_encode/decode use the best path this CPU has. */
 enum dl_codec_path {
     DL_CODEC_PATH_SCALAR, /* portable C, any CPU */
     DL_CODEC_PATH_AVX2,   /* x86-64 with AVX2 and F16C, checked at run time */
@@ -132,6 +132,13 @@ int dl_codec_decode_path(enum dl_codec_path path, enum dl_codec codec, const uin
 int dl_codec_decode_accumulate_path(enum dl_codec_path path, enum dl_codec codec, const uint8_t *in, size_t size,
                                     size_t n, double weight, double *acc);
 int dl_codec_mean_path(enum dl_codec_path path, const double *acc, size_t n, double total, float *out);
+/* The mean and sigma that place a uint8 chunk's grid, on a given path: the
+ * codebook's bytes hide most differences in their last bits, so tests
+ * compare these. */
+int dl_codec_uint8_moments_path(enum dl_codec_path path, const float *x, size_t n, double *mean, double *sigma);
+/* dl_codec_result_encode on a given path (the uint8 result's grid). */
+int dl_codec_result_encode_path(enum dl_codec_path path, enum dl_codec codec, const float *x, size_t n, uint8_t *out,
+                                size_t *size);
 
 /* ---- int8 and topk (wirecodec_int8.c, wirecodec_topk.c) -------------------------
  * The same code on every path (there is no vector path for them). Each

@@ -84,6 +84,24 @@ static void check_both(enum dl_codec_path path, const float *x, size_t n, const 
         CHECK_MSG(bad == 0, "%s: %s on %s differs from scalar (%zu places)", what, dl_codec_name(c),
                   dl_codec_path_name(path), bad);
     }
+    /* The moments behind a uint8 grid, bit for bit. */
+    double want_m = 0, want_s = 0, got_m = 1, got_s = 1;
+    int want_mrc = dl_codec_uint8_moments_path(DL_CODEC_PATH_SCALAR, x, n, &want_m, &want_s);
+    int got_mrc = dl_codec_uint8_moments_path(path, x, n, &got_m, &got_s);
+    CHECK_MSG(got_mrc == want_mrc && (want_mrc || (!memcmp(&got_m, &want_m, 8) && !memcmp(&got_s, &want_s, 8))),
+              "%s: uint8 mean/sigma on %s: %.17g %.17g, scalar %.17g %.17g", what, dl_codec_path_name(path), got_m,
+              got_s, want_m, want_s);
+    /* A uint8 result's grid from the smallest to the largest value. */
+    size_t size = dl_codec_size(DL_CODEC_UINT8, n), want_size = 0, got_size = 0;
+    uint8_t *want = malloc(size + 1), *got = malloc(size + 1);
+    memset(want, 0xA5, size + 1);
+    memset(got, 0x5A, size + 1);
+    int want_rc = dl_codec_result_encode_path(DL_CODEC_PATH_SCALAR, DL_CODEC_UINT8, x, n, want, &want_size);
+    int got_rc = dl_codec_result_encode_path(path, DL_CODEC_UINT8, x, n, got, &got_size);
+    CHECK_MSG(got_rc == want_rc && got_size == want_size && (want_rc || !memcmp(want, got, size)),
+              "%s: uint8 result on %s differs from scalar", what, dl_codec_path_name(path));
+    free(want);
+    free(got);
 }
 
 /* Values the fp16 conversion has to get exactly right. */
@@ -288,6 +306,11 @@ static void test_path(enum dl_codec_path path) {
     check_accumulate(path, g, big, "gradient chunk");
     for (size_t i = 0; i < big; i++) g[i] = 42.5f;
     check_both(path, g, big, "constant chunk");
+    /* Zeros of both signs: a result grid from -0 or +0 must not depend on
+     * which one the lanes met first. */
+    for (size_t i = 0; i < big; i++) g[i] = (i * 7 + 3) % 5 ? 0.0f : -0.0f;
+    for (size_t n = 1; n <= 40; n++) check_both(path, g + 40 - n, n, "signed zeros");
+    check_both(path, g, big, "signed zeros");
     for (size_t i = 0; i < big; i++) g[i] = i % 3 ? FLT_MAX : -FLT_MAX;
     check_both(path, g, big, "+-FLT_MAX");
     free(g);
