@@ -813,7 +813,7 @@ int dl_codec_encode_path(enum dl_codec_path path, enum dl_codec codec, const flo
         return 0;
     case DL_CODEC_FP16: return kern->encode_fp16(x, n, out);
     case DL_CODEC_UINT8: return encode_uint8(kern, x, n, out);
-    case DL_CODEC_INT8: return dl_codec_int8_encode(x, n, out);
+    case DL_CODEC_INT8: return dl_codec_int8_encode(x, n, out, path != DL_CODEC_PATH_SCALAR);
     case DL_CODEC_TOPK: return dl_codec_topk_encode(x, n, out);
     default: return dl_fail("encode: unknown codec %d", codec);
     }
@@ -832,7 +832,7 @@ int dl_codec_decode_path(enum dl_codec_path path, enum dl_codec codec, const uin
     case DL_CODEC_NONE: return kern->copy_decoded(in, n, out);
     case DL_CODEC_FP16: return kern->decode_fp16(in, n, out);
     case DL_CODEC_UINT8: return decode_uint8(kern, in, n, out);
-    case DL_CODEC_INT8: return dl_codec_int8_decode(in, n, out);
+    case DL_CODEC_INT8: return dl_codec_int8_decode(in, n, out, path != DL_CODEC_PATH_SCALAR);
     case DL_CODEC_TOPK: return dl_codec_topk_decode(in, n, out);
     default: return dl_fail("decode: unknown codec %d", codec);
     }
@@ -864,7 +864,7 @@ int dl_codec_decode_accumulate_path(enum dl_codec_path path, enum dl_codec codec
     if (size != want)
         return dl_fail("%s chunk of %zu values must be %zu bytes, got %zu", dl_codec_name(codec), n, want, size);
     /* These check and add in one call, refusing before acc is touched. */
-    if (codec == DL_CODEC_INT8) return dl_codec_int8_accumulate(in, n, weight, acc);
+    if (codec == DL_CODEC_INT8) return dl_codec_int8_accumulate(in, n, weight, acc, path != DL_CODEC_PATH_SCALAR);
     if (codec == DL_CODEC_TOPK) return dl_codec_topk_accumulate(in, n, weight, acc);
     const struct codec_kernels *kern = kernels_of(path);
     if (check_wire(kern, codec, in, n)) return -1;
