@@ -814,7 +814,7 @@ int dl_codec_encode_path(enum dl_codec_path path, enum dl_codec codec, const flo
     case DL_CODEC_FP16: return kern->encode_fp16(x, n, out);
     case DL_CODEC_UINT8: return encode_uint8(kern, x, n, out);
     case DL_CODEC_INT8: return dl_codec_int8_encode(x, n, out, path != DL_CODEC_PATH_SCALAR);
-    case DL_CODEC_TOPK: return dl_codec_topk_encode(x, n, out);
+    case DL_CODEC_TOPK: return dl_codec_topk_encode(x, n, out, path != DL_CODEC_PATH_SCALAR);
     default: return dl_fail("encode: unknown codec %d", codec);
     }
 }

@@ -141,8 +141,8 @@ int dl_codec_result_encode_path(enum dl_codec_path path, enum dl_codec codec, co
                                 size_t *size);
 
 /* ---- int8 and topk (wirecodec_int8.c, wirecodec_topk.c) -------------------------
- * int8 has an AVX2 path with the same results; topk runs the same code on
- * every path. Each
+ * int8 has AVX2 paths with the same results, topk an AVX2 selection with
+ * the same bytes. Each
  * decode refuses before it writes; accumulate adds weight * value in double
  * exactly as the reduce does after a decode (for topk only at the kept
  * offsets: adding the others' +0 would change no sum). */
@@ -159,7 +159,7 @@ int dl_codec_int8_encode(const float *x, size_t n, uint8_t *out, bool vector);
 int dl_codec_int8_decode(const uint8_t *in, size_t n, float *out, bool vector);
 int dl_codec_int8_accumulate(const uint8_t *in, size_t n, double weight, double *acc, bool vector);
 size_t dl_codec_topk_size(size_t n);
-int dl_codec_topk_encode(const float *x, size_t n, uint8_t *out);
+int dl_codec_topk_encode(const float *x, size_t n, uint8_t *out, bool vector);
 int dl_codec_topk_decode(const uint8_t *in, size_t n, float *out);
 int dl_codec_topk_accumulate(const uint8_t *in, size_t n, double weight, double *acc);
 size_t dl_codec_sparse16_size(const uint8_t *in, size_t avail, size_t n);

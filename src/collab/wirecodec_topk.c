@@ -8,6 +8,7 @@
  * (SparseLoCo selects per chunk of 4096 in the same way). What a block does
  * not send stays in the sender's residual (error feedback). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "collab/wirecodec.h"
@@ -30,8 +31,12 @@ size_t dl_codec_topk_size(size_t n) {
 
 /* Little-endian bit streams: bit b of the stream is bit b % 8 of byte b / 8. */
 static void put_bits(uint8_t *p, size_t *pos, uint32_t v, int bits) {
-    for (int b = 0; b < bits; b++, (*pos)++)
-        if ((v >> b) & 1) p[*pos / 8] |= (uint8_t)(1u << (*pos % 8));
+    /* into zeroed bytes: OR the field in a byte at a time (at most 19 bits
+     * once shifted, so three bytes), never past the field's last byte */
+    uint32_t w = (v & ((1u << bits) - 1)) << (*pos % 8);
+    size_t at = *pos / 8, last = (*pos + (size_t)bits - 1) / 8;
+    for (; at <= last; at++, w >>= 8) p[at] |= (uint8_t)w;
+    *pos += (size_t)bits;
 }
 
 static uint32_t get_bits(const uint8_t *p, size_t *pos, int bits) {
@@ -70,20 +75,91 @@ static void sift_up(uint64_t *heap, size_t i) {
     }
 }
 
-static void encode_block(const float *x, size_t len, uint8_t *out) {
+/* The heap's smallest key is beaten by a later value exactly when that
+ * value's magnitude bits are larger: at equal magnitudes the earlier index
+ * ranks first, and every value in the heap came earlier. */
+static void offer(uint64_t *heap, size_t *size, size_t keep, const float *x, size_t i) {
+    uint64_t key = rank_of(x[i], i);
+    if (*size < keep) {
+        heap[*size] = key;
+        sift_up(heap, (*size)++);
+    } else if (key > heap[0]) {
+        heap[0] = key;
+        sift_down(heap, *size, 0);
+    }
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define TOPK_HAVE_AVX2 1
+#include <immintrin.h>
+/* Eight values at a time against a floor: most blocks of eight hold none
+ * that could enter the heap, and are passed over in one compare; the
+ * others go through offer() in index order, so the heap holds the block's
+ * top keys, which are unique, and the bytes are the scalar loop's.
+ *
+ * Until the heap is full the floor comes from the block itself: of 64 groups
+ * of 64 values, the smallest group maximum is at most the 64th largest
+ * magnitude (the 64 maxima are all at least it), so nothing below it can be
+ * kept. That leaves a few hundred values to offer instead of all 4096, and
+ * about a third of the heap's replacements. */
+__attribute__((target("avx2"))) static size_t select_avx2(const float *x, size_t len, size_t keep, uint64_t *heap,
+                                                           size_t *size) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    int32_t start_floor = -1; /* below every magnitude */
+    if (len == DL_CODEC_TOPK_BLOCK && keep == MAX_KEEP) {
+        _Static_assert(DL_CODEC_TOPK_BLOCK / MAX_KEEP == DL_CODEC_TOPK_RATIO, "one group per kept value");
+        int32_t least = INT32_MAX;
+        for (size_t g = 0; g < DL_CODEC_TOPK_BLOCK; g += DL_CODEC_TOPK_RATIO) {
+            __m256i m = _mm256_setzero_si256();
+            for (size_t i = g; i < g + DL_CODEC_TOPK_RATIO; i += 8)
+                m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)),
+                                                         abs_mask));
+            int32_t lanes[8], top = 0;
+            _mm256_storeu_si256((__m256i *)(void *)lanes, m);
+            for (int l = 0; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
+            least = top < least ? top : least;
+        }
+        start_floor = least - 1;
+    }
+    __m256i floor = _mm256_set1_epi32(start_floor);
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        __m256i m = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)), abs_mask);
+        int hits = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m, floor)));
+        if (!hits) continue;
+        for (int l = 0; l < 8; l++)
+            if ((hits >> l) & 1) offer(heap, size, keep, x, i + (size_t)l);
+        if (*size == keep) floor = _mm256_set1_epi32((int32_t)(heap[0] >> OFFSET_BITS));
+    }
+    return i;
+}
+
+/* How many leading values are certainly within the codecs' bound (a
+ * multiple of 8; the scalar loop checks from there and names the index). */
+__attribute__((target("avx2"))) static size_t bounded_prefix_avx2(const float *x, size_t n) {
+    const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+    const __m256i last_ok = _mm256_set1_epi32((int)(((uint32_t)(127 + DL_CODEC_MAX_EXPONENT) << 23) - 1));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i e = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)), exp_mask);
+        if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(e, last_ok)))) break;
+    }
+    return i;
+}
+#else
+#define TOPK_HAVE_AVX2 0
+#endif
+
+static void encode_block(const float *x, size_t len, uint8_t *out, bool vector) {
     size_t keep = dl_codec_topk_keep(len);
     uint64_t heap[MAX_KEEP];
-    size_t size = 0;
-    for (size_t i = 0; i < len; i++) {
-        uint64_t key = rank_of(x[i], i);
-        if (size < keep) {
-            heap[size] = key;
-            sift_up(heap, size++);
-        } else if (key > heap[0]) {
-            heap[0] = key;
-            sift_down(heap, size, 0);
-        }
-    }
+    size_t size = 0, i = 0;
+#if TOPK_HAVE_AVX2
+    if (vector) i = select_avx2(x, len, keep, heap, &size);
+#else
+    (void)vector;
+#endif
+    for (; i < len; i++) offer(heap, &size, keep, x, i);
     uint16_t idx[MAX_KEEP];
     for (size_t j = 0; j < keep; j++) {
         uint16_t v = (uint16_t)(DL_CODEC_TOPK_BLOCK - 1 - (heap[j] & (DL_CODEC_TOPK_BLOCK - 1)));
@@ -120,12 +196,16 @@ static void encode_block(const float *x, size_t len, uint8_t *out) {
     }
 }
 
-int dl_codec_topk_encode(const float *x, size_t n, uint8_t *out) {
-    for (size_t i = 0; i < n; i++)
+int dl_codec_topk_encode(const float *x, size_t n, uint8_t *out, bool vector) {
+    size_t i = 0;
+#if TOPK_HAVE_AVX2
+    if (vector) i = bounded_prefix_avx2(x, n);
+#endif
+    for (; i < n; i++)
         if (!dl_codec_bounded(x[i])) return dl_codec_refuse_value(i, n, x[i]);
     for (size_t b = 0; b * DL_CODEC_TOPK_BLOCK < n; b++) {
         size_t start = b * DL_CODEC_TOPK_BLOCK, len = n - start < DL_CODEC_TOPK_BLOCK ? n - start : DL_CODEC_TOPK_BLOCK;
-        encode_block(x + start, len, out);
+        encode_block(x + start, len, out, vector);
         out += block_bytes(dl_codec_topk_keep(len));
     }
     return 0;
