@@ -1,5 +1,7 @@
 /* Accountable aggregation: the arithmetic of the checks (collab/audit.h). */
+#include <limits.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,12 +26,47 @@ bool dl_audit_reveal_matches(const uint8_t round_id[16], const uint8_t nonce[DL_
     return !sodium_memcmp(mine, commit, 32);
 }
 
-void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, uint8_t *signs) {
+/* The keystream of ChaCha20 as Bernstein defined it (64-bit nonce, 64-bit
+ * block counter from 0), which libsodium's crypto_stream_chacha20 is.
+ * OpenSSL's EVP_chacha20 takes the state's last four words as a 16-byte IV
+ * (the counter's two words, then the nonce's), so counter 0 and our nonce
+ * give the same stream while the counter stays below 2^32 blocks (a chunk
+ * needs 2^12). OpenSSL's is the fast one: 1.3 GB/s of directions through
+ * libsodium made them the audit's largest cost. */
+static bool stream_openssl(uint8_t *out, size_t size, const uint8_t nonce[8], const uint8_t key[32]) {
+    if (size > INT_MAX) return false;
+    uint8_t iv[16] = {0};
+    memcpy(iv + 8, nonce, 8);
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    int n = 0;
+    bool ok = ctx && EVP_EncryptInit_ex(ctx, EVP_chacha20(), NULL, key, iv) == 1;
+    if (ok) {
+        memset(out, 0, size);
+        ok = EVP_EncryptUpdate(ctx, out, &n, out, (int)size) == 1 && (size_t)n == size;
+    }
+    EVP_CIPHER_CTX_free(ctx);
+    return ok;
+}
+
+void dl_audit_direction_path(bool portable, const uint8_t seed[32], uint64_t chunk, size_t len, int16_t *z) {
     /* ChaCha20 keyed by the seed, the chunk index as its nonce: one stream
-     * per chunk, the same bits on every member. */
+     * per chunk, the same words on every member. */
     uint8_t nonce[crypto_stream_chacha20_NONCEBYTES];
+    _Static_assert(crypto_stream_chacha20_NONCEBYTES == 8, "Bernstein's ChaCha20 has a 64-bit nonce");
     dl_put_u64(nonce, chunk);
-    crypto_stream_chacha20(signs, (len + 7) / 8, nonce, seed);
+    if (!len) return;
+    if (portable || !stream_openssl((uint8_t *)z, 2 * len, nonce, seed))
+        crypto_stream_chacha20((unsigned char *)z, 2 * len, nonce, seed);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    for (size_t e = 0; e < len; e++) {
+        uint16_t u = (uint16_t)z[e];
+        z[e] = (int16_t)(uint16_t)((u >> 8) | (u << 8));
+    }
+#endif
+}
+
+void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, int16_t *z) {
+    dl_audit_direction_path(false, seed, chunk, len, z);
 }
 
 static bool close_to(double x, double y) { return fabs(x - y) <= 1e-12 * fmax(fabs(x), fabs(y)) + 1e-300; }

@@ -1,8 +1,8 @@
 /* Accountable aggregation: the arithmetic of the checks (private to
  * src/collab; the protocol is docs/protocol.md, "Accountable aggregation").
  *
- * After every result of a round is signed, each chunk gets a direction z of
- * +-1 signs drawn from a seed nobody knew before (BLAKE2b of the round's
+ * After every result of a round is signed, each chunk gets a direction z,
+ * values in (-1, 1) (dl_audit_direction) drawn from a seed nobody knew before (BLAKE2b of the round's
  * signed results and of nonces its aggregators revealed only after every
  * result was signed). Each sender publishes, per chunk it contributed to, three
  * numbers about the chunk x it sent (as the aggregator decodes it): s = z.x,
@@ -52,8 +52,9 @@ enum dl_audit_verdict {
                                    * not applied, but no evidence of a lie */
 };
 
-/* Hoeffding: for z of independent +-1 signs and a vector a fixed before z,
- * P(|z.a| > k |a|_2) <= 2 exp(-k^2 / 2); k = 8 makes it 2.5e-14. */
+/* Hoeffding: for z of independent values in [-1, 1] with mean 0 and a
+ * vector a fixed before z, P(|z.a| > k |a|_2) <= 2 exp(-k^2 / 2); k = 8
+ * makes it 2.5e-14. */
 #define DL_AUDIT_SIGMAS 8.0
 
 /* The seed's randomness (docs/protocol.md, "Accountable aggregation", 2):
@@ -65,22 +66,43 @@ enum dl_audit_verdict {
 void dl_audit_nonce_commit(const uint8_t round_id[16], const uint8_t nonce[DL_AUDIT_NONCE], uint8_t commit[32]);
 /* Whether a revealed nonce is the one `commit` committed to. */
 bool dl_audit_reveal_matches(const uint8_t round_id[16], const uint8_t nonce[DL_AUDIT_NONCE], const uint8_t commit[32]);
-/* The signs of chunk `chunk`'s direction, len bits (bit e set: z_e = -1),
- * from the round's seed. */
-void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, uint8_t *signs);
+/* Chunk `chunk`'s direction from the round's seed: len words c_e, the
+ * ChaCha20 stream read as little-endian int16, each giving z_e =
+ * dl_audit_z(c_e): its sign from the word's sign, its magnitude
+ * 3/4 + (2m + 1) / 2^18 from the low 15 bits m, so in (3/4, 1), symmetric
+ * about 0, E z_e^2 about 0.77.
+ *
+ * Why not +-1 signs: a lie of +c on one element and -c on another moves
+ * z.q by c (z_a - z_b), which signs leave at 0 one time in two, whatever c.
+ * Here it stays within a tolerance t only when both signs agree and the
+ * magnitudes lie within t / c of each other: about 4 t / c of the time (at
+ * least 2^-16, when the two words are equal). Why not magnitudes spread
+ * over (0, 1): the projection of a dense lie (a scaled or flipped result)
+ * spreads as sqrt(E z^2); at 1/3 a uint8 result's wide tolerance let half
+ * again as many flips through as with signs, at 0.77 about as few. */
+#define DL_AUDIT_Z_BASE (3 << 16)
+#define DL_AUDIT_Z_UNIT 0x1p-18
+static inline double dl_audit_z(int16_t c) {
+    int32_t num = DL_AUDIT_Z_BASE + 2 * (c & 0x7fff) + 1;
+    return (double)(c < 0 ? -num : num) * DL_AUDIT_Z_UNIT;
+}
+void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, int16_t *z);
+/* The same through libsodium (portable) or OpenSSL (the fast one, falling
+ * back to libsodium); tests hold the two equal. */
+void dl_audit_direction_path(bool portable, const uint8_t seed[32], uint64_t chunk, size_t len, int16_t *z);
 /* s, a and d of x against q, in double, in the fixed order of
  * audit_measure.c (eight lanes by index mod 8), the same on every CPU. */
-void dl_audit_measure(const uint8_t *signs, const float *x, const float *q, size_t len, struct dl_audit_measure *out);
+void dl_audit_measure(const int16_t *z, const float *x, const float *q, size_t len, struct dl_audit_measure *out);
 /* A result's smallest and largest value (0 and 0 for no elements). */
 struct dl_audit_extremes {
     double lo, hi;
 };
 /* Over a result q, in one pass: s and a as above, d = |q|_2, its extremes. */
-void dl_audit_measure_result(const uint8_t *signs, const float *q, size_t len, struct dl_audit_measure *out,
+void dl_audit_measure_result(const int16_t *z, const float *q, size_t len, struct dl_audit_measure *out,
                              struct dl_audit_extremes *ext);
 /* Either of the above on the portable path (portable) or the fastest this
  * CPU has; q NULL: d = |x|_2; ext may be NULL. Tests hold the paths equal. */
-void dl_audit_measure_path(bool portable, const uint8_t *signs, const float *x, const float *q, size_t len,
+void dl_audit_measure_path(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
                            struct dl_audit_measure *out, struct dl_audit_extremes *ext);
 /* Whether two measures of the same chunk agree: the sender's published one
  * and the one recomputed from its signed chunk (the same arithmetic on the

@@ -1,5 +1,6 @@
-/* The audit's passes over the elements (collab/audit.h): a chunk's signed
- * sum, L1 norm and distance to the result, and a result's extremes.
+/* The audit's passes over the elements (collab/audit.h): a chunk's
+ * projection on a direction, L1 norm and distance to the result, and a
+ * result's extremes.
  *
  * Every member runs these over its whole vector several times a round (its
  * own chunks, the chunks of its part, every result), so they are the
@@ -8,9 +9,11 @@
  * the same on every CPU: eight lanes, element e going to lane e mod 8 in
  * index order, the lanes added as ((0+1)+(2+3))+((4+5)+(6+7)). The AVX2 path
  * and the portable one do the same double operations lane by lane (fp32 to
- * double is exact, negation and fabs are exact, the build never contracts
- * a product and a sum), so their results are bitwise equal; test_collab_audit
- * holds them against each other and against a plain index-order sum. */
+ * double is exact, fabs is exact, z_e x_e is exact: an integer below 2^18
+ * times 2^-18 times a 24-bit mantissa fits a double's 53 bits, and the
+ * build never contracts a product and a sum), so their results are bitwise
+ * equal; test_collab_audit holds them against each other and against a
+ * plain index-order sum. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -33,12 +36,12 @@ struct lanes {
 };
 
 /* Elements [from, to) into their lanes; q NULL: d sums x^2. */
-static void measure_scalar(const uint8_t *signs, const float *x, const float *q, size_t from, size_t to,
+static void measure_scalar(const int16_t *z, const float *x, const float *q, size_t from, size_t to,
                            struct lanes *L) {
     for (size_t e = from; e < to; e++) {
         size_t l = e % LANES;
         double v = (double)x[e];
-        L->s[l] += (signs[e / 8] >> (e % 8)) & 1 ? -v : v;
+        L->s[l] += dl_audit_z(z[e]) * v;
         L->a[l] += fabs(v);
         double diff = q ? v - (double)q[e] : v;
         L->d[l] += diff * diff;
@@ -49,24 +52,30 @@ static void measure_scalar(const uint8_t *signs, const float *x, const float *q,
 }
 
 #if MEASURE_HAVE_X86
-__attribute__((target("avx2"))) static void measure_avx2(const uint8_t *signs, const float *x, const float *q,
+__attribute__((target("avx2"))) static void measure_avx2(const int16_t *z, const float *x, const float *q,
                                                          size_t blocks, struct lanes *L) {
-    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i low15 = _mm256_set1_epi32(0x7fff), base1 = _mm256_set1_epi32(DL_AUDIT_Z_BASE + 1);
+    const __m256d unit = _mm256_set1_pd(DL_AUDIT_Z_UNIT);
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256d s0 = _mm256_loadu_pd(L->s), s1 = _mm256_loadu_pd(L->s + 4);
     __m256d a0 = _mm256_loadu_pd(L->a), a1 = _mm256_loadu_pd(L->a + 4);
     __m256d d0 = _mm256_loadu_pd(L->d), d1 = _mm256_loadu_pd(L->d + 4);
     __m256 lo = _mm256_set1_ps(L->lo), hi = _mm256_set1_ps(L->hi);
     for (size_t b = 0; b < blocks; b++) {
-        __m256 v = _mm256_loadu_ps(x + LANES * b);
-        __m256i mine = _mm256_and_si256(_mm256_set1_epi32(signs[b]), bit);
-        __m256 flip = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(mine, bit)), sign);
-        __m256 sv = _mm256_xor_ps(v, flip), av = _mm256_andnot_ps(sign, v);
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(sv)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(sv, 1)));
+        __m256 v = _mm256_loadu_ps(x + LANES * b), av = _mm256_andnot_ps(sign, v);
+        /* dl_audit_z lanewise: the numerator in int32 (exact), its sign,
+         * then the unit */
+        __m256i c = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(z + LANES * b)));
+        __m256i neg = _mm256_srai_epi32(c, 31);
+        c = _mm256_add_epi32(_mm256_slli_epi32(_mm256_and_si256(c, low15), 1), base1);
+        c = _mm256_sub_epi32(_mm256_xor_si256(c, neg), neg);
+        __m256d z0 = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(c)), unit);
+        __m256d z1 = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(c, 1)), unit);
+        __m256d v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), v1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        s0 = _mm256_add_pd(s0, _mm256_mul_pd(z0, v0));
+        s1 = _mm256_add_pd(s1, _mm256_mul_pd(z1, v1));
         a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(av)));
         a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(av, 1)));
-        __m256d v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), v1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
         if (q) {
             __m256 qv = _mm256_loadu_ps(q + LANES * b);
             v0 = _mm256_sub_pd(v0, _mm256_cvtps_pd(_mm256_castps256_ps128(qv)));
@@ -97,7 +106,7 @@ __attribute__((target("avx2"))) static void measure_avx2(const uint8_t *signs, c
 
 static double lanes_sum(const double *v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
-static void measure_lanes(bool portable, const uint8_t *signs, const float *x, const float *q, size_t len,
+static void measure_lanes(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
                           struct lanes *L) {
     memset(L, 0, sizeof *L);
     L->lo = INFINITY;
@@ -107,19 +116,19 @@ static void measure_lanes(bool portable, const uint8_t *signs, const float *x, c
     /* The codecs' check of the CPU (AVX2 with F16C, asked once): the same
      * machines run both. */
     if (!portable && dl_codec_path_available(DL_CODEC_PATH_AVX2)) {
-        measure_avx2(signs, x, q, blocks, L);
-        measure_scalar(signs, x, q, blocks * LANES, len, L);
+        measure_avx2(z, x, q, blocks, L);
+        measure_scalar(z, x, q, blocks * LANES, len, L);
         return;
     }
 #endif
     (void)portable;
-    measure_scalar(signs, x, q, 0, len, L);
+    measure_scalar(z, x, q, 0, len, L);
 }
 
-void dl_audit_measure_path(bool portable, const uint8_t *signs, const float *x, const float *q, size_t len,
+void dl_audit_measure_path(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
                            struct dl_audit_measure *out, struct dl_audit_extremes *ext) {
     struct lanes L;
-    measure_lanes(portable, signs, x, q, len, &L);
+    measure_lanes(portable, z, x, q, len, &L);
     out->s = lanes_sum(L.s);
     out->a = lanes_sum(L.a);
     out->d = sqrt(lanes_sum(L.d));
@@ -129,11 +138,11 @@ void dl_audit_measure_path(bool portable, const uint8_t *signs, const float *x, 
     }
 }
 
-void dl_audit_measure(const uint8_t *signs, const float *x, const float *q, size_t len, struct dl_audit_measure *out) {
-    dl_audit_measure_path(false, signs, x, q, len, out, NULL);
+void dl_audit_measure(const int16_t *z, const float *x, const float *q, size_t len, struct dl_audit_measure *out) {
+    dl_audit_measure_path(false, z, x, q, len, out, NULL);
 }
 
-void dl_audit_measure_result(const uint8_t *signs, const float *q, size_t len, struct dl_audit_measure *out,
+void dl_audit_measure_result(const int16_t *z, const float *q, size_t len, struct dl_audit_measure *out,
                              struct dl_audit_extremes *ext) {
-    dl_audit_measure_path(false, signs, q, NULL, len, out, ext);
+    dl_audit_measure_path(false, z, q, NULL, len, out, ext);
 }

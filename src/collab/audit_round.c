@@ -136,23 +136,23 @@ static void read_measure(const uint8_t *p, struct dl_audit_measure *m) {
     m->d = dl_get_f64(p + 16);
 }
 
-/* Scratch for one chunk: its contribution, the result, the signs. */
+/* Scratch for one chunk: its contribution, the result, the direction. */
 struct scratch {
     float *x, *q;
-    uint8_t *signs;
+    int16_t *z;
 };
 
 static bool scratch_new(struct scratch *s) {
     s->x = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
     s->q = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
-    s->signs = dl_malloc(DL_AVG_CHUNK_ELEMS / 8 + 1);
-    return s->x && s->q && s->signs;
+    s->z = dl_malloc(sizeof(int16_t) * DL_AVG_CHUNK_ELEMS);
+    return s->x && s->q && s->z;
 }
 
 static void scratch_free(struct scratch *s) {
     free(s->x);
     free(s->q);
-    free(s->signs);
+    free(s->z);
 }
 
 /* Measures of a signed chunk against the result of (part, k), under seed. */
@@ -161,8 +161,8 @@ static bool measure_chunk(const struct dl_round *r, struct scratch *sc, const ui
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
     if (!decode_chunk(r, chunk, len, sc->x) || !decode_result(r, res, len, sc->q)) return false;
-    dl_audit_direction(seed, r->first_chunk[part] + k, len, sc->signs);
-    dl_audit_measure(sc->signs, sc->x, sc->q, len, m);
+    dl_audit_direction(seed, r->first_chunk[part] + k, len, sc->z);
+    dl_audit_measure(sc->z, sc->x, sc->q, len, m);
     return true;
 }
 
@@ -224,7 +224,10 @@ static bool nonce_counts(const struct dl_round *r, size_t m) {
  * then each reducer's revealed nonce in member order. (The grinding test
  * hook calls it before the others revealed: what a liar can foresee.) */
 static void compute_seed(const struct dl_round *r, uint8_t seed[32]) {
-    static const char tag[] = "dedloc audit seed 2";
+    /* "3": directions of int16 words (before, +-1 signs); a member of another
+     * version draws another seed, and its projections then count as drawn
+     * for other results (not checkable), never as lies. */
+    static const char tag[] = "dedloc audit seed 3";
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 32);
     crypto_generichash_update(&st, (const uint8_t *)tag, sizeof tag);
@@ -517,8 +520,8 @@ static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct scra
     struct dl_audit_measure qm;
     struct dl_audit_extremes ext;
     decode_result(r, res, (size_t)len, sc->q);
-    dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->signs);
-    dl_audit_measure_result(sc->signs, sc->q, (size_t)len, &qm, &ext);
+    dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->z);
+    dl_audit_measure_result(sc->z, sc->q, (size_t)len, &qm, &ext);
     rs.linf = fmax(fabs(ext.lo), fabs(ext.hi));
     rs.range = ext.hi - ext.lo;
     rs.s = qm.s;
@@ -940,21 +943,13 @@ static bool rosters_due(const struct dl_round *r, double now) {
 /* ---- test hooks: a grinding aggregator ------------------------------------------------------ */
 
 #ifdef DEDLOC_TEST_HOOKS
-#define GRIND_PAIRS 10
-#define GRIND_TRIES 8192
-
-/* Swaps GRIND_PAIRS pairs of elements of q, try `t` choosing which: the
- * swap moves z.q by sum (z_a - z_b)(q_b - q_a), zero exactly when every pair
- * has equal signs (one direction in 2^10). */
-static void grind_swap(float *q, size_t len, size_t t) {
-    for (size_t i = 0; i < GRIND_PAIRS; i++) {
-        size_t a = 2 * (GRIND_PAIRS * t + i), b = a + 1;
-        float keep = q[a];
-        q[a] = q[b];
-        q[b] = keep;
-    }
-}
-
+/* The grinder's lie is +delta on one element and -delta on the next, with
+ * delta GRIND_ODDS times the slack every member's check allows it: a
+ * direction hides it when |z_a - z_b| delta stays within half that slack,
+ * about one direction in GRIND_ODDS / 2 (collab/audit.h). Each try moves the
+ * pair (so each try is a new signature, and a new seed), up to GRIND_TRIES. */
+#define GRIND_ODDS 4096.0
+#define GRIND_TRIES 32768
 uint8_t *dl_audit_two_faced_copy(struct dl_round *r, size_t gi) {
     uint8_t *msg = dl_malloc(r->store_size[gi]);
     if (!msg) return NULL;
@@ -980,19 +975,36 @@ uint8_t *dl_audit_two_faced_copy(struct dl_round *r, size_t gi) {
 void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
     size_t gi = r->first_chunk[part] + k;
     uint8_t *msg = r->store[gi];
-    uint64_t off, len;
-    dl_round_chunk_range(r, part, k, &off, &len);
-    float *q = dl_malloc(sizeof(float) * (size_t)len), *lie = dl_malloc(sizeof(float) * (size_t)len);
-    uint8_t signs[(2 * GRIND_PAIRS * GRIND_TRIES) / 8 + 8];
-    if (!q || !lie || len < 2 * GRIND_PAIRS * GRIND_TRIES || !decode_result(r, msg, (size_t)len, q)) {
+    uint64_t off, len64;
+    dl_round_chunk_range(r, part, k, &off, &len64);
+    size_t len = (size_t)len64;
+    float *q = dl_malloc(sizeof(float) * len), *lie = dl_malloc(sizeof(float) * len);
+    int16_t *z = dl_malloc(sizeof(int16_t) * len);
+    if (!q || !lie || !z || len < 2 || dl_codec_result_max(r->g.codec, len) != dl_codec_size(r->g.codec, len) ||
+        !decode_result(r, msg, len, q)) {
         free(q);
         free(lie);
+        free(z);
         return;
     }
+    /* The slack: the tolerance without its (positive) spread and member
+     * count terms, from the committed e2 as members hold it and the l1 of
+     * the honest result. */
+    const uint8_t *commit = msg + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, msg, len64);
+    memset(z, 0, sizeof(int16_t) * len);
+    struct dl_audit_measure qm;
+    struct dl_audit_extremes ext;
+    dl_audit_measure_result(z, q, len, &qm, &ext);
+    double bound = dl_audit_e2_bound(r->g.codec, qm.d, fmax(fabs(ext.lo), fabs(ext.hi)), ext.hi - ext.lo, len);
+    double slack = DL_AUDIT_SIGMAS * fmin(dl_get_f64(commit), bound) + 2.0 * (double)(len + 8) * 0x1p-53 * qm.a;
+    size_t pairs = len / 2;
     for (size_t t = 0; t < GRIND_TRIES; t++) {
-        memcpy(lie, q, sizeof(float) * (size_t)len);
-        grind_swap(lie, (size_t)len, t);
-        if (dl_codec_encode(r->g.codec, lie, (size_t)len, msg + DL_AVG_RESULT_HEADER)) break;
+        size_t a = 2 * (t % pairs);
+        double delta = GRIND_ODDS * slack * (1 + (double)(t / pairs) / 64);
+        memcpy(lie, q, sizeof(float) * len);
+        lie[a] = (float)(lie[a] + delta);
+        lie[a + 1] = (float)(lie[a + 1] - delta);
+        if (dl_codec_encode(r->g.codec, lie, len, msg + DL_AVG_RESULT_HEADER)) break;
         uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
         memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
         crypto_generichash(signed_part + DL_AVG_RESULT_SIGNED, 32, msg + DL_AVG_RESULT_HEADER,
@@ -1001,23 +1013,25 @@ void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
         memcpy(r->store_hash[gi], signed_part + DL_AVG_RESULT_SIGNED, 32);
         dl_round_progress(r); /* it stays a live member while it grinds */
         /* What it can foresee of the directions: the seed from every
-         * signature (it holds every other result) and the nonces it knows. */
+         * signature (it holds every other result) and the nonces it knows;
+         * then the members' check as they will run it, on the lie as they
+         * will decode it, against its true average (r->acc). */
         uint8_t seed[32];
         compute_seed(r, seed);
-        size_t span = 2 * GRIND_PAIRS * (t + 1);
-        dl_audit_direction(seed, gi, span, signs);
-        bool hidden = true;
-        for (size_t i = 0; i < GRIND_PAIRS && hidden; i++) {
-            size_t a = 2 * (GRIND_PAIRS * t + i);
-            hidden = ((signs[a / 8] >> (a % 8)) & 1) == ((signs[(a + 1) / 8] >> ((a + 1) % 8)) & 1);
-        }
-        if (hidden) {
-            DL_INFO("collab", "grinding: try %zu hides the swap from the directions we foresee", t);
+        dl_audit_direction(seed, gi, len, z);
+        if (!decode_result(r, msg, len, lie)) break;
+        dl_audit_measure_result(z, lie, len, &qm, NULL);
+        double want = 0;
+        for (size_t e = 0; e < len; e++) want += dl_audit_z(z[e]) * r->acc[e];
+        if (fabs(qm.s - want) <= slack / 2) {
+            DL_INFO("collab", "grinding: try %zu hides +-%g at elements %zu and %zu from the directions we foresee",
+                    t, delta, a, a + 1);
             break;
         }
     }
     free(q);
     free(lie);
+    free(z);
 }
 #endif
 

@@ -17,7 +17,7 @@
 #include "dedloc/util.h"
 #include "dl_test.h"
 
-#define LEN 1001 /* odd, not a multiple of 8: the last byte of signs is partial */
+#define LEN 1001 /* odd, not a multiple of 8: the measures' lanes end in a tail */
 #define K 5
 
 static uint64_t rng = 777;
@@ -32,15 +32,15 @@ static const uint8_t seed[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
  * weights w and clip weights c, the result's own v (double) and iterate. */
 static void describe(float x[][LEN], const double *w, const double *c, size_t k, const double *v, const double *iterate,
                      const float *q, int codec, struct dl_audit_claim *claims, struct dl_audit_result *res) {
-    uint8_t signs[LEN / 8 + 1];
-    dl_audit_direction(seed, 42, LEN, signs);
+    int16_t z[LEN];
+    dl_audit_direction(seed, 42, LEN, z);
     for (size_t j = 0; j < k; j++) {
         claims[j].weight = w[j];
         claims[j].clip = c[j];
-        dl_audit_measure(signs, x[j], q, LEN, &claims[j].m);
+        dl_audit_measure(z, x[j], q, LEN, &claims[j].m);
     }
     struct dl_audit_measure qm;
-    dl_audit_measure(signs, q, NULL, LEN, &qm);
+    dl_audit_measure(z, q, NULL, LEN, &qm);
     double e2 = 0, dc = 0, l2 = 0, linf = 0, lowest = q[0], highest = q[0];
     for (size_t e = 0; e < LEN; e++) {
         linf = fmax(linf, fabs((double)q[e]));
@@ -90,16 +90,52 @@ int main(void) {
     char why[300];
 
     /* 1. Directions: the same for the same seed and chunk, another for
-     * another chunk, about half the signs negative. */
-    uint8_t a[LEN / 8 + 1], b[LEN / 8 + 1], c2[LEN / 8 + 1];
+     * another chunk; the words are ChaCha20's stream read as little-endian
+     * int16 (RFC 8439's first block for an all-zero key and nonce starts
+     * 76 b8 e0 ad); z lies in (3/4, 1) in magnitude, half of it negative,
+     * with E z^2 about 0.77. */
+    int16_t a[LEN], b[LEN], c2[LEN];
     dl_audit_direction(seed, 7, LEN, a);
     dl_audit_direction(seed, 7, LEN, b);
     dl_audit_direction(seed, 8, LEN, c2);
     CHECK(!memcmp(a, b, sizeof a));
     CHECK(memcmp(a, c2, sizeof a));
-    int neg = 0;
-    for (size_t e = 0; e < LEN; e++) neg += (a[e / 8] >> (e % 8)) & 1;
-    CHECK_MSG(neg > LEN / 2 - 100 && neg < LEN / 2 + 100, "%d of %d signs negative", neg, LEN);
+    {
+        /* OpenSSL's stream and libsodium's, word for word, at lengths that
+         * end inside and at the edge of ChaCha20's 64-byte blocks, for
+         * chunk indexes that fill the nonce's high bytes. */
+        static int16_t fast[131072 + 8], portable[131072 + 8];
+        const size_t lens[] = {0, 1, 31, 32, 33, 64, 1001, 131072 + 7};
+        const uint64_t chunks[] = {0, 9, 0x0102030405060708ull, UINT64_MAX};
+        for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+            for (size_t j = 0; j < sizeof chunks / sizeof *chunks; j++) {
+                memset(fast, 0x11, sizeof fast);
+                memset(portable, 0x22, sizeof portable);
+                dl_audit_direction_path(false, seed, chunks[j], lens[i], fast);
+                dl_audit_direction_path(true, seed, chunks[j], lens[i], portable);
+                CHECK_MSG(!memcmp(fast, portable, 2 * lens[i]) && fast[lens[i]] == 0x1111 &&
+                              portable[lens[i]] == 0x2222,
+                          "direction of %zu words for chunk %llx: OpenSSL and libsodium differ", lens[i],
+                          (unsigned long long)chunks[j]);
+            }
+        static const uint8_t zero_key[32];
+        int16_t first[2];
+        dl_audit_direction(zero_key, 0, 2, first);
+        CHECK_MSG(first[0] == (int16_t)0xb876 && first[1] == (int16_t)0xade0, "ChaCha20 words %04x %04x",
+                  (unsigned)(uint16_t)first[0], (unsigned)(uint16_t)first[1]);
+        CHECK(dl_audit_z(0) == (3.0 * 65536 + 1) / 262144 && dl_audit_z(-1) == -(3.0 * 65536 + 65535) / 262144);
+        CHECK(dl_audit_z(32767) == 262143.0 / 262144 && dl_audit_z(-32768) == -(3.0 * 65536 + 1) / 262144);
+        int negative = 0;
+        double square = 0;
+        for (size_t e = 0; e < LEN; e++) {
+            double ze = dl_audit_z(a[e]);
+            CHECK(fabs(ze) > 0.75 && fabs(ze) < 1);
+            negative += ze < 0;
+            square += ze * ze / LEN;
+        }
+        CHECK_MSG(negative > LEN / 2 - 100 && negative < LEN / 2 + 100 && fabs(square - 37.0 / 48) < 0.02,
+                  "z: %d of %d negative, mean square %g", negative, LEN, square);
+    }
 
     /* 1b. The measures: the fast path (AVX2 where the CPU has it) and the
      * portable one give the same bits, over every length up to 40 (the
@@ -128,7 +164,7 @@ int main(void) {
                 double lo = n ? xs[0] : 0, hi = lo;
                 for (size_t e = 0; e < n; e++) {
                     long double v = xs[e], diff = v - (with_q ? (long double)qs[e] : 0);
-                    s += (a[e / 8] >> (e % 8)) & 1 ? -v : v;
+                    s += (long double)dl_audit_z(a[e]) * v;
                     ab += fabsl(v);
                     d2 += diff * diff;
                     lo = xs[e] < lo ? xs[e] : lo;
@@ -251,6 +287,47 @@ int main(void) {
     }
     CHECK_MSG(honest8 == trials8, "uint8, gradient-like: %d of %d honest results passed", honest8, trials8);
     CHECK_MSG(caught8 >= trials8 * 2 / 5, "uint8, gradient-like: %d of %d flipped results caught", caught8, trials8);
+
+    /* 3b. A lie of +c on one element and -c on another (the largest and
+     * the smallest swapped, so exactly +-c), c far beyond the tolerance,
+     * each chunk with its own direction: z.q moves by c (z_a - z_b). +-1
+     * signs let it through whenever the two signs agree (one chunk in two,
+     * whatever c); these directions only when z_a and z_b lie within
+     * tolerance / c of each other. */
+    {
+        for (size_t j = 0; j < K; j++)
+            for (size_t e = 0; e < LEN; e++) x[j][e] = (float)normal();
+        weighted_mean(x, w, ones, K, v);
+        round_to(DL_CODEC_NONE, v, q);
+        double e2 = 0;
+        size_t top = 0, bottom = 0;
+        for (size_t e = 0; e < LEN; e++) {
+            e2 += (v[e] - q[e]) * (v[e] - q[e]);
+            top = q[e] > q[top] ? e : top;
+            bottom = q[e] < q[bottom] ? e : bottom;
+        }
+        int caught = 0, trials = 400;
+        for (int t = 0; t < trials; t++) {
+            static float lie[LEN];
+            int16_t zt[LEN];
+            memcpy(lie, q, sizeof lie);
+            lie[top] = q[bottom];
+            lie[bottom] = q[top];
+            dl_audit_direction(seed, 1000 + (uint64_t)t, LEN, zt);
+            for (size_t j = 0; j < K; j++) {
+                claims[j] = (struct dl_audit_claim){.weight = w[j], .clip = 1};
+                dl_audit_measure(zt, x[j], lie, LEN, &claims[j].m);
+            }
+            struct dl_audit_measure qm;
+            struct dl_audit_extremes ext;
+            dl_audit_measure_result(zt, lie, LEN, &qm, &ext);
+            res = (struct dl_audit_result){.s = qm.s, .l1 = qm.a, .l2 = qm.d, .linf = fmax(fabs(ext.lo), fabs(ext.hi)),
+                                           .range = ext.hi - ext.lo, .e2 = sqrt(e2), .len = LEN, .codec = DL_CODEC_NONE};
+            caught += dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_WRONG;
+        }
+        CHECK_MSG(caught >= trials - 2, "a +-%g pair caught in %d of %d chunks", (double)(q[top] - q[bottom]), caught,
+                  trials);
+    }
 
     /* 4. Senders that cancel (+1000 g and -1000 g): the result is small, the
      * rounding of their projections is not; the tolerance covers it. */
