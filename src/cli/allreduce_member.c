@@ -372,6 +372,8 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "two-faced")) mode = DL_MISBEHAVE_TWO_FACED;
         else if (!strcmp(misbehave, "slow-record")) mode = DL_MISBEHAVE_SLOW_RECORD;
         else if (!strcmp(misbehave, "skip-audit")) mode = DL_MISBEHAVE_SKIP_AUDIT;
+        else if (!strcmp(misbehave, "attest-only")) mode = DL_MISBEHAVE_ATTEST_ONLY;
+        else if (!strcmp(misbehave, "no-attestation")) mode = DL_MISBEHAVE_NO_ATTESTATION;
 #endif
         else {
             fprintf(stderr, "allreduce-member: unknown --misbehave %s\n", misbehave);

@@ -55,6 +55,9 @@ static void help(FILE *out) {
 #ifdef DEDLOC_TEST_HOOKS
             "  --no-audit                (test builds) every peer skips the audit phase of\n"
             "                            accountable aggregation, to measure what the checks cost\n"
+            "  --attest-only             (test builds) every peer waits for each part's attestation\n"
+            "                            instead of checking it from the senders' projections, to\n"
+            "                            measure what the fast check saves\n"
 #endif
             "\n"
             "algbw = S / t with S the fp32 vector's bytes and t the slowest member's all-reduce\n"
@@ -124,7 +127,7 @@ struct bench_run {
     double size, rounds, client_k, aux_k, deadline;
     const double *bw;
     size_t nbw;
-    bool json, kill_one, no_audit;
+    bool json, kill_one, no_audit, attest_only;
 };
 
 static int run_codec(const struct bench_run *b, const char *compression, cJSON *report) {
@@ -160,9 +163,9 @@ static int run_codec(const struct bench_run *b, const char *compression, cJSON *
         args[k++] = "--deadline"; args[k++] = a_deadline;
         args[k++] = "--compression"; args[k++] = (char *)compression;
         if (i < (size_t)aux_k) args[k++] = "--aux";
-        if (b->no_audit) {
+        if (b->no_audit || b->attest_only) {
             args[k++] = "--misbehave";
-            args[k++] = "skip-audit";
+            args[k++] = b->no_audit ? "skip-audit" : "attest-only";
         }
         if (i >= np - (size_t)client_k) args[k++] = "--client-mode";
         if (i > 0) {
@@ -308,8 +311,9 @@ out:
 int bench_allreduce(int argc, char **argv) {
     double peers = 4, size = 18000000, rounds = 3, client_k = 0, aux_k = 0, deadline = 120;
     const char *compression = "fp16", *bandwidths = "100";
-    bool json = false, kill_one = false, no_audit = false;
-    enum { O_PEERS = 256, O_SIZE, O_COMP, O_BWS, O_CLIENT, O_AUX, O_ROUNDS, O_KILL, O_DEADLINE, O_JSON, O_NO_AUDIT };
+    bool json = false, kill_one = false, no_audit = false, attest_only = false;
+    enum { O_PEERS = 256, O_SIZE, O_COMP, O_BWS, O_CLIENT, O_AUX, O_ROUNDS, O_KILL, O_DEADLINE, O_JSON, O_NO_AUDIT,
+           O_ATTEST_ONLY };
     static const struct option opts[] = {
         {"peers", required_argument, NULL, O_PEERS}, {"size", required_argument, NULL, O_SIZE},
         {"compression", required_argument, NULL, O_COMP}, {"bandwidths", required_argument, NULL, O_BWS},
@@ -317,7 +321,7 @@ int bench_allreduce(int argc, char **argv) {
         {"rounds", required_argument, NULL, O_ROUNDS}, {"kill-one", no_argument, NULL, O_KILL},
         {"deadline", required_argument, NULL, O_DEADLINE}, {"json", no_argument, NULL, O_JSON},
 #ifdef DEDLOC_TEST_HOOKS
-        {"no-audit", no_argument, NULL, O_NO_AUDIT},
+        {"no-audit", no_argument, NULL, O_NO_AUDIT}, {"attest-only", no_argument, NULL, O_ATTEST_ONLY},
 #endif
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     int c;
@@ -337,6 +341,7 @@ int bench_allreduce(int argc, char **argv) {
         case O_DEADLINE: deadline = v; bad |= !(v > 0); break;
         case O_JSON: json = true; break;
         case O_NO_AUDIT: no_audit = true; break;
+        case O_ATTEST_ONLY: attest_only = true; break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -381,7 +386,7 @@ int bench_allreduce(int argc, char **argv) {
         return DL_EXIT_USAGE;
     }
     signal(SIGPIPE, SIG_IGN);
-    struct bench_run b = {np, size, rounds, client_k, aux_k, deadline, bw, nbw, json, kill_one, no_audit};
+    struct bench_run b = {np, size, rounds, client_k, aux_k, deadline, bw, nbw, json, kill_one, no_audit, attest_only};
     cJSON *report = cJSON_CreateArray();
     if (!report) return DL_EXIT_FAILURE;
     if (!json)

@@ -8,8 +8,14 @@
  *      result cannot know the others' nonces, so it cannot try variants of
  *      that result until the directions favour it (grinding).
  *   2. Each sender signs its projections of each part it contributed to (s,
- *      a, d of each chunk, audit.h) and sends them to that part's
- *      aggregator.
+ *      a, d of each chunk, audit.h) and sends them, in one bundle, to every
+ *      member that receives (and to each part's aggregator). A member that
+ *      holds every contributor's projections of a part checks its results
+ *      with them at once (the fast check): if the equation holds for every
+ *      chunk, the part is right unless a sender colluded with its
+ *      aggregator (which the attestation cannot show either), and the
+ *      member need not wait for the attestation. Anything else waits for
+ *      it: a failed fast check proves nothing, as a sender may have lied.
  *   3. Each aggregator recomputes every sender's numbers from the signed
  *      chunk it kept and signs an attestation: the senders' signed
  *      projections, plus a chunk record (the sender's signed chunk) for any
@@ -55,12 +61,14 @@ int dl_audit_setup(struct dl_round *r) {
     r->rr_checked = dl_calloc(r->num_chunks + 1, sizeof *r->rr_checked);
     r->audit_gone = dl_calloc(n, sizeof *r->audit_gone);
     r->proj1_in = dl_calloc(r->num_chunks * n + 1, sizeof *r->proj1_in);
+    r->fast_proj = dl_calloc(n * n, sizeof *r->fast_proj);
+    r->fast_tried = dl_calloc(n, sizeof *r->fast_tried);
     randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
     if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
     if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
         !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
         !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || !r->proj1_in ||
-        (r->i_aggregate && !r->kept))
+        !r->fast_proj || !r->fast_tried || (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -95,6 +103,10 @@ void dl_audit_free(struct dl_round *r) {
     if (r->proj1_in)
         for (size_t i = 0; i < r->num_chunks * n; i++) free(r->proj1_in[i]);
     free(r->proj1_in);
+    if (r->fast_proj)
+        for (size_t i = 0; i < n * n; i++) free(r->fast_proj[i]);
+    free(r->fast_proj);
+    free(r->fast_tried);
     free(r->store_hash);
 }
 
@@ -322,24 +334,56 @@ static uint8_t *build_projections(struct dl_round *r, struct scratch *sc, size_t
     return msg;
 }
 
+/* Our projections of every part we contributed to: kept (for our own
+ * attestation and fast checks), and one bundle per member: every part's
+ * (ours too, which the others' fast checks need) to a member that
+ * receives, its own part's to an aggregator that does not. */
 static void send_projections(struct dl_round *r, struct scratch *sc, double now) {
-    for (size_t p = 0; p < r->g.n; p++) {
+    size_t n = r->g.n, total = DL_AUDIT_BUNDLE_HEAD;
+    uint8_t *block[DL_AVG_MAX_MEMBERS] = {NULL};
+    size_t block_size[DL_AVG_MAX_MEMBERS] = {0};
+    for (size_t p = 0; p < n; p++) {
         if (!r->g.members[p].part_elems || r->failed[p]) continue;
-        size_t size;
         bool lie = p != r->me && r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE;
-        uint8_t *msg = build_projections(r, sc, p, lie, &size);
+        block[p] = build_projections(r, sc, p, lie, &block_size[p]);
         dl_round_progress(r);
-        if (!msg) continue;
-        if (p == r->me) {
-            r->proj_in[p] = msg;
-            r->proj_in_size[p] = size;
-            continue;
-        }
-        if (dl_round_request(r, r->g.members[p].peer_id, "avg.audit", msg, size, r->deadline - now, EV_AUDIT_ACK,
-                             (uint32_t)p, 0, (uint32_t)p))
-            DL_WARN("collab", "cannot send our projections to %s: %s", r->g.members[p].peer_id, dl_error());
-        free(msg);
+        if (!block[p]) continue;
+        total += block_size[p];
+        uint8_t *copy = dl_malloc(block_size[p]);
+        if (copy) memcpy(copy, block[p], block_size[p]);
+        free(r->fast_proj[p * n + r->me]);
+        r->fast_proj[p * n + r->me] = copy;
     }
+    if (block[r->me]) {
+        r->proj_in[r->me] = block[r->me];
+        r->proj_in_size[r->me] = block_size[r->me];
+    }
+    uint8_t *msg = dl_malloc(total);
+    for (size_t m = 0; msg && m < n; m++) {
+        if (m == r->me || r->failed[m]) continue;
+        const struct dl_group_member *gm = &r->g.members[m];
+        bool receives = gm->role != DL_MEMBER_AUX;
+        size_t used = DL_AUDIT_BUNDLE_HEAD, count = 0;
+        for (size_t p = 0; p < n; p++) {
+            if (!block[p] || !(receives || p == m)) continue;
+            memcpy(msg + used, block[p], block_size[p]);
+            used += block_size[p];
+            count++;
+        }
+        if (!count) continue;
+        memset(msg, 0, DL_AUDIT_BUNDLE_HEAD);
+        memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+        dl_put_u16(msg + 16, (uint16_t)r->me);
+        msg[18] = DL_AUDIT_BUNDLE;
+        dl_put_u16(msg + 20, (uint16_t)count);
+        if (dl_round_request(r, gm->peer_id, "avg.audit", msg, used, r->deadline - now, EV_AUDIT_ACK, (uint32_t)m,
+                             0, (uint32_t)m))
+            DL_WARN("collab", "cannot send our projections to %s: %s", gm->peer_id, dl_error());
+    }
+    if (!msg && total > DL_AUDIT_BUNDLE_HEAD) DL_WARN("collab", "cannot send our projections: out of memory");
+    free(msg);
+    for (size_t p = 0; p < n; p++)
+        if (p != r->me) free(block[p]);
 }
 
 /* ---- 3: the attestation of our part ----------------------------------------------------- */
@@ -1037,6 +1081,82 @@ void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
 
 /* ---- the pump and the events ------------------------------------------------------------ */
 
+/* ---- 2b: the fast check ---------------------------------------------------------------- */
+
+/* A bundle from member j: every block a whole, signed type-1 message of j
+ * for a part of this round, or nothing is taken. Our part's goes to our
+ * attestation (if we aggregate and have not attested yet), every other
+ * part's to the fast check (if we receive). */
+static bool take_bundle(struct dl_round *r, const uint8_t *msg, size_t size, size_t j) {
+    size_t n = r->g.n, count = dl_get_u16(msg + 20), at = DL_AUDIT_BUNDLE_HEAD;
+    if (dl_get_u16(msg + 16) != j || count > n) return false;
+    for (size_t i = 0; i < count; i++) {
+        if (at + DL_AUDIT_PROJ_HEAD > size) return false;
+        const uint8_t *b = msg + at;
+        size_t p = dl_get_u16(b + 16);
+        if (p >= n || !r->g.members[p].part_elems || at + proj_size(r, p) > size) return false;
+        size_t psz = proj_size(r, p);
+        if (memcmp(b, r->g.round_id, DL_GROUP_ROUND_ID) || b[18] != DL_AUDIT_PROJECTIONS || dl_get_u16(b + 20) != j ||
+            !projections_signed(r, b, psz, j))
+            return false;
+        at += psz;
+    }
+    if (at != size) return false;
+    at = DL_AUDIT_BUNDLE_HEAD;
+    for (size_t i = 0; i < count; i++) {
+        const uint8_t *b = msg + at;
+        size_t p = dl_get_u16(b + 16), psz = proj_size(r, p);
+        at += psz;
+        uint8_t **slot = p == r->me ? (r->i_aggregate && !r->attest_sent ? &r->proj_in[j] : NULL)
+                                    : (r->i_receive ? &r->fast_proj[p * n + j] : NULL);
+        if (!slot || *slot) continue;
+        uint8_t *copy = dl_malloc(psz);
+        if (!copy) continue;
+        memcpy(copy, b, psz);
+        *slot = copy;
+        if (p == r->me) r->proj_in_size[j] = psz;
+    }
+    return true;
+}
+
+/* Part p's results against the projections its contributors sent us, once
+ * all are in: true when every chunk's equation holds (the part is checked,
+ * no attestation needed). False says nothing against anyone: a sender may
+ * have lied to us, which only the attestation can show. */
+static bool fast_check(struct dl_round *r, struct scratch *sc, size_t p) {
+    size_t n = r->g.n, chunks = dl_round_chunks_of(r, p), checked = 0;
+    for (size_t k = 0; k < chunks; k++) {
+        const uint8_t *res = audited_result(r, p, k);
+        if (!res) continue;
+        for (size_t j = 0; j < n; j++)
+            if (in_mask(res, j) && !r->fast_proj[p * n + j]) return false;
+    }
+    r->fast_tried[p] = true;
+    for (size_t k = 0; k < chunks; k++) {
+        const uint8_t *res = audited_result(r, p, k);
+        if (!res) continue;
+        uint64_t off, len;
+        dl_round_chunk_range(r, p, k, &off, &len);
+        struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
+        size_t count_k = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (!in_mask(res, j)) continue;
+            const uint8_t *pr = r->fast_proj[p * n + j];
+            if (memcmp(pr + 24, r->audit_seed, 32)) return false;
+            struct dl_audit_claim *c = &claims[count_k++];
+            c->clip = dl_get_f64(commitment_of(r, res, len, j) + 32);
+            c->weight = dl_get_f64(pr + 56);
+            read_measure(pr + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &c->m);
+        }
+        char why[300];
+        if (chunk_verdict(r, sc, p, k, res, claims, count_k, why, sizeof why) != DL_AUDIT_PASS) return false;
+        checked++;
+        dl_round_progress(r);
+    }
+    r->audit_chunks += checked;
+    return true;
+}
+
 bool dl_audit_pump(struct dl_round *r, double now) {
     if (r->audit_done) return true;
     struct scratch sc;
@@ -1084,7 +1204,12 @@ bool dl_audit_pump(struct dl_round *r, double now) {
         /* A sender that sends none within stall_s: its chunks stand in. */
         if (all || now - proj_since > r->stall_s) {
             r->attest_sent = true;
-            if (send_attestation(r, &sc, now)) dl_round_fail(r, DL_AVG_FAILED, "out of memory");
+#ifdef DEDLOC_TEST_HOOKS
+            bool silent = r->misbehaviour == DL_MISBEHAVE_NO_ATTESTATION;
+#else
+            bool silent = false;
+#endif
+            if (!silent && send_attestation(r, &sc, now)) dl_round_fail(r, DL_AVG_FAILED, "out of memory");
         } else {
             waiting = true;
         }
@@ -1125,7 +1250,17 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                 r->attest_checked[p] = true; /* every chunk of it was re-reduced */
                 continue;
             }
-            if (r->attest_in[p]) {
+            /* Not for a failed aggregator: its chunks may have reached
+             * some members as its results and others re-reduced, so a
+             * sender's projections may not cover what we hold. */
+#ifdef DEDLOC_TEST_HOOKS
+            bool fast = r->misbehaviour != DL_MISBEHAVE_ATTEST_ONLY;
+#else
+            bool fast = true;
+#endif
+            if (fast && !r->attest_in[p] && !r->fast_tried[p] && !r->failed[p] && fast_check(r, &sc, p)) {
+                r->attest_checked[p] = true;
+            } else if (r->attest_in[p]) {
                 check_attestation(r, &sc, p);
             } else if (r->accused[p] || dl_bans_is_banned(r->bans, r->g.members[p].peer_id)) {
                 /* Caught already (its messages are refused from now on):
@@ -1171,7 +1306,12 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
     }
     size_t part = dl_get_u16(ev->data + 16);
     int type = ev->data[18];
-    if (type == DL_AUDIT_PROJECTIONS) {
+    if (type == DL_AUDIT_BUNDLE) {
+        if (!take_bundle(r, ev->data, ev->size, (size_t)j)) {
+            dl_round_respond_text(r, ev->token, "refused: a bundle of projections not all whole, signed and its own");
+            return;
+        }
+    } else if (type == DL_AUDIT_PROJECTIONS) {
         /* Kept only when it is whole and signed: an attestation must hold
          * nothing its sender could disown. */
         if (!r->i_aggregate || part != r->me || ev->size != proj_size(r, part) ||

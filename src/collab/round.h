@@ -53,6 +53,8 @@
 #define DL_AUDIT_PROJ1 6           /* a sender's signed projection of one generation-1 chunk, to its re-reducer */
 #define DL_AUDIT_PROJ1_SIZE 160    /* round_id part type pad chunk u32 sender u16 pad[6] seed[32] weight s a d sig */
 #define DL_AUDIT_ROSTER 4
+#define DL_AUDIT_BUNDLE 7          /* a sender's signed projections of every part, to one member */
+#define DL_AUDIT_BUNDLE_HEAD 24    /* round_id sender u16 type pad count u16 pad u16, then count type-1 messages */
 #define DL_AUDIT_ROSTER_HEAD 24   /* round_id part(= sender) u16 type pad count u32 */
 #define DL_AUDIT_ROSTER_ENTRY (DL_AVG_RESULT_SIGNED + 32 + DL_NET_SIGNATURE) /* what a result's signature covers, and it */
 #define DL_AUDIT_PROJ_HEAD 64     /* round_id part type pad sender u16 pad u16 seed[32] weight f64 */
@@ -97,6 +99,14 @@ enum dl_misbehaviour {
      * checks nor answers), to measure the audit's cost when every member of
      * the round does so (bench allreduce --no-audit) */
     DL_MISBEHAVE_SKIP_AUDIT,
+    /* test-hook builds only, honest in every other way: an aggregator that
+     * never sends its attestation (members check its part from the senders'
+     * projections alone, the fast check) */
+    DL_MISBEHAVE_NO_ATTESTATION,
+    /* test-hook builds only, honest: a member that never uses the fast
+     * check and waits for every attestation, to measure what the fast
+     * check saves (bench allreduce --attest-only) */
+    DL_MISBEHAVE_ATTEST_ONLY,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -213,6 +223,11 @@ struct dl_round {
     uint8_t audit_seed[32];
     uint8_t **proj_in;            /* aggregator: per member, its signed projections of our part */
     size_t *proj_in_size;
+    /* The fast check: per (part p, member j) at p n + j, j's signed
+     * projections of p as j sent them to us (ours too); per part, whether
+     * it was tried (once they were all in). */
+    uint8_t **fast_proj;
+    bool *fast_tried;
     uint8_t **attest_in;          /* per part, its aggregator's signed attestation */
     size_t *attest_in_size;
     bool *attest_checked;

@@ -491,7 +491,7 @@ static struct outcome run_scenario(const struct scenario *sc) {
     float *ref = malloc(CHUNK * sizeof *ref);
     float **out = calloc(sc->members, sizeof *out);
     if (!ref || !out) abort();
-    if (sc->lie) {
+    if (sc->lie && sc->lie != DL_MISBEHAVE_NO_ATTESTATION) {
         /* The liar is caught by every other member, on evidence: each
          * applies nothing and bans the liar, and nobody else. */
         for (size_t i = 0; i < s->n; i++) {
@@ -658,6 +658,13 @@ int main(void) {
         /* an aggregator that sends its true results to members 0 and 2
          * and signed wrong ones to 1 and 3: the rosters bring both signed
          * results to everyone */
+        /* an aggregator that never attests its part: its results are
+         * right, and every member checks them from the senders' own
+         * projections (the fast check) instead of waiting for the round's
+         * deadline */
+        {.name = "silent_attestation", .members = 4, .codec = DL_CODEC_FP16, .roles = "ttct",
+         .parts = {CHUNK, 2 * CHUNK + 9, CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
+         .lie = DL_MISBEHAVE_NO_ATTESTATION, .liar = 1},
         {.name = "two_faced_aggregator", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
          .parts = {CHUNK, CHUNK, 2 * CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
          .lie = DL_MISBEHAVE_TWO_FACED, .liar = 2},
