@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "collab/balance.h"
+#include "collab/bytes.h"
 #include "collab/round.h"
 #include "collab/wirecodec.h"
 #include "dedloc/net.h"
@@ -259,6 +260,7 @@ struct scenario {
     long victim;                  /* -1: nobody fails */
     int victim_fate;
     bool probe_rereduce;          /* member 0 asks part 1's re-reducer to re-reduce while part 1's aggregator lives */
+    bool probe_bundles;           /* member 0 sends member 3 malformed bundles of projections */
     int lie;                      /* enum dl_misbehaviour of member `liar` (0: everyone is honest) */
     long liar;
 };
@@ -453,6 +455,34 @@ static struct outcome run_scenario(const struct scenario *sc) {
         probe_token = s->next_token;
     }
 
+    /* Bundles of projections no honest sender writes (truncated, a block
+     * its sender did not sign, a block in another member's name, a count
+     * beyond the group): each refused whole, the round unharmed. */
+    uint64_t bundle_tokens[4] = {0};
+    if (sc->probe_bundles) {
+        const struct dl_round *r0 = s->m[0].r;
+        size_t psz = DL_AUDIT_PROJ_HEAD + 24 * dl_round_chunks_of(r0, 1) + DL_NET_SIGNATURE;
+        uint8_t *b = calloc(1, DL_AUDIT_BUNDLE_HEAD + psz);
+        if (!b) abort();
+        memcpy(b, r0->g.round_id, DL_GROUP_ROUND_ID);
+        dl_put_u16(b + 16, 0);
+        b[18] = DL_AUDIT_BUNDLE;
+        dl_put_u16(b + 20, 1);
+        uint8_t *blk = b + DL_AUDIT_BUNDLE_HEAD;
+        memcpy(blk, r0->g.round_id, DL_GROUP_ROUND_ID);
+        dl_put_u16(blk + 16, 1);
+        blk[18] = DL_AUDIT_PROJECTIONS;
+        const size_t sizes[4] = {DL_AUDIT_BUNDLE_HEAD + 10, DL_AUDIT_BUNDLE_HEAD + psz, DL_AUDIT_BUNDLE_HEAD + psz,
+                                 DL_AUDIT_BUNDLE_HEAD + psz};
+        for (int t = 0; t < 4; t++) {
+            dl_put_u16(blk + 20, t == 2 ? 2 : 0);   /* in member 2's name */
+            dl_put_u16(b + 20, t == 3 ? 300 : 1); /* beyond the group */
+            mem_request(&s->m[0], 999, s->m[3].peer_id, "avg.audit", b, sizes[t], 30, EV_AUDIT_ACK, 0, 0, 3);
+            bundle_tokens[t] = s->next_token;
+        }
+        free(b);
+    }
+
     /* The pump. */
     for (;;) {
         bool running = false;
@@ -601,6 +631,13 @@ static struct outcome run_scenario(const struct scenario *sc) {
         CHECK_MSG(relayed_ok > 0, "%s: nothing the victim reduced survived", sc->name);
         CHECK(survivors == sc->members - 1);
     }
+    for (int t = 0; sc->probe_bundles && t < 4; t++) {
+        struct pending *probe = find_pending(s, bundle_tokens[t]);
+        CHECK_MSG(probe && !probe->open && probe->answered_status == DL_NET_REMOTE_ERROR &&
+                      !strncmp(probe->answered_text, "refused: a bundle", 17),
+                  "%s: malformed bundle %d answered with status %d (%s)", sc->name, t,
+                  probe ? probe->answered_status : -1, probe ? probe->answered_text : "no request");
+    }
     if (sc->probe_rereduce) {
         struct pending *probe = find_pending(s, probe_token);
         CHECK_MSG(probe && !probe->open && probe->answered_status == DL_NET_REMOTE_ERROR &&
@@ -664,7 +701,7 @@ int main(void) {
          * deadline */
         {.name = "silent_attestation", .members = 4, .codec = DL_CODEC_FP16, .roles = "ttct",
          .parts = {CHUNK, 2 * CHUNK + 9, CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
-         .lie = DL_MISBEHAVE_NO_ATTESTATION, .liar = 1},
+         .lie = DL_MISBEHAVE_NO_ATTESTATION, .liar = 1, .probe_bundles = true},
         {.name = "two_faced_aggregator", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
          .parts = {CHUNK, CHUNK, 2 * CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
          .lie = DL_MISBEHAVE_TWO_FACED, .liar = 2},
