@@ -56,6 +56,20 @@ bool dl_bf16_gemm_supported(const dl_device *dev, char *why, size_t size) {
  * keep OpenMP's default thread count. */
 enum { ONE_THREAD_FLOPS = 1 << 28 };
 
+/* One weight matrix as a product reads it (offset, shape, orientation), copied
+ * into the blocked layout oneDNN's matmul asks for. Given plain weights, the
+ * matmul copies B into that layout inside every call, and for the forward
+ * products' transposed W the copy is a transposition; packed once per upload
+ * and reused by every layer application and micro-batch instead. */
+typedef struct packed_weights {
+    size_t off, k, n, ld;
+    bool trans;
+    dnnl_memory_desc_t md;        /* the layout packed; data holds its bytes */
+    void *data;
+    size_t bytes;
+    unsigned generation;          /* of the weights it was packed from */
+} packed_weights;
+
 struct dl_bf16_gemm {
     dl_device *dev;
     int threads;                  /* OpenMP's default, read at create */
@@ -64,6 +78,10 @@ struct dl_bf16_gemm {
     /* The weights rounded once per upload (dl_bf16_gemm_set_weights). */
     uint16_t *weights;
     size_t weights_len, weights_set;
+    unsigned generation;          /* counts uploads; a packed copy of an older one is stale */
+    packed_weights *packed;
+    int packed_count, packed_cap;
+    size_t packed_bytes;
     /* A and B of one product, rounded; grown as needed. */
     uint16_t *a_scratch, *b_scratch;
     size_t a_cap, b_cap;
@@ -97,13 +115,15 @@ void dl_bf16_gemm_free(dl_bf16_gemm *h) {
     if (h->stream) dnnl_stream_destroy(h->stream);
     if (h->engine) dnnl_engine_destroy(h->engine);
     free(h->weights);
+    for (int i = 0; i < h->packed_count; i++) free(h->packed[i].data);
+    free(h->packed);
     free(h->a_scratch);
     free(h->b_scratch);
     free(h);
 }
 
 size_t dl_bf16_gemm_host_bytes(const dl_bf16_gemm *h) {
-    return h ? (h->weights_len + h->a_cap + h->b_cap) * sizeof(uint16_t) : 0;
+    return h ? (h->weights_len + h->a_cap + h->b_cap) * sizeof(uint16_t) + h->packed_bytes : 0;
 }
 
 int dl_bf16_gemm_set_weights(dl_bf16_gemm *h, const float *values, size_t n) {
@@ -116,6 +136,7 @@ int dl_bf16_gemm_set_weights(dl_bf16_gemm *h, const float *values, size_t n) {
     }
     dl_f32_to_bf16_array(h->weights, values, n);
     h->weights_set = n;
+    h->generation++;
     return 0;
 }
 
@@ -202,20 +223,76 @@ static int round_matrix(dl_bf16_gemm *h, const float *src, const grid *gr, size_
     return rc ? -1 : 0;
 }
 
-/* C = alpha * A B + beta * C on bf16 operands with fp32 accumulation. */
+/* The copy of the weight matrix at b (as g reads it: offset, shape,
+ * orientation) in the layout want, packed from the current upload; packs it
+ * where there is none yet or it is stale. */
+static int packed_for(dl_bf16_gemm *h, const dl_gemm_args *g, const dnnl_memory_desc_t *b_md, const uint16_t *b,
+                      const dnnl_memory_desc_t *want, const void **out) {
+    packed_weights *p = NULL;
+    for (int i = 0; i < h->packed_count && !p; i++) {
+        packed_weights *e = &h->packed[i];
+        if (e->off == g->b_off && e->k == g->k && e->n == g->n && e->ld == g->ldb && e->trans == g->trans_b &&
+            dnnl_memory_desc_equal(&e->md, want))
+            p = e;
+    }
+    if (!p) {
+        if (h->packed_count == h->packed_cap) {
+            int cap = h->packed_cap ? 2 * h->packed_cap : 16;
+            packed_weights *grown = dl_realloc(h->packed, (size_t)cap * sizeof *grown);
+            if (!grown) return -1;
+            h->packed = grown;
+            h->packed_cap = cap;
+        }
+        size_t bytes = dnnl_memory_desc_get_size(want);
+        void *data = dl_malloc(bytes);
+        if (!data) return -1;
+        p = &h->packed[h->packed_count++];
+        *p = (packed_weights){.off = g->b_off, .k = g->k, .n = g->n, .ld = g->ldb, .trans = g->trans_b,
+                              .md = *want, .data = data, .bytes = bytes, .generation = h->generation - 1};
+        h->packed_bytes += bytes;
+    }
+    if (p->generation != h->generation) {
+        dnnl_primitive_desc_t pd = NULL;
+        dnnl_memory_t sm = NULL, dm = NULL;
+        int rc = dnnl_check(dnnl_reorder_primitive_desc_create(&pd, b_md, h->engine, want, h->engine, NULL),
+                            "packing weights") ||
+                 make_memory(h, &sm, b_md, b) || make_memory(h, &dm, want, p->data);
+        if (!rc) {
+            dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, sm}, {DNNL_ARG_TO, dm}};
+            rc = execute(h, pd, 2, args, "packing weights");
+        }
+        if (sm) dnnl_memory_destroy(sm);
+        if (dm) dnnl_memory_destroy(dm);
+        if (pd) dnnl_primitive_desc_destroy(pd);
+        if (rc) return -1;
+        p->generation = h->generation;
+    }
+    *out = p->data;
+    return 0;
+}
+
+/* C = alpha * A B + beta * C on bf16 operands with fp32 accumulation. B is
+ * one of the weight matrices when b_weights: then the matmul chooses its
+ * layout and reads a packed copy (packed_for). */
 static int matmul(dl_bf16_gemm *h, const dl_gemm_args *g, const grid *a_grid, const uint16_t *a, size_t lda,
-                  const grid *b_grid, const uint16_t *b, size_t ldb, const grid *c_grid, float *c) {
-    dnnl_memory_desc_t a_md, b_md, c_md;
+                  const grid *b_grid, const uint16_t *b, size_t ldb, bool b_weights, const grid *c_grid,
+                  float *c) {
+    dnnl_memory_desc_t a_md, b_md, b_any, c_md;
     if (matrix_desc(&a_md, a_grid, g->m, g->k, lda, g->trans_a, dnnl_bf16) ||
         matrix_desc(&b_md, b_grid, g->k, g->n, ldb, g->trans_b, dnnl_bf16) ||
         matrix_desc(&c_md, c_grid, g->m, g->n, g->ldc, false, dnnl_f32))
+        return -1;
+    if (b_weights &&
+        dnnl_check(dnnl_memory_desc_init_by_tag(&b_any, b_md.ndims, b_md.dims, dnnl_bf16, dnnl_format_tag_any),
+                   "describing packed weights"))
         return -1;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_memory_t am = NULL, bm = NULL, cm = NULL;
     dnnl_matmul_desc_t desc;
-    int rc = dnnl_check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md), "describing a bf16 matmul") ||
+    int rc = dnnl_check(dnnl_matmul_desc_init(&desc, &a_md, b_weights ? &b_any : &b_md, NULL, &c_md),
+                        "describing a bf16 matmul") ||
              dnnl_check(dnnl_primitive_attr_create(&attr), "creating matmul attributes");
     if (!rc && g->alpha != 1.0f)
         rc = dnnl_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha), "setting alpha");
@@ -225,8 +302,15 @@ static int matmul(dl_bf16_gemm *h, const dl_gemm_args *g, const grid *a_grid, co
              dnnl_check(dnnl_primitive_attr_set_post_ops(attr, ops), "setting post-ops");
     if (!rc)
         rc = dnnl_check(dnnl_primitive_desc_create(&pd, &desc, attr, h->engine, NULL),
-                        "creating a bf16 matmul (the CPU may lack bf16 support)") ||
-             make_memory(h, &am, &a_md, a) || make_memory(h, &bm, &b_md, b) || make_memory(h, &cm, &c_md, c);
+                        "creating a bf16 matmul (the CPU may lack bf16 support)");
+    if (!rc && b_weights) {
+        const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        const void *packed = NULL;
+        rc = packed_for(h, g, &b_md, b, want, &packed) || make_memory(h, &bm, want, packed);
+    } else if (!rc) {
+        rc = make_memory(h, &bm, &b_md, b);
+    }
+    if (!rc) rc = make_memory(h, &am, &a_md, a) || make_memory(h, &cm, &c_md, c);
     if (!rc) {
         dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
         rc = execute(h, pd, 3, args, "running a bf16 matmul");
@@ -330,7 +414,8 @@ int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
         ldb16 = g->trans_b ? g->k : g->n;
         b16g = dense_grid(&bg, b_rows, b_cols);
     }
-    if (!rc) rc = matmul(h, g, &a16g, h->a_scratch, g->trans_a ? g->m : g->k, &b16g, b16, ldb16, &cg, c);
+    if (!rc)
+        rc = matmul(h, g, &a16g, h->a_scratch, g->trans_a ? g->m : g->k, &b16g, b16, ldb16, b_ready, &cg, c);
     unmap_all(h->dev, &mp);
     if (rc)
         return dl_fail_context("bf16 GEMM %zux%zux%zu%s%s (batch %zu x %zu)", g->m, g->n, g->k,
