@@ -1,6 +1,9 @@
 /* dedloc: one binary, one subcommand per job. */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "dedloc/util.h"
@@ -43,6 +46,24 @@ static void usage(FILE *out) {
             "\nexit status: 0 success, 1 runtime failure, 2 usage error\n");
 }
 
+/* oneDNN's GEMMs thread with OpenMP, and GNU OpenMP's idle threads spin for a
+ * while after each parallel region by default. The model's OpenCL kernels
+ * run on PoCL's own threads between those GEMMs, on the same cores, and a
+ * spinning OpenMP thread takes a core from them: 9% of a sahajBERT bf16
+ * step's CPU time went to that spinning, and the step ran about 5% faster
+ * with OMP_WAIT_POLICY=passive (idle threads sleep at once). libgomp reads
+ * the variable once, in its constructor, before main runs (and a setenv from
+ * the executable's preinit array is lost when libc sets up the environment
+ * after it), so the commands that compute set it and start again in place.
+ * An OMP_WAIT_POLICY or GOMP_SPINCOUNT already set is left as it is. */
+static void omp_wait_passive(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    execv("/proc/self/exe", argv);
+    /* Not started again (no /proc): run on with OpenMP's default. */
+    unsetenv("OMP_WAIT_POLICY");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -56,6 +77,9 @@ int main(int argc, char **argv) {
         printf("dedloc 0.1.0\n");
         return DL_EXIT_OK;
     }
+    static const char *const computing[] = {"train", "join", "bench", "grad", "tune"};
+    for (size_t i = 0; i < sizeof computing / sizeof computing[0]; i++)
+        if (!strcmp(argv[1], computing[i])) omp_wait_passive(argv);
     for (const struct dl_command *c = dl_commands; c->name; c++)
         if (!strcmp(argv[1], c->name)) return c->run(argc - 1, argv + 1);
     fprintf(stderr, "dedloc: unknown command '%s'; see 'dedloc --help'\n", argv[1]);
