@@ -243,7 +243,12 @@ int dl_bf16_gemm_set_weights(dl_bf16_gemm *h, const float *values, size_t n);
  * product reads their rounded copy (with g's B offsets) instead of rounding
  * B again. */
 int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights);
-/* Host bytes the rounded weights and operand scratch hold. */
+/* dl_bf16_gemm_run after a dl_bf16_gemm_run, for a caller that knows the
+ * matrices g reads are unchanged since the products from that run on read
+ * them: an operand one of those rounded (the same buffer, offset and layout,
+ * transposed or not) is not rounded again. */
+int dl_bf16_gemm_run_again(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights);
+/* Host bytes the rounded and packed weights and the rounded operands hold. */
 size_t dl_bf16_gemm_host_bytes(const dl_bf16_gemm *h);
 
 /* ---- GEMM timing (src/device/gemm_timing.c) ----

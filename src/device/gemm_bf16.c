@@ -70,6 +70,32 @@ typedef struct packed_weights {
     unsigned generation;          /* of the weights it was packed from */
 } packed_weights;
 
+/* Where the items of a (possibly batched) operand lie: item (o, i) of the
+ * outer x batch grid starts o * outer_stride + i * batch_stride elements
+ * after the matrix's offset. One item: outer = batch = 1. */
+typedef struct grid {
+    size_t outer, batch, outer_stride, batch_stride;
+} grid;
+
+/* An operand rounded to dense bf16, and the fp32 matrix it was rounded from,
+ * as stored: buffer, offset, grid, rows x cols with leading dimension ld (a
+ * product that reads it transposed reads the same rounding). Successive
+ * products often read one matrix: Q, K and V's from the layer input, a
+ * linear layer's dW and dx from its output gradient. */
+typedef struct rounded {
+    cl_mem mem;
+    size_t off, rows, cols, ld;
+    grid gr;
+    bool valid;
+    unsigned long used;           /* when last read, for the least recently used */
+    uint16_t *data;
+    size_t cap;
+} rounded;
+
+/* Three: the QKV backward reads the layer input and two output gradients in
+ * turn. */
+enum { ROUNDED_SLOTS = 3 };
+
 struct dl_bf16_gemm {
     dl_device *dev;
     int threads;                  /* OpenMP's default, read at create */
@@ -82,9 +108,9 @@ struct dl_bf16_gemm {
     packed_weights *packed;
     int packed_count, packed_cap;
     size_t packed_bytes;
-    /* A and B of one product, rounded; grown as needed. */
-    uint16_t *a_scratch, *b_scratch;
-    size_t a_cap, b_cap;
+    /* Rounded operands of the recent products; grown as needed. */
+    rounded slots[ROUNDED_SLOTS];
+    unsigned long clock;
 };
 
 static int dnnl_check(dnnl_status_t st, const char *what) {
@@ -117,13 +143,15 @@ void dl_bf16_gemm_free(dl_bf16_gemm *h) {
     free(h->weights);
     for (int i = 0; i < h->packed_count; i++) free(h->packed[i].data);
     free(h->packed);
-    free(h->a_scratch);
-    free(h->b_scratch);
+    for (int i = 0; i < ROUNDED_SLOTS; i++) free(h->slots[i].data);
     free(h);
 }
 
 size_t dl_bf16_gemm_host_bytes(const dl_bf16_gemm *h) {
-    return h ? (h->weights_len + h->a_cap + h->b_cap) * sizeof(uint16_t) + h->packed_bytes : 0;
+    if (!h) return 0;
+    size_t elements = h->weights_len;
+    for (int i = 0; i < ROUNDED_SLOTS; i++) elements += h->slots[i].cap;
+    return elements * sizeof(uint16_t) + h->packed_bytes;
 }
 
 int dl_bf16_gemm_set_weights(dl_bf16_gemm *h, const float *values, size_t n) {
@@ -149,13 +177,6 @@ static int grow(uint16_t **p, size_t *cap, size_t need) {
     *cap = need;
     return 0;
 }
-
-/* Where the items of a (possibly batched) operand lie: item (o, i) of the
- * outer x batch grid starts o * outer_stride + i * batch_stride elements
- * after the matrix's offset. One item: outer = batch = 1. */
-typedef struct grid {
-    size_t outer, batch, outer_stride, batch_stride;
-} grid;
 
 /* A rows x cols matrix (as the product reads it), or a grid of them, stored
  * with leading dimension ld, transposed in memory when trans. One matrix is
@@ -356,7 +377,44 @@ static size_t span(size_t off, const grid *gr, size_t rows, size_t cols, size_t 
     return off + last_item + (rows - 1) * ld + cols;
 }
 
-int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
+static bool same_grid(const grid *x, const grid *y) {
+    return x->outer == y->outer && x->batch == y->batch && x->outer_stride == y->outer_stride &&
+           x->batch_stride == y->batch_stride;
+}
+
+/* The dense bf16 rounding of the rows x cols operand (as the product reads
+ * it; transposed in memory when trans) at src, offset off of buffer mem: a
+ * rounding still held when the product may reuse one, else rounded into
+ * the least recently used slot. */
+static int rounded_operand(dl_bf16_gemm *h, cl_mem mem, const float *src, size_t off, const grid *gr, size_t rows,
+                           size_t cols, size_t ld, bool trans, const uint16_t **out) {
+    size_t s_rows = trans ? cols : rows, s_cols = trans ? rows : cols;
+    rounded *slot = NULL;
+    for (int i = 0; i < ROUNDED_SLOTS && !slot; i++) {
+        rounded *e = &h->slots[i];
+        if (e->valid && e->mem == mem && e->off == off && e->rows == s_rows && e->cols == s_cols && e->ld == ld &&
+            same_grid(&e->gr, gr))
+            slot = e;
+    }
+    if (slot) {
+        slot->used = ++h->clock;
+        *out = slot->data;
+        return 0;
+    }
+    slot = &h->slots[0];
+    for (int i = 1; i < ROUNDED_SLOTS; i++)
+        if (h->slots[i].used < slot->used) slot = &h->slots[i];
+    slot->valid = false;
+    if (grow(&slot->data, &slot->cap, dl_mul_size(gr->outer * gr->batch, rows * cols)) ||
+        round_matrix(h, src, gr, rows, cols, ld, trans, slot->data))
+        return -1;
+    *slot = (rounded){.mem = mem, .off = off, .rows = s_rows, .cols = s_cols, .ld = ld, .gr = *gr, .valid = true,
+                      .used = ++h->clock, .data = slot->data, .cap = slot->cap};
+    *out = slot->data;
+    return 0;
+}
+
+static int run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights, bool again) {
     size_t batch = g->batch_count ? g->batch_count : 1, outer = g->outer_count ? g->outer_count : 1;
     if (g->m == 0 || g->n == 0 || g->k == 0) return dl_gemm(h->dev, g);
     if (g->type != DL_GEMM_F32) return dl_fail("bf16 compute: the operands must be fp32 buffers");
@@ -380,9 +438,10 @@ int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
         return dl_fail("bf16 GEMM %zux%zux%zu (batch %zu x %zu): a matrix does not fit its buffer", g->m, g->n,
                        g->k, outer, batch);
     size_t items = outer * batch;
-    if (grow(&h->a_scratch, &h->a_cap, dl_mul_size(items, g->m * g->k)) ||
-        (!b_ready && grow(&h->b_scratch, &h->b_cap, dl_mul_size(items, g->k * g->n))))
-        return -1;
+    /* Roundings of earlier products are reused only where the caller says
+     * their matrices are unchanged (dl_bf16_gemm_run_again). */
+    if (!again)
+        for (int i = 0; i < ROUNDED_SLOTS; i++) h->slots[i].valid = false;
 
     /* The kernels queued before wrote the inputs: the blocking maps wait for
      * them; the queued unmaps order the kernels after. */
@@ -406,21 +465,28 @@ int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
     grid a16g = dense_grid(&ag, a_rows, a_cols), b16g = bg;
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)items;
     omp_set_num_threads(flops < ONE_THREAD_FLOPS ? 1 : h->threads);
-    int rc = round_matrix(h, a, &ag, g->m, g->k, g->lda, g->trans_a, h->a_scratch);
+    const uint16_t *a16 = NULL;
+    int rc = rounded_operand(h, g->a->mem, a, g->a_off, &ag, g->m, g->k, g->lda, g->trans_a, &a16);
     if (!rc && !b_ready) {
-        rc = round_matrix(h, (const float *)mp.ptr[ib] + g->b_off, &bg, g->k, g->n, g->ldb, g->trans_b,
-                          h->b_scratch);
-        b16 = h->b_scratch;
+        rc = rounded_operand(h, g->b->mem, (const float *)mp.ptr[ib] + g->b_off, g->b_off, &bg, g->k, g->n,
+                             g->ldb, g->trans_b, &b16);
         ldb16 = g->trans_b ? g->k : g->n;
         b16g = dense_grid(&bg, b_rows, b_cols);
     }
-    if (!rc)
-        rc = matmul(h, g, &a16g, h->a_scratch, g->trans_a ? g->m : g->k, &b16g, b16, ldb16, b_ready, &cg, c);
+    if (!rc) rc = matmul(h, g, &a16g, a16, g->trans_a ? g->m : g->k, &b16g, b16, ldb16, b_ready, &cg, c);
     unmap_all(h->dev, &mp);
     if (rc)
         return dl_fail_context("bf16 GEMM %zux%zux%zu%s%s (batch %zu x %zu)", g->m, g->n, g->k,
                                g->trans_a ? " A^T" : "", g->trans_b ? " B^T" : "", outer, batch);
     return 0;
+}
+
+int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
+    return run(h, g, b_weights, false);
+}
+
+int dl_bf16_gemm_run_again(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
+    return run(h, g, b_weights, true);
 }
 #else
 struct dl_bf16_gemm {
@@ -438,6 +504,9 @@ int dl_bf16_gemm_set_weights(dl_bf16_gemm *h, const float *values, size_t n) {
     return dl_fail("bf16 compute: this build has no oneDNN");
 }
 int dl_bf16_gemm_run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
+    return dl_fail("bf16 compute: this build has no oneDNN");
+}
+int dl_bf16_gemm_run_again(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights) {
     return dl_fail("bf16 compute: this build has no oneDNN");
 }
 #endif

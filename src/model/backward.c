@@ -52,9 +52,9 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
         return -1;
     /* ctx = P V: dP = dctx V^T, dV = P^T dctx */
     if (model_attention_gemm(m, false, true, T, T, hs, &m->d_ctx, false, &a->v, false, &m->d_att,
-                             true) ||
+                             true, false) ||
         model_attention_gemm(m, true, false, T, hs, T, &a->att, true, &m->d_ctx, false, &m->d_v,
-                             false))
+                             false, true))
         return -1;
     cl_kernel k = m->k.softmax_backward;
     int rows = m->B * heads * T;
@@ -64,15 +64,15 @@ static int layer_backward(dl_model *m, int l, dl_buffer *dh, dl_buffer *scratch)
         return -1;
     /* S = Q K^T (scaled inside the softmax): dQ = dS K, dK = dS^T Q */
     if (model_attention_gemm(m, false, false, T, hs, T, &m->d_att, true, &a->k, false, &m->d_q,
-                             false) ||
+                             false, false) ||
         model_attention_gemm(m, true, false, T, hs, T, &m->d_att, true, &a->q, false, &m->d_k,
-                             false))
+                             false, true))
         return -1;
     /* dh still holds d_att_pre, the residual path into x; add the Q, K, V paths */
     dl_buffer *d_x = dh;
     if (op_linear_backward(m, d_x, true, &m->d_q, x, w->q_w, w->q_b, N, H, H) ||
-        op_linear_backward(m, d_x, true, &m->d_k, x, w->k_w, w->k_b, N, H, H) ||
-        op_linear_backward(m, d_x, true, &m->d_v, x, w->v_w, w->v_b, N, H, H))
+        op_linear_backward_same_input(m, d_x, true, &m->d_k, x, w->k_w, w->k_b, N, H, H) ||
+        op_linear_backward_same_input(m, d_x, true, &m->d_v, x, w->v_w, w->v_b, N, H, H))
         return -1;
     return 0;
 }

@@ -77,7 +77,7 @@ int model_upload_batch(dl_model *m, const dl_batch *batch) {
  * transpose copies are needed. */
 int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
                          const dl_buffer *a, bool a_is_scores, const dl_buffer *b,
-                         bool b_is_scores, dl_buffer *c, bool c_is_scores) {
+                         bool b_is_scores, dl_buffer *c, bool c_is_scores, bool again) {
     const dl_albert_config *cfg = &m->cfg;
     size_t T = (size_t)m->T, H = (size_t)cfg->hidden_size, heads = (size_t)cfg->num_attention_heads,
            hs = H / heads;
@@ -91,7 +91,7 @@ int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int 
         .batch_count = heads, .outer_count = (size_t)m->B,
         .a_outer = a_is_scores ? score_seq : token_seq, .b_outer = b_is_scores ? score_seq : token_seq,
         .c_outer = c_is_scores ? score_seq : token_seq};
-    return model_gemm(m, "gemm attention", &g);
+    return (again ? model_gemm_again : model_gemm)(m, "gemm attention", &g);
 }
 
 /* pre += bias, kept, act = gelu(pre). With fp16/bf16 storage the kept copy
@@ -117,13 +117,13 @@ int model_layer_forward(dl_model *m, int l, dl_buffer *recompute_out) {
     size_t NH = (size_t)N * H, scores = (size_t)m->B * heads * T * T;
     if (op_linear_forward(m, &a->q, x, w->q_w, N, H, H) || op_bias_add(m, &a->q, w->q_b, N, H) ||
         model_keep(m, &a->q, &kept->q, NH) ||
-        op_linear_forward(m, &a->k, x, w->k_w, N, H, H) || op_bias_add(m, &a->k, w->k_b, N, H) ||
+        op_linear_forward_same_input(m, &a->k, x, w->k_w, N, H, H) || op_bias_add(m, &a->k, w->k_b, N, H) ||
         model_keep(m, &a->k, &kept->k, NH) ||
-        op_linear_forward(m, &a->v, x, w->v_w, N, H, H) || op_bias_add(m, &a->v, w->v_b, N, H) ||
+        op_linear_forward_same_input(m, &a->v, x, w->v_w, N, H, H) || op_bias_add(m, &a->v, w->v_b, N, H) ||
         model_keep(m, &a->v, &kept->v, NH))
         return -1;
     /* scores = Q K^T per (sequence, head) */
-    if (model_attention_gemm(m, false, true, T, T, hs, &a->q, false, &a->k, false, &a->att, true))
+    if (model_attention_gemm(m, false, true, T, T, hs, &a->q, false, &a->k, false, &a->att, true, false))
         return -1;
     cl_kernel k = m->k.softmax_forward;
     int rows = m->B * heads * T;
@@ -134,7 +134,7 @@ int model_layer_forward(dl_model *m, int l, dl_buffer *recompute_out) {
         return -1;
     /* ctx = P V */
     if (model_attention_gemm(m, false, false, T, hs, T, &a->att, true, &a->v, false, &a->ctx,
-                             false) ||
+                             false, false) ||
         model_keep(m, &a->ctx, &kept->ctx, NH))
         return -1;
     if (op_linear_forward(m, &a->att_pre, &a->ctx, w->dense_w, N, H, H) ||

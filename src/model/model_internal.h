@@ -118,10 +118,11 @@ int model_forward_pass(dl_model *m, float loss_scale, bool want_grad);
 /* Downloads the per-row losses of the last forward pass and averages them. */
 int model_read_losses(dl_model *m, dl_losses *out);
 /* Attention GEMMs for every sequence, batched over heads; each operand is
- * either a [B, heads, T, T] score buffer or a [N, H] token buffer. */
+ * either a [B, heads, T, T] score buffer or a [N, H] token buffer. again:
+ * as model_gemm_again. */
 int model_attention_gemm(dl_model *m, bool trans_a, bool trans_b, int rows, int cols, int inner,
                          const dl_buffer *a, bool a_is_scores, const dl_buffer *b,
-                         bool b_is_scores, dl_buffer *c, bool c_is_scores);
+                         bool b_is_scores, dl_buffer *c, bool c_is_scores, bool again);
 /* Storage staging (no-ops without the working set, and when the stored copy
  * is not allocated, as the per-layer activations under recompute): keep
  * writes work into the stored copy and rounds work to it; load fills work
@@ -155,6 +156,10 @@ double model_profile_begin(dl_model *m);
 int model_profile_end(dl_model *m, const char *name, double t0);
 /* dl_gemm, charged to `what` in the profile. */
 int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g);
+/* model_gemm right after other products, when the matrices g reads are
+ * unchanged since the products from the last model_gemm on read them: bf16
+ * compute reuses their rounding (dl_bf16_gemm_run_again). */
+int model_gemm_again(dl_model *m, const char *what, const dl_gemm_args *g);
 
 /* fp16 compute (half_compute.c): open chooses it from the precision, the
  * device and DEDLOC_FP16_COMPUTE; params rounds the weights after each
@@ -192,11 +197,20 @@ int model_launch_columns(dl_model *m, cl_kernel k, int C);
 /* out[rows, out_f] = in[rows, in_f] W^T (no bias; see op_bias_add). */
 int op_linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,
                       int in_features, int out_features);
+/* op_linear_forward of the input of the op_linear_forward before it, which
+ * nothing has written since (Q, K and V of one input). */
+int op_linear_forward_same_input(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,
+                                 int in_features, int out_features);
 /* dW += dy^T x; db += colsum(dy); dx = dy W, or dx += dy W with accumulate;
  * dx may be NULL. */
 int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
                        const dl_buffer *x, size_t w_off, size_t b_off, int rows,
                        int in_features, int out_features);
+/* op_linear_backward of the input x of the op_linear_backward before it,
+ * which nothing has written since (Q, K and V of one input). */
+int op_linear_backward_same_input(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
+                                  const dl_buffer *x, size_t w_off, size_t b_off, int rows,
+                                  int in_features, int out_features);
 int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C);
 /* Loss per row into losses[row0..] against targets[row0..]; with want_grad
  * the logits become their gradient times grad_scale. */

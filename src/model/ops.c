@@ -73,14 +73,24 @@ static int launch_vectors(dl_model *m, cl_kernel k, int n) {
     return model_launch(m, k, 1, global);
 }
 
-int op_linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,
-                      int in_features, int out_features) {
+static int linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,
+                          int in_features, int out_features, bool same_input) {
     dl_gemm_args g = {.trans_b = true, .m = (size_t)rows, .n = (size_t)out_features,
                       .k = (size_t)in_features, .alpha = 1.0f, .beta = 0.0f,
                       .a = in, .lda = (size_t)in_features,
                       .b = &m->params, .b_off = w_off, .ldb = (size_t)in_features,
                       .c = out, .ldc = (size_t)out_features, .batch_count = 1};
-    return model_gemm(m, "gemm linear forward", &g);
+    return (same_input ? model_gemm_again : model_gemm)(m, "gemm linear forward", &g);
+}
+
+int op_linear_forward(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,
+                      int in_features, int out_features) {
+    return linear_forward(m, out, in, w_off, rows, in_features, out_features, false);
+}
+
+int op_linear_forward_same_input(dl_model *m, dl_buffer *out, const dl_buffer *in, size_t w_off, int rows,
+                                 int in_features, int out_features) {
+    return linear_forward(m, out, in, w_off, rows, in_features, out_features, true);
 }
 
 int op_bias_backward(dl_model *m, const dl_buffer *dy, size_t b_off, int rows, int C) {
@@ -94,7 +104,7 @@ int op_bias_backward(dl_model *m, const dl_buffer *dy, size_t b_off, int rows, i
 
 static int linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
                            const dl_buffer *x, size_t w_off, const size_t *b_off, int rows,
-                           int in_features, int out_features) {
+                           int in_features, int out_features, bool same_input) {
     /* dW[out, in] += dy^T[out, rows] x[rows, in] */
     dl_gemm_args gw = {.trans_a = true, .m = (size_t)out_features, .n = (size_t)in_features,
                        .k = (size_t)rows, .alpha = 1.0f, .beta = 1.0f,
@@ -102,7 +112,7 @@ static int linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl
                        .b = x, .ldb = (size_t)in_features,
                        .c = &m->grads, .c_off = w_off, .ldc = (size_t)in_features,
                        .batch_count = 1};
-    if (model_gemm(m, "gemm linear dW", &gw)) return -1;
+    if ((same_input ? model_gemm_again : model_gemm)(m, "gemm linear dW", &gw)) return -1;
     if (b_off && op_bias_backward(m, dy, *b_off, rows, out_features)) return -1;
     if (!dx) return 0;
     /* dx[rows, in] (+)= dy[rows, out] W[out, in] */
@@ -111,21 +121,30 @@ static int linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl
                        .a = dy, .lda = (size_t)out_features,
                        .b = &m->params, .b_off = w_off, .ldb = (size_t)in_features,
                        .c = dx, .ldc = (size_t)in_features, .batch_count = 1};
-    return model_gemm(m, "gemm linear dx", &gx);
+    /* dy is as the dW product read it (the bias gradient writes only the
+     * gradients): its rounding serves again. */
+    return model_gemm_again(m, "gemm linear dx", &gx);
 }
 
 int op_linear_backward(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
                        const dl_buffer *x, size_t w_off, size_t b_off, int rows,
                        int in_features, int out_features) {
     return linear_backward(m, dx, accumulate, dy, x, w_off, &b_off, rows, in_features,
-                           out_features);
+                           out_features, false);
+}
+
+int op_linear_backward_same_input(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
+                                  const dl_buffer *x, size_t w_off, size_t b_off, int rows,
+                                  int in_features, int out_features) {
+    return linear_backward(m, dx, accumulate, dy, x, w_off, &b_off, rows, in_features,
+                           out_features, true);
 }
 
 int op_linear_backward_weights(dl_model *m, dl_buffer *dx, bool accumulate, const dl_buffer *dy,
                                const dl_buffer *x, size_t w_off, int rows, int in_features,
                                int out_features) {
     return linear_backward(m, dx, accumulate, dy, x, w_off, NULL, rows, in_features,
-                           out_features);
+                           out_features, false);
 }
 
 int op_bias_add(dl_model *m, dl_buffer *out, size_t bias_off, int rows, int C) {

@@ -55,9 +55,16 @@ int model_profile_end(dl_model *m, const char *name, double t0) {
     return 0;
 }
 
-int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g) {
+static int gemm(dl_model *m, const char *what, const dl_gemm_args *g, bool again) {
     double t0 = model_profile_begin(m);
-    int rc = m->half ? model_half_gemm(m, g) : m->bf16 ? dl_bf16_gemm_run(m->bf16, g, g->b == &m->params) : dl_gemm(m->dev, g);
+    bool b_weights = g->b == &m->params;
+    int rc = m->half   ? model_half_gemm(m, g)
+             : m->bf16 ? (again ? dl_bf16_gemm_run_again : dl_bf16_gemm_run)(m->bf16, g, b_weights)
+                       : dl_gemm(m->dev, g);
     if (rc) return -1;
     return model_profile_end(m, what, t0);
 }
+
+int model_gemm(dl_model *m, const char *what, const dl_gemm_args *g) { return gemm(m, what, g, false); }
+
+int model_gemm_again(dl_model *m, const char *what, const dl_gemm_args *g) { return gemm(m, what, g, true); }
