@@ -19,6 +19,13 @@
  * outer x batch grid of them with the strides attention uses, where a wrong
  * stride, batch offset or transpose puts elements off both references.
  *
+ * Held state must not leak into results: after new weights are set, a
+ * product reads them, not the packed copy of the old ones; a product run
+ * with dl_bf16_gemm_run_again on an operand rounded just before (the same
+ * matrix, read transposed) gives what dl_bf16_gemm_run gives; and after the
+ * operand changes, dl_bf16_gemm_run rounds it again. Each compared bit for
+ * bit with a fresh handle's product.
+ *
  * Where bf16 compute is impossible (no oneDNN, no AVX512-BF16: run with
  * DNNL_MAX_CPU_ISA=AVX512_CORE), dl_bf16_gemm_create must refuse with the
  * reason, and the test checks only that. */
@@ -214,6 +221,77 @@ static void run_all(dl_bf16_gemm *h, dl_device *dev) {
     }
 }
 
+/* C = A B^T (B the weights) and D = A^T E on host buffers, where the state
+ * of h before matters: each result is compared with a fresh handle's. */
+static void fill(float *v, size_t n) {
+    for (size_t i = 0; i < n; i++) v[i] = uniform_pm1();
+}
+
+static void product(dl_device *dev, dl_bf16_gemm *h, const dl_gemm_args *g, bool weights, bool again,
+                    float *out, size_t len) {
+    CHECK_OK((again ? dl_bf16_gemm_run_again : dl_bf16_gemm_run)(h, g, weights));
+    CHECK_OK(dl_buffer_download(dev, g->c, 0, out, len * 4));
+}
+
+static void fresh_product(dl_device *dev, const float *weights, size_t w_len, const dl_gemm_args *g, bool b_weights,
+                          float *out, size_t len) {
+    dl_bf16_gemm *f = NULL;
+    CHECK_OK(dl_bf16_gemm_create(dev, &f));
+    if (!f) return;
+    if (b_weights) CHECK_OK(dl_bf16_gemm_set_weights(f, weights, w_len));
+    product(dev, f, g, b_weights, false, out, len);
+    dl_bf16_gemm_free(f);
+}
+
+static void run_held_state(dl_bf16_gemm *h, dl_device *dev) {
+    enum { M = 33, N = 40, K = 24 };
+    float a[M * K], w1[N * K], w2[N * K], e[M * N], got[N * N], want[N * N];
+    fill(a, M * K), fill(w1, N * K), fill(w2, N * K), fill(e, M * N);
+    dl_buffer da = {0}, dw = {0}, de = {0}, dc = {0};
+    CHECK_OK(dl_buffer_alloc(dev, sizeof a, &da));
+    CHECK_OK(dl_buffer_alloc(dev, sizeof w1, &dw));
+    CHECK_OK(dl_buffer_alloc(dev, sizeof e, &de));
+    CHECK_OK(dl_buffer_alloc(dev, sizeof got, &dc));
+    CHECK_OK(dl_buffer_upload(dev, &da, 0, a, sizeof a));
+    CHECK_OK(dl_buffer_upload(dev, &dw, 0, w2, sizeof w2));
+    CHECK_OK(dl_buffer_upload(dev, &de, 0, e, sizeof e));
+    /* C[M, N] = A[M, K] W^T */
+    dl_gemm_args fwd = {.trans_b = true, .m = M, .n = N, .k = K, .alpha = 1.0f, .a = &da, .lda = K,
+                        .b = &dw, .ldb = K, .c = &dc, .ldc = N, .batch_count = 1};
+    /* D[K, N] = A^T[K, M] E[M, N]: A read transposed */
+    dl_gemm_args dw_like = {.trans_a = true, .m = K, .n = N, .k = M, .alpha = 1.0f, .a = &da, .lda = K,
+                            .b = &de, .ldb = N, .c = &dc, .ldc = N, .batch_count = 1};
+
+    /* new weights replace the packed old ones */
+    CHECK_OK(dl_bf16_gemm_set_weights(h, w1, N * K));
+    product(dev, h, &fwd, true, false, got, M * N);
+    CHECK_OK(dl_bf16_gemm_set_weights(h, w2, N * K));
+    product(dev, h, &fwd, true, false, got, M * N);
+    fresh_product(dev, w2, N * K, &fwd, true, want, M * N);
+    CHECK_MSG(!memcmp(got, want, M * N * 4), "a product after new weights read the old ones");
+
+    /* A rounded by the forward serves the transposed read after it */
+    product(dev, h, &dw_like, false, true, got, K * N);
+    fresh_product(dev, NULL, 0, &dw_like, false, want, K * N);
+    CHECK_MSG(!memcmp(got, want, K * N * 4), "dl_bf16_gemm_run_again differs from dl_bf16_gemm_run");
+
+    /* A changed: a plain run rounds it again, and the run_again after it
+     * reads the new rounding */
+    for (size_t i = 0; i < M * K; i++) a[i] = -a[i] * 0.5f;
+    CHECK_OK(dl_buffer_upload(dev, &da, 0, a, sizeof a));
+    product(dev, h, &fwd, true, false, got, M * N);
+    fresh_product(dev, w2, N * K, &fwd, true, want, M * N);
+    CHECK_MSG(!memcmp(got, want, M * N * 4), "a changed operand was not rounded again");
+    product(dev, h, &dw_like, false, true, got, K * N);
+    fresh_product(dev, NULL, 0, &dw_like, false, want, K * N);
+    CHECK_MSG(!memcmp(got, want, K * N * 4), "dl_bf16_gemm_run_again read an old rounding");
+    printf("held state: new weights, reused and renewed roundings as a fresh handle's products\n");
+    dl_buffer_free(dev, &da);
+    dl_buffer_free(dev, &dw);
+    dl_buffer_free(dev, &de);
+    dl_buffer_free(dev, &dc);
+}
+
 int main(void) {
     dl_rng_seed(&rng, 20261201);
     dl_device *dev = NULL;
@@ -231,6 +309,7 @@ int main(void) {
     } else {
         CHECK_OK(rc);
         if (h) run_all(h, dev);
+        if (h) run_held_state(h, dev);
     }
     dl_bf16_gemm_free(h);
     dl_device_close(dev);
