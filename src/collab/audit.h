@@ -104,6 +104,13 @@ void dl_audit_measure_result(const int16_t *z, const float *q, size_t len, struc
  * CPU has; q NULL: d = |x|_2; ext may be NULL. Tests hold the paths equal. */
 void dl_audit_measure_path(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
                            struct dl_audit_measure *out, struct dl_audit_extremes *ext);
+/* dl_audit_measure of x against q and dl_audit_measure_result of q, the
+ * same bits as the two calls, in one sweep over z and q. */
+void dl_audit_measure_both(const int16_t *z, const float *x, const float *q, size_t len, struct dl_audit_measure *mx,
+                           struct dl_audit_measure *mq, struct dl_audit_extremes *eq);
+void dl_audit_measure_both_path(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
+                                struct dl_audit_measure *mx, struct dl_audit_measure *mq,
+                                struct dl_audit_extremes *eq);
 /* Whether two measures of the same chunk agree: the sender's published one
  * and the one recomputed from its signed chunk (the same arithmetic on the
  * same floats, so equal up to a margin kept for other compilers). */

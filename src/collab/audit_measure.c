@@ -106,36 +106,81 @@ __attribute__((target("avx2"))) static void measure_avx2(const int16_t *z, const
 
 static double lanes_sum(const double *v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
-static void measure_lanes(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
-                          struct lanes *L) {
+static void lanes_init(struct lanes *L) {
     memset(L, 0, sizeof *L);
     L->lo = INFINITY;
     L->hi = -INFINITY;
+}
+
+/* The codecs' check of the CPU (AVX2 with F16C, asked once): the same
+ * machines run both. */
+static bool use_avx2(bool portable) {
+#if MEASURE_HAVE_X86
+    return !portable && dl_codec_path_available(DL_CODEC_PATH_AVX2);
+#else
+    (void)portable;
+    return false;
+#endif
+}
+
+static void measure_lanes(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
+                          struct lanes *L) {
+    lanes_init(L);
     size_t blocks = len / LANES;
 #if MEASURE_HAVE_X86
-    /* The codecs' check of the CPU (AVX2 with F16C, asked once): the same
-     * machines run both. */
-    if (!portable && dl_codec_path_available(DL_CODEC_PATH_AVX2)) {
+    if (use_avx2(portable)) {
         measure_avx2(z, x, q, blocks, L);
         measure_scalar(z, x, q, blocks * LANES, len, L);
         return;
     }
 #endif
-    (void)portable;
     measure_scalar(z, x, q, 0, len, L);
+}
+
+static void lanes_out(const struct lanes *L, size_t len, struct dl_audit_measure *out, struct dl_audit_extremes *ext) {
+    out->s = lanes_sum(L->s);
+    out->a = lanes_sum(L->a);
+    out->d = sqrt(lanes_sum(L->d));
+    if (ext) {
+        ext->lo = len ? (double)L->lo : 0;
+        ext->hi = len ? (double)L->hi : 0;
+    }
 }
 
 void dl_audit_measure_path(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
                            struct dl_audit_measure *out, struct dl_audit_extremes *ext) {
     struct lanes L;
     measure_lanes(portable, z, x, q, len, &L);
-    out->s = lanes_sum(L.s);
-    out->a = lanes_sum(L.a);
-    out->d = sqrt(lanes_sum(L.d));
-    if (ext) {
-        ext->lo = len ? (double)L.lo : 0;
-        ext->hi = len ? (double)L.hi : 0;
+    lanes_out(&L, len, out, ext);
+}
+
+/* Tiles of 8192 elements (x, q and z: 80 KiB, within L2), each measured for
+ * x against q and then for q alone: every lane still takes its elements in
+ * index order, so the bits are those of the two separate passes, and the
+ * direction and q are read from memory once. */
+#define BOTH_TILE_BLOCKS 1024
+
+void dl_audit_measure_both_path(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
+                                struct dl_audit_measure *mx, struct dl_audit_measure *mq,
+                                struct dl_audit_extremes *eq) {
+    struct lanes Lx, Lq;
+    lanes_init(&Lx);
+    lanes_init(&Lq);
+    size_t blocks = len / LANES, done = 0;
+#if MEASURE_HAVE_X86
+    if (use_avx2(portable)) {
+        for (size_t b = 0; b < blocks; b += BOTH_TILE_BLOCKS) {
+            size_t nb = blocks - b < BOTH_TILE_BLOCKS ? blocks - b : BOTH_TILE_BLOCKS, at = LANES * b;
+            measure_avx2(z + at, x + at, q + at, nb, &Lx);
+            measure_avx2(z + at, q + at, NULL, nb, &Lq);
+        }
+        done = blocks * LANES;
     }
+#endif
+    measure_scalar(z, x, q, done, len, &Lx);
+    measure_scalar(z, q, NULL, done, len, &Lq);
+    lanes_out(&Lx, len, mx, NULL);
+    lanes_out(&Lq, len, mq, eq);
 }
 
 void dl_audit_measure(const int16_t *z, const float *x, const float *q, size_t len, struct dl_audit_measure *out) {
@@ -145,4 +190,9 @@ void dl_audit_measure(const int16_t *z, const float *x, const float *q, size_t l
 void dl_audit_measure_result(const int16_t *z, const float *q, size_t len, struct dl_audit_measure *out,
                              struct dl_audit_extremes *ext) {
     dl_audit_measure_path(false, z, q, NULL, len, out, ext);
+}
+
+void dl_audit_measure_both(const int16_t *z, const float *x, const float *q, size_t len, struct dl_audit_measure *mx,
+                           struct dl_audit_measure *mq, struct dl_audit_extremes *eq) {
+    dl_audit_measure_both_path(false, z, x, q, len, mx, mq, eq);
 }

@@ -63,12 +63,14 @@ int dl_audit_setup(struct dl_round *r) {
     r->proj1_in = dl_calloc(r->num_chunks * n + 1, sizeof *r->proj1_in);
     r->fast_proj = dl_calloc(n * n, sizeof *r->fast_proj);
     r->fast_tried = dl_calloc(n, sizeof *r->fast_tried);
+    r->res_meas = dl_calloc(r->num_chunks + 1, sizeof *r->res_meas);
+    r->res_meas_valid = dl_calloc(r->num_chunks + 1, sizeof *r->res_meas_valid);
     randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
     if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
     if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
         !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
         !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || !r->proj1_in ||
-        !r->fast_proj || !r->fast_tried || (r->i_aggregate && !r->kept))
+        !r->fast_proj || !r->fast_tried || !r->res_meas || !r->res_meas_valid || (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -107,6 +109,8 @@ void dl_audit_free(struct dl_round *r) {
         for (size_t i = 0; i < n * n; i++) free(r->fast_proj[i]);
     free(r->fast_proj);
     free(r->fast_tried);
+    free(r->res_meas);
+    free(r->res_meas_valid);
     free(r->store_hash);
 }
 
@@ -167,14 +171,28 @@ static void scratch_free(struct scratch *s) {
     free(s->z);
 }
 
-/* Measures of a signed chunk against the result of (part, k), under seed. */
-static bool measure_chunk(const struct dl_round *r, struct scratch *sc, const uint8_t *seed, size_t part, size_t k,
+/* Measures of a signed chunk against the result of (part, k), under seed;
+ * under our seed the result's own measures come out of the same sweep and
+ * are kept for its check (chunk_verdict). */
+static bool measure_chunk(struct dl_round *r, struct scratch *sc, const uint8_t *seed, size_t part, size_t k,
                           const uint8_t *chunk, const uint8_t *res, struct dl_audit_measure *m) {
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
     if (!decode_chunk(r, chunk, len, sc->x) || !decode_result(r, res, len, sc->q)) return false;
-    dl_audit_direction(seed, r->first_chunk[part] + k, len, sc->z);
-    dl_audit_measure(sc->z, sc->x, sc->q, len, m);
+    size_t gi = r->first_chunk[part] + k;
+    dl_audit_direction(seed, gi, len, sc->z);
+    if (seed != r->audit_seed && memcmp(seed, r->audit_seed, 32)) {
+        dl_audit_measure(sc->z, sc->x, sc->q, len, m);
+        return true;
+    }
+    struct dl_audit_measure qm;
+    struct dl_audit_extremes ext;
+    dl_audit_measure_both(sc->z, sc->x, sc->q, len, m, &qm, &ext);
+    if (res == r->store[gi]) { /* the result we hold, not one an attestation names */
+        double *keep = r->res_meas[gi];
+        keep[0] = qm.s, keep[1] = qm.a, keep[2] = qm.d, keep[3] = ext.lo, keep[4] = ext.hi;
+        r->res_meas_valid[gi] = true;
+    }
     return true;
 }
 
@@ -563,9 +581,16 @@ static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct scra
     rs.delta = dl_get_f64(commit + 8);
     struct dl_audit_measure qm;
     struct dl_audit_extremes ext;
-    decode_result(r, res, (size_t)len, sc->q);
-    dl_audit_direction(r->audit_seed, r->first_chunk[p] + k, (size_t)len, sc->z);
-    dl_audit_measure_result(sc->z, sc->q, (size_t)len, &qm, &ext);
+    size_t gi = r->first_chunk[p] + k;
+    if (res == r->store[gi] && r->res_meas_valid[gi]) {
+        const double *kept = r->res_meas[gi];
+        qm = (struct dl_audit_measure){.s = kept[0], .a = kept[1], .d = kept[2]};
+        ext = (struct dl_audit_extremes){.lo = kept[3], .hi = kept[4]};
+    } else {
+        decode_result(r, res, (size_t)len, sc->q);
+        dl_audit_direction(r->audit_seed, gi, (size_t)len, sc->z);
+        dl_audit_measure_result(sc->z, sc->q, (size_t)len, &qm, &ext);
+    }
     rs.linf = fmax(fabs(ext.lo), fabs(ext.hi));
     rs.range = ext.hi - ext.lo;
     rs.s = qm.s;

@@ -220,6 +220,7 @@ static void sign_result(struct dl_round *r, uint8_t *msg, size_t data_size, size
 
 static int store_result(struct dl_round *r, size_t gi, uint8_t *msg, size_t size) {
     r->store[gi] = msg;
+    if (r->res_meas_valid) r->res_meas_valid[gi] = false; /* measures of what was there before, if any */
     r->store_size[gi] = size;
     if (r->i_receive) r->have++;
     return 1;

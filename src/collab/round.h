@@ -228,6 +228,11 @@ struct dl_round {
      * it was tried (once they were all in). */
     uint8_t **fast_proj;
     bool *fast_tried;
+    /* Per global chunk, its result's measures under our seed (s, l1, l2,
+     * lowest, highest), once a pass over that result made them (the pass
+     * of our own projections makes them on the way). */
+    double (*res_meas)[5];
+    bool *res_meas_valid;
     uint8_t **attest_in;          /* per part, its aggregator's signed attestation */
     size_t *attest_in_size;
     bool *attest_checked;

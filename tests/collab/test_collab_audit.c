@@ -182,6 +182,29 @@ int main(void) {
         struct dl_audit_measure m;
         dl_audit_measure_result(a, xs, LEN, &m, &ext);
         CHECK(ext.lo == -3e3 && ext.hi == 4e3);
+        /* One sweep for x against q and for q alone: the bits of the two
+         * calls, on both paths, at lengths that end inside a tile's last
+         * block, at a tile's edge and past it. */
+        static float xl[8192 * 2 + 13], ql[8192 * 2 + 13];
+        static int16_t zl[8192 * 2 + 13];
+        dl_audit_direction(seed, 3, sizeof zl / sizeof *zl, zl);
+        for (size_t e = 0; e < sizeof xl / sizeof *xl; e++) {
+            xl[e] = (float)(uniform() * 10);
+            ql[e] = (float)uniform();
+        }
+        const size_t both_lens[] = {0, 5, 8, 8191, 8192, 8200, 8192 * 2 + 13};
+        for (size_t i = 0; i < sizeof both_lens / sizeof *both_lens; i++)
+            for (int portable = 0; portable < 2; portable++) {
+                size_t n = both_lens[i];
+                struct dl_audit_measure sx, sq, bx, bq;
+                struct dl_audit_extremes se, be;
+                dl_audit_measure_path(portable, zl, xl, ql, n, &sx, NULL);
+                dl_audit_measure_path(portable, zl, ql, NULL, n, &sq, &se);
+                dl_audit_measure_both_path(portable, zl, xl, ql, n, &bx, &bq, &be);
+                CHECK_MSG(!memcmp(&sx, &bx, sizeof sx) && !memcmp(&sq, &bq, sizeof sq) && se.lo == be.lo &&
+                              se.hi == be.hi,
+                          "length %zu (%s): one sweep differs from two", n, portable ? "portable" : "fast");
+            }
     }
 
     /* 2. The mean, fp32 on the wire: passes; the tolerance's edge is sharp. */
