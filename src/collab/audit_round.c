@@ -434,6 +434,42 @@ static bool append_record(uint8_t **buf, size_t *used, size_t *cap, size_t k, si
     return true;
 }
 
+/* Which senders' signed projections of our part contradict the chunks they
+ * signed: per (chunk k, sender j) at k n + j, 1 agrees, 2 contradicts, 0
+ * not compared (no projections, or drawn for another seed). Chunk by chunk,
+ * so that each chunk's direction and result are made once for all its
+ * senders. */
+static uint8_t *compare_projections(struct dl_round *r, struct scratch *sc, const uint8_t *seed) {
+    size_t n = r->g.n;
+    uint8_t *state = dl_calloc((size_t)r->agg_chunks * n + 1, 1);
+    if (!state) return NULL;
+    for (size_t k = 0; k < r->agg_chunks; k++) {
+        const uint8_t *res = audited_result(r, r->me, k);
+        uint64_t off, len;
+        dl_round_chunk_range(r, r->me, k, &off, &len);
+        bool ready = false, decoded = false;
+        for (size_t j = 0; res && seed && j < n; j++) {
+            const uint8_t *proj = r->proj_in[j], *chunk = r->kept[k * n + j];
+            if (j == r->me || !proj || !chunk || !in_mask(res, j) || memcmp(proj + 24, seed, 32)) continue;
+            if (!ready) {
+                decoded = decode_result(r, res, len, sc->q);
+                dl_audit_direction(seed, r->first_chunk[r->me] + k, len, sc->z);
+                ready = true;
+            }
+            struct dl_audit_measure mine, theirs;
+            read_measure(proj + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &theirs);
+            bool ok = decoded && decode_chunk(r, chunk, len, sc->x);
+            if (ok) dl_audit_measure(sc->z, sc->x, sc->q, len, &mine);
+            dl_round_progress(r);
+            state[k * n + j] = ok && dl_audit_measure_agrees(&theirs, &mine) &&
+                                       dl_get_f64(chunk + DL_AVG_REF_HEADER) == dl_get_f64(proj + 56)
+                                   ? 1
+                                   : 2;
+        }
+    }
+    return state;
+}
+
 static int send_attestation(struct dl_round *r, struct scratch *sc, double now) {
     size_t n = r->g.n, psz = proj_size(r, r->me);
     /* An aux aggregator holds no other results and so no seed: it takes the
@@ -445,7 +481,11 @@ static int send_attestation(struct dl_round *r, struct scratch *sc, double now) 
     uint8_t *msg = dl_calloc(1, cap);
     uint8_t *records = NULL;
     size_t rec_used = 0, rec_cap = 0, num_proj = 0, num_records = 0;
-    if (!msg) return -1;
+    uint8_t *state = msg ? compare_projections(r, sc, seed) : NULL;
+    if (!msg || !state) {
+        free(msg);
+        return -1;
+    }
     for (size_t j = 0; j < n; j++) {
         if (!expects_projections(r, j)) continue;
         const uint8_t *proj = r->proj_in[j];
@@ -471,21 +511,15 @@ static int send_attestation(struct dl_round *r, struct scratch *sc, double now) 
             /* Stand-ins stay within a frame (16 MiB): beyond that the
              * members cannot check this sender and apply nothing. */
             bool record = !proj && rec_used + chunk_size <= DL_AUDIT_MAX_STAND_IN;
-            if (proj) {
-                struct dl_audit_measure mine, theirs;
-                read_measure(proj + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &theirs);
-                bool ok = measure_chunk(r, sc, seed, r->me, k, chunk, res, &mine);
-                dl_round_progress(r);
-                if (!ok || !dl_audit_measure_agrees(&theirs, &mine) ||
-                    dl_get_f64(chunk + DL_AVG_REF_HEADER) != dl_get_f64(proj + 56)) {
-                    record = true;
-                    accuse(r, j, "its signed projections contradict the chunk it signed");
-                }
+            if (proj && state[k * n + j] == 2) {
+                record = true;
+                accuse(r, j, "its signed projections contradict the chunk it signed");
             }
             if (record) {
                 if (!append_record(&records, &rec_used, &rec_cap, k, j, chunk, chunk_size)) {
                     free(msg);
                     free(records);
+                    free(state);
                     return -1;
                 }
                 num_records++;
@@ -493,6 +527,7 @@ static int send_attestation(struct dl_round *r, struct scratch *sc, double now) 
             }
         }
     }
+    free(state);
     uint8_t *full = realloc(msg, used + rec_used + DL_NET_SIGNATURE);
     if (!full) {
         free(msg);
