@@ -1,5 +1,4 @@
 /* dedloc: one binary, one subcommand per job. */
-#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

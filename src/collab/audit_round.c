@@ -1103,8 +1103,8 @@ void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
     double slack = DL_AUDIT_SIGMAS * fmin(dl_get_f64(commit), bound) + 2.0 * (double)(len + 8) * 0x1p-53 * qm.a;
     size_t pairs = len / 2;
     for (size_t t = 0; t < GRIND_TRIES; t++) {
-        size_t a = 2 * (t % pairs);
-        double delta = GRIND_ODDS * slack * (1 + (double)(t / pairs) / 64);
+        size_t a = 2 * (t % pairs), sweep = t / pairs; /* each sweep over the pairs a larger delta */
+        double delta = GRIND_ODDS * slack * (1 + (double)sweep / 64);
         memcpy(lie, q, sizeof(float) * len);
         lie[a] = (float)(lie[a] + delta);
         lie[a + 1] = (float)(lie[a + 1] - delta);

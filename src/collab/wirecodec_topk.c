@@ -152,7 +152,7 @@ __attribute__((target("avx2"))) static size_t bounded_prefix_avx2(const float *x
 
 static void encode_block(const float *x, size_t len, uint8_t *out, bool vector) {
     size_t keep = dl_codec_topk_keep(len);
-    uint64_t heap[MAX_KEEP];
+    uint64_t heap[MAX_KEEP] = {0};
     size_t size = 0, i = 0;
 #if TOPK_HAVE_AVX2
     if (vector) i = select_avx2(x, len, keep, heap, &size);
@@ -160,6 +160,10 @@ static void encode_block(const float *x, size_t len, uint8_t *out, bool vector) 
     (void)vector;
 #endif
     for (; i < len; i++) offer(heap, &size, keep, x, i);
+    /* The floor lets at least `keep` values through (the group maxima), so
+     * the heap is full; should it not be, the scalar loop decides. */
+    if (size != keep)
+        for (i = size = 0; i < len; i++) offer(heap, &size, keep, x, i);
     uint16_t idx[MAX_KEEP];
     for (size_t j = 0; j < keep; j++) {
         uint16_t v = (uint16_t)(DL_CODEC_TOPK_BLOCK - 1 - (heap[j] & (DL_CODEC_TOPK_BLOCK - 1)));

@@ -385,9 +385,10 @@ static bool same_grid(const grid *x, const grid *y) {
 /* The dense bf16 rounding of the rows x cols operand (as the product reads
  * it; transposed in memory when trans) at src, offset off of buffer mem: a
  * rounding still held when the product may reuse one, else rounded into
- * the least recently used slot. */
+ * the least recently used slot other than the one holding `in_use` (the
+ * product's other operand, which a reallocation there would pull away). */
 static int rounded_operand(dl_bf16_gemm *h, cl_mem mem, const float *src, size_t off, const grid *gr, size_t rows,
-                           size_t cols, size_t ld, bool trans, const uint16_t **out) {
+                           size_t cols, size_t ld, bool trans, const uint16_t *in_use, const uint16_t **out) {
     size_t s_rows = trans ? cols : rows, s_cols = trans ? rows : cols;
     rounded *slot = NULL;
     for (int i = 0; i < ROUNDED_SLOTS && !slot; i++) {
@@ -401,9 +402,12 @@ static int rounded_operand(dl_bf16_gemm *h, cl_mem mem, const float *src, size_t
         *out = slot->data;
         return 0;
     }
-    slot = &h->slots[0];
-    for (int i = 1; i < ROUNDED_SLOTS; i++)
-        if (h->slots[i].used < slot->used) slot = &h->slots[i];
+    for (int i = 0; i < ROUNDED_SLOTS; i++) {
+        rounded *e = &h->slots[i];
+        if (e->data && e->data == in_use) continue;
+        if (!slot || e->used < slot->used) slot = e;
+    }
+    if (!slot) return dl_fail("bf16 GEMM: no rounding slot free"); /* not with ROUNDED_SLOTS >= 2 */
     slot->valid = false;
     if (grow(&slot->data, &slot->cap, dl_mul_size(gr->outer * gr->batch, rows * cols)) ||
         round_matrix(h, src, gr, rows, cols, ld, trans, slot->data))
@@ -466,10 +470,10 @@ static int run(dl_bf16_gemm *h, const dl_gemm_args *g, bool b_weights, bool agai
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)items;
     omp_set_num_threads(flops < ONE_THREAD_FLOPS ? 1 : h->threads);
     const uint16_t *a16 = NULL;
-    int rc = rounded_operand(h, g->a->mem, a, g->a_off, &ag, g->m, g->k, g->lda, g->trans_a, &a16);
+    int rc = rounded_operand(h, g->a->mem, a, g->a_off, &ag, g->m, g->k, g->lda, g->trans_a, NULL, &a16);
     if (!rc && !b_ready) {
         rc = rounded_operand(h, g->b->mem, (const float *)mp.ptr[ib] + g->b_off, g->b_off, &bg, g->k, g->n,
-                             g->ldb, g->trans_b, &b16);
+                             g->ldb, g->trans_b, a16, &b16);
         ldb16 = g->trans_b ? g->k : g->n;
         b16g = dense_grid(&bg, b_rows, b_cols);
     }
