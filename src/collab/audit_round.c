@@ -152,6 +152,13 @@ static void read_measure(const uint8_t *p, struct dl_audit_measure *m) {
     m->d = dl_get_f64(p + 16);
 }
 
+/* From a sender's signed projections of a part (type 1): its weight and
+ * its measures of chunk k. */
+static void read_projection(const uint8_t *proj, size_t k, double *weight, struct dl_audit_measure *m) {
+    *weight = dl_get_f64(proj + 56);
+    read_measure(proj + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, m);
+}
+
 /* Scratch for one chunk: its contribution, the result, the direction. */
 struct scratch {
     float *x, *q;
@@ -457,12 +464,13 @@ static uint8_t *compare_projections(struct dl_round *r, struct scratch *sc, cons
                 ready = true;
             }
             struct dl_audit_measure mine, theirs;
-            read_measure(proj + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &theirs);
+            double weight;
+            read_projection(proj, k, &weight, &theirs);
             bool ok = decoded && decode_chunk(r, chunk, len, sc->x);
             if (ok) dl_audit_measure(sc->z, sc->x, sc->q, len, &mine);
             dl_round_progress(r);
             state[k * n + j] = ok && dl_audit_measure_agrees(&theirs, &mine) &&
-                                       dl_get_f64(chunk + DL_AVG_REF_HEADER) == dl_get_f64(proj + 56)
+                                       dl_get_f64(chunk + DL_AVG_REF_HEADER) == weight
                                    ? 1
                                    : 2;
         }
@@ -730,8 +738,7 @@ static void check_attestation(struct dl_round *r, struct scratch *sc, size_t p) 
             struct dl_audit_claim *c = &claims[count_k++];
             c->clip = dl_get_f64(commitment_of(r, res, len, j) + 32);
             if (proj[j]) {
-                c->weight = dl_get_f64(proj[j] + 56);
-                read_measure(proj[j] + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &c->m);
+                read_projection(proj[j], k, &c->weight, &c->m);
             } else if (has_stand_in[k * n + j]) {
                 c->weight = weight_of[j];
                 c->m = stand_in[k * n + j];
@@ -1205,8 +1212,7 @@ static bool fast_check(struct dl_round *r, struct scratch *sc, size_t p) {
             if (memcmp(pr + 24, r->audit_seed, 32)) return false;
             struct dl_audit_claim *c = &claims[count_k++];
             c->clip = dl_get_f64(commitment_of(r, res, len, j) + 32);
-            c->weight = dl_get_f64(pr + 56);
-            read_measure(pr + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, &c->m);
+            read_projection(pr, k, &c->weight, &c->m);
         }
         char why[300];
         if (chunk_verdict(r, sc, p, k, res, claims, count_k, why, sizeof why) != DL_AUDIT_PASS) return false;

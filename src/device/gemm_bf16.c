@@ -219,6 +219,24 @@ static int make_memory(dl_bf16_gemm *h, dnnl_memory_t *mem, const dnnl_memory_de
     return dnnl_check(dnnl_memory_create(mem, md, h->engine, (void *)ptr), "wrapping a matrix");
 }
 
+/* Copies from, laid out as from_md, into to, laid out as to_md (a oneDNN
+ * reorder: rounding to bf16, or packing into the layout a matmul wants). */
+static int reorder(dl_bf16_gemm *h, const dnnl_memory_desc_t *from_md, const void *from,
+                   const dnnl_memory_desc_t *to_md, void *to, const char *what) {
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_memory_t sm = NULL, dm = NULL;
+    int rc = dnnl_check(dnnl_reorder_primitive_desc_create(&pd, from_md, h->engine, to_md, h->engine, NULL), what) ||
+             make_memory(h, &sm, from_md, from) || make_memory(h, &dm, to_md, to);
+    if (!rc) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, sm}, {DNNL_ARG_TO, dm}};
+        rc = execute(h, pd, 2, args, what);
+    }
+    if (sm) dnnl_memory_destroy(sm);
+    if (dm) dnnl_memory_destroy(dm);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return rc ? -1 : 0;
+}
+
 /* Rounds a rows x cols fp32 matrix (or a grid of them) into dense bf16 of
  * the same orientation (the leading dimension becomes the row or column
  * length; the items follow each other). */
@@ -229,19 +247,7 @@ static int round_matrix(dl_bf16_gemm *h, const float *src, const grid *gr, size_
     if (matrix_desc(&src_md, gr, rows, cols, ld, trans, dnnl_f32) ||
         matrix_desc(&dst_md, &dense, rows, cols, trans ? rows : cols, trans, dnnl_bf16))
         return -1;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_memory_t sm = NULL, dm = NULL;
-    int rc = dnnl_check(dnnl_reorder_primitive_desc_create(&pd, &src_md, h->engine, &dst_md, h->engine, NULL),
-                        "rounding to bf16") ||
-             make_memory(h, &sm, &src_md, src) || make_memory(h, &dm, &dst_md, dst);
-    if (!rc) {
-        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, sm}, {DNNL_ARG_TO, dm}};
-        rc = execute(h, pd, 2, args, "rounding to bf16");
-    }
-    if (sm) dnnl_memory_destroy(sm);
-    if (dm) dnnl_memory_destroy(dm);
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    return rc ? -1 : 0;
+    return reorder(h, &src_md, src, &dst_md, dst, "rounding to bf16");
 }
 
 /* The copy of the weight matrix at b (as g reads it: offset, shape,
@@ -273,19 +279,7 @@ static int packed_for(dl_bf16_gemm *h, const dl_gemm_args *g, const dnnl_memory_
         h->packed_bytes += bytes;
     }
     if (p->generation != h->generation) {
-        dnnl_primitive_desc_t pd = NULL;
-        dnnl_memory_t sm = NULL, dm = NULL;
-        int rc = dnnl_check(dnnl_reorder_primitive_desc_create(&pd, b_md, h->engine, want, h->engine, NULL),
-                            "packing weights") ||
-                 make_memory(h, &sm, b_md, b) || make_memory(h, &dm, want, p->data);
-        if (!rc) {
-            dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, sm}, {DNNL_ARG_TO, dm}};
-            rc = execute(h, pd, 2, args, "packing weights");
-        }
-        if (sm) dnnl_memory_destroy(sm);
-        if (dm) dnnl_memory_destroy(dm);
-        if (pd) dnnl_primitive_desc_destroy(pd);
-        if (rc) return -1;
+        if (reorder(h, b_md, b, want, p->data, "packing weights")) return -1;
         p->generation = h->generation;
     }
     *out = p->data;
