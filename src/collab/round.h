@@ -233,6 +233,7 @@ struct dl_round {
      * of our own projections makes them on the way). */
     double (*res_meas)[5];
     bool *res_meas_valid;
+    struct dl_audit_scratch *audit_scratch; /* one chunk's decode and direction room, made once a round */
     uint8_t **attest_in;          /* per part, its aggregator's signed attestation */
     size_t *attest_in_size;
     bool *attest_checked;

@@ -456,13 +456,16 @@ static struct outcome run_scenario(const struct scenario *sc) {
     }
 
     /* Bundles of projections no honest sender writes (truncated, a block
-     * its sender did not sign, a block in another member's name, a count
-     * beyond the group): each refused whole, the round unharmed. */
+     * of the receiver's own part its sender did not sign, a block in
+     * another member's name, a count beyond the group): each refused
+     * whole, the round unharmed. (Only the receiver's own part needs the
+     * signature: that block goes into its attestation as evidence.) */
     uint64_t bundle_tokens[4] = {0};
     if (sc->probe_bundles) {
         const struct dl_round *r0 = s->m[0].r;
-        size_t psz = DL_AUDIT_PROJ_HEAD + 24 * dl_round_chunks_of(r0, 1) + DL_NET_SIGNATURE;
-        uint8_t *b = calloc(1, DL_AUDIT_BUNDLE_HEAD + psz);
+        size_t psz1 = DL_AUDIT_PROJ_HEAD + 24 * dl_round_chunks_of(r0, 1) + DL_NET_SIGNATURE;
+        size_t psz3 = DL_AUDIT_PROJ_HEAD + 24 * dl_round_chunks_of(r0, 3) + DL_NET_SIGNATURE;
+        uint8_t *b = calloc(1, DL_AUDIT_BUNDLE_HEAD + psz1 + psz3);
         if (!b) abort();
         memcpy(b, r0->g.round_id, DL_GROUP_ROUND_ID);
         dl_put_u16(b + 16, 0);
@@ -470,11 +473,11 @@ static struct outcome run_scenario(const struct scenario *sc) {
         dl_put_u16(b + 20, 1);
         uint8_t *blk = b + DL_AUDIT_BUNDLE_HEAD;
         memcpy(blk, r0->g.round_id, DL_GROUP_ROUND_ID);
-        dl_put_u16(blk + 16, 1);
         blk[18] = DL_AUDIT_PROJECTIONS;
-        const size_t sizes[4] = {DL_AUDIT_BUNDLE_HEAD + 10, DL_AUDIT_BUNDLE_HEAD + psz, DL_AUDIT_BUNDLE_HEAD + psz,
-                                 DL_AUDIT_BUNDLE_HEAD + psz};
+        const size_t sizes[4] = {DL_AUDIT_BUNDLE_HEAD + 10, DL_AUDIT_BUNDLE_HEAD + psz3, DL_AUDIT_BUNDLE_HEAD + psz1,
+                                 DL_AUDIT_BUNDLE_HEAD + psz1};
         for (int t = 0; t < 4; t++) {
+            dl_put_u16(blk + 16, t == 1 ? 3 : 1);   /* member 3's own part */
             dl_put_u16(blk + 20, t == 2 ? 2 : 0);   /* in member 2's name */
             dl_put_u16(b + 20, t == 3 ? 300 : 1); /* beyond the group */
             mem_request(&s->m[0], 999, s->m[3].peer_id, "avg.audit", b, sizes[t], 30, EV_AUDIT_ACK, 0, 0, 3);
