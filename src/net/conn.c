@@ -442,6 +442,7 @@ static void read_cb(struct bufferevent *bev, void *arg) {
 static void event_cb(struct bufferevent *bev, short events, void *arg) {
     struct dl_conn *c = arg;
     if (events & BEV_EVENT_CONNECTED) {
+        dl_net_socket_nodelay(bufferevent_getfd(bev));
         c->state = CONN_HELLO;
         c->created = dl_now();
         send_clear(c, DL_MSG_HELLO, c->hs.my_hello, c->hs.my_hello_size);

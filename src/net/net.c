@@ -211,6 +211,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         evutil_closesocket(fd);
         return;
     }
+    dl_net_socket_nodelay(fd);
     struct bufferevent *bev = bufferevent_socket_new(net->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {
         evutil_closesocket(fd);

@@ -327,6 +327,7 @@ void dl_net_tick_budget(struct dl_net *net, double now);
 struct dl_conn *dl_net_conn_by_pk(struct dl_net *net, const uint8_t pk[DL_WIRE_PK], bool ready_only);
 
 /* address.c */
+void dl_net_socket_nodelay(evutil_socket_t fd);
 void dl_net_sockaddr_string(const struct sockaddr *sa, char *out, size_t cap);
 /* "ip:port", "[v6]:port", or with allow_dns "host:port" (resolved, blocking:
  * configuration only, never addresses received from the network). */
