@@ -92,36 +92,14 @@ static void offer(uint64_t *heap, size_t *size, size_t keep, const float *x, siz
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define TOPK_HAVE_AVX2 1
 #include <immintrin.h>
-/* Eight values at a time against a floor: most blocks of eight hold none
- * that could enter the heap, and are passed over in one compare; the
- * others go through offer() in index order, so the heap holds the block's
- * top keys, which are unique, and the bytes are the scalar loop's.
- *
- * Until the heap is full the floor comes from the block itself: of 64 groups
- * of 64 values, the smallest group maximum is at most the 64th largest
- * magnitude (the 64 maxima are all at least it), so nothing below it can be
- * kept. That leaves a few hundred values to offer instead of all 4096, and
- * about a third of the heap's replacements. */
+/* A shorter block (a chunk's last): eight values at a time against the
+ * heap's floor once it is full; the blocks of eight that hold a value
+ * above it go through offer() in index order, so the heap holds the
+ * block's top keys, which are unique, and the bytes are the scalar loop's. */
 __attribute__((target("avx2"))) static size_t select_avx2(const float *x, size_t len, size_t keep, uint64_t *heap,
                                                            size_t *size) {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-    int32_t start_floor = -1; /* below every magnitude */
-    if (len == DL_CODEC_TOPK_BLOCK && keep == MAX_KEEP) {
-        _Static_assert(DL_CODEC_TOPK_BLOCK / MAX_KEEP == DL_CODEC_TOPK_RATIO, "one group per kept value");
-        int32_t least = INT32_MAX;
-        for (size_t g = 0; g < DL_CODEC_TOPK_BLOCK; g += DL_CODEC_TOPK_RATIO) {
-            __m256i m = _mm256_setzero_si256();
-            for (size_t i = g; i < g + DL_CODEC_TOPK_RATIO; i += 8)
-                m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)),
-                                                         abs_mask));
-            int32_t lanes[8], top = 0;
-            _mm256_storeu_si256((__m256i *)(void *)lanes, m);
-            for (int l = 0; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
-            least = top < least ? top : least;
-        }
-        start_floor = least - 1;
-    }
-    __m256i floor = _mm256_set1_epi32(start_floor);
+    __m256i floor = _mm256_set1_epi32(-1); /* below every magnitude */
     size_t i = 0;
     for (; i + 8 <= len; i += 8) {
         __m256i m = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)), abs_mask);
@@ -132,6 +110,116 @@ __attribute__((target("avx2"))) static size_t select_avx2(const float *x, size_t
         if (*size == keep) floor = _mm256_set1_epi32((int32_t)(heap[0] >> OFFSET_BITS));
     }
     return i;
+}
+
+/* A lower bound, within 1/256 of a binade, on the keep-th largest of the
+ * magnitudes v[0..n) (finite floats' bits without the sign, n >= keep,
+ * n a multiple of 4): the exponent byte of the keep-th largest, then its
+ * next 8 bits among those of that exponent, by two counts. No compares to
+ * mispredict (a quickselect of 512 values cost more than the rest of the
+ * block), and four tables in turn, so that the many values of one bucket
+ * do not wait for each other's increments. */
+static int32_t kth_largest_floor(const int32_t *v, size_t n, size_t keep) {
+    uint32_t count[4][257];
+    memset(count, 0, sizeof count);
+    for (size_t i = 0; i < n; i += 4)
+        for (size_t w = 0; w < 4; w++) count[w][(uint32_t)v[i + w] >> 23]++;
+    size_t above = 0;
+    int top = 255;
+    for (; top > 0; top--) {
+        size_t c = count[0][top] + count[1][top] + count[2][top] + count[3][top];
+        if (above + c >= keep) break;
+        above += c;
+    }
+    memset(count, 0, sizeof count);
+    for (size_t i = 0; i < n; i += 4)
+        for (size_t w = 0; w < 4; w++) {
+            uint32_t u = (uint32_t)v[i + w];
+            count[w][(int)(u >> 23) == top ? (u >> 15) & 255 : 256]++;
+        }
+    int sub = 255;
+    for (; sub > 0; sub--) {
+        size_t c = count[0][sub] + count[1][sub] + count[2][sub] + count[3][sub];
+        if (above + c >= keep) break;
+        above += c;
+    }
+    return (int32_t)(((uint32_t)top << 23) | ((uint32_t)sub << 15));
+}
+
+/* The keep largest of key[0..n) (unique; n >= keep) into key[0..keep). */
+static void top_keys(uint64_t *key, size_t n, size_t keep) {
+    size_t lo = 0, hi = n - 1, want = keep - 1;
+    while (lo < hi) {
+        uint64_t pivot = key[lo + (hi - lo) / 2];
+        size_t i = lo, j = hi;
+        while (i <= j) {
+            while (key[i] > pivot) i++;
+            while (key[j] < pivot) j--;
+            if (i <= j) {
+                uint64_t t = key[i];
+                key[i] = key[j];
+                key[j] = t;
+                i++;
+                if (j == 0) break;
+                j--;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return;
+    }
+}
+
+/* A whole block (4096 values, 64 kept) in two passes, no heap:
+ *
+ * 1. Each run of 64 values (eight vectors of eight) gives, lane by lane, the
+ *    largest magnitude of eight values: 512 disjoint groups. The 64th
+ *    largest of their maxima is at most the block's 64th largest magnitude
+ *    (64 groups reach it, each through a different value), so no value
+ *    below it can be kept; the floor is a bound just under it
+ *    (kth_largest_floor). On spread-out data about 1.7% of the values
+ *    reach it, 70 or so for 64 places.
+ * 2. The values at or above the floor, as selection keys (rank_of: unique,
+ *    larger magnitude first, then the lower index), and the 64 largest keys
+ *    among them by quickselect.
+ *
+ * The kept set is the block's 64 largest keys whatever the order they are
+ * found in, so the bytes are the scalar loop's. Ties at the floor can let
+ * every value through (a block of zeros): the candidates' room is the
+ * block. */
+__attribute__((target("avx2"))) static bool select_block_avx2(const float *x, uint64_t *heap) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    enum { RUN = 64, RUNS = DL_CODEC_TOPK_BLOCK / RUN };
+    int32_t gmax[RUNS * 8];
+    for (size_t r = 0; r < RUNS; r++) {
+        const float *p = x + r * RUN;
+        __m256i m = _mm256_setzero_si256();
+        for (size_t v = 0; v < RUN; v += 8)
+            m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + v)),
+                                                     abs_mask));
+        _mm256_storeu_si256((__m256i *)(void *)(gmax + 8 * r), m);
+    }
+    int32_t least = kth_largest_floor(gmax, RUNS * 8, MAX_KEEP);
+    const __m256i floor = _mm256_set1_epi32(least - 1); /* magnitudes >= least */
+    uint64_t cand[DL_CODEC_TOPK_BLOCK];
+    size_t count = 0;
+    for (size_t r = 0; r < RUNS; r++) {
+        __m256i m = _mm256_loadu_si256((const __m256i *)(const void *)(gmax + 8 * r));
+        if (!_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m, floor)))) continue;
+        for (size_t v = r * RUN; v < (r + 1) * RUN; v += 8) {
+            __m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + v)), abs_mask);
+            unsigned hits = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, floor)));
+            while (hits) {
+                unsigned l = (unsigned)__builtin_ctz(hits);
+                hits &= hits - 1;
+                cand[count++] = rank_of(x[v + l], v + l);
+            }
+        }
+    }
+    if (count < MAX_KEEP) return false; /* cannot happen (see above); the scalar loop would decide */
+    top_keys(cand, count, MAX_KEEP);
+    memcpy(heap, cand, MAX_KEEP * sizeof *heap);
+    return true;
 }
 
 /* How many leading values are certainly within the codecs' bound (a
@@ -155,22 +243,34 @@ static void encode_block(const float *x, size_t len, uint8_t *out, bool vector) 
     uint64_t heap[MAX_KEEP] = {0};
     size_t size = 0, i = 0;
 #if TOPK_HAVE_AVX2
-    if (vector) i = select_avx2(x, len, keep, heap, &size);
+    if (vector && len == DL_CODEC_TOPK_BLOCK && keep == MAX_KEEP) {
+        if (select_block_avx2(x, heap)) {
+            size = keep;
+            i = len;
+        }
+    } else if (vector) {
+        i = select_avx2(x, len, keep, heap, &size);
+    }
 #else
     (void)vector;
 #endif
     for (; i < len; i++) offer(heap, &size, keep, x, i);
-    /* The floor lets at least `keep` values through (the group maxima), so
-     * the heap is full; should it not be, the scalar loop decides. */
+    /* Both vector selections leave `keep` keys (a heap that is not full
+     * means values were passed over that should not have been): should
+     * they not, the scalar loop decides. */
     if (size != keep)
         for (i = size = 0; i < len; i++) offer(heap, &size, keep, x, i);
-    uint16_t idx[MAX_KEEP];
+    /* The kept offsets in increasing order, through a bitmap of the block. */
+    uint64_t kept[DL_CODEC_TOPK_BLOCK / 64] = {0};
     for (size_t j = 0; j < keep; j++) {
-        uint16_t v = (uint16_t)(DL_CODEC_TOPK_BLOCK - 1 - (heap[j] & (DL_CODEC_TOPK_BLOCK - 1)));
-        size_t at = j;
-        for (; at > 0 && idx[at - 1] > v; at--) idx[at] = idx[at - 1];
-        idx[at] = v;
+        size_t v = DL_CODEC_TOPK_BLOCK - 1 - (size_t)(heap[j] & (DL_CODEC_TOPK_BLOCK - 1));
+        kept[v / 64] |= 1ull << (v % 64);
     }
+    uint16_t idx[MAX_KEEP];
+    size_t got = 0;
+    for (size_t w = 0; w < DL_CODEC_TOPK_BLOCK / 64; w++)
+        for (uint64_t bits = kept[w]; bits; bits &= bits - 1)
+            idx[got++] = (uint16_t)(64 * w + (size_t)__builtin_ctzll(bits));
     double lo_mag = INFINITY, hi_mag = 0;
     for (size_t j = 0; j < keep; j++) {
         double m = fabs((double)x[idx[j]]);

@@ -233,6 +233,25 @@ static void test_path(enum dl_codec_path path) {
         check_both(path, x + 1, n, what);
         check_accumulate(path, x + 1, n, what);
     }
+    /* topk over whole blocks (the vector path's own selection): spread-out
+     * values, a few levels with ties at every magnitude, a block of zeros,
+     * one magnitude throughout, and a few large values in small ones. */
+    size_t nt = 3 * DL_CODEC_TOPK_BLOCK + 100;
+    float *t = malloc(4 * nt);
+    for (int kind = 0; kind < 5; kind++) {
+        for (size_t i = 0; i < nt; i++) {
+            float v = 1e-3f * dl_rng_normal(&rng);
+            if (kind == 1) v = (float)((int)dl_rng_below(&rng, 5) - 2) * 1e-3f;
+            if (kind == 2) v = 0;
+            if (kind == 3) v = i % 3 ? 0.25f : -0.25f;
+            if (kind == 4) v = dl_rng_below(&rng, 500) ? 1e-6f * dl_rng_normal(&rng) : 3.0f * dl_rng_normal(&rng);
+            t[i] = v;
+        }
+        snprintf(what, sizeof what, "topk whole blocks, kind %d", kind);
+        CHECK_MSG(compare_encode(path, DL_CODEC_TOPK, t, nt, what) == 0, "%s", what);
+    }
+    free(t);
+
     /* Random bit patterns in fp16's range and beyond; a NaN or Inf planted
      * at every position of short vectors (the refusal must name the same
      * index). */
