@@ -52,6 +52,14 @@ struct dl_audit_scratch {
     int16_t *z;
 };
 
+static void scratch_free(struct dl_audit_scratch *s) {
+    if (!s) return;
+    free(s->x);
+    free(s->q);
+    free(s->z);
+    free(s);
+}
+
 static struct dl_audit_scratch *scratch_of(struct dl_round *r) {
     if (r->audit_scratch) return r->audit_scratch;
     struct dl_audit_scratch *s = dl_calloc(1, sizeof *s);
@@ -59,17 +67,12 @@ static struct dl_audit_scratch *scratch_of(struct dl_round *r) {
     s->x = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
     s->q = dl_malloc(sizeof(float) * DL_AVG_CHUNK_ELEMS);
     s->z = dl_malloc(sizeof(int16_t) * DL_AVG_CHUNK_ELEMS);
+    if (!s->x || !s->q || !s->z) {
+        scratch_free(s);
+        return NULL;
+    }
     r->audit_scratch = s;
-    if (s->x && s->q && s->z) return s;
-    return NULL;
-}
-
-static void scratch_free(struct dl_audit_scratch *s) {
-    if (!s) return;
-    free(s->x);
-    free(s->q);
-    free(s->z);
-    free(s);
+    return s;
 }
 
 int dl_audit_setup(struct dl_round *r) {

@@ -170,6 +170,19 @@ static void top_keys(uint64_t *key, size_t n, size_t keep) {
     }
 }
 
+/* The largest of each of eight vectors, lane j for v[j]: three rounds of
+ * unpack (or swap of halves) and max, as in a transpose. */
+__attribute__((target("avx2"))) static __m256i max_of_eight(const __m256i v[8]) {
+    __m256i p[4], q[2];
+    for (int k = 0; k < 4; k++)
+        p[k] = _mm256_max_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
+                                _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 2; k++)
+        q[k] = _mm256_max_epi32(_mm256_unpacklo_epi64(p[2 * k], p[2 * k + 1]),
+                                _mm256_unpackhi_epi64(p[2 * k], p[2 * k + 1]));
+    return _mm256_max_epi32(_mm256_permute2x128_si256(q[0], q[1], 0x20), _mm256_permute2x128_si256(q[0], q[1], 0x31));
+}
+
 /* A whole block (4096 values, 64 kept) in two passes, no heap:
  *
  * 1. Each vector of eight values gives its largest magnitude (eight vectors
@@ -188,19 +201,6 @@ static void top_keys(uint64_t *key, size_t n, size_t keep) {
  * found in, so the bytes are the scalar loop's. Ties at the floor can let
  * every value through (a block of zeros): the candidates' room is the
  * block. */
-/* The largest of each of eight vectors, lane j for v[j]: three rounds of
- * unpack (or swap of halves) and max, as in a transpose. */
-__attribute__((target("avx2"))) static __m256i max_of_eight(const __m256i v[8]) {
-    __m256i p[4], q[2];
-    for (int k = 0; k < 4; k++)
-        p[k] = _mm256_max_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
-                                _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
-    for (int k = 0; k < 2; k++)
-        q[k] = _mm256_max_epi32(_mm256_unpacklo_epi64(p[2 * k], p[2 * k + 1]),
-                                _mm256_unpackhi_epi64(p[2 * k], p[2 * k + 1]));
-    return _mm256_max_epi32(_mm256_permute2x128_si256(q[0], q[1], 0x20), _mm256_permute2x128_si256(q[0], q[1], 0x31));
-}
-
 __attribute__((target("avx2"))) static bool select_block_avx2(const float *x, uint64_t *heap) {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
     enum { VECS = DL_CODEC_TOPK_BLOCK / 8 };
