@@ -1396,7 +1396,8 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
     int type = ev->data[18];
     if (type == DL_AUDIT_BUNDLE) {
         if (!take_bundle(r, ev->data, ev->size, (size_t)j)) {
-            dl_round_respond_text(r, ev->token, "refused: a bundle of projections not all whole, signed and its own");
+            dl_round_respond_text(r, ev->token,
+                                  "refused: a bundle of projections not all whole and its own, or our part's unsigned");
             return;
         }
     } else if (type == DL_AUDIT_PROJECTIONS) {
