@@ -281,7 +281,7 @@ static void encode_block(const float *x, size_t len, uint8_t *out, bool vector) 
         size_t v = DL_CODEC_TOPK_BLOCK - 1 - (size_t)(heap[j] & (DL_CODEC_TOPK_BLOCK - 1));
         kept[v / 64] |= 1ull << (v % 64);
     }
-    uint16_t idx[MAX_KEEP];
+    uint16_t idx[MAX_KEEP] = {0}; /* filled below: one bit a kept value, `keep` of them */
     size_t got = 0;
     for (size_t w = 0; w < DL_CODEC_TOPK_BLOCK / 64; w++)
         for (uint64_t bits = kept[w]; bits; bits &= bits - 1)
