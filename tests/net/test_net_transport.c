@@ -3,11 +3,14 @@
  * cancellation), and hostile connections played with blocking sockets:
  * garbage, a 2^32-1 length, a wrong version, an unknown message type, a
  * forged handshake signature, a tampered frame. The peer must close each of
- * them and keep serving the honest one. */
+ * them and keep serving the honest one. And both ends of a connection send
+ * small frames at once (TCP_NODELAY). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -17,6 +20,7 @@
 #include "dedloc/net.h"
 #include "dedloc/util.h"
 #include "dl_test.h"
+#include "net/net_internal.h"
 #include "net/swarm.h"
 #include "net/wire.h"
 
@@ -405,6 +409,50 @@ static void test_requests(dl_net *a, dl_net *b) {
     pthread_mutex_destroy(&ar.lock);
 }
 
+/* ---- TCP_NODELAY (address.c) ---- */
+
+/* "ready outbound nodelay": counts over the answering peer's ready
+ * connections, read on its network thread, where the list lives. Without
+ * the option a round's small messages wait behind delayed ACKs, about
+ * 40 ms a hop; nothing else would notice. */
+static void sockopt_handler(void *user, dl_net *net, const struct dl_net_incoming *req) {
+    (void)user;
+    unsigned ready = 0, outbound = 0, nodelay = 0;
+    for (struct dl_conn *c = net->conns; c; c = c->next) {
+        if (c->state != CONN_READY) continue;
+        ready++;
+        outbound += c->outbound;
+        int on = 0;
+        socklen_t len = sizeof on;
+        if (!getsockopt(bufferevent_getfd(c->bev), IPPROTO_TCP, TCP_NODELAY, &on, &len) && on) nodelay++;
+    }
+    char text[64];
+    int n = snprintf(text, sizeof text, "%u %u %u", ready, outbound, nodelay);
+    dl_net_respond(net, req->token, DL_NET_OK, text, (size_t)n);
+}
+
+/* b dialled a: a's ready connections are accepted ones, b's dialled. */
+static void test_nodelay(dl_net *a, dl_net *b) {
+    dl_net *ends[2] = {a, b}, *askers[2] = {b, a};
+    const char *names[2] = {"the accepting peer", "the dialling peer"};
+    for (int e = 0; e < 2; e++) {
+        char id[DL_PEER_ID_HEX];
+        snprintf(id, sizeof id, "%s", dl_net_peer_id(ends[e]));
+        uint8_t *resp = NULL;
+        size_t n = 0;
+        unsigned ready = 0, outbound = 0, nodelay = 0;
+        char text[64] = {0};
+        bool ok = dl_net_request_sync(askers[e], id, "sockopt", "?", 1, 5.0, &resp, &n) == DL_NET_OK && resp &&
+                  n < sizeof text;
+        if (ok) memcpy(text, resp, n);
+        free(resp);
+        CHECK_MSG(ok && sscanf(text, "%u %u %u", &ready, &outbound, &nodelay) == 3, "%s: no answer", names[e]);
+        CHECK_MSG(e == 0 || outbound >= 1, "%s has no outbound connection (%u ready)", names[e], ready);
+        CHECK_MSG(ready >= 1 && nodelay == ready, "%s: %u of %u ready connections have TCP_NODELAY", names[e],
+                  nodelay, ready);
+    }
+}
+
 int main(void) {
     dl_log_set_level(getenv("DEDLOC_LOG") ? dl_log_get_level() : DL_LOG_ERROR);
     struct dl_net_config cfg;
@@ -421,11 +469,14 @@ int main(void) {
     CHECK_OK(dl_net_set_handler(a, "echo", echo_handler, NULL));
     CHECK_OK(dl_net_set_handler(a, "silent", silent_handler, NULL));
     CHECK_OK(dl_net_set_handler(a, "fail", fail_handler, NULL));
+    CHECK_OK(dl_net_set_handler(a, "sockopt", sockopt_handler, NULL));
     cfg.initial_peers = dl_net_listen_address(a);
     CHECK_OK(dl_net_start(&cfg, &b));
     if (!b) return dl_test_finish("test_net_transport");
+    CHECK_OK(dl_net_set_handler(b, "sockopt", sockopt_handler, NULL));
     CHECK(wait_peers(a, 2, 10000));
     CHECK(wait_peers(b, 2, 10000));
+    test_nodelay(a, b);
 
     /* progress: b at a later epoch leads; a sees it */
     CHECK_OK(dl_net_publish_progress(b, 5, 40, 0));
