@@ -421,7 +421,8 @@ const char *dl_test_attack_name(enum dl_test_attack attack);
 int dl_test_attack_from_name(const char *name, enum dl_test_attack *attack);
 /* Test-hook builds' --test-misbehave: a round misbehaviour a training peer
  * commits with well-formed data, by name ("result-scale", "projection-lie",
- * "huge-values", "dictate", "stall-leader"), as dl_collab_config's
+ * "huge-values", "dictate", "stall-leader", "skip-audit", "attest-only",
+ * "own-claim"), as dl_collab_config's
  * test_misbehaviour takes it. */
 int dl_test_misbehaviour_from_name(const char *name, int *mode);
 

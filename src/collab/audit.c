@@ -126,6 +126,43 @@ double dl_audit_e2_bound(int codec, double q_l2, double q_linf, double q_range, 
     }
 }
 
+bool dl_audit_claim_possible(const struct dl_audit_measure *m, const struct dl_audit_result *res, char *why,
+                             size_t why_size) {
+    char dummy[8];
+    if (!why) why = dummy, why_size = sizeof dummy;
+    why[0] = 0;
+    if (!isfinite(m->s) || !(m->a >= 0) || !(m->d >= 0) || !isfinite(m->a) || !isfinite(m->d)) {
+        snprintf(why, why_size, "measures (%g, %g, %g) that are not a projection, a norm and a distance", m->s, m->a,
+                 m->d);
+        return false;
+    }
+    /* Each of s, a, d, z.q, |q|_1 and |q|_2 is a sum of len terms, off by
+     * at most g times the sum of their magnitudes; 4 g covers a bound's two
+     * sides. */
+    double g = 4 * gamma_of(res->len), root = sqrt((double)res->len);
+    if (fabs(m->s) > m->a * (1 + g)) {
+        snprintf(why, why_size, "a projection %g beyond the chunk's claimed L1 norm %g", m->s, m->a);
+        return false;
+    }
+    if (m->a > root * (m->d + res->l2) * (1 + g) + 0x1p-149) {
+        snprintf(why, why_size, "an L1 norm %g beyond sqrt(len) (distance %g + |q| %g)", m->a, m->d, res->l2);
+        return false;
+    }
+    if (m->d > (root * 0x1p32 + res->l2) * (1 + g)) {
+        snprintf(why, why_size, "a distance %g beyond what values below 2^32 can reach", m->d);
+        return false;
+    }
+    /* The heart of it: z was drawn after x and q were fixed, so z.(x - q)
+     * lies within DL_AUDIT_SIGMAS |x - q| but for a 2.5e-14 chance. */
+    double off = fabs(m->s - res->s), bound = DL_AUDIT_SIGMAS * m->d * (1 + g) + g * (m->a + res->l1) + 0x1p-149;
+    if (off > bound) {
+        snprintf(why, why_size, "a projection %.9g that is %.3g from the result's %.9g, beyond %g times the claimed "
+                 "distance %g", m->s, off, res->s, DL_AUDIT_SIGMAS, m->d);
+        return false;
+    }
+    return true;
+}
+
 enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t count, const struct dl_audit_result *res,
                                      bool clip, double tau, char *why, size_t why_size) {
     char dummy[8];

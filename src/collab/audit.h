@@ -32,6 +32,7 @@ struct dl_audit_measure {
 struct dl_audit_claim {
     double weight, clip;
     struct dl_audit_measure m;
+    bool fact; /* m computed by the checker itself from the signed chunk (a stand-in), not claimed */
 };
 
 /* A result's own numbers: its projection and L1 norm (computed by the
@@ -50,6 +51,8 @@ enum dl_audit_verdict {
     DL_AUDIT_WRONG = 1,           /* the equation fails: evidence against the aggregator */
     DL_AUDIT_UNCHECKABLE = 2,     /* its committed error bounds exceed what an honest one needs:
                                    * not applied, but no evidence of a lie */
+    DL_AUDIT_FALSE_CLAIM = 3,     /* a contributor's signed measures are impossible
+                                   * (dl_audit_claim_possible): evidence against that contributor */
 };
 
 /* Hoeffding: for z of independent values in [-1, 1] with mean 0 and a
@@ -128,5 +131,19 @@ double dl_audit_e2_bound(int codec, double q_l2, double q_linf, double q_range, 
  * chunk is then uncheckable. why (may be NULL) says what failed. */
 enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t count, const struct dl_audit_result *res,
                                      bool clip, double tau, char *why, size_t why_size);
+/* Whether a contributor's claimed measures (s, a, d) of its chunk x can be
+ * true of some x against the result res (its s, l1 and l2 filled in):
+ * finite, a >= 0, d >= 0, |s| <= a, a <= sqrt(len) (d + |q|_2),
+ * d <= sqrt(len) 2^32 + |q|_2 (no value reaches 2^32, wirecodec.h), and
+ * |s - z.q| <= DL_AUDIT_SIGMAS d, which z.(x - q) exceeds with probability
+ * at most 2.5e-14 (Hoeffding, as above), all within the double rounding of
+ * the sums. The equation alone cannot see through a claim that nobody but
+ * the aggregator can check against its chunk (its own, or a colluding
+ * sender's); this bounds what such a claim absorbs: c_j |s_j - z.q| <=
+ * DL_AUDIT_SIGMAS c_j d_j, at most DL_AUDIT_SIGMAS tau under centered clip.
+ * A false claim is evidence against its signer. why (may be NULL) says
+ * which bound fails. */
+bool dl_audit_claim_possible(const struct dl_audit_measure *m, const struct dl_audit_result *res, char *why,
+                             size_t why_size);
 
 #endif

@@ -361,6 +361,7 @@ static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *s
         }
 #ifdef DEDLOC_TEST_HOOKS
         if (lie) m.s += 1000.0 * (fabs(m.s) + 1.0);
+        if (p == r->me && r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM) m.a = 1e300, m.d = 0;
 #else
         (void)lie;
 #endif
@@ -621,7 +622,7 @@ static bool read_record(struct dl_round *r, struct dl_audit_scratch *sc, size_t 
  * contributor's claim (mask order): the verdict, why in `why`. */
 static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct dl_audit_scratch *sc, size_t p, size_t k,
                                            const uint8_t *res, struct dl_audit_claim *claims, size_t count_k,
-                                           char *why, size_t why_size) {
+                                           size_t *false_claim, char *why, size_t why_size) {
     uint64_t off, len;
     dl_round_chunk_range(r, p, k, &off, &len);
     /* The weights the aggregator had to use (round.c): centered clip
@@ -655,6 +656,16 @@ static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct dl_a
     rs.s = qm.s;
     rs.l1 = qm.a;
     rs.l2 = qm.d;
+    /* Claims first: one that no chunk can make true convicts its signer,
+     * whatever the result (an aggregator's false claim for its own chunk, a
+     * sender's that its aggregator let through). */
+    for (size_t j = 0; j < count_k; j++) {
+        char what[200];
+        if (claims[j].fact || dl_audit_claim_possible(&claims[j].m, &rs, what, sizeof what)) continue;
+        snprintf(why, why_size, "its signed measures of part %zu chunk %zu are impossible: %s", p, k, what);
+        *false_claim = j;
+        return DL_AUDIT_FALSE_CLAIM;
+    }
     return dl_audit_check(claims, count_k, &rs, r->g.aggregation == DL_AGG_CENTERED_CLIP, r->g.clip_tau, why,
                           why_size);
 }
@@ -747,17 +758,20 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         uint64_t off, len;
         dl_round_chunk_range(r, p, k, &off, &len);
         struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
-        size_t count_k = 0;
+        size_t count_k = 0, member_of[DL_AVG_MAX_MEMBERS];
         bool complete = true;
         for (size_t j = 0; j < n && complete; j++) {
             if (!in_mask(res, j)) continue;
+            member_of[count_k] = j;
             struct dl_audit_claim *c = &claims[count_k++];
             c->clip = dl_get_f64(commitment_of(r, res, len, j) + 32);
+            c->fact = false;
             if (proj[j]) {
                 read_projection(proj[j], k, &c->weight, &c->m);
             } else if (has_stand_in[k * n + j]) {
                 c->weight = weight_of[j];
                 c->m = stand_in[k * n + j];
+                c->fact = true;
             } else {
                 complete = false;
             }
@@ -767,9 +781,15 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
             unsure(r, why);
             break;
         }
-        enum dl_audit_verdict v = chunk_verdict(r, sc, p, k, res, claims, count_k, why, sizeof why);
+        size_t false_claim = 0;
+        enum dl_audit_verdict v = chunk_verdict(r, sc, p, k, res, claims, count_k, &false_claim, why, sizeof why);
         char text[400];
         snprintf(text, sizeof text, "its result of part %zu chunk %zu is wrong: %s", p, k, why);
+        if (v == DL_AUDIT_FALSE_CLAIM) {
+            /* proj[j] is signed by j (checked above): its own words. */
+            accuse(r, member_of[false_claim], why);
+            break;
+        }
         if (v == DL_AUDIT_WRONG) {
             accuse(r, p, text);
             break;
@@ -945,7 +965,7 @@ static void check_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, siz
     char why[300];
     r->rr_checked[gi] = true;
     struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
-    size_t count = 0;
+    size_t count = 0, member_of[DL_AVG_MAX_MEMBERS];
     for (size_t j = 0; j < n; j++) {
         if (!in_mask(res, j)) continue;
         const uint8_t *msg = r->rr_attest_in[gi * n + j];
@@ -986,13 +1006,18 @@ static void check_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, siz
             accuse(r, reducer, why);
             return;
         }
+        member_of[count] = j;
         claims[count++] = (struct dl_audit_claim){.weight = weight,
-                                                  .clip = dl_get_f64(commitment_of(r, res, len, j) + 32), .m = m};
+                                                  .clip = dl_get_f64(commitment_of(r, res, len, j) + 32),
+                                                  .m = m,
+                                                  .fact = msg[26] == 0};
     }
-    enum dl_audit_verdict v = chunk_verdict(r, sc, part, k, res, claims, count, why, sizeof why);
+    size_t false_claim = 0;
+    enum dl_audit_verdict v = chunk_verdict(r, sc, part, k, res, claims, count, &false_claim, why, sizeof why);
     char text[400];
     snprintf(text, sizeof text, "its re-reduction of part %zu chunk %zu is wrong: %s", part, k, why);
-    if (v == DL_AUDIT_WRONG) accuse(r, reducer, text);
+    if (v == DL_AUDIT_FALSE_CLAIM) accuse(r, member_of[false_claim], why); /* signed by it (checked above) */
+    else if (v == DL_AUDIT_WRONG) accuse(r, reducer, text);
     else if (v == DL_AUDIT_UNCHECKABLE) unsure(r, text);
     else r->audit_chunks++;
     dl_round_progress(r);
@@ -1235,10 +1260,16 @@ static bool fast_check(struct dl_round *r, struct dl_audit_scratch *sc, size_t p
             if (memcmp(pr + 24, r->audit_seed, 32)) return false;
             struct dl_audit_claim *c = &claims[count_k++];
             c->clip = dl_get_f64(commitment_of(r, res, len, j) + 32);
+            c->fact = false;
             read_projection(pr, k, &c->weight, &c->m);
         }
+        /* Any failure, an impossible claim too, concludes nothing here
+         * (these projections' signatures were not checked): the
+         * attestation, which carries them signed, decides. */
         char why[300];
-        if (chunk_verdict(r, sc, p, k, res, claims, count_k, why, sizeof why) != DL_AUDIT_PASS) return false;
+        size_t false_claim;
+        if (chunk_verdict(r, sc, p, k, res, claims, count_k, &false_claim, why, sizeof why) != DL_AUDIT_PASS)
+            return false;
         checked++;
         dl_round_progress(r);
     }

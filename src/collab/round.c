@@ -276,6 +276,30 @@ static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t
     return 0;
 }
 
+#ifdef DEDLOC_TEST_HOOKS
+/* DL_MISBEHAVE_OWN_CLAIM under centered clip: the result -1000 times the
+ * true one (scaled after this), with the clip weights that such a result
+ * would give the others (min(1, tau / distance)), so that only the
+ * equation, not the published clip weights, could give the lie away; its
+ * own contribution keeps weight 1. */
+static void own_claim_clip_weights(struct dl_round *r, const float *decoded, const size_t *who, size_t count,
+                                   size_t len, double *clip) {
+    double tau = r->g.clip_tau;
+    for (size_t i = 0; i < count; i++) {
+        if (who[i] == r->me) {
+            clip[i] = 1.0;
+            continue;
+        }
+        double d2 = 0;
+        for (size_t e = 0; e < len; e++) {
+            double diff = (double)decoded[i * len + e] + 1000.0 * r->acc[e];
+            d2 += diff * diff;
+        }
+        clip[i] = sqrt(d2) > tau ? tau / sqrt(d2) : 1.0;
+    }
+}
+#endif
+
 /* |v - q|_2 for the result v (double) and its decoded bytes q. */
 static double distance_to(const double *v, const float *q, size_t len) {
     double d2 = 0;
@@ -376,6 +400,10 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     }
     if (clip) {
         int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len, clip_weight, iterate, &moved);
+#ifdef DEDLOC_TEST_HOOKS
+        if (!rc && r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM && generation == 0)
+            own_claim_clip_weights(r, decoded, who, count, (size_t)len, clip_weight);
+#endif
         free(decoded);
         if (rc) {
             free(iterate);
@@ -385,7 +413,8 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
         for (size_t e = 0; e < len; e++) r->acc[e] /= total;
     }
 #ifdef DEDLOC_TEST_HOOKS
-    if ((r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE && generation == 0) ||
+    if (((r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE || r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM) &&
+         generation == 0) ||
         (r->misbehaviour == DL_MISBEHAVE_REREDUCE_SCALE && generation == 1))
         for (size_t e = 0; e < len; e++) r->acc[e] *= -1000.0;
 #endif

@@ -107,6 +107,13 @@ enum dl_misbehaviour {
      * check and waits for every attestation, to measure what the fast
      * check saves (bench allreduce --attest-only) */
     DL_MISBEHAVE_ATTEST_ONLY,
+    /* test-hook builds only: an aggregator whose results are -1000 times
+     * the average and whose signed measures of its own chunk of its part
+     * (which no one else holds) claim an L1 norm of 1e300, which would widen
+     * the equation's rounding tolerance past any lie, and a distance of 0
+     * to the result (under centered clip, with the clip weights the scaled
+     * result gives the others: only the equation could tell) */
+    DL_MISBEHAVE_OWN_CLAIM,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */

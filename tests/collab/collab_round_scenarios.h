@@ -192,6 +192,13 @@ static const struct scenario scenarios[] = {
      .caught = true, .needs_test_hooks = true},
     {.name = "audit_two_faced", .member_count = 5, .vector_size = 1000003, .victim = 2, .misbehave = "two-faced",
      .caught = true, .needs_test_hooks = true},
+    /* an aggregator that signs -1000 times the average and claims an L1
+     * norm of 1e300 for its own chunk of its part, which would widen the
+     * equation's tolerance past the lie: no chunk at its distance has that
+     * norm, so its own signed claim convicts it */
+    {.name = "audit_own_claim_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
+     .aggregation = "centered-clip", .victim = 3, .misbehave = "own-claim", .caught = true,
+     .needs_test_hooks = true},
     /* a clean centered-clip round passes every check */
     {.name = "audit_clean_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
      .aggregation = "centered-clip", .roles = "ttatc"},

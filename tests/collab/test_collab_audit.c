@@ -419,6 +419,84 @@ int main(void) {
     CHECK(dl_audit_check(claims, K, &res, true, tau, NULL, 0) == DL_AUDIT_WRONG);
     CHECK(dl_audit_check(claims, 0, &res, true, tau, NULL, 0) == DL_AUDIT_WRONG);
 
+    /* 6. Claims bounded by what a chunk can be (dl_audit_claim_possible).
+     * (a) True measures always are: dense and one-element differences,
+     * x equal to q, tiny and large scales, over many directions. */
+    {
+        static float xs6[LEN], qs6[LEN];
+        static int16_t z6[LEN];
+        size_t refused = 0, trials = 0;
+        double worst = 0;
+        for (int t = 0; t < 400; t++) {
+            double scale = t % 4 == 0 ? 1e-20 : t % 4 == 1 ? 1e4 : 1;
+            for (size_t e = 0; e < LEN; e++) {
+                qs6[e] = (float)(scale * uniform());
+                xs6[e] = t % 5 == 0 ? qs6[e] : t % 5 == 1 ? qs6[e] + (e == 7 ? (float)scale : 0.0f)
+                                                           : (float)(scale * uniform());
+            }
+            dl_audit_direction(seed, (uint64_t)t, LEN, z6);
+            struct dl_audit_measure mx, mq;
+            dl_audit_measure(z6, xs6, qs6, LEN, &mx);
+            dl_audit_measure(z6, qs6, NULL, LEN, &mq);
+            struct dl_audit_result r6 = {.s = mq.s, .l1 = mq.a, .l2 = mq.d, .len = LEN, .codec = DL_CODEC_NONE};
+            if (mx.d > 0) worst = fmax(worst, fabs(mx.s - mq.s) / mx.d);
+            refused += !dl_audit_claim_possible(&mx, &r6, why, sizeof why);
+            trials++;
+        }
+        CHECK_MSG(refused == 0, "%zu of %zu true measures refused: %s", refused, trials, why);
+        /* |z.(x - q)| / |x - q| stays near E z^2's root, far inside 8. */
+        CHECK_MSG(worst > 0.5 && worst < 4, "largest |z.(x - q)| / |x - q| %g", worst);
+    }
+    /* (b) The hole it closes: a result -1000 times the mean passes the
+     * equation when one contributor (the aggregator, for its own chunk,
+     * which nobody else holds) claims an L1 norm of 1e300, since the
+     * tolerance covers the rounding of sums that large. No chunk at that
+     * distance from the result has that norm. */
+    for (size_t j = 0; j < K; j++)
+        for (size_t e = 0; e < LEN; e++) x[j][e] = (float)uniform();
+    weighted_mean(x, w, ones, K, v);
+    for (size_t e = 0; e < LEN; e++) v[e] *= -1000;
+    round_to(DL_CODEC_NONE, v, q);
+    describe(x, w, ones, K, v, NULL, q, DL_CODEC_NONE, claims, &res);
+    CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_WRONG);
+    for (size_t j = 0; j < K; j++) CHECK(dl_audit_claim_possible(&claims[j].m, &res, NULL, 0));
+    claims[0].m.a = 1e300;
+    CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_PASS);
+    CHECK(!dl_audit_claim_possible(&claims[0].m, &res, why, sizeof why));
+    CHECK_MSG(strstr(why, "L1 norm") != NULL, "%s", why);
+    /* (c) A projection that absorbs the lie (the equation then holds),
+     * with the distance the chunk has from the true mean (what keeps a
+     * clip weight of 1 under centered clip), or 0 ("my chunk is the
+     * result"): far beyond 8 distances from z.q. */
+    describe(x, w, ones, K, v, NULL, q, DL_CODEC_NONE, claims, &res);
+    double others = 0, wsum = 0, near2 = 0;
+    for (size_t j = 0; j < K; j++) wsum += w[j];
+    for (size_t j = 1; j < K; j++) others += w[j] * claims[j].m.s;
+    for (size_t e = 0; e < LEN; e++) near2 += (x[0][e] + v[e] / 1000) * (x[0][e] + v[e] / 1000);
+    claims[0].m.s = (wsum * res.s - others) / w[0];
+    claims[0].m.a = fmax(claims[0].m.a, fabs(claims[0].m.s));
+    claims[0].m.d = sqrt(near2);
+    CHECK_MSG(dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS, "%s", why);
+    CHECK(!dl_audit_claim_possible(&claims[0].m, &res, why, sizeof why));
+    CHECK_MSG(strstr(why, "times the claimed distance") != NULL, "%s", why);
+    claims[0].m.d = 0;
+    CHECK(!dl_audit_claim_possible(&claims[0].m, &res, NULL, 0));
+    /* ...while a claim 8 distances out is the edge: inside passes. */
+    struct dl_audit_measure edge6 = {.s = res.s + 7.9 * 2.0, .a = fabs(res.s) + 20, .d = 2.0};
+    CHECK(dl_audit_claim_possible(&edge6, &res, why, sizeof why));
+    edge6.s = res.s + 8.1 * 2.0;
+    CHECK(!dl_audit_claim_possible(&edge6, &res, NULL, 0));
+    /* (d) Nonsense: a projection beyond the L1 norm, not finite, a
+     * negative distance, a distance values below 2^32 cannot reach. */
+    struct dl_audit_measure bad = {.s = 2, .a = 1, .d = 1};
+    CHECK(!dl_audit_claim_possible(&bad, &res, NULL, 0));
+    bad = (struct dl_audit_measure){.s = NAN, .a = 1, .d = 1};
+    CHECK(!dl_audit_claim_possible(&bad, &res, NULL, 0));
+    bad = (struct dl_audit_measure){.s = res.s, .a = 1, .d = -1};
+    CHECK(!dl_audit_claim_possible(&bad, &res, NULL, 0));
+    bad = (struct dl_audit_measure){.s = res.s, .a = 1, .d = 1e30};
+    CHECK(!dl_audit_claim_possible(&bad, &res, NULL, 0));
+
     /* A revealed nonce opens its commitment and nothing else: another
      * nonce, or the same nonce in another round, does not. */
     {

@@ -705,6 +705,14 @@ int main(void) {
         {.name = "silent_attestation", .members = 4, .codec = DL_CODEC_FP16, .roles = "ttct",
          .parts = {CHUNK, 2 * CHUNK + 9, CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
          .lie = DL_MISBEHAVE_NO_ATTESTATION, .liar = 1, .probe_bundles = true},
+        /* an aggregator that signs -1000 times the average and claims, for
+         * its own chunk of its part (no one else holds it), an L1 norm of
+         * 1e300: the equation's rounding tolerance grows with the claimed
+         * norms, so every member would pass the lie; no chunk has that
+         * norm at its distance from the result, so the claim convicts it */
+        {.name = "own_claim_aggregator", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
+         .parts = {CHUNK, 2 * CHUNK, CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
+         .lie = DL_MISBEHAVE_OWN_CLAIM, .liar = 1},
         {.name = "two_faced_aggregator", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
          .parts = {CHUNK, CHUNK, 2 * CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
          .lie = DL_MISBEHAVE_TWO_FACED, .liar = 2},
