@@ -758,7 +758,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         uint64_t off, len;
         dl_round_chunk_range(r, p, k, &off, &len);
         struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
-        size_t count_k = 0, member_of[DL_AVG_MAX_MEMBERS];
+        size_t count_k = 0, member_of[DL_AVG_MAX_MEMBERS] = {0};
         bool complete = true;
         for (size_t j = 0; j < n && complete; j++) {
             if (!in_mask(res, j)) continue;
@@ -965,7 +965,7 @@ static void check_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, siz
     char why[300];
     r->rr_checked[gi] = true;
     struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
-    size_t count = 0, member_of[DL_AVG_MAX_MEMBERS];
+    size_t count = 0, member_of[DL_AVG_MAX_MEMBERS] = {0};
     for (size_t j = 0; j < n; j++) {
         if (!in_mask(res, j)) continue;
         const uint8_t *msg = r->rr_attest_in[gi * n + j];
