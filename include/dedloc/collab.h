@@ -225,7 +225,8 @@ void dl_collab_withdraw(dl_collab *collab, struct dl_avg_handoff *handoff);
  * it newer than the one we saw arrives, which proves it alive again.
  * Returns how many peers were found gone. */
 size_t dl_collab_probe_peers(dl_collab *collab, uint64_t epoch);
-/* Removes the peers found gone from a view (in place). */
+/* Removes the peers found gone, and the peers this peer refuses (caught
+ * misbehaving), from a view (in place). */
 void dl_collab_drop_gone(dl_collab *collab, struct dl_swarm_view *view);
 
 /* The measured upload bandwidth (Mbit/s) from past rounds; 0 before any. */

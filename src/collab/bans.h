@@ -47,6 +47,14 @@ double dl_bans_until(struct dl_bans *b, const char *peer_id);
 void dl_bans_add(struct dl_bans *b, const char *peer_id, const char *why);
 /* Refuses peer_id for the rest of the run. */
 void dl_bans_add_for_run(struct dl_bans *b, const char *peer_id, const char *why);
+/* Removes from a view (in place) every peer we refuse, ourselves never:
+ * a peer caught misbehaving does not group with us, so its record must not
+ * count either among the holders of a param hash (the reference) or among
+ * the peers whose epoch we might follow. Without this, two attackers that
+ * honest peers had refused, each holding a hash of its own at the honest
+ * epoch, kept an honest 3-to-2 split from any majority (3 of 7), and the
+ * two honest sides never healed. */
+void dl_bans_drop_from_view(struct dl_bans *b, struct dl_swarm_view *v);
 /* After a centered-clip round of group g in which this peer was member me:
  * counts each member it clipped (clipped[j]) or saw unclipped
  * (reduced_from[j]) as an aggregator; warns and bans past the thresholds.

@@ -34,6 +34,7 @@ void dl_collab_drop_gone(dl_collab *c, struct dl_swarm_view *v) {
         if (v->peers[i].is_self || !is_gone(c, &v->peers[i])) v->peers[kept++] = v->peers[i];
     v->num_peers = kept;
     pthread_mutex_unlock(&c->lock);
+    dl_bans_drop_from_view(&c->bans, v);
 }
 
 /* Reachable: any answer at all, even a refusal ("unknown round" outside a

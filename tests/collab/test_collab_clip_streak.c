@@ -2,7 +2,8 @@
  * consecutive centered-clip rounds is banned for the run once the streak
  * reaches clip_ban_rounds; a round in which it is seen and not clipped
  * resets the streak; a round in which it is not seen changes nothing; mean
- * rounds do not count. */
+ * rounds do not count. A refused member is dropped from the swarm view the
+ * step loop reads. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,18 @@ int main(void) {
     dl_bans_add(&c->bans, ids[1], "test");
     forever = dl_bans_until(&c->bans, ids[1]) > dl_now() + 1e9;
     CHECK(forever);
+
+    /* A refused member leaves the step loop's view of the swarm: its
+     * record no longer counts toward the reference hash or the epoch
+     * (collab/bans.h, dl_bans_drop_from_view). */
+    struct dl_swarm_peer peers[3];
+    memset(peers, 0, sizeof peers);
+    for (int i = 0; i < 3; i++) snprintf(peers[i].peer_id, sizeof peers[i].peer_id, "%s", ids[i]);
+    peers[0].is_self = true;
+    struct dl_swarm_view view = {.peers = peers, .num_peers = 3};
+    dl_collab_drop_gone(c, &view);
+    CHECK_MSG(view.num_peers == 2 && !strcmp(view.peers[0].peer_id, ids[0]) && !strcmp(view.peers[1].peer_id, ids[2]),
+              "the view still holds the refused member (%zu peers)", view.num_peers);
 
     free(r);
     dl_collab_stop(c);

@@ -8,6 +8,8 @@
  * tests/net/test_net_codec.c). */
 #include <string.h>
 
+#include "collab/bans.h"
+#include "collab/train_decide.h"
 #include "collab/train_sync.h"
 #include "dl_test.h"
 
@@ -262,7 +264,45 @@ static void test_group_makes_one_epoch(void) {
     CHECK(l.ahead_epoch == 5 && ref_is(&l, HONEST) && l.num_donors == 1 && !strcmp(l.donors[0], "50"));
 }
 
+/* Two honest sides of one epoch (3 and 2 peers, a round failed for some)
+ * beside two attackers we refused, each with a hash of its own: counted,
+ * the attackers leave the larger side at 3 of 7 holders, no majority, and
+ * the sides never heal (seen in bench/attack_curve.sh's attacked swarm:
+ * two honest halves training apart to the end). Refused peers are dropped
+ * from the view (dl_collab_drop_gone does it for the step loop): 3 of 5,
+ * and we, on the smaller side, heal to it. */
+static void test_refused_peers_do_not_count(void) {
+    const uint8_t OTHER = 0x3c, ATTACKER1 = 0xe1, ATTACKER2 = 0xe2;
+    uint8_t mine[32];
+    memset(mine, OTHER, sizeof mine);
+    struct view w;
+    view_init(&w);
+    peer(&w, "10", 9, ATTACKER1, false);
+    peer(&w, "20", 9, HONEST, false);
+    peer(&w, "30", 9, HONEST, false);
+    peer(&w, "40", 9, HONEST, false);
+    peer(&w, "50", 9, OTHER, false);
+    peer(&w, "60", 9, ATTACKER2, false);
+    self_at(&w, "70", 9, OTHER);
+    struct dl_swarm_look l;
+    dl_swarm_look_at(&w.v, 9, mine, 0, 1000, NULL, &l);
+    CHECK_MSG(!l.has_ref && !l.i_disagree, "3 of 7 named a reference");
+    struct dl_bans bans;
+    dl_bans_init(&bans, 60, 0, 3);
+    dl_bans_add_for_run(&bans, "10", "test: clipped in 3 rounds");
+    dl_bans_add(&bans, "60", "test: a chunk that does not decode");
+    dl_bans_add(&bans, "70", "test: we never drop ourselves");
+    dl_bans_drop_from_view(&bans, &w.v);
+    CHECK(w.v.num_peers == 5);
+    dl_swarm_look_at(&w.v, 9, mine, 0, 1000, NULL, &l);
+    CHECK_MSG(ref_is(&l, HONEST) && l.ref_holders == 3 && l.hashes_at_ref == 5, "refused peers still count");
+    CHECK_MSG(l.i_disagree && dl_loop_heal_due(&l), "the smaller side does not heal");
+    for (size_t i = 0; i < l.num_donors; i++) CHECK(strcmp(l.donors[i], "10") && strcmp(l.donors[i], "60"));
+    dl_bans_destroy(&bans);
+}
+
 int main(void) {
+    test_refused_peers_do_not_count();
     test_reference_is_the_majority();
     test_pair_at_our_epoch();
     test_pair_ahead();
