@@ -53,8 +53,9 @@ void dl_bans_add_for_run(struct dl_bans *b, const char *peer_id, const char *why
  * the peers whose epoch we might follow. Without this, two attackers that
  * honest peers had refused, each holding a hash of its own at the honest
  * epoch, kept an honest 3-to-2 split from any majority (3 of 7), and the
- * two honest sides never healed. */
-void dl_bans_drop_from_view(struct dl_bans *b, struct dl_swarm_view *v);
+ * two honest sides never healed. Returns how many of those dropped were
+ * at `epoch`: present, but never in our groups (what --min-peers counts). */
+size_t dl_bans_drop_from_view(struct dl_bans *b, struct dl_swarm_view *v, uint64_t epoch);
 /* After a centered-clip round of group g in which this peer was member me:
  * counts each member it clipped (clipped[j]) or saw unclipped
  * (reduced_from[j]) as an aggregator; warns and bans past the thresholds.

@@ -184,8 +184,9 @@ int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t 
     memset(look, 0, sizeof *look);
     struct dl_swarm_view v;
     if (dl_net_swarm_view(net, &v)) return -1;
-    dl_collab_drop_gone(collab, &v);
+    size_t refused = dl_collab_drop_gone_at(collab, &v, epoch);
     dl_swarm_look_at(&v, epoch, my_hash, samples_mine, dl_wall_time(), evidence, look);
+    look->refused_at_epoch = refused;
     dl_swarm_view_free(&v);
     return 0;
 }

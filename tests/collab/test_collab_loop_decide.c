@@ -245,6 +245,22 @@ static void test_early_due(void) {
                       estimate, r->want_estimate);
         if (!got) CHECK_MSG(estimate == -1, "%s: the estimate is left alone when not due", r->name);
     }
+    /* --min-peers 3 with two peers at our epoch and a third we refuse: it
+     * is there (it never joins our groups, so waiting for it is waiting
+     * for nothing) */
+    struct dl_loop_policy p = trainer();
+    p.early_on = true;
+    p.local_batch = 120;
+    p.min_peers = 3;
+    p.round_deadline_s = 60;
+    struct dl_loop_counters c = counters();
+    c.micro_s = 0.5;
+    struct dl_swarm_look l = look3();
+    l.at_epoch = 2;
+    l.refused_at_epoch = 1;
+    double estimate = -1;
+    CHECK_MSG(dl_loop_early_due(&p, &c, &l, 1.5, &estimate) && estimate == 120,
+              "a refused peer at our epoch does not count toward --min-peers");
 }
 
 static const char *action_name(enum dl_loop_sync_action a) {
