@@ -9,7 +9,8 @@
 #   attack-clip  the same with 3 attackers: peer 5 sends its gradient x -1000,
 #                peer 6 uniform noise, peer 7 sends x -1000 and, as an
 #                aggregator, signs results -1000 times the average
-#                (--test-attack, --test-misbehave result-scale)
+#                (--test-attack, --test-misbehave result-scale; another of
+#                round.h's misbehaviours with MISBEHAVE=, e.g. own-claim)
 # and prints, per run, the mean loss of the last W steps against the clean
 # reference's, the wall time and the seconds per step; then a JSON line.
 # Needs a test-hook build (scripts/setup.sh builds one).
@@ -51,7 +52,7 @@ swarm() {
       case $i in
         5) bad=(--test-attack sign-flip) ;;
         6) bad=(--test-attack noise) ;;
-        7) bad=(--test-attack sign-flip --test-misbehave result-scale) ;;
+        7) bad=(--test-attack sign-flip --test-misbehave "${MISBEHAVE:-result-scale}") ;;
       esac
     fi
     [ -n "$first" ] && peers=(--initial-peers "$first")
@@ -85,7 +86,7 @@ clean=$(tail_loss "$TMP/single.jsonl")
 printf '%-12s %6s %10s %9s %8s %8s\n' run steps loss vs_clean wall_s s/step
 printf '%-12s %6s %10.4f %9s %8.1f %8.2f\n' single "$(steps_of "$TMP/single.jsonl")" "$clean" "" "$single_s" \
   "$(echo "$single_s / $STEPS" | bc -l)"
-json="{\"steps\":$STEPS,\"window\":$W,\"clean_loss\":$clean,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+json="{\"steps\":$STEPS,\"attacker_misbehaviour\":\"${MISBEHAVE:-result-scale}\",\"window\":$W,\"clean_loss\":$clean,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 for tag in cm cn cc ac; do
   loss=$(tail_loss "$TMP/${tag}0.jsonl")
   secs=$(cat "$TMP/$tag.seconds")
