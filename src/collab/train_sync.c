@@ -112,6 +112,28 @@ static uint64_t group_backed_epoch(const struct dl_swarm_view *v, const struct d
     return at[g->n / 2];
 }
 
+void dl_swarm_view_back_epochs(struct dl_swarm_view *v) {
+    uint64_t *others = dl_calloc(v->num_peers ? v->num_peers : 1, sizeof *others), own = 0;
+    if (!others) return; /* the view's own flags stand */
+    size_t n = 0;
+    for (size_t i = 0; i < v->num_peers; i++) {
+        const struct dl_swarm_peer *p = &v->peers[i];
+        if (p->is_self) own = p->epoch;
+        else if (!p->client_mode) others[n++] = p->epoch;
+    }
+    if (n) {
+        qsort(others, n, sizeof *others, by_epoch_desc);
+        /* n others and us: the epoch at index (n + 1) / 2 of the others'
+         * (from the highest) is reached by a strict majority of n + 1. */
+        size_t at = (n + 1) / 2;
+        uint64_t backed = at < n && others[at] > own ? others[at] : own;
+        for (size_t i = 0; i < v->num_peers; i++)
+            if (!v->peers[i].is_self && v->peers[i].epoch <= backed) v->peers[i].epoch_unbacked = false;
+        if (backed > v->global_epoch) v->global_epoch = backed;
+    }
+    free(others);
+}
+
 void dl_swarm_look_at(const struct dl_swarm_view *v, uint64_t epoch, const uint8_t *my_hash, double samples_mine,
                       double now, const struct dl_group_evidence *evidence, struct dl_swarm_look *look) {
     memset(look, 0, sizeof *look);
@@ -184,7 +206,9 @@ int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t 
     memset(look, 0, sizeof *look);
     struct dl_swarm_view v;
     if (dl_net_swarm_view(net, &v)) return -1;
-    size_t refused = dl_collab_drop_gone_at(collab, &v, epoch);
+    size_t before = v.num_peers, refused = dl_collab_drop_gone_at(collab, &v, epoch);
+    /* Peers found gone or refused no longer vote on the epoch either. */
+    if (v.num_peers < before) dl_swarm_view_back_epochs(&v);
     dl_swarm_look_at(&v, epoch, my_hash, samples_mine, dl_wall_time(), evidence, look);
     look->refused_at_epoch = refused;
     dl_swarm_view_free(&v);

@@ -52,7 +52,16 @@ struct dl_group_evidence {
  * filled when a group formed; nothing is noted otherwise). */
 void dl_group_evidence_note(struct dl_group_evidence *evidence, uint64_t epoch, const struct dl_avg_result *result);
 
-/* Reads the view, without the peers collab found gone (collab may be NULL:
+/* The swarm view's epoch_unbacked flags (net/swarm.c) counted every record,
+ * refused peers' too: after those are dropped (dl_collab_drop_gone), backs
+ * again what a strict majority of the voters left reaches, ourselves always
+ * counted as a voter at our own epoch (the stricter of the view's two
+ * rules). It only ever backs, never unbacks: with nothing dropped it
+ * changes nothing. Two refused attackers otherwise kept an honest side of 3
+ * a step ahead "unbacked" for the side of 2 behind it, and the two trained
+ * apart. */
+void dl_swarm_view_back_epochs(struct dl_swarm_view *view);
+/* Reads the view, without the peers collab found gone or refuses (collab may be NULL:
  * an observer's view as it is). samples_mine: our accumulated samples at
  * epoch. evidence: the group of our last failed round, or NULL. */
 int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t *my_hash, double samples_mine,

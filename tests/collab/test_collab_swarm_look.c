@@ -301,8 +301,56 @@ static void test_refused_peers_do_not_count(void) {
     dl_bans_destroy(&bans);
 }
 
+/* The same attackers, one step behind the honest side of 3 that moved on:
+ * the swarm view counted them (3 of 6 other voters at 10, no majority) and
+ * flagged the side of 3 unbacked, so we (on the side of 2, at 9) would
+ * neither follow it nor heal. Without the refused peers' votes, 3 of 4
+ * others and us (a strict majority of 5) back epoch 10: we take its state. */
+static void test_refused_peers_do_not_vote(void) {
+    const uint8_t OTHER = 0x3c, ATTACKER1 = 0xe1, ATTACKER2 = 0xe2;
+    uint8_t mine[32];
+    memset(mine, OTHER, sizeof mine);
+    struct view w;
+    view_init(&w);
+    peer(&w, "10", 8, ATTACKER1, false);
+    peer(&w, "20", 10, HONEST, true);
+    peer(&w, "30", 10, HONEST, true);
+    peer(&w, "40", 10, HONEST, true);
+    peer(&w, "50", 9, OTHER, false);
+    peer(&w, "60", 8, ATTACKER2, false);
+    self_at(&w, "70", 9, OTHER);
+    w.v.global_epoch = 9;
+    struct dl_swarm_look l;
+    dl_swarm_look_at(&w.v, 9, mine, 0, 1000, NULL, &l);
+    CHECK_MSG(l.ahead_epoch == 0, "an unbacked epoch was followed");
+    /* backing again with nobody dropped changes nothing */
+    dl_swarm_view_back_epochs(&w.v);
+    CHECK(w.peers[1].epoch_unbacked && w.v.global_epoch == 9);
+    struct dl_bans bans;
+    dl_bans_init(&bans, 60, 0, 3);
+    dl_bans_add_for_run(&bans, "10", "test: clipped in 3 rounds");
+    dl_bans_add_for_run(&bans, "60", "test: clipped in 3 rounds");
+    CHECK(dl_bans_drop_from_view(&bans, &w.v, 9) == 0);
+    dl_swarm_view_back_epochs(&w.v);
+    CHECK_MSG(w.v.global_epoch == 10, "global epoch %llu, not 10", (unsigned long long)w.v.global_epoch);
+    dl_swarm_look_at(&w.v, 9, mine, 0, 1000, NULL, &l);
+    CHECK_MSG(l.ahead_epoch == 10 && ref_is(&l, HONEST) && l.num_donors == 3, "the side ahead is not followed");
+    /* two of the three alone are no majority of 4 (us, 50 and them) plus
+     * one: a pair ahead still moves nothing */
+    view_init(&w);
+    peer(&w, "20", 10, LIAR, true);
+    peer(&w, "30", 10, LIAR, true);
+    peer(&w, "50", 9, OTHER, false);
+    self_at(&w, "70", 9, OTHER);
+    w.v.global_epoch = 9;
+    dl_swarm_view_back_epochs(&w.v);
+    CHECK(w.peers[0].epoch_unbacked && w.peers[1].epoch_unbacked && w.v.global_epoch == 9);
+    dl_bans_destroy(&bans);
+}
+
 int main(void) {
     test_refused_peers_do_not_count();
+    test_refused_peers_do_not_vote();
     test_reference_is_the_majority();
     test_pair_at_our_epoch();
     test_pair_ahead();
