@@ -30,6 +30,12 @@ static double until_locked(const struct dl_bans *b, const char *peer_id, double 
 
 bool dl_bans_is_banned(struct dl_bans *b, const char *peer_id) { return dl_bans_until(b, peer_id) > 0; }
 
+const char *dl_bans_first_in_group(struct dl_bans *b, const struct dl_group *g, size_t me) {
+    for (size_t j = 0; j < g->n && j < DL_AVG_MAX_MEMBERS; j++)
+        if (j != me && dl_bans_is_banned(b, g->members[j].peer_id)) return g->members[j].peer_id;
+    return NULL;
+}
+
 size_t dl_bans_drop_from_view(struct dl_bans *b, struct dl_swarm_view *v, uint64_t epoch) {
     size_t kept = 0, at_epoch = 0;
     for (size_t i = 0; i < v->num_peers; i++) {

@@ -56,6 +56,14 @@ void dl_bans_add_for_run(struct dl_bans *b, const char *peer_id, const char *why
  * two honest sides never healed. Returns how many of those dropped were
  * at `epoch`: present, but never in our groups (what --min-peers counts). */
 size_t dl_bans_drop_from_view(struct dl_bans *b, struct dl_swarm_view *v, uint64_t epoch);
+/* The first member of g other than member `me` that we refuse, or NULL.
+ * A member joins no group that names a peer it refuses: it refuses that
+ * peer's messages, so the round could only wait out its deadline for the
+ * peer's results, nonce and attestation (an attacked swarm lost two 60 s
+ * rounds that way when a leader that had not yet refused two clipped
+ * attackers put them in the group). It passes the leader over and retries
+ * the epoch with the next one. */
+const char *dl_bans_first_in_group(struct dl_bans *b, const struct dl_group *g, size_t me);
 /* After a centered-clip round of group g in which this peer was member me:
  * counts each member it clipped (clipped[j]) or saw unclipped
  * (reduced_from[j]) as an aggregator; warns and bans past the thresholds.

@@ -559,12 +559,18 @@ static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
                     rc = dl_round_fail(r, DL_AVG_NO_GROUP, "%s", dl_error());
                 } else {
                     size_t me = 0;
+                    const char *refused = NULL;
                     if (dl_group_check_join(&r->g, leader, dl_net_peer_id(c->net), self.role, r->n, opt->compression,
                                             opt->epoch, &me))
                         rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the group record from %s does not match our join: %s",
                                            leader, dl_error());
                     else if (dl_group_check_settings(&r->g, opt) || dl_group_check_plan(&r->g))
                         rc = dl_round_fail(r, DL_AVG_NO_GROUP, "the group record from %s: %s", leader, dl_error());
+                    else if ((refused = dl_bans_first_in_group(&c->bans, &r->g, me)))
+                        rc = dl_round_fail(r, DL_AVG_NO_GROUP,
+                                           "the group record from %s names %.8s, a peer we refuse: the epoch is "
+                                           "retried with another leader",
+                                           leader, refused);
                     if (rc != 1) pass_over(c, opt->epoch, leader);
                     else {
                         r->me = me;

@@ -91,6 +91,12 @@ int main(void) {
     CHECK_MSG(view.num_peers == 2 && !strcmp(view.peers[0].peer_id, ids[0]) && !strcmp(view.peers[1].peer_id, ids[2]),
               "the view still holds the refused member (%zu peers)", view.num_peers);
 
+    /* ...and we join no group that names it (the others' messages come,
+     * its would not): as ourselves, a group record naming us is fine */
+    const char *named = dl_bans_first_in_group(&c->bans, &r->g, 0);
+    CHECK_MSG(named && !strcmp(named, ids[1]), "a group naming the refused member is taken");
+    CHECK(dl_bans_first_in_group(&c->bans, &r->g, 1) == NULL);
+
     free(r);
     dl_collab_stop(c);
     dl_net_stop(net);
