@@ -922,8 +922,12 @@ manifest_join)
   # whole command is `dedloc join ADDRESS` (plus --listen on loopback and
   # --log for the comparison, and the cache folder in the environment): it
   # fetches the manifest and the tokenizer, downloads the state and trains
-  # to the end with the same param_hash as the others.
-  STEPS=10
+  # to the end with the same param_hash as the others. The two train about
+  # 0.25 s a step on an idle machine and the newcomer needs about 2 s to
+  # start (manifest, tokenizer, model): 10 steps were sometimes over before
+  # it joined ("j stopped at step 0", it downloaded the final state); 24
+  # leave it over 5 s.
+  STEPS=24
   manifest_init "$W/run.json" --identity "$W/owner.id" --max-steps $STEPS
   # The manifest hash against an independent reading of docs/manifest.md:
   # keys sorted, no white space (jq -S -c), without the signature; BLAKE2b-256.
