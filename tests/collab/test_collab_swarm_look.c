@@ -271,19 +271,27 @@ static void test_group_makes_one_epoch(void) {
  * two honest halves training apart to the end). Refused peers are dropped
  * from the view (dl_collab_drop_gone does it for the step loop): 3 of 5,
  * and we, on the smaller side, heal to it. */
+static const uint8_t OTHER = 0x3c;
+
+/* The swarm of the refused-peer cases: attackers 10 and 60 (a hash each) at
+ * `attackers_at`, an honest side of three (20, 30, 40) at `side_at`, and
+ * the side of two, 50 and us (70), at 9 holding OTHER. */
+static void split_view(struct view *w, uint64_t attackers_at, uint64_t side_at, bool side_unbacked) {
+    view_init(w);
+    peer(w, "10", attackers_at, 0xe1, false);
+    peer(w, "20", side_at, HONEST, side_unbacked);
+    peer(w, "30", side_at, HONEST, side_unbacked);
+    peer(w, "40", side_at, HONEST, side_unbacked);
+    peer(w, "50", 9, OTHER, false);
+    peer(w, "60", attackers_at, 0xe2, false);
+    self_at(w, "70", 9, OTHER);
+}
+
 static void test_refused_peers_do_not_count(void) {
-    const uint8_t OTHER = 0x3c, ATTACKER1 = 0xe1, ATTACKER2 = 0xe2;
     uint8_t mine[32];
     memset(mine, OTHER, sizeof mine);
     struct view w;
-    view_init(&w);
-    peer(&w, "10", 9, ATTACKER1, false);
-    peer(&w, "20", 9, HONEST, false);
-    peer(&w, "30", 9, HONEST, false);
-    peer(&w, "40", 9, HONEST, false);
-    peer(&w, "50", 9, OTHER, false);
-    peer(&w, "60", 9, ATTACKER2, false);
-    self_at(&w, "70", 9, OTHER);
+    split_view(&w, 9, 9, false);
     struct dl_swarm_look l;
     dl_swarm_look_at(&w.v, 9, mine, 0, 1000, NULL, &l);
     CHECK_MSG(!l.has_ref && !l.i_disagree, "3 of 7 named a reference");
@@ -307,18 +315,10 @@ static void test_refused_peers_do_not_count(void) {
  * neither follow it nor heal. Without the refused peers' votes, 3 of 4
  * others and us (a strict majority of 5) back epoch 10: we take its state. */
 static void test_refused_peers_do_not_vote(void) {
-    const uint8_t OTHER = 0x3c, ATTACKER1 = 0xe1, ATTACKER2 = 0xe2;
     uint8_t mine[32];
     memset(mine, OTHER, sizeof mine);
     struct view w;
-    view_init(&w);
-    peer(&w, "10", 8, ATTACKER1, false);
-    peer(&w, "20", 10, HONEST, true);
-    peer(&w, "30", 10, HONEST, true);
-    peer(&w, "40", 10, HONEST, true);
-    peer(&w, "50", 9, OTHER, false);
-    peer(&w, "60", 8, ATTACKER2, false);
-    self_at(&w, "70", 9, OTHER);
+    split_view(&w, 8, 10, true);
     w.v.global_epoch = 9;
     struct dl_swarm_look l;
     dl_swarm_look_at(&w.v, 9, mine, 0, 1000, NULL, &l);
