@@ -369,6 +369,7 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "result-scale")) mode = DL_MISBEHAVE_RESULT_SCALE;
         else if (!strcmp(misbehave, "projection-lie")) mode = DL_MISBEHAVE_PROJECTION_LIE;
         else if (!strcmp(misbehave, "own-claim")) mode = DL_MISBEHAVE_OWN_CLAIM;
+        else if (!strcmp(misbehave, "own-pull")) mode = DL_MISBEHAVE_OWN_PULL;
         else if (!strcmp(misbehave, "grind")) mode = DL_MISBEHAVE_GRIND;
         else if (!strcmp(misbehave, "two-faced")) mode = DL_MISBEHAVE_TWO_FACED;
         else if (!strcmp(misbehave, "slow-record")) mode = DL_MISBEHAVE_SLOW_RECORD;

@@ -223,8 +223,8 @@ static bool measure_chunk(struct dl_round *r, struct dl_audit_scratch *sc, const
  * malformed chunk: its own signatures show it computed or claimed what no
  * honest peer does, and one back after a minute spoils another round (the
  * attacked run of bench/attack_curve.sh lost a round that way). */
-static void accuse(struct dl_round *r, size_t j, const char *why) {
-    if (r->accused[j]) return;
+void dl_audit_accuse(struct dl_round *r, size_t j, const char *why) {
+    if (!r->accused || r->accused[j]) return;
     r->accused[j] = true;
     char text[300];
     snprintf(text, sizeof text, "accountable aggregation: %s", why);
@@ -327,6 +327,40 @@ static bool seed_due(const struct dl_round *r, double now) {
     return true;
 }
 
+#ifdef DEDLOC_TEST_HOOKS
+/* DL_MISBEHAVE_OWN_PULL: measures of our own chunk of our part that make
+ * chunk k's equation hold for whatever we signed, given the others' true
+ * measures (we hold their chunks) and the clip weights we committed, and
+ * that pass every bound a possible claim must meet: |s - z.q| within 8
+ * claimed distances, that distance within tau of the result (our clip
+ * weight 1 stays possible), the L1 norm as large as the distance allows
+ * (it widens the tolerance). */
+static void own_pull_claim(struct dl_round *r, struct dl_audit_scratch *sc, size_t k, const uint8_t *res,
+                           struct dl_audit_measure *m) {
+    uint64_t off, len;
+    dl_round_chunk_range(r, r->me, k, &off, &len);
+    size_t gi = r->first_chunk[r->me] + k;
+    if (!r->res_meas_valid[gi]) return;
+    double zq = r->res_meas[gi][0], q2 = r->res_meas[gi][2], total = 0, others = 0, own_clip = 1;
+    for (size_t j = 0; j < r->g.n; j++) {
+        if (!in_mask(res, j)) continue;
+        double c = dl_get_f64(commitment_of(r, res, len, j) + 32);
+        total += c;
+        if (j == r->me) {
+            own_clip = c;
+            continue;
+        }
+        struct dl_audit_measure mj;
+        const uint8_t *chunk = r->kept[k * r->g.n + j];
+        if (!chunk || !measure_chunk(r, sc, r->audit_seed, r->me, k, chunk, res, &mj)) return;
+        others += c * mj.s;
+    }
+    m->s = (zq * total - others) / own_clip;
+    m->d = fabs(m->s - zq) / 7.5;
+    m->a = 0.999 * sqrt((double)len) * (m->d + q2);
+}
+#endif
+
 /* Our signed projections of part p; NULL when we are in none of its results. */
 static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, bool lie, size_t *size) {
     size_t chunks = dl_round_chunks_of(r, p), total = proj_size(r, p);
@@ -362,6 +396,7 @@ static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *s
 #ifdef DEDLOC_TEST_HOOKS
         if (lie) m.s += 1000.0 * (fabs(m.s) + 1.0);
         if (p == r->me && r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM) m.a = 1e300, m.d = 0;
+        if (p == r->me && r->misbehaviour == DL_MISBEHAVE_OWN_PULL) own_pull_claim(r, sc, k, res, &m);
 #else
         (void)lie;
 #endif
@@ -537,7 +572,7 @@ static int send_attestation(struct dl_round *r, struct dl_audit_scratch *sc, dou
             bool record = !proj && rec_used + chunk_size <= DL_AUDIT_MAX_STAND_IN;
             if (proj && state[k * n + j] == 2) {
                 record = true;
-                accuse(r, j, "its signed projections contradict the chunk it signed");
+                dl_audit_accuse(r, j, "its signed projections contradict the chunk it signed");
             }
             if (record) {
                 if (!append_record(&records, &rec_used, &rec_cap, k, j, chunk, chunk_size)) {
@@ -690,7 +725,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         size_t j = at + psz <= size - DL_NET_SIGNATURE ? dl_get_u16(pr + 20) : n;
         if (j >= n || proj[j] || memcmp(pr, r->g.round_id, DL_GROUP_ROUND_ID) || dl_get_u16(pr + 16) != p ||
             pr[18] != DL_AUDIT_PROJECTIONS || !projections_signed(r, pr, psz, j)) {
-            accuse(r, p, "it signed an attestation holding projections their sender did not sign");
+            dl_audit_accuse(r, p, "it signed an attestation holding projections their sender did not sign");
             return;
         }
         if (memcmp(pr + 24, r->audit_seed, 32)) {
@@ -725,7 +760,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         at += DL_AUDIT_ACCUSE_HEAD + chunk_size;
         struct dl_audit_measure m;
         if (!read_record(r, sc, p, k, j, chunk, audited_result(r, p, k), &m, why, sizeof why)) {
-            accuse(r, p, why);
+            dl_audit_accuse(r, p, why);
             caught = true;
             break;
         }
@@ -741,15 +776,15 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         if (!dl_audit_measure_agrees(&theirs, &m) || weight != dl_get_f64(proj[j] + 56)) {
             snprintf(why, sizeof why, "its signed projections of part %zu chunk %zu contradict the chunk it signed",
                      p, k);
-            accuse(r, j, why);
+            dl_audit_accuse(r, j, why);
         } else {
             snprintf(why, sizeof why, "it accused member %zu of a contradiction its own evidence does not show", j);
-            accuse(r, p, why);
+            dl_audit_accuse(r, p, why);
         }
         caught = true;
     }
     if (!caught && at != size - DL_NET_SIGNATURE) {
-        accuse(r, p, "it signed a malformed attestation");
+        dl_audit_accuse(r, p, "it signed a malformed attestation");
         caught = true;
     }
     for (size_t k = 0; k < dl_round_chunks_of(r, p) && !caught; k++) {
@@ -787,11 +822,11 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         snprintf(text, sizeof text, "its result of part %zu chunk %zu is wrong: %s", p, k, why);
         if (v == DL_AUDIT_FALSE_CLAIM) {
             /* proj[j] is signed by j (checked above): its own words. */
-            accuse(r, member_of[false_claim], why);
+            dl_audit_accuse(r, member_of[false_claim], why);
             break;
         }
         if (v == DL_AUDIT_WRONG) {
-            accuse(r, p, text);
+            dl_audit_accuse(r, p, text);
             break;
         }
         if (v == DL_AUDIT_UNCHECKABLE) {
@@ -917,7 +952,7 @@ static void send_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, doub
                     agrees = measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &mine) &&
                              dl_audit_measure_agrees(&theirs, &mine) && weight == dl_get_f64(chunk + DL_AVG_REF_HEADER);
                     if (!agrees && j != r->me)
-                        accuse(r, j, "its signed projection of a re-reduced chunk contradicts the chunk it signed");
+                        dl_audit_accuse(r, j, "its signed projection of a re-reduced chunk contradicts the chunk it signed");
                 }
                 size_t body = agrees ? DL_AUDIT_PROJ1_SIZE : chunk_size;
                 size_t size = DL_AUDIT_REREDUCED_HEAD + body + DL_NET_SIGNATURE;
@@ -986,7 +1021,7 @@ static void check_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, siz
                 memcmp(body, msg, 18) || memcmp(body + 20, msg + 20, 4) || body[18] != DL_AUDIT_PROJ1 ||
                 dl_get_u16(body + 24) != j) {
                 snprintf(why, sizeof why, "it passed on a projection of member %zu that member did not sign", j);
-                accuse(r, reducer, why);
+                dl_audit_accuse(r, reducer, why);
                 return;
             }
             if (memcmp(body + 32, r->audit_seed, 32)) {
@@ -996,14 +1031,14 @@ static void check_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, siz
             read_proj1(body, &weight, &m);
         } else if (msg[26] == 0 && size == chunk_size) {
             if (!read_record(r, sc, part, k, j, body, res, &m, why, sizeof why)) {
-                accuse(r, reducer, why);
+                dl_audit_accuse(r, reducer, why);
                 return;
             }
             weight = dl_get_f64(body + DL_AVG_REF_HEADER);
         } else {
             snprintf(why, sizeof why, "it signed a malformed record of its re-reduction of part %zu chunk %zu", part,
                      k);
-            accuse(r, reducer, why);
+            dl_audit_accuse(r, reducer, why);
             return;
         }
         member_of[count] = j;
@@ -1016,8 +1051,8 @@ static void check_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, siz
     enum dl_audit_verdict v = chunk_verdict(r, sc, part, k, res, claims, count, &false_claim, why, sizeof why);
     char text[400];
     snprintf(text, sizeof text, "its re-reduction of part %zu chunk %zu is wrong: %s", part, k, why);
-    if (v == DL_AUDIT_FALSE_CLAIM) accuse(r, member_of[false_claim], why); /* signed by it (checked above) */
-    else if (v == DL_AUDIT_WRONG) accuse(r, reducer, text);
+    if (v == DL_AUDIT_FALSE_CLAIM) dl_audit_accuse(r, member_of[false_claim], why); /* signed by it (checked above) */
+    else if (v == DL_AUDIT_WRONG) dl_audit_accuse(r, reducer, text);
     else if (v == DL_AUDIT_UNCHECKABLE) unsure(r, text);
     else r->audit_chunks++;
     dl_round_progress(r);
@@ -1078,7 +1113,7 @@ static void check_roster(struct dl_round *r, size_t j) {
         char why[160];
         snprintf(why, sizeof why, "it signed two different results of part %zu chunk %zu (one reached member %zu)",
                  part, k, j);
-        accuse(r, reducer, why);
+        dl_audit_accuse(r, reducer, why);
     }
 }
 

@@ -159,14 +159,15 @@ int dl_test_misbehaviour_from_name(const char *name, int *mode) {
     } modes[] = {{"result-scale", DL_MISBEHAVE_RESULT_SCALE}, {"projection-lie", DL_MISBEHAVE_PROJECTION_LIE},
                  {"huge-values", DL_MISBEHAVE_HUGE_VALUES},   {"dictate", DL_MISBEHAVE_DICTATE},
                  {"stall-leader", DL_MISBEHAVE_STALL_LEADER}, {"skip-audit", DL_MISBEHAVE_SKIP_AUDIT},
-                 {"attest-only", DL_MISBEHAVE_ATTEST_ONLY},   {"own-claim", DL_MISBEHAVE_OWN_CLAIM}};
+                 {"attest-only", DL_MISBEHAVE_ATTEST_ONLY},   {"own-claim", DL_MISBEHAVE_OWN_CLAIM},
+                 {"own-pull", DL_MISBEHAVE_OWN_PULL}};
     for (size_t i = 0; name && i < sizeof modes / sizeof modes[0]; i++)
         if (!strcmp(name, modes[i].name)) {
             *mode = modes[i].mode;
             return 0;
         }
     return dl_fail("unknown test misbehaviour '%s' (result-scale, projection-lie, huge-values, dictate, "
-                   "stall-leader, skip-audit, attest-only or own-claim)",
+                   "stall-leader, skip-audit, attest-only, own-claim or own-pull)",
                    name ? name : "(null)");
 }
 

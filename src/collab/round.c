@@ -117,6 +117,22 @@ void dl_round_mark_failed(struct dl_round *r, size_t member, const char *why) {
 
 bool dl_round_weight_ok(double weight) { return isfinite(weight) && weight >= 0 && weight <= DL_AVG_MAX_WEIGHT; }
 
+bool dl_round_reducer_sits_out(const struct dl_group *g) {
+    if (g->aggregation != DL_AGG_CENTERED_CLIP) return false;
+    size_t senders = 0;
+    for (size_t j = 0; j < g->n; j++) senders += g->members[j].role != DL_MEMBER_AUX;
+    return senders >= 3;
+}
+
+/* Whether this reducer counts its own contribution: as the rule says, or
+ * (test hooks) as a liar that breaks it. */
+static bool counts_itself(const struct dl_round *r) {
+#ifdef DEDLOC_TEST_HOOKS
+    if (r->misbehaviour == DL_MISBEHAVE_OWN_PULL || r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM) return true;
+#endif
+    return !dl_round_reducer_sits_out(&r->g);
+}
+
 static uint8_t *encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, bool sign, size_t *size) {
     if (!r->input_ready || !r->input) return NULL;
     uint64_t off, len;
@@ -323,8 +339,9 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     bool usable[DL_AVG_MAX_MEMBERS] = {false};
     double present_weight = 0;
     size_t present = 0;
+    bool self = counts_itself(r);
     for (size_t j = 0; j < r->g.n; j++) {
-        if (!contrib[j]) continue;
+        if (!contrib[j] || (j == r->me && !self)) continue;
         header_weight[j] = dl_get_f64(contrib[j] + DL_AVG_REF_HEADER);
         if (!dl_round_weight_ok(header_weight[j]) || r->g.members[j].role == DL_MEMBER_AUX) {
             bad[j] = true;
@@ -401,7 +418,8 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     if (clip) {
         int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len, clip_weight, iterate, &moved);
 #ifdef DEDLOC_TEST_HOOKS
-        if (!rc && r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM && generation == 0)
+        if (!rc && (r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM || r->misbehaviour == DL_MISBEHAVE_OWN_PULL) &&
+            generation == 0)
             own_claim_clip_weights(r, decoded, who, count, (size_t)len, clip_weight);
 #endif
         free(decoded);
@@ -413,7 +431,8 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
         for (size_t e = 0; e < len; e++) r->acc[e] /= total;
     }
 #ifdef DEDLOC_TEST_HOOKS
-    if (((r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE || r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM) &&
+    if (((r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE || r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM ||
+          r->misbehaviour == DL_MISBEHAVE_OWN_PULL) &&
          generation == 0) ||
         (r->misbehaviour == DL_MISBEHAVE_REREDUCE_SCALE && generation == 1))
         for (size_t e = 0; e < len; e++) r->acc[e] *= -1000.0;
@@ -506,6 +525,18 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
          * every member fails alike. */
         dl_round_fail(r, DL_AVG_FAILED, "the result of part %zu chunk %zu from %s does not decode or carries "
                       "an impossible weight (%g)", part, k, m->peer_id, samples);
+        return -1;
+    }
+    if (dl_round_reducer_sits_out(&r->g) && ((msg[28 + reducer / 8] >> (reducer % 8)) & 1)) {
+        /* Its own signature shows it counted the one contribution whose
+         * claims no one can check: refused for the run, by every member
+         * that receives this result, relayed or not. */
+        char why[200];
+        snprintf(why, sizeof why, "under centered clip it signed a result of part %zu chunk %zu that counts its own "
+                 "contribution", part, k);
+        dl_audit_accuse(r, reducer, why);
+        dl_round_fail(r, DL_AVG_FAILED, "accountable aggregation caught member %zu (%s): %s", reducer, m->peer_id,
+                      why);
         return -1;
     }
     uint8_t *copy = dl_malloc(size);

@@ -114,6 +114,13 @@ enum dl_misbehaviour {
      * to the result (under centered clip, with the clip weights the scaled
      * result gives the others: only the equation could tell) */
     DL_MISBEHAVE_OWN_CLAIM,
+    /* test-hook builds only, under centered clip: an aggregator that keeps
+     * its own contribution in its part (dl_round_reducer_sits_out says it
+     * may not), signs -1000 times the average with the clip weights that
+     * gives the others, and after the seed signs measures of its own chunk
+     * that are possible (dl_audit_claim_possible) and make the equation
+     * hold: the own-claim gap the rule above closes */
+    DL_MISBEHAVE_OWN_PULL,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -304,6 +311,15 @@ void dl_round_mark_failed(struct dl_round *r, size_t member, const char *why);
 /* Whether a chunk header's weight can be taken: finite, >= 0, at most
  * DL_AVG_MAX_WEIGHT. */
 bool dl_round_weight_ok(double weight);
+/* Whether a reducer leaves its own contribution out of the chunks it
+ * reduces: under centered clip, once the group has three members or more
+ * that send gradients. Its own chunk is the one contribution no one else
+ * holds, so its signed claims about it can be checked by no one, and
+ * under centered clip one such claim can hold a result anywhere against
+ * up to about nine honest contributors (docs/protocol.md, "Accountable
+ * aggregation"). With fewer senders there is no honest majority to
+ * protect and every gradient counts. */
+bool dl_round_reducer_sits_out(const struct dl_group *g);
 /* Our own chunk of part p, encoded with our weight in its header
  * (misbehaviour applied). malloc'd; NULL before our vector is handed over. */
 uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size);
@@ -365,6 +381,9 @@ void dl_audit_free(struct dl_round *r);
 /* Once every result is in: projections out, attestations out and checked.
  * true when the audit is over (r->status says how it ended). */
 bool dl_audit_pump(struct dl_round *r, double now);
+/* A verdict on signed evidence against member j: refused for the rest of
+ * the run, in this round's `accused`, and the round is not applied. */
+void dl_audit_accuse(struct dl_round *r, size_t j, const char *why);
 void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev);
 #ifdef DEDLOC_TEST_HOOKS
 /* DL_MISBEHAVE_TWO_FACED: a signed copy of our stored result gi with other

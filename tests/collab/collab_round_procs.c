@@ -505,6 +505,11 @@ static void verify(const struct scenario *sc) {
             CHECK_MSG(part <= limit, "member %d aggregates %.0f elements, above the cap %.0f", index_of[g], part, limit);
         }
     }
+    /* Under centered clip with three senders or more, no reducer counts
+     * its own contribution (round.h, dl_round_reducer_sits_out). */
+    int senders = 0;
+    for (int g = 0; g < n; g++) senders += index_of[g] < 0 || strcmp(members[index_of[g]].role, "aux") != 0;
+    bool sits_out = sc->aggregation && !strcmp(sc->aggregation, "centered-clip") && senders >= 3;
     double bound = codec_bound(compression_of(sc));
     double worst = 0, worst_sent = 0;
     size_t covered = 0;
@@ -540,6 +545,9 @@ static void verify(const struct scenario *sc) {
                 CHECK_MSG(false, "chunk %d holds the vector of monitor-role member %d", ci, who);
         }
         CHECK_MSG(count > 0, "chunk %d has no contributor", ci);
+        if (sits_out && reducer >= 0 && reducer < n)
+            CHECK_MSG(!in[reducer], "chunk %d: under centered clip its reducer (member %d) counted itself", ci,
+                      index_of[reducer]);
         /* Each weight counts up to 4 times the lower median of the chunk's
          * positive weights (docs/protocol.md, "Bounded claims"). */
         double capped[MAX_MEMBERS], positive[MAX_MEMBERS];

@@ -194,10 +194,19 @@ static const struct scenario scenarios[] = {
      .caught = true, .needs_test_hooks = true},
     /* an aggregator that signs -1000 times the average and claims an L1
      * norm of 1e300 for its own chunk of its part, which would widen the
-     * equation's tolerance past the lie: no chunk at its distance has that
-     * norm, so its own signed claim convicts it */
+     * equation's tolerance past the lie: under centered clip it must leave
+     * its own chunk out, and the result that counts it convicts it (under
+     * the mean its impossible claim does: test_collab_round_memory) */
     {.name = "audit_own_claim_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
      .aggregation = "centered-clip", .victim = 3, .misbehave = "own-claim", .caught = true,
+     .needs_test_hooks = true},
+    /* an aggregator that signs -1000 times the average and, after the
+     * seed, claims possible measures of its own chunk that make every
+     * chunk's equation hold: two honest contributors cannot pull the
+     * result back against that one claim, so only the rule that a reducer
+     * leaves its own chunk out under centered clip catches it */
+    {.name = "audit_own_pull_clip", .member_count = 3, .vector_size = 1000003, .compression = "fp16",
+     .aggregation = "centered-clip", .victim = 1, .misbehave = "own-pull", .caught = true,
      .needs_test_hooks = true},
     /* a clean centered-clip round passes every check */
     {.name = "audit_clean_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",

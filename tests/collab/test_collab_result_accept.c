@@ -78,13 +78,18 @@ static struct dl_round *round_as_member_2(struct dl_bans *bans) {
     return r;
 }
 
+#define EVERYONE 0x7
+
 /* A result of `part`'s only chunk, generation `gen`, naming `reducer`,
- * signed by `signer` over the header and the hash of `value` x PART. */
-static uint8_t *result(size_t part, uint8_t gen, size_t reducer, size_t signer, float value, size_t *size) {
-    size_t enc = dl_codec_size(DL_CODEC_NONE, PART);
+ * with the contributors of `mask`, signed by `signer` over the header and
+ * the hash of `value` x PART. */
+static uint8_t *result_of(size_t part, uint8_t gen, size_t reducer, size_t signer, float value, uint8_t mask,
+                          size_t *size) {
+    size_t enc = dl_codec_size(DL_CODEC_NONE, PART), contributors = 0;
+    for (size_t j = 0; j < MEMBERS; j++) contributors += (mask >> j) & 1;
     /* the data, then the audit's commitments (e2, delta, and a hash and a
      * clip weight per contributor: zeros here), all under the signature */
-    *size = DL_AVG_RESULT_HEADER + enc + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * MEMBERS;
+    *size = DL_AVG_RESULT_HEADER + enc + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * contributors;
     uint8_t *msg = calloc(1, *size);
     if (!msg) abort();
     memcpy(msg, group.round_id, DL_GROUP_ROUND_ID);
@@ -92,8 +97,8 @@ static uint8_t *result(size_t part, uint8_t gen, size_t reducer, size_t signer, 
     msg[18] = gen;
     dl_put_u32(msg + 20, 0);
     dl_put_u16(msg + 24, (uint16_t)reducer);
-    for (size_t j = 0; j < MEMBERS; j++) msg[28] |= (uint8_t)(1u << j);
-    dl_put_f64(msg + 60, MEMBERS);
+    msg[28] = mask;
+    dl_put_f64(msg + 60, (double)contributors);
     float values[PART];
     for (size_t i = 0; i < PART; i++) values[i] = value + (float)i * 1e-3f;
     CHECK_OK(dl_codec_encode(DL_CODEC_NONE, values, PART, msg + DL_AVG_RESULT_HEADER));
@@ -103,6 +108,10 @@ static uint8_t *result(size_t part, uint8_t gen, size_t reducer, size_t signer, 
                        NULL, 0);
     crypto_sign_detached(msg + DL_AVG_RESULT_SIGNED, NULL, signed_part, sizeof signed_part, sk[signer]);
     return msg;
+}
+
+static uint8_t *result(size_t part, uint8_t gen, size_t reducer, size_t signer, float value, size_t *size) {
+    return result_of(part, gen, reducer, signer, value, EVERYONE, size);
 }
 
 /* The stored result of part's chunk: its first value, NAN when none. */
@@ -194,6 +203,43 @@ int main(void) {
     CHECK(dl_round_accept_result(r, msg, size, true, group.members[1].peer_id) > 0 && stored(r, 1) == 7.0f);
     free(msg);
     dl_round_free(r);
+
+    /* Centered clip with three senders: a reducer leaves its own chunk out
+     * (dl_round_reducer_sits_out). A result of member 1's part without
+     * member 1 is taken; one that counts member 1, however well signed,
+     * convicts it: refused, the round fails, member 1 is accused and
+     * refused for the run. */
+    group.aggregation = DL_AGG_CENTERED_CLIP;
+    CHECK(dl_round_reducer_sits_out(&group));
+    r = round_as_member_2(&bans);
+    msg = result_of(1, 0, 1, 1, 7.0f, EVERYONE & ~2u, &size);
+    CHECK_MSG(dl_round_accept_result(r, msg, size, true, group.members[1].peer_id) > 0 && stored(r, 1) == 7.0f,
+              "a centered-clip result without its reducer's own chunk was refused");
+    free(msg);
+    msg = result_of(0, 0, 0, 0, 5.0f, EVERYONE, &size);
+    CHECK_MSG(dl_round_accept_result(r, msg, size, false, group.members[1].peer_id) < 0,
+              "a centered-clip result counting its reducer's own chunk was taken");
+    CHECK_MSG(isnan(stored(r, 0)), "the result counting its reducer was stored");
+    CHECK_MSG(r->status == DL_AVG_FAILED && strstr(r->reason, "counts its own contribution"),
+              "the round went on (%d: %s)", (int)r->status, r->reason);
+    CHECK_MSG(r->accused && r->accused[0] && !r->accused[1], "member 0 is not the one accused");
+    CHECK_MSG(dl_bans_is_banned(&bans, group.members[0].peer_id), "member 0 is not refused");
+    free(msg);
+    dl_round_free(r);
+
+    /* With only two senders (member 0 aux) there is no honest majority to
+     * protect: a reducer counts itself, and the result is taken. */
+    group.members[0].role = DL_MEMBER_AUX;
+    CHECK(!dl_round_reducer_sits_out(&group));
+    r = round_as_member_2(&bans);
+    msg = result_of(1, 0, 1, 1, 7.0f, EVERYONE & ~1u, &size);
+    CHECK_MSG(dl_round_accept_result(r, msg, size, true, group.members[1].peer_id) > 0 && stored(r, 1) == 7.0f,
+              "with two senders, a centered-clip result counting its reducer was refused");
+    free(msg);
+    dl_round_free(r);
+    group.members[0].role = DL_MEMBER_TRAINER;
+    group.aggregation = DL_AGG_MEAN;
+    CHECK(!dl_round_reducer_sits_out(&group));
 
     dl_bans_destroy(&bans);
     return dl_test_finish("collab result acceptance");
