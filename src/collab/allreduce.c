@@ -108,7 +108,8 @@ static size_t min_result_next(const struct dl_round *r) {
 }
 
 static void pump_aggregate(struct dl_round *r, double now) {
-    /* Our own contribution goes into every chunk of our part. */
+    /* Our own contribution goes into every chunk of our part (where it does
+     * not sit out, dl_round_reducer_sits_out: dl_round_reduce skips it). */
     if (!r->i_aggregate || (r->i_send && !r->input_ready)) return;
     while (r->next_reduce < r->agg_chunks && r->next_reduce - min_result_next(r) < DL_AVG_REDUCE_AHEAD) {
         uint32_t k = r->next_reduce;
