@@ -370,6 +370,8 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "projection-lie")) mode = DL_MISBEHAVE_PROJECTION_LIE;
         else if (!strcmp(misbehave, "own-claim")) mode = DL_MISBEHAVE_OWN_CLAIM;
         else if (!strcmp(misbehave, "own-pull")) mode = DL_MISBEHAVE_OWN_PULL;
+        else if (!strcmp(misbehave, "scale-then-silent")) mode = DL_MISBEHAVE_SCALE_THEN_SILENT;
+        else if (!strcmp(misbehave, "then-silent")) mode = DL_MISBEHAVE_THEN_SILENT;
         else if (!strcmp(misbehave, "grind")) mode = DL_MISBEHAVE_GRIND;
         else if (!strcmp(misbehave, "two-faced")) mode = DL_MISBEHAVE_TWO_FACED;
         else if (!strcmp(misbehave, "slow-record")) mode = DL_MISBEHAVE_SLOW_RECORD;

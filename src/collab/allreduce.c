@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "collab/balance.h"
 #include "collab/bytes.h"
@@ -176,6 +177,11 @@ static void pump_results(struct dl_round *r, double now) {
         if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX || r->failed[m]) continue;
         struct dl_result_out *o = &r->out[m];
         while (o->inflight < DL_AVG_RESULT_WINDOW && o->next < r->next_reduce) {
+#ifdef DEDLOC_TEST_HOOKS
+            if ((r->misbehaviour == DL_MISBEHAVE_SCALE_THEN_SILENT || r->misbehaviour == DL_MISBEHAVE_THEN_SILENT) &&
+                o->next >= 1)
+                break;
+#endif
             size_t gi = r->first_chunk[r->me] + o->next;
             const uint8_t *result = r->store[gi];
             uint8_t *other_face = NULL;
@@ -427,7 +433,29 @@ int dl_round_begin(struct dl_round *r) {
     return 0;
 }
 
+#ifdef DEDLOC_TEST_HOOKS
+/* DL_MISBEHAVE_SCALE_THEN_SILENT, DL_MISBEHAVE_THEN_SILENT: once every receiver has our first
+ * result, the round thread stops answering until the deadline, as a hung
+ * peer would (requests queue unanswered, the heartbeat goes stale). */
+static bool silent_now(struct dl_round *r) {
+    if ((r->misbehaviour != DL_MISBEHAVE_SCALE_THEN_SILENT && r->misbehaviour != DL_MISBEHAVE_THEN_SILENT) ||
+        !r->i_aggregate || !r->agg_chunks)
+        return false;
+    for (size_t m = 0; m < r->g.n; m++)
+        if (m != r->me && r->g.members[m].role != DL_MEMBER_AUX && !r->failed[m] &&
+            (r->out[m].next < 1 || r->out[m].inflight))
+            return false;
+    DL_WARN("collab", "test misbehaviour: going silent after our first result");
+    while (dl_now() < r->deadline) nanosleep(&(struct timespec){0, 50000000L}, NULL);
+    dl_round_fail(r, DL_AVG_FAILED, "went silent after its first result (test misbehaviour)");
+    return true;
+}
+#endif
+
 bool dl_round_advance(struct dl_round *r, double *wake_at) {
+#ifdef DEDLOC_TEST_HOOKS
+    if (silent_now(r)) return true;
+#endif
     double now = dl_round_now(r);
     dl_round_progress(r);
     check_handoff(r, now);

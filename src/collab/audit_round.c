@@ -418,8 +418,11 @@ static void send_projections(struct dl_round *r, struct dl_audit_scratch *sc, do
     size_t n = r->g.n, total = DL_AUDIT_BUNDLE_HEAD;
     uint8_t *block[DL_AVG_MAX_MEMBERS] = {NULL};
     size_t block_size[DL_AVG_MAX_MEMBERS] = {0};
+    /* A failed aggregator's part too where it sat out of its own chunks:
+     * the senders' projections are then all its delivered results have. */
+    bool sits_out = dl_round_reducer_sits_out(&r->g);
     for (size_t p = 0; p < n; p++) {
-        if (!r->g.members[p].part_elems || r->failed[p]) continue;
+        if (!r->g.members[p].part_elems || (r->failed[p] && !sits_out)) continue;
         bool lie = p != r->me && r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE;
         block[p] = build_projections(r, sc, p, lie, &block_size[p]);
         dl_round_progress(r);
@@ -1269,6 +1272,21 @@ static bool take_bundle(struct dl_round *r, const uint8_t *msg, size_t size, siz
     return true;
 }
 
+/* Whether to stop waiting for the projections of part p's delivered
+ * results: stall_s after our seed, or at once when a contributor that has
+ * not sent them failed or cannot be reached. */
+static bool projections_overdue(const struct dl_round *r, size_t p, double now) {
+    if (now - r->seed_at > r->stall_s) return true;
+    size_t n = r->g.n;
+    for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+        const uint8_t *res = audited_result(r, p, k);
+        for (size_t j = 0; res && j < n; j++)
+            if (in_mask(res, j) && !r->fast_proj[p * n + j] && j != r->me && (r->failed[j] || r->audit_gone[j]))
+                return true;
+    }
+    return false;
+}
+
 /* Part p's results against the projections its contributors sent us, once
  * all are in: true when every chunk's equation holds (the part is checked,
  * no attestation needed). False says nothing against anyone: a sender may
@@ -1412,7 +1430,9 @@ bool dl_audit_pump(struct dl_round *r, double now) {
 #else
             bool fast = true;
 #endif
-            if (fast && !r->attest_in[p] && !r->fast_tried[p] && !r->failed[p] && fast_check(r, sc, p)) {
+            bool sits_out = dl_round_reducer_sits_out(&r->g);
+            if (fast && !r->attest_in[p] && !r->fast_tried[p] && (!r->failed[p] || sits_out) &&
+                fast_check(r, sc, p)) {
                 r->attest_checked[p] = true;
             } else if (r->attest_in[p]) {
                 check_attestation(r, sc, p);
@@ -1421,6 +1441,23 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                  * the round will not be applied, nothing more to learn. */
                 unsure(r, "an aggregator was banned before its attestation came");
                 r->attest_checked[p] = true;
+            } else if (r->failed[p] && sits_out) {
+                /* It failed mid-round, and its own chunk is in none of its
+                 * results: the senders' projections cover every chunk it
+                 * delivered, and the fast check above is their only check
+                 * (no attestation will come). A chunk that fails it, or
+                 * projections that do not all come, show no one lied (a
+                 * sender may have lied to us): nothing applied. */
+                if (r->fast_tried[p] || projections_overdue(r, p, now)) {
+                    char text[200];
+                    snprintf(text, sizeof text, "part %zu's aggregator failed and its delivered results %s", p,
+                             r->fast_tried[p] ? "do not agree with the senders' projections"
+                                              : "came without every sender's projections");
+                    unsure(r, text);
+                    r->attest_checked[p] = true;
+                } else {
+                    waiting = true;
+                }
             } else if (r->failed[p]) {
                 /* It failed mid-round (recovery took over its part): what
                  * it delivered before is applied unchecked, as before this

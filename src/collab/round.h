@@ -121,6 +121,16 @@ enum dl_misbehaviour {
      * that are possible (dl_audit_claim_possible) and make the equation
      * hold: the own-claim gap the rule above closes */
     DL_MISBEHAVE_OWN_PULL,
+    /* test-hook builds only: an aggregator whose results are -1000 times
+     * the average, that sends the first of them to every member and then
+     * goes silent for the rest of the round (no result, nonce, projection
+     * or attestation): members count it as failed, recovery re-reduces the
+     * rest of its part, and the one wrong result it delivered has no
+     * attestation to be checked against */
+    DL_MISBEHAVE_SCALE_THEN_SILENT,
+    /* test-hook builds only: the same silence after honest results (a peer
+     * that hangs mid-round): what it delivered is checked and applied */
+    DL_MISBEHAVE_THEN_SILENT,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */

@@ -537,7 +537,8 @@ static void verify(const struct scenario *sc) {
             count++;
             int who = index_of[g];
             bool welcome = who >= 0 && members[who].misbehave && (!strcmp(members[who].misbehave, "weight-huge") ||
-                                                                  !strcmp(members[who].misbehave, "slow-record"));
+                                                                  !strcmp(members[who].misbehave, "slow-record") ||
+                                                                  !strcmp(members[who].misbehave, "then-silent"));
             if (who >= 0 && members[who].misbehave && g != reducer && !welcome)
                 CHECK_MSG(false, "chunk %d holds the misbehaving member's data", ci);
             if (who >= 0 && !strcmp(members[who].role, "aux")) CHECK_MSG(false, "chunk %d holds an aux member", ci);
@@ -719,7 +720,7 @@ static void verify_refused(const struct scenario *sc) {
     }
     CHECK_MSG(refused >= num_members - 1, "%d of %d members refused with \"%s\"", refused, num_members,
               sc->refusal);
-    printf("%d members refused the leader's record\n", refused);
+    printf("%d members refused the round with \"%s\"\n", refused, sc->refusal);
 }
 
 /* Whether the file at path holds text. */

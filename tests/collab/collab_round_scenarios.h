@@ -208,6 +208,22 @@ static const struct scenario scenarios[] = {
     {.name = "audit_own_pull_clip", .member_count = 3, .vector_size = 1000003, .compression = "fp16",
      .aggregation = "centered-clip", .victim = 1, .misbehave = "own-pull", .caught = true,
      .needs_test_hooks = true},
+    /* an aggregator that signs -1000 times the average, delivers its first
+     * result to everyone and goes silent: members count it as failed and
+     * re-reduce the rest of its part. Its own chunk is in none of its
+     * results (centered clip), so the senders' projections check the one it
+     * delivered: it fails, and with no attestation to say who lied nobody
+     * applies the round (before, a failed aggregator's delivered results
+     * were applied unchecked) */
+    {.name = "audit_silent_liar_clip", .member_count = 4, .vector_size = 2500003, .compression = "fp16",
+     .aggregation = "centered-clip", .victim = 1, .misbehave = "scale-then-silent",
+     .refusal = "delivered results do not agree with the senders' projections", .needs_test_hooks = true},
+    /* the same aggregator honest: it delivers its first result and hangs;
+     * what it delivered passes the senders' projections (counted among the
+     * chunks checked), the rest is re-reduced, and the round is applied */
+    {.name = "audit_silent_clip", .member_count = 4, .vector_size = 2500003, .compression = "fp16",
+     .aggregation = "centered-clip", .victim = 1, .misbehave = "then-silent", .victim_status = "failed",
+     .needs_test_hooks = true},
     /* a clean centered-clip round passes every check */
     {.name = "audit_clean_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
      .aggregation = "centered-clip", .roles = "ttatc"},
