@@ -96,10 +96,6 @@ bool dl_loop_early_due(const struct dl_loop_policy *p, const struct dl_loop_coun
     return true;
 }
 
-bool dl_loop_wait_for_peers(const struct dl_swarm_look *look, size_t want) {
-    return look->at_epoch + look->refused < want && look->at_previous > 0;
-}
-
 bool dl_loop_heal_due(const struct dl_swarm_look *look) {
     if (!look->i_disagree || look->at_previous > 0) return false;
     /* dl_swarm_look names a reference only when a strict majority holds it;

@@ -122,14 +122,6 @@ bool dl_loop_early_due(const struct dl_loop_policy *policy, const struct dl_loop
  * whoever holds the most identities would win it (docs/collab_training.md,
  * "The epoch and the reference state"). */
 bool dl_loop_heal_due(const struct dl_swarm_look *look);
-/* Whether a ready peer waits for more peers before its round: while fewer
- * than `want` (--min-peers) are at our epoch, counting those we refuse
- * (present, never in our groups), and some peer is on its way (one epoch
- * behind us, finishing that round). A peer further behind is not coming
- * to this epoch (it will take the swarm's state); waiting for one our
- * view counts and the others' views do not (a peer they refuse and we do
- * not yet) only lets them form this epoch's group without us. */
-bool dl_loop_wait_for_peers(const struct dl_swarm_look *look, size_t want);
 
 enum dl_loop_sync_action {
     DL_LOOP_SYNC_NONE,         /* our state is the swarm's: go on */

@@ -98,15 +98,13 @@ static int micro_batch(loop_state *st) {
     return dl_net_publish_progress(st->net, (uint64_t)st->model.opt.step, (double)loop_local_samples(st), rate);
 }
 
-/* Waits (bounded) while dl_loop_wait_for_peers says to: in an attacked
- * swarm an honest peer that waited for `want` regardless lost 10 s and the
- * round in each of five steps, as the others formed them without it. */
+/* Waits (bounded) until `want` peers are at our epoch. */
 static void wait_for_peers(loop_state *st, size_t want, double timeout_s) {
     double until = dl_now() + timeout_s;
     while (dl_now() < until && !loop_stopping(st)) {
         struct dl_swarm_look look;
         if (!dl_swarm_look(st->net, st->collab, (uint64_t)st->model.opt.step, NULL, 0, NULL, &look) &&
-            !dl_loop_wait_for_peers(&look, want))
+            look.at_epoch + look.refused >= want)
             return;
         loop_nap(0.02);
     }

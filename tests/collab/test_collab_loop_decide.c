@@ -357,30 +357,7 @@ static void test_local_sync(void) {
     CHECK(dl_loop_sync_target(&exact, &c, &l) == 4096.0);
 }
 
-/* --min-peers 8 in a swarm of 5 honest peers and 3 attackers: wait while
- * a peer finishing the previous round may still come, not for a count
- * that no peer on its way can reach. */
-static void test_wait_for_peers(void) {
-    struct dl_swarm_look l;
-    memset(&l, 0, sizeof l);
-    l.at_epoch = 4;
-    l.at_previous = 1;
-    l.refused = 3;
-    CHECK_MSG(dl_loop_wait_for_peers(&l, 8), "4 here, 3 refused and one on its way: not waited for");
-    l.at_epoch = 5;
-    l.at_previous = 0;
-    CHECK_MSG(!dl_loop_wait_for_peers(&l, 8), "5 here and 3 refused: waited all the same");
-    /* we refuse 2 of the 3; the third, which the others refuse, is far
-     * behind: nobody is on the way, so we go with the others */
-    l.refused = 2;
-    CHECK_MSG(!dl_loop_wait_for_peers(&l, 8), "waited for a peer that is not coming");
-    l.at_previous = 1;
-    CHECK_MSG(dl_loop_wait_for_peers(&l, 8), "a peer on its way was not waited for");
-    CHECK(!dl_loop_wait_for_peers(&l, 7));
-}
-
 int main(void) {
-    test_wait_for_peers();
     test_policy();
     test_local_sync();
     test_ready();
