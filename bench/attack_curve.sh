@@ -12,7 +12,8 @@
 #                (--test-attack, --test-misbehave result-scale; another of
 #                round.h's misbehaviours with MISBEHAVE=, e.g. own-claim)
 # and prints, per run, the mean loss of the last W steps against the clean
-# reference's, the wall time and the seconds per step; then a JSON line.
+# reference's, the wall time (every peer done) and the seconds per step, and
+# honest_s, the time until the five honest peers are done; then a JSON line.
 # Needs a test-hook build (scripts/setup.sh builds one).
 #   bench/attack_curve.sh [DEDLOC_BINARY]     (STEPS=20 W=5 by default)
 set -euo pipefail
@@ -71,7 +72,11 @@ swarm() {
       [ -n "$first" ] || { echo "${tag}0 did not report its address"; exit 1; }
     fi
   done
-  for i in 0 1 2 3 4 5 6 7; do wait "${PID[$tag$i]}" || true; unset "PID[$tag$i]"; done
+  # peers 0-4 are honest in every run: their end is what a user waits for
+  # (an attacker may keep trying alone long after)
+  for i in 0 1 2 3 4; do wait "${PID[$tag$i]}" || true; unset "PID[$tag$i]"; done
+  echo "$(now) - $t0" | bc -l >"$TMP/$tag.honest_seconds"
+  for i in 5 6 7; do wait "${PID[$tag$i]}" || true; unset "PID[$tag$i]"; done
   echo "$(now) - $t0" | bc -l >"$TMP/$tag.seconds"
 }
 
@@ -83,20 +88,21 @@ ATTACK=1 swarm ac --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3
 tail_loss() { jq -s "[.[] | select(.step) | (.loss // 1e30)] | .[-$W:] | add / length" "$1"; }
 steps_of() { jq -s '[.[] | select(.step) | .step] | max // 0' "$1"; }
 clean=$(tail_loss "$TMP/single.jsonl")
-printf '%-12s %6s %10s %9s %8s %8s\n' run steps loss vs_clean wall_s s/step
-printf '%-12s %6s %10.4f %9s %8.1f %8.2f\n' single "$(steps_of "$TMP/single.jsonl")" "$clean" "" "$single_s" \
-  "$(echo "$single_s / $STEPS" | bc -l)"
+printf '%-12s %6s %10s %9s %8s %8s %9s\n' run steps loss vs_clean wall_s s/step honest_s
+printf '%-12s %6s %10.4f %9s %8.1f %8.2f %9s\n' single "$(steps_of "$TMP/single.jsonl")" "$clean" "" "$single_s" \
+  "$(echo "$single_s / $STEPS" | bc -l)" ""
 json="{\"steps\":$STEPS,\"attacker_misbehaviour\":\"${MISBEHAVE:-result-scale}\",\"window\":$W,\"clean_loss\":$clean,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 for tag in cm cn cc ac; do
   loss=$(tail_loss "$TMP/${tag}0.jsonl")
   secs=$(cat "$TMP/$tag.seconds")
+  honest=$(cat "$TMP/$tag.honest_seconds")
   rel=$(echo "($loss - $clean) / $clean * 100" | bc -l)
   case $tag in cm) name=clean-mean ;; cn) name=clean-noaudit ;; cc) name=clean-clip ;; ac) name=attack-clip ;; esac
-  printf '%-12s %6s %10.4f %+8.2f%% %8.1f %8.2f\n' "$name" "$(steps_of "$TMP/${tag}0.jsonl")" "$loss" "$rel" "$secs" \
-    "$(echo "$secs / $STEPS" | bc -l)"
+  printf '%-12s %6s %10.4f %+8.2f%% %8.1f %8.2f %9.1f\n' "$name" "$(steps_of "$TMP/${tag}0.jsonl")" "$loss" "$rel" \
+    "$secs" "$(echo "$secs / $STEPS" | bc -l)" "$honest"
   # what the honest peers logged: liars caught, peers refused for clipping
   refusals=$(cat "$TMP/${tag}"[0-4].err | grep -cE "refusing peer|caught lying" || true)
   agree=$(for i in 0 1 2 3 4; do grep -o 'param_hash [0-9a-f]*' "$TMP/$tag$i.err" | tail -n 1; done | sort -u | wc -l)
-  json+=",\"$name\":{\"loss\":$loss,\"wall_s\":$secs,\"refusals\":$refusals,\"honest_final_hashes\":$agree}"
+  json+=",\"$name\":{\"loss\":$loss,\"wall_s\":$secs,\"honest_wall_s\":$honest,\"refusals\":$refusals,\"honest_final_hashes\":$agree}"
 done
 echo "$json}"
