@@ -226,11 +226,9 @@ void dl_collab_withdraw(dl_collab *collab, struct dl_avg_handoff *handoff);
  * Returns how many peers were found gone. */
 size_t dl_collab_probe_peers(dl_collab *collab, uint64_t epoch);
 /* Removes the peers found gone, and the peers this peer refuses (caught
- * misbehaving), from a view (in place). */
-void dl_collab_drop_gone(dl_collab *collab, struct dl_swarm_view *view);
-/* The same; returns how many of the refused peers it removed were at
- * `epoch` (present, but never in our groups). */
-size_t dl_collab_drop_gone_at(dl_collab *collab, struct dl_swarm_view *view, uint64_t epoch);
+ * misbehaving), from a view (in place). Returns how many refused peers it
+ * removed: present, but never in our groups. */
+size_t dl_collab_drop_gone(dl_collab *collab, struct dl_swarm_view *view);
 
 /* The measured upload bandwidth (Mbit/s) from past rounds; 0 before any. */
 double dl_collab_measured_bandwidth(const dl_collab *collab);

@@ -36,14 +36,13 @@ const char *dl_bans_first_in_group(struct dl_bans *b, const struct dl_group *g, 
     return NULL;
 }
 
-size_t dl_bans_drop_from_view(struct dl_bans *b, struct dl_swarm_view *v, uint64_t epoch) {
-    size_t kept = 0, at_epoch = 0;
-    for (size_t i = 0; i < v->num_peers; i++) {
+size_t dl_bans_drop_from_view(struct dl_bans *b, struct dl_swarm_view *v) {
+    size_t kept = 0;
+    for (size_t i = 0; i < v->num_peers; i++)
         if (v->peers[i].is_self || !dl_bans_is_banned(b, v->peers[i].peer_id)) v->peers[kept++] = v->peers[i];
-        else at_epoch += v->peers[i].epoch == epoch;
-    }
+    size_t dropped = v->num_peers - kept;
     v->num_peers = kept;
-    return at_epoch;
+    return dropped;
 }
 
 double dl_bans_until(struct dl_bans *b, const char *peer_id) {

@@ -53,9 +53,9 @@ void dl_bans_add_for_run(struct dl_bans *b, const char *peer_id, const char *why
  * the peers whose epoch we might follow. Without this, two attackers that
  * honest peers had refused, each holding a hash of its own at the honest
  * epoch, kept an honest 3-to-2 split from any majority (3 of 7), and the
- * two honest sides never healed. Returns how many of those dropped were
- * at `epoch`: present, but never in our groups (what --min-peers counts). */
-size_t dl_bans_drop_from_view(struct dl_bans *b, struct dl_swarm_view *v, uint64_t epoch);
+ * two honest sides never healed. Returns how many it dropped: present,
+ * but never in our groups (what --min-peers counts), at whatever epoch. */
+size_t dl_bans_drop_from_view(struct dl_bans *b, struct dl_swarm_view *v);
 /* The first member of g other than member `me` that we refuse, or NULL.
  * A member joins no group that names a peer it refuses: it refuses that
  * peer's messages, so the round could only wait out its deadline for the

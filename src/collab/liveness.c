@@ -26,9 +26,7 @@ static void suspect(struct dl_collab *c, const struct dl_swarm_peer *p) {
     c->suspects[slot].record_time = p->time;
 }
 
-void dl_collab_drop_gone(dl_collab *c, struct dl_swarm_view *v) { dl_collab_drop_gone_at(c, v, 0); }
-
-size_t dl_collab_drop_gone_at(dl_collab *c, struct dl_swarm_view *v, uint64_t epoch) {
+size_t dl_collab_drop_gone(dl_collab *c, struct dl_swarm_view *v) {
     if (!c) return 0; /* an observer (a monitor) probes nobody */
     pthread_mutex_lock(&c->lock);
     size_t kept = 0;
@@ -36,7 +34,7 @@ size_t dl_collab_drop_gone_at(dl_collab *c, struct dl_swarm_view *v, uint64_t ep
         if (v->peers[i].is_self || !is_gone(c, &v->peers[i])) v->peers[kept++] = v->peers[i];
     v->num_peers = kept;
     pthread_mutex_unlock(&c->lock);
-    return dl_bans_drop_from_view(&c->bans, v, epoch);
+    return dl_bans_drop_from_view(&c->bans, v);
 }
 
 /* Reachable: any answer at all, even a refusal ("unknown round" outside a

@@ -83,7 +83,7 @@ bool dl_loop_early_due(const struct dl_loop_policy *p, const struct dl_loop_coun
     if (look->at_previous > 0 && c->now < c->prev_wait_until) return false;
     double local = (double)c->local_samples, my_rate = c->micro_samples / c->micro_s, eta;
     if (p->local_batch > 0) {
-        if (p->min_peers > 1 && look->at_epoch + look->refused_at_epoch < p->min_peers) return false;
+        if (p->min_peers > 1 && look->at_epoch + look->refused < p->min_peers) return false;
         eta = ((double)p->local_batch - local) / my_rate;
     } else {
         if (!(look->samples_per_second > 0)) return false;

@@ -104,7 +104,7 @@ static void wait_for_peers(loop_state *st, size_t want, double timeout_s) {
     while (dl_now() < until && !loop_stopping(st)) {
         struct dl_swarm_look look;
         if (!dl_swarm_look(st->net, st->collab, (uint64_t)st->model.opt.step, NULL, 0, NULL, &look) &&
-            look.at_epoch + look.refused_at_epoch >= want)
+            look.at_epoch + look.refused >= want)
             return;
         loop_nap(0.02);
     }

@@ -206,11 +206,11 @@ int dl_swarm_look(dl_net *net, dl_collab *collab, uint64_t epoch, const uint8_t 
     memset(look, 0, sizeof *look);
     struct dl_swarm_view v;
     if (dl_net_swarm_view(net, &v)) return -1;
-    size_t before = v.num_peers, refused = dl_collab_drop_gone_at(collab, &v, epoch);
+    size_t before = v.num_peers, refused = dl_collab_drop_gone(collab, &v);
     /* Peers found gone or refused no longer vote on the epoch either. */
     if (v.num_peers < before) dl_swarm_view_back_epochs(&v);
     dl_swarm_look_at(&v, epoch, my_hash, samples_mine, dl_wall_time(), evidence, look);
-    look->refused_at_epoch = refused;
+    look->refused = refused;
     dl_swarm_view_free(&v);
     return 0;
 }

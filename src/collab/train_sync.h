@@ -16,9 +16,10 @@
 struct dl_swarm_look {
     size_t peers;                 /* alive records, ours included */
     size_t at_epoch;              /* peers at our epoch, ours included */
-    size_t refused_at_epoch;      /* peers at our epoch we refuse: left out of everything else here,
-                                   * but present (--min-peers counts them, as it waits for
-                                   * peers to arrive, not for groups) */
+    size_t refused;               /* peers we refuse, at any epoch: left out of everything else
+                                   * here, but present (--min-peers counts them, as it waits for
+                                   * peers to arrive, not for groups; one refused by everyone
+                                   * falls behind and would never arrive at our epoch) */
     size_t at_previous;           /* peers one epoch behind us: most are finishing that round */
     double collective;            /* samples at our epoch: ours exact, others extrapolated to now */
     double samples_per_second;    /* every alive peer's rate */
