@@ -271,6 +271,16 @@ void dl_recovery_on_event(struct dl_round *r, struct dl_avg_event *ev) {
             /* The aggregator answered the re-reducer: wait for it after all. */
             r->failed[part] = false;
             r->last_heard[part] = dl_round_now(r);
+        } else if (ev->member < r->g.n &&
+                   (r->failed[ev->member] || (ev->status == DL_NET_REMOTE_ERROR && text_is(ev, "round failed")))) {
+            /* Only this member may re-reduce the part, and it failed too or
+             * left the round: nobody will ever bring this chunk, so the
+             * round ends now instead of at its deadline (an attacked swarm
+             * waited out 60 s that way). Nothing is applied; the gradient
+             * waits for the next round. */
+            dl_round_fail(r, DL_AVG_FAILED, "part %zu cannot be recovered: its re-reducer, member %u (%s), %s", part,
+                          ev->member, r->g.members[ev->member].peer_id,
+                          r->failed[ev->member] ? "failed too" : "left the round");
         } else {
             /* Only this member may re-reduce the part: ask it again (the
              * round's deadline bounds the wait). */

@@ -259,6 +259,7 @@ struct scenario {
     double weights[MAX_MEMBERS];
     long victim;                  /* -1: nobody fails */
     int victim_fate;
+    bool rereducer_dies;          /* the re-reducer of the victim's part is killed with it */
     bool probe_rereduce;          /* member 0 asks part 1's re-reducer to re-reduce while part 1's aggregator lives */
     bool probe_bundles;           /* member 0 sends member 3 malformed bundles of projections */
     int lie;                      /* enum dl_misbehaviour of member `liar` (0: everyone is honest) */
@@ -498,6 +499,8 @@ static struct outcome run_scenario(const struct scenario *sc) {
             bool over = dl_round_advance(m->r, &wake_at);
             if (m->dying) {
                 bring_down(s, m, s->victim_fate);
+                long rr = dl_round_rereducer(m->r, i);
+                if (sc->rereducer_dies && rr >= 0) bring_down(s, &s->m[rr], KILLED);
                 continue;
             }
             if (over) {
@@ -524,6 +527,22 @@ static struct outcome run_scenario(const struct scenario *sc) {
     float *ref = malloc(CHUNK * sizeof *ref);
     float **out = calloc(sc->members, sizeof *out);
     if (!ref || !out) abort();
+    if (sc->rereducer_dies) {
+        /* Nobody may re-reduce the dead part but its re-reducer, dead too:
+         * every survivor fails the round at once (the re-reducer counts as
+         * failed), not at the round's deadline. */
+        for (size_t i = 0; i < s->n; i++) {
+            if (s->m[i].state != ALIVE) continue;
+            const struct dl_round *r = s->m[i].r;
+            CHECK_MSG(r->status == DL_AVG_FAILED && strstr(r->reason, "cannot be recovered"),
+                      "%s: member %zu ended %s: %s", sc->name, i, dl_avg_status_name(r->status), r->reason);
+        }
+        CHECK_MSG(s->clock - CLOCK_START < 30, "%s: the survivors gave up after %.2f s of virtual time", sc->name,
+                  s->clock - CLOCK_START);
+        printf("%s: %zu members, the survivors gave up after %.2f s of virtual time\n", sc->name, sc->members,
+               s->clock - CLOCK_START);
+        goto done;
+    }
     if (sc->lie && sc->lie != DL_MISBEHAVE_NO_ATTESTATION) {
         /* The liar is caught by every other member, on evidence: each
          * applies nothing and bans the liar, and nobody else. */
@@ -723,6 +742,11 @@ int main(void) {
         {.name = "lying_rereducer", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
          .parts = {CHUNK, 3 * CHUNK, CHUNK, 10}, .weights = {1, 2, 3, 4}, .victim = 1, .victim_fate = KILLED,
          .lie = DL_MISBEHAVE_REREDUCE_SCALE, .liar = 2},
+        /* the aggregator of part 1 dies while sending its results, and the
+         * one member that may re-reduce its part (member 2) with it */
+        {.name = "dead_rereducer", .members = 5, .codec = DL_CODEC_NONE, .roles = "ttttt",
+         .parts = {CHUNK, 3 * CHUNK, CHUNK, 10, 1000}, .weights = {1, 2, 3, 4, 5}, .victim = 1,
+         .victim_fate = KILLED, .rereducer_dies = true},
         {.name = "rereduce_alive", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
          .parts = {CHUNK, 2 * CHUNK, CHUNK, 10}, .weights = {1, 2, 3, 4}, .victim = -1, .probe_rereduce = true},
         /* int8 and topk (sparse fp16 results, sized by their bitmaps): the
