@@ -109,8 +109,9 @@ static size_t min_result_next(const struct dl_round *r) {
 }
 
 static void pump_aggregate(struct dl_round *r, double now) {
-    /* Our own contribution goes into every chunk of our part (where it does
-     * not sit out, dl_round_reducer_sits_out: dl_round_reduce skips it). */
+    /* Our own contribution goes into every chunk of our part, unless we sit
+     * out of our own part (dl_round_counts_itself): then it is not even
+     * encoded. */
     if (!r->i_aggregate || (r->i_send && !r->input_ready)) return;
     while (r->next_reduce < r->agg_chunks && r->next_reduce - min_result_next(r) < DL_AVG_REDUCE_AHEAD) {
         uint32_t k = r->next_reduce;
@@ -133,7 +134,7 @@ static void pump_aggregate(struct dl_round *r, double now) {
         if (r->misbehaviour == DL_MISBEHAVE_GRIND && k + 1 == r->agg_chunks && r->have + 1 < r->need) return;
 #endif
         uint8_t *own = NULL;
-        if (r->i_send) {
+        if (r->i_send && dl_round_counts_itself(r)) {
             size_t size;
             own = dl_round_encode_own(r, r->me, k, false, &size);
             if (!own) {

@@ -72,7 +72,9 @@ static void gather(struct dl_round *r, size_t part, size_t k) {
         if (j == part || r->g.members[j].role == DL_MEMBER_AUX || r->failed[j]) continue;
         if (j == r->me) {
             size_t size;
-            if (r->i_send) rr->contrib[j] = dl_round_encode_own(r, part, k, false, &size);
+            /* not even encoded where we sit out of the parts we reduce */
+            if (r->i_send && dl_round_counts_itself(r))
+                rr->contrib[j] = dl_round_encode_own(r, part, k, false, &size);
             continue;
         }
         if (!dl_round_request(r, r->g.members[j].peer_id, "avg.contrib", ref, sizeof ref, r->stall_s, EV_CONTRIB_REPLY,

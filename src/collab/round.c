@@ -124,9 +124,7 @@ bool dl_round_reducer_sits_out(const struct dl_group *g) {
     return senders >= 3;
 }
 
-/* Whether this reducer counts its own contribution: as the rule says, or
- * (test hooks) as a liar that breaks it. */
-static bool counts_itself(const struct dl_round *r) {
+bool dl_round_counts_itself(const struct dl_round *r) {
 #ifdef DEDLOC_TEST_HOOKS
     if (r->misbehaviour == DL_MISBEHAVE_OWN_PULL || r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM) return true;
 #endif
@@ -339,7 +337,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     bool usable[DL_AVG_MAX_MEMBERS] = {false};
     double present_weight = 0;
     size_t present = 0;
-    bool self = counts_itself(r);
+    bool self = dl_round_counts_itself(r);
     for (size_t j = 0; j < r->g.n; j++) {
         if (!contrib[j] || (j == r->me && !self)) continue;
         header_weight[j] = dl_get_f64(contrib[j] + DL_AVG_REF_HEADER);

@@ -330,6 +330,9 @@ bool dl_round_weight_ok(double weight);
  * aggregation"). With fewer senders there is no honest majority to
  * protect and every gradient counts. */
 bool dl_round_reducer_sits_out(const struct dl_group *g);
+/* Whether this reducer counts its own contribution: as the rule above
+ * says, or (test hooks) as a liar that breaks it. */
+bool dl_round_counts_itself(const struct dl_round *r);
 /* Our own chunk of part p, encoded with our weight in its header
  * (misbehaviour applied). malloc'd; NULL before our vector is handed over. */
 uint8_t *dl_round_encode_own(struct dl_round *r, size_t part, size_t k, bool misbehave, size_t *size);
