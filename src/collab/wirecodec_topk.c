@@ -29,14 +29,26 @@ size_t dl_codec_topk_size(size_t n) {
     return full * block_bytes(MAX_KEEP) + (rest ? block_bytes(dl_codec_topk_keep(rest)) : 0);
 }
 
-/* Little-endian bit streams: bit b of the stream is bit b % 8 of byte b / 8. */
-static void put_bits(uint8_t *p, size_t *pos, uint32_t v, int bits) {
-    /* into zeroed bytes: OR the field in a byte at a time (at most 19 bits
-     * once shifted, so three bytes), never past the field's last byte */
-    uint32_t w = (v & ((1u << bits) - 1)) << (*pos % 8);
-    size_t at = *pos / 8, last = (*pos + (size_t)bits - 1) / 8;
-    for (; at <= last; at++, w >>= 8) p[at] |= (uint8_t)w;
-    *pos += (size_t)bits;
+/* Little-endian bit streams: bit b of the stream is bit b % 8 of byte b / 8.
+ * The writer keeps the bits not yet written in a 64-bit word and stores
+ * whole bytes (at most 19 bits come in at a time, fewer than 8 wait). */
+struct bit_writer {
+    uint8_t *p;
+    uint64_t acc;
+    int have;
+};
+
+static inline void put_bits(struct bit_writer *w, uint32_t v, int bits) {
+    w->acc |= (uint64_t)(v & ((1u << bits) - 1)) << w->have;
+    w->have += bits;
+    for (; w->have >= 8; w->have -= 8, w->acc >>= 8) *w->p++ = (uint8_t)w->acc;
+}
+
+/* The last partial byte, its unused bits zero. */
+static void flush_bits(struct bit_writer *w) {
+    if (w->have) *w->p++ = (uint8_t)w->acc;
+    w->acc = 0;
+    w->have = 0;
 }
 
 static uint32_t get_bits(const uint8_t *p, size_t *pos, int bits) {
@@ -112,38 +124,48 @@ __attribute__((target("avx2"))) static size_t select_avx2(const float *x, size_t
     return i;
 }
 
+#define TOPK_VECS (DL_CODEC_TOPK_BLOCK / 8) /* vectors of eight values in a block */
+_Static_assert(TOPK_VECS % 16 == 0, "the counts below take sixteen vectors a turn");
+_Static_assert(TOPK_VECS / 8 >= MAX_KEEP, "a block needs MAX_KEEP disjoint groups of eight vectors");
+
+/* How many of the TOPK_VECS magnitudes g are at least t (t > 0). */
+__attribute__((target("avx2"))) static int count_at_least(const int32_t *g, int32_t t) {
+    const __m256i below = _mm256_set1_epi32(t - 1);
+    __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+    for (size_t i = 0; i < TOPK_VECS; i += 16) {
+        a0 = _mm256_sub_epi32(a0, _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(g + i)), below));
+        a1 = _mm256_sub_epi32(a1,
+                              _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(g + i + 8)), below));
+    }
+    int32_t lane[8];
+    _mm256_storeu_si256((__m256i *)(void *)lane, _mm256_add_epi32(a0, a1));
+    return lane[0] + lane[1] + lane[2] + lane[3] + lane[4] + lane[5] + lane[6] + lane[7];
+}
+
+/* Every lane of the result holds the largest lane of v. */
+__attribute__((target("avx2"))) static __m256i lanes_max(__m256i v) {
+    v = _mm256_max_epi32(v, _mm256_permute2x128_si256(v, v, 1));
+    v = _mm256_max_epi32(v, _mm256_shuffle_epi32(v, 0x4e));
+    return _mm256_max_epi32(v, _mm256_shuffle_epi32(v, 0xb1));
+}
+
 /* A lower bound, within 1/256 of a binade, on the keep-th largest of the
- * magnitudes v[0..n) (finite floats' bits without the sign, n >= keep,
- * n a multiple of 4): the exponent byte of the keep-th largest, then its
- * next 8 bits among those of that exponent, by two counts. No compares to
- * mispredict (a quickselect of 512 values cost more than the rest of the
- * block), and four tables in turn, so that the many values of one bucket
- * do not wait for each other's increments. */
-static int32_t kth_largest_floor(const int32_t *v, size_t n, size_t keep) {
-    uint32_t count[4][257];
-    memset(count, 0, sizeof count);
-    for (size_t i = 0; i < n; i += 4)
-        for (size_t w = 0; w < 4; w++) count[w][(uint32_t)v[i + w] >> 23]++;
-    size_t above = 0;
-    int top = 255;
-    for (; top > 0; top--) {
-        size_t c = count[0][top] + count[1][top] + count[2][top] + count[3][top];
-        if (above + c >= keep) break;
-        above += c;
+ * TOPK_VECS magnitudes g (finite floats' bits without the sign): the
+ * keep-th largest with all but its top 16 bits (exponent and 8 bits of
+ * mantissa) cleared, found by a binary search on those 16 bits with
+ * vector counts (no compares to mispredict: a quickselect of 512 values
+ * cost more than the rest of the block, and a histogram waited on its own
+ * increments). The search starts between `low`, a magnitude that at least
+ * keep of g reach, and `high`, the largest. */
+__attribute__((target("avx2"))) static int32_t kth_largest_floor(const int32_t *g, size_t keep, int32_t low,
+                                                                  int32_t high) {
+    int32_t lo = low >> 15, hi = high >> 15;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2; /* > 0 */
+        if ((size_t)count_at_least(g, mid << 15) >= keep) lo = mid;
+        else hi = mid - 1;
     }
-    memset(count, 0, sizeof count);
-    for (size_t i = 0; i < n; i += 4)
-        for (size_t w = 0; w < 4; w++) {
-            uint32_t u = (uint32_t)v[i + w];
-            count[w][(int)(u >> 23) == top ? (u >> 15) & 255 : 256]++;
-        }
-    int sub = 255;
-    for (; sub > 0; sub--) {
-        size_t c = count[0][sub] + count[1][sub] + count[2][sub] + count[3][sub];
-        if (above + c >= keep) break;
-        above += c;
-    }
-    return (int32_t)(((uint32_t)top << 23) | ((uint32_t)sub << 15));
+    return lo << 15;
 }
 
 /* The keep largest of key[0..n) (unique; n >= keep) into key[0..keep). */
@@ -201,18 +223,32 @@ __attribute__((target("avx2"))) static __m256i max_of_eight(const __m256i v[8]) 
  * found in, so the bytes are the scalar loop's. Ties at the floor can let
  * every value through (a block of zeros): the candidates' room is the
  * block. */
-__attribute__((target("avx2"))) static bool select_block_avx2(const float *x, uint64_t *heap) {
+enum block_selection { SELECT_OUT_OF_BOUNDS = -1, SELECT_SCALAR = 0, SELECT_DONE = 1 };
+
+/* The largest magnitude's bits that the codecs take (below 2^DL_CODEC_MAX_EXPONENT). */
+#define LAST_BOUNDED ((int32_t)(((uint32_t)(127 + DL_CODEC_MAX_EXPONENT) << 23) - 1))
+
+__attribute__((target("avx2"))) static enum block_selection select_block_avx2(const float *x, uint64_t *heap) {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-    enum { VECS = DL_CODEC_TOPK_BLOCK / 8 };
+    enum { VECS = TOPK_VECS };
     int32_t gmax[VECS]; /* the largest magnitude of each vector of eight values */
+    /* The largest magnitude of each group of 64 values (VECS / 8 disjoint
+     * groups): at least MAX_KEEP values reach the least of them. */
+    __m256i group_min = _mm256_set1_epi32(INT32_MAX), group_max = _mm256_setzero_si256();
     for (size_t r = 0; r < VECS; r += 8) {
         __m256i v[8];
         for (int j = 0; j < 8; j++)
             v[j] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + 8 * (r + (size_t)j))),
                                     abs_mask);
-        _mm256_storeu_si256((__m256i *)(void *)(gmax + r), max_of_eight(v));
+        __m256i m = max_of_eight(v);
+        _mm256_storeu_si256((__m256i *)(void *)(gmax + r), m);
+        m = lanes_max(m);
+        group_min = _mm256_min_epi32(group_min, m);
+        group_max = _mm256_max_epi32(group_max, m);
     }
-    int32_t least = kth_largest_floor(gmax, VECS, MAX_KEEP);
+    /* The bound check costs nothing here: the block's largest magnitude is known. */
+    if (_mm256_cvtsi256_si32(group_max) > LAST_BOUNDED) return SELECT_OUT_OF_BOUNDS;
+    int32_t least = kth_largest_floor(gmax, MAX_KEEP, _mm256_cvtsi256_si32(group_min), _mm256_cvtsi256_si32(group_max));
     const __m256i floor = _mm256_set1_epi32(least - 1); /* magnitudes >= least */
     uint64_t cand[DL_CODEC_TOPK_BLOCK];
     size_t count = 0;
@@ -231,17 +267,17 @@ __attribute__((target("avx2"))) static bool select_block_avx2(const float *x, ui
             }
         }
     }
-    if (count < MAX_KEEP) return false; /* cannot happen (see above); the scalar loop would decide */
+    if (count < MAX_KEEP) return SELECT_SCALAR; /* cannot happen (see above); the scalar loop would decide */
     top_keys(cand, count, MAX_KEEP);
     memcpy(heap, cand, MAX_KEEP * sizeof *heap);
-    return true;
+    return SELECT_DONE;
 }
 
 /* How many leading values are certainly within the codecs' bound (a
  * multiple of 8; the scalar loop checks from there and names the index). */
 __attribute__((target("avx2"))) static size_t bounded_prefix_avx2(const float *x, size_t n) {
     const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
-    const __m256i last_ok = _mm256_set1_epi32((int)(((uint32_t)(127 + DL_CODEC_MAX_EXPONENT) << 23) - 1));
+    const __m256i last_ok = _mm256_set1_epi32(LAST_BOUNDED);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256i e = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)), exp_mask);
@@ -253,22 +289,43 @@ __attribute__((target("avx2"))) static size_t bounded_prefix_avx2(const float *x
 #define TOPK_HAVE_AVX2 0
 #endif
 
-static void encode_block(const float *x, size_t len, uint8_t *out, bool vector) {
-    size_t keep = dl_codec_topk_keep(len);
-    uint64_t heap[MAX_KEEP] = {0};
-    size_t size = 0, i = 0;
+/* Whether every value of a block is within the codecs' bound. */
+static bool block_bounded(const float *x, size_t len, bool vector) {
+    size_t i = 0;
 #if TOPK_HAVE_AVX2
-    if (vector && len == DL_CODEC_TOPK_BLOCK && keep == MAX_KEEP) {
-        if (select_block_avx2(x, heap)) {
-            size = keep;
-            i = len;
-        }
-    } else if (vector) {
-        i = select_avx2(x, len, keep, heap, &size);
-    }
+    if (vector) i = bounded_prefix_avx2(x, len);
 #else
     (void)vector;
 #endif
+    for (; i < len; i++)
+        if (!dl_codec_bounded(x[i])) return false;
+    return true;
+}
+
+/* One block into out; false (nothing written) if a value is beyond the
+ * codecs' bound. */
+static bool encode_block(const float *x, size_t len, uint8_t *out, bool vector) {
+    size_t keep = dl_codec_topk_keep(len);
+    uint64_t heap[MAX_KEEP] = {0};
+    size_t size = 0, i = 0;
+    bool checked = false;
+#if TOPK_HAVE_AVX2
+    if (vector && len == DL_CODEC_TOPK_BLOCK && keep == MAX_KEEP) {
+        enum block_selection sel = select_block_avx2(x, heap);
+        if (sel == SELECT_OUT_OF_BOUNDS) return false;
+        checked = true;
+        if (sel == SELECT_DONE) {
+            size = keep;
+            i = len;
+        }
+    }
+#endif
+    if (!checked) {
+        if (!block_bounded(x, len, vector)) return false;
+#if TOPK_HAVE_AVX2
+        if (vector) i = select_avx2(x, len, keep, heap, &size);
+#endif
+    }
     for (; i < len; i++) offer(heap, &size, keep, x, i);
     /* Both vector selections leave `keep` keys (a heap that is not full
      * means values were passed over that should not have been): should
@@ -281,50 +338,70 @@ static void encode_block(const float *x, size_t len, uint8_t *out, bool vector) 
         size_t v = DL_CODEC_TOPK_BLOCK - 1 - (size_t)(heap[j] & (DL_CODEC_TOPK_BLOCK - 1));
         kept[v / 64] |= 1ull << (v % 64);
     }
-    uint16_t idx[MAX_KEEP] = {0}; /* filled below: one bit a kept value, `keep` of them */
-    size_t got = 0;
-    for (size_t w = 0; w < DL_CODEC_TOPK_BLOCK / 64; w++)
-        for (uint64_t bits = kept[w]; bits; bits &= bits - 1)
-            idx[got++] = (uint16_t)(64 * w + (size_t)__builtin_ctzll(bits));
+    /* Each kept offset's place is the number of kept offsets below it
+     * (counted from the bitmap, no branch on its bits). */
+    uint32_t below[DL_CODEC_TOPK_BLOCK / 64];
+    uint32_t run = 0;
+    for (size_t w = 0; w < DL_CODEC_TOPK_BLOCK / 64; w++) {
+        below[w] = run;
+        run += (uint32_t)__builtin_popcountll(kept[w]);
+    }
+    uint16_t idx[MAX_KEEP] = {0}; /* one place for each of the `keep` distinct offsets */
+    for (size_t j = 0; j < keep; j++) {
+        size_t v = DL_CODEC_TOPK_BLOCK - 1 - (size_t)(heap[j] & (DL_CODEC_TOPK_BLOCK - 1));
+        uint64_t lower = kept[v / 64] & ((1ull << (v % 64)) - 1);
+        idx[below[v / 64] + (uint32_t)__builtin_popcountll(lower)] = (uint16_t)v;
+    }
     double lo_mag = INFINITY, hi_mag = 0;
     for (size_t j = 0; j < keep; j++) {
         double m = fabs((double)x[idx[j]]);
         if (m < lo_mag) lo_mag = m;
         if (m > hi_mag) hi_mag = m;
     }
+    /* Each side's sum in index order. Adding +0 to the other side's sum
+     * changes none of its bits (it starts at +0 and adds magnitudes, so it
+     * is never -0): no branch to mispredict. */
     double mid = (lo_mag + hi_mag) / 2, sum[2] = {0, 0};
     size_t count[2] = {0, 0};
+    double low_sum = 0, high_sum = 0;
+    size_t high = 0;
     for (size_t j = 0; j < keep; j++) {
         double m = fabs((double)x[idx[j]]);
         int side = m >= mid;
-        sum[side] += m;
-        count[side]++;
+        high_sum += side ? m : 0.0;
+        low_sum += side ? 0.0 : m;
+        high += (size_t)side;
     }
+    sum[0] = low_sum;
+    sum[1] = high_sum;
+    count[0] = keep - high;
+    count[1] = high;
     float level[2];
     for (int s = 0; s < 2; s++) level[s] = (float)(count[s] ? sum[s] / (double)count[s] : mid);
-    memset(out, 0, block_bytes(keep));
     memcpy(out, &level[0], 4);
     memcpy(out + 4, &level[1], 4);
-    size_t pos = 0;
-    uint8_t *bits = out + 8;
-    for (size_t j = 0; j < keep; j++) put_bits(bits, &pos, idx[j], OFFSET_BITS);
+    struct bit_writer w = {out + 8, 0, 0};
+    for (size_t j = 0; j < keep; j++) put_bits(&w, idx[j], OFFSET_BITS);
     for (size_t j = 0; j < keep; j++) {
         float v = x[idx[j]];
         uint32_t code = (signbit(v) ? 1u : 0u) | (fabs((double)v) >= mid ? 2u : 0u);
-        put_bits(bits, &pos, code, CODE_BITS);
+        put_bits(&w, code, CODE_BITS);
     }
+    flush_bits(&w); /* block_bytes(keep) written in all */
+    return true;
 }
 
+/* Block by block, each checked against the codecs' bound as it is read (on
+ * the vector path, by its selection's first pass): the first block with a
+ * value beyond it is searched again for that value's index. */
 int dl_codec_topk_encode(const float *x, size_t n, uint8_t *out, bool vector) {
-    size_t i = 0;
-#if TOPK_HAVE_AVX2
-    if (vector) i = bounded_prefix_avx2(x, n);
-#endif
-    for (; i < n; i++)
-        if (!dl_codec_bounded(x[i])) return dl_codec_refuse_value(i, n, x[i]);
     for (size_t b = 0; b * DL_CODEC_TOPK_BLOCK < n; b++) {
         size_t start = b * DL_CODEC_TOPK_BLOCK, len = n - start < DL_CODEC_TOPK_BLOCK ? n - start : DL_CODEC_TOPK_BLOCK;
-        encode_block(x + start, len, out, vector);
+        if (!encode_block(x + start, len, out, vector)) {
+            for (size_t i = start; i < start + len; i++)
+                if (!dl_codec_bounded(x[i])) return dl_codec_refuse_value(i, n, x[i]);
+            return dl_fail("topk block %zu was refused but holds no value beyond the bound", b); /* cannot happen */
+        }
         out += block_bytes(dl_codec_topk_keep(len));
     }
     return 0;

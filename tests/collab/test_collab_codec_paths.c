@@ -238,6 +238,7 @@ static void test_path(enum dl_codec_path path) {
      * one magnitude throughout, and a few large values in small ones. */
     size_t nt = 3 * DL_CODEC_TOPK_BLOCK + 100;
     float *t = malloc(4 * nt);
+    uint8_t *wire_topk = malloc(dl_codec_size(DL_CODEC_TOPK, nt));
     for (int kind = 0; kind < 5; kind++) {
         for (size_t i = 0; i < nt; i++) {
             float v = 1e-3f * dl_rng_normal(&rng);
@@ -250,6 +251,34 @@ static void test_path(enum dl_codec_path path) {
         snprintf(what, sizeof what, "topk whole blocks, kind %d", kind);
         CHECK_MSG(compare_encode(path, DL_CODEC_TOPK, t, nt, what) == 0, "%s", what);
     }
+    /* Values beyond the bound in whole blocks (the vector path checks a
+     * block in its selection's first pass): the refusal names the first,
+     * wherever it is; the largest value within the bound is encoded. */
+    const float beyond[] = {NAN, INFINITY, -ldexpf(1, DL_CODEC_MAX_EXPONENT), ldexpf(1.5f, DL_CODEC_MAX_EXPONENT + 3)};
+    const size_t at[][2] = {{0, SIZE_MAX},
+                            {DL_CODEC_TOPK_BLOCK + 1234, SIZE_MAX},
+                            {3 * DL_CODEC_TOPK_BLOCK - 1, 3 * DL_CODEC_TOPK_BLOCK + 5},
+                            {3 * DL_CODEC_TOPK_BLOCK + 99, SIZE_MAX},
+                            {2 * DL_CODEC_TOPK_BLOCK + 7, 2 * DL_CODEC_TOPK_BLOCK + 3}};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        for (size_t i = 0; i < nt; i++) t[i] = 1e-3f * dl_rng_normal(&rng);
+        for (int j = 0; j < 2; j++)
+            if (at[k][j] != SIZE_MAX) t[at[k][j]] = beyond[(k + (size_t)j) % 4];
+        snprintf(what, sizeof what, "topk whole blocks, beyond the bound at %zu", at[k][0]);
+        CHECK_MSG(compare_encode(path, DL_CODEC_TOPK, t, nt, what) == 0, "%s", what);
+        CHECK_MSG(dl_codec_encode_path(path, DL_CODEC_TOPK, t, nt, wire_topk) == -1, "%s: not refused", what);
+        size_t first = at[k][1] < at[k][0] ? at[k][1] : at[k][0];
+        char index[32];
+        snprintf(index, sizeof index, " %zu ", first);
+        CHECK_MSG(strstr(dl_error(), index) != NULL, "%s: the refusal (%s) does not name %zu", what, dl_error(), first);
+    }
+    for (size_t i = 0; i < nt; i++) t[i] = 1e-3f * dl_rng_normal(&rng);
+    t[DL_CODEC_TOPK_BLOCK + 17] = -nextafterf(ldexpf(1, DL_CODEC_MAX_EXPONENT), 0);
+    CHECK_MSG(compare_encode(path, DL_CODEC_TOPK, t, nt, "topk, the largest magnitude within the bound") == 0,
+              "the largest magnitude within the bound");
+    CHECK_MSG(dl_codec_encode_path(path, DL_CODEC_TOPK, t, nt, wire_topk) == 0, "the largest magnitude within the bound: %s",
+              dl_error());
+    free(wire_topk);
     free(t);
 
     /* Random bit patterns in fp16's range and beyond; a NaN or Inf planted
