@@ -214,7 +214,8 @@ __attribute__((target("avx2"))) static __m256i max_of_eight(const __m256i v[8]) 
  *    below it can be kept; the floor is a bound just under it
  *    (kth_largest_floor). On spread-out data about 1.7% of the values
  *    reach it, 70 or so for 64 places, in about as many vectors: only
- *    those are read again.
+ *    those are read again. The same pass gives the block's largest
+ *    magnitude, which is its bound check.
  * 2. The values at or above the floor, as selection keys (rank_of: unique,
  *    larger magnitude first, then the lower index), and the 64 largest keys
  *    among them by quickselect.

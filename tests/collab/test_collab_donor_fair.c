@@ -83,8 +83,11 @@ int main(void) {
 
     printf("burst of %d chunk requests from one peer: %d served, %d busy, %d other; then another peer: %d of 4 served\n",
            BURST, atomic_load(&flood.ok), atomic_load(&flood.busy), atomic_load(&flood.other), atomic_load(&fair.ok));
-    /* at most 16 queued (and one or two taken by the serve thread meanwhile) */
-    CHECK_MSG(atomic_load(&flood.busy) >= BURST - 16 - 8, "only %d of %d refused: one peer took the queue",
+    /* At most 16 queued; the serve thread takes some meanwhile, more when
+     * the burst's frames arrive spread out on a loaded machine (a margin of
+     * 8 failed now and then in CI). Without the per-peer cap the queue of
+     * 256 takes all 60 and none is refused. */
+    CHECK_MSG(atomic_load(&flood.busy) >= BURST / 2, "only %d of %d refused: one peer took the queue",
               atomic_load(&flood.busy), BURST);
     CHECK_MSG(atomic_load(&flood.ok) >= 16, "only %d served to the flooder", atomic_load(&flood.ok));
     CHECK(atomic_load(&fair.ok) == 4);
