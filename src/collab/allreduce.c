@@ -172,6 +172,13 @@ static void pump_aggregate(struct dl_round *r, double now) {
     }
 }
 
+#ifdef DEDLOC_TEST_HOOKS
+/* The test hooks of an aggregator that stops after its first result. */
+static bool goes_silent(const struct dl_round *r) {
+    return r->misbehaviour == DL_MISBEHAVE_SCALE_THEN_SILENT || r->misbehaviour == DL_MISBEHAVE_THEN_SILENT;
+}
+#endif
+
 static void pump_results(struct dl_round *r, double now) {
     if (!r->i_aggregate) return;
     for (size_t m = 0; m < r->g.n; m++) {
@@ -179,9 +186,7 @@ static void pump_results(struct dl_round *r, double now) {
         struct dl_result_out *o = &r->out[m];
         while (o->inflight < DL_AVG_RESULT_WINDOW && o->next < r->next_reduce) {
 #ifdef DEDLOC_TEST_HOOKS
-            if ((r->misbehaviour == DL_MISBEHAVE_SCALE_THEN_SILENT || r->misbehaviour == DL_MISBEHAVE_THEN_SILENT) &&
-                o->next >= 1)
-                break;
+            if (goes_silent(r) && o->next >= 1) break;
 #endif
             size_t gi = r->first_chunk[r->me] + o->next;
             const uint8_t *result = r->store[gi];
@@ -439,8 +444,7 @@ int dl_round_begin(struct dl_round *r) {
  * result, the round thread stops answering until the deadline, as a hung
  * peer would (requests queue unanswered, the heartbeat goes stale). */
 static bool silent_now(struct dl_round *r) {
-    if ((r->misbehaviour != DL_MISBEHAVE_SCALE_THEN_SILENT && r->misbehaviour != DL_MISBEHAVE_THEN_SILENT) ||
-        !r->i_aggregate || !r->agg_chunks)
+    if (!goes_silent(r) || !r->i_aggregate || !r->agg_chunks)
         return false;
     for (size_t m = 0; m < r->g.n; m++)
         if (m != r->me && r->g.members[m].role != DL_MEMBER_AUX && !r->failed[m] &&

@@ -154,7 +154,7 @@ static size_t proj_size(const struct dl_round *r, size_t part) {
     return DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * dl_round_chunks_of(r, part) + DL_NET_SIGNATURE;
 }
 
-static bool in_mask(const uint8_t *result, size_t j) { return (result[28 + j / 8] >> (j % 8)) & 1; }
+static bool in_mask(const uint8_t *result, size_t j) { return dl_round_result_counts(result, j); }
 
 /* The result of (part, k) if it is generation 0 from the part's aggregator
  * (the only ones audited; see docs/protocol.md for re-reduced chunks). */

@@ -217,7 +217,7 @@ bool dl_round_chunk_signed(const struct dl_round *r, size_t j, const uint8_t *ms
 int dl_round_mask_count(const struct dl_round *r, const uint8_t *result) {
     int count = 0;
     for (size_t j = 0; j < DL_AVG_MAX_MEMBERS; j++)
-        if ((result[28 + j / 8] >> (j % 8)) & 1) {
+        if (dl_round_result_counts(result, j)) {
             if (j >= r->g.n) return -1;
             count++;
         }
@@ -525,7 +525,7 @@ int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, 
                       "an impossible weight (%g)", part, k, m->peer_id, samples);
         return -1;
     }
-    if (dl_round_reducer_sits_out(&r->g) && ((msg[28 + reducer / 8] >> (reducer % 8)) & 1)) {
+    if (dl_round_reducer_sits_out(&r->g) && dl_round_result_counts(msg, reducer)) {
         /* Its own signature shows it counted the one contribution whose
          * claims no one can check: refused for the run, by every member
          * that receives this result, relayed or not. */
@@ -754,7 +754,7 @@ int dl_round_copy_sent(const struct dl_round *r, float *sent) {
             /* Our chunk counts where the result's mask names us: there the
              * aggregator decoded exactly these bytes (encoding is a pure
              * function of the input). Elsewhere nothing of ours arrived. */
-            if (!res || !((res[28 + r->me / 8] >> (r->me % 8)) & 1)) {
+            if (!res || !dl_round_result_counts(res, r->me)) {
                 memset(sent + off, 0, sizeof(float) * len);
                 continue;
             }

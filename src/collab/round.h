@@ -342,6 +342,10 @@ uint8_t *dl_round_encode_own_unsigned(struct dl_round *r, size_t part, size_t k,
 /* Reduces one chunk from the given per-member encoded contributions (NULL =
  * absent) in member order; stores the signed result. 0, or -1 (no contributor). */
 int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generation, uint8_t **contrib, bool *bad);
+/* Whether a result message's contributor mask counts member j. */
+static inline bool dl_round_result_counts(const uint8_t *result, size_t j) {
+    return (result[28 + j / 8] >> (j % 8)) & 1;
+}
 /* Validates and stores a signed result message; 1 stored, 0 duplicate, -1 bad. */
 int dl_round_accept_result(struct dl_round *r, const uint8_t *msg, size_t size, bool from_reducer,
                            const char *sender);
