@@ -131,8 +131,16 @@ static void uint8_decode_scalar(const float *codebook, const uint8_t *codes, siz
  * speed (one chain of dependent adds per value ran at a quarter of it). */
 #define SUM_LANES 16
 
-static void lane_sums_scalar(const float *x, size_t from, size_t n, double lanes[SUM_LANES]) {
-    for (size_t i = from; i < n; i++) lanes[i % SUM_LANES] += x[i];
+/* The sums, and whether every value is within the codecs' bound (the
+ * encoder's check rides on the sums' pass; it finds the index only when
+ * one is not). */
+static bool lane_sums_scalar(const float *x, size_t from, size_t n, double lanes[SUM_LANES]) {
+    bool bounded = true;
+    for (size_t i = from; i < n; i++) {
+        lanes[i % SUM_LANES] += x[i];
+        bounded &= finite_bits(x[i]);
+    }
+    return bounded;
 }
 
 static void lane_squares_scalar(const float *x, size_t from, size_t n, double mean, double lanes[SUM_LANES]) {
@@ -219,7 +227,7 @@ struct codec_kernels {
     void (*uint8_bins)(const float *x, size_t n, double lo, double inv_width, uint8_t *codes, double (*bins)[2]);
     void (*uint8_decode)(const float *codebook, const uint8_t *codes, size_t n, float *out);
     /* lanes[] += per lane (SUM_LANES above), on finite input */
-    void (*lane_sums)(const float *x, size_t n, double lanes[SUM_LANES]);
+    bool (*lane_sums)(const float *x, size_t n, double lanes[SUM_LANES]); /* false: a value beyond the bound */
     void (*lane_squares)(const float *x, size_t n, double mean, double lanes[SUM_LANES]);
     void (*min_max)(const float *x, size_t n, float *lo, float *hi); /* n > 0, finite */
     /* on input already checked (no NaN/Inf can come out) */
@@ -254,8 +262,8 @@ static void uint8_decode_all_scalar(const float *codebook, const uint8_t *codes,
     uint8_decode_scalar(codebook, codes, 0, n, out);
 }
 
-static void lane_sums_all_scalar(const float *x, size_t n, double lanes[SUM_LANES]) {
-    lane_sums_scalar(x, 0, n, lanes);
+static bool lane_sums_all_scalar(const float *x, size_t n, double lanes[SUM_LANES]) {
+    return lane_sums_scalar(x, 0, n, lanes);
 }
 static void lane_squares_all_scalar(const float *x, size_t n, double mean, double lanes[SUM_LANES]) {
     lane_squares_scalar(x, 0, n, mean, lanes);
@@ -382,9 +390,12 @@ AVX2_TARGET static void uint8_bins_avx2(const float *x, size_t n, double lo, dou
 
 /* Four registers hold lanes 0-3, 4-7, 8-11 and 12-15; sixteen values a
  * turn, each added to its own lane, as lane_sums_scalar adds them. */
-AVX2_TARGET static void lane_sums_avx2(const float *x, size_t n, double lanes[SUM_LANES]) {
+AVX2_TARGET static bool lane_sums_avx2(const float *x, size_t n, double lanes[SUM_LANES]) {
     __m256d a0 = _mm256_loadu_pd(lanes), a1 = _mm256_loadu_pd(lanes + 4);
     __m256d a2 = _mm256_loadu_pd(lanes + 8), a3 = _mm256_loadu_pd(lanes + 12);
+    /* the largest exponent field seen (masked, so non-negative: a signed max works) */
+    const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+    __m256i top = _mm256_setzero_si256();
     size_t i = 0;
     for (; i + SUM_LANES <= n; i += SUM_LANES) {
         __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
@@ -392,12 +403,16 @@ AVX2_TARGET static void lane_sums_avx2(const float *x, size_t n, double lanes[SU
         a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v0, 1)));
         a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(v1)));
         a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(v1, 1)));
+        top = _mm256_max_epi32(top, _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(v0), exp_mask),
+                                                     _mm256_and_si256(_mm256_castps_si256(v1), exp_mask)));
     }
     _mm256_storeu_pd(lanes, a0);
     _mm256_storeu_pd(lanes + 4, a1);
     _mm256_storeu_pd(lanes + 8, a2);
     _mm256_storeu_pd(lanes + 12, a3);
-    lane_sums_scalar(x, i, n, lanes);
+    bool bounded = !_mm256_movemask_ps(
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32((int)(BOUND_BITS - 1)))));
+    return lane_sums_scalar(x, i, n, lanes) && bounded;
 }
 
 AVX2_TARGET static inline __m256d square_off(__m256d acc, __m128 v, __m256d mean) {
@@ -755,19 +770,24 @@ static void uint8_fill(const struct codec_kernels *kern, const float *x, size_t 
 }
 
 /* mean and sigma in lanes (SUM_LANES): the same bits on every path. */
-static void uint8_moments(const struct codec_kernels *kern, const float *x, size_t n, double *mean, double *sigma) {
+static bool uint8_moments(const struct codec_kernels *kern, const float *x, size_t n, double *mean, double *sigma) {
     double lanes[SUM_LANES] = {0};
-    kern->lane_sums(x, n, lanes);
+    if (!kern->lane_sums(x, n, lanes)) return false; /* a value beyond the bound */
     *mean = n ? lanes_total(lanes) / (double)n : 0;
     memset(lanes, 0, sizeof lanes);
     kern->lane_squares(x, n, *mean, lanes);
     *sigma = n ? sqrt(lanes_total(lanes) / (double)n) : 0;
+    return true;
 }
 
 static int encode_uint8(const struct codec_kernels *kern, const float *x, size_t n, uint8_t *out) {
-    if (kern->check_finite(x, n)) return -1;
+    /* The bound check rides on the moments' first pass; the refused
+     * value's index is looked for only when there is one. */
     double mean, sigma;
-    uint8_moments(kern, x, n, &mean, &sigma);
+    if (!uint8_moments(kern, x, n, &mean, &sigma)) {
+        if (kern->check_finite(x, n)) return -1;
+        return dl_fail("uint8: a value beyond the bound that the check does not find"); /* cannot happen */
+    }
     uint8_fill(kern, x, n, mean - 6 * sigma, 12 * sigma / DL_CODEC_UINT8_BINS, out);
     return 0;
 }
@@ -776,9 +796,8 @@ int dl_codec_uint8_moments_path(enum dl_codec_path path, const float *x, size_t 
     if (!dl_codec_path_available(path)) return dl_fail("codec path %s is not available on this CPU",
                                                        dl_codec_path_name(path));
     const struct codec_kernels *kern = kernels_of(path);
-    if (kern->check_finite(x, n)) return -1;
-    uint8_moments(kern, x, n, mean, sigma);
-    return 0;
+    if (uint8_moments(kern, x, n, mean, sigma)) return 0;
+    return kern->check_finite(x, n) ? -1 : dl_fail("uint8: a value beyond the bound that the check does not find");
 }
 
 /* A uint8 result: the same layout over the grid from the smallest value to
