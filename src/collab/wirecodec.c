@@ -226,8 +226,8 @@ struct codec_kernels {
     /* codes, and per bin the sum and count of its values in index order */
     void (*uint8_bins)(const float *x, size_t n, double lo, double inv_width, uint8_t *codes, double (*bins)[2]);
     void (*uint8_decode)(const float *codebook, const uint8_t *codes, size_t n, float *out);
-    /* lanes[] += per lane (SUM_LANES above), on finite input */
-    bool (*lane_sums)(const float *x, size_t n, double lanes[SUM_LANES]); /* false: a value beyond the bound */
+    /* lanes[] += per lane (SUM_LANES above); false if a value is beyond the bound */
+    bool (*lane_sums)(const float *x, size_t n, double lanes[SUM_LANES]);
     void (*lane_squares)(const float *x, size_t n, double mean, double lanes[SUM_LANES]);
     void (*min_max)(const float *x, size_t n, float *lo, float *hi); /* n > 0, finite */
     /* on input already checked (no NaN/Inf can come out) */
@@ -769,25 +769,23 @@ static void uint8_fill(const struct codec_kernels *kern, const float *x, size_t 
     }
 }
 
-/* mean and sigma in lanes (SUM_LANES): the same bits on every path. */
-static bool uint8_moments(const struct codec_kernels *kern, const float *x, size_t n, double *mean, double *sigma) {
+/* mean and sigma in lanes (SUM_LANES): the same bits on every path. The
+ * bound check rides on the sums' pass; the refused value's index is looked
+ * for only when there is one. 0, or -1 with dl_fail naming it. */
+static int uint8_moments(const struct codec_kernels *kern, const float *x, size_t n, double *mean, double *sigma) {
     double lanes[SUM_LANES] = {0};
-    if (!kern->lane_sums(x, n, lanes)) return false; /* a value beyond the bound */
+    if (!kern->lane_sums(x, n, lanes))
+        return kern->check_finite(x, n) ? -1 : dl_fail("uint8: a value beyond the bound that the check does not find");
     *mean = n ? lanes_total(lanes) / (double)n : 0;
     memset(lanes, 0, sizeof lanes);
     kern->lane_squares(x, n, *mean, lanes);
     *sigma = n ? sqrt(lanes_total(lanes) / (double)n) : 0;
-    return true;
+    return 0;
 }
 
 static int encode_uint8(const struct codec_kernels *kern, const float *x, size_t n, uint8_t *out) {
-    /* The bound check rides on the moments' first pass; the refused
-     * value's index is looked for only when there is one. */
     double mean, sigma;
-    if (!uint8_moments(kern, x, n, &mean, &sigma)) {
-        if (kern->check_finite(x, n)) return -1;
-        return dl_fail("uint8: a value beyond the bound that the check does not find"); /* cannot happen */
-    }
+    if (uint8_moments(kern, x, n, &mean, &sigma)) return -1;
     uint8_fill(kern, x, n, mean - 6 * sigma, 12 * sigma / DL_CODEC_UINT8_BINS, out);
     return 0;
 }
@@ -796,8 +794,7 @@ int dl_codec_uint8_moments_path(enum dl_codec_path path, const float *x, size_t 
     if (!dl_codec_path_available(path)) return dl_fail("codec path %s is not available on this CPU",
                                                        dl_codec_path_name(path));
     const struct codec_kernels *kern = kernels_of(path);
-    if (uint8_moments(kern, x, n, mean, sigma)) return 0;
-    return kern->check_finite(x, n) ? -1 : dl_fail("uint8: a value beyond the bound that the check does not find");
+    return uint8_moments(kern, x, n, mean, sigma);
 }
 
 /* A uint8 result: the same layout over the grid from the smallest value to

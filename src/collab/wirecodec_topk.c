@@ -363,20 +363,15 @@ static bool encode_block(const float *x, size_t len, uint8_t *out, bool vector) 
      * changes none of its bits (it starts at +0 and adds magnitudes, so it
      * is never -0): no branch to mispredict. */
     double mid = (lo_mag + hi_mag) / 2, sum[2] = {0, 0};
-    size_t count[2] = {0, 0};
-    double low_sum = 0, high_sum = 0;
     size_t high = 0;
     for (size_t j = 0; j < keep; j++) {
         double m = fabs((double)x[idx[j]]);
         int side = m >= mid;
-        high_sum += side ? m : 0.0;
-        low_sum += side ? 0.0 : m;
+        sum[1] += side ? m : 0.0;
+        sum[0] += side ? 0.0 : m;
         high += (size_t)side;
     }
-    sum[0] = low_sum;
-    sum[1] = high_sum;
-    count[0] = keep - high;
-    count[1] = high;
+    size_t count[2] = {keep - high, high};
     float level[2];
     for (int s = 0; s < 2; s++) level[s] = (float)(count[s] ? sum[s] / (double)count[s] : mid);
     memcpy(out, &level[0], 4);
