@@ -364,28 +364,125 @@ AVX2_TARGET static int decode_fp16_avx2(const uint8_t *in, size_t n, float *out)
     return decode_fp16_scalar(in, i, n, out);
 }
 
-/* The codes eight at a time, then the bins in a second pass: adding each
- * value to its bin straight from the vector of codes measured slower (the
- * codes' pass runs at several times the bins' speed on its own). */
-AVX2_TARGET static void uint8_bins_avx2(const float *x, size_t n, double lo, double inv_width, uint8_t *codes,
-                                        double (*bins)[2]) {
-    const __m256d vlo = _mm256_set1_pd(lo), vinv = _mm256_set1_pd(inv_width);
-    const __m256d zero = _mm256_setzero_pd(), top = _mm256_set1_pd(DL_CODEC_UINT8_BINS - 1);
+/* One bin's (sum, count) += (value, 1): a 128-bit add, the scalar's two
+ * additions in the same order. */
+AVX2_TARGET static inline void add_to_bin(char *bins, uint64_t byte_offset, __m128d value_one) {
+    double *b = (double *)(void *)(bins + byte_offset);
+    _mm_storeu_pd(b, _mm_add_pd(_mm_loadu_pd(b), value_one));
+}
+
+/* Adds four widened values to their bins; c holds their codes in its low
+ * four bytes (bin k's pair starts at byte 16 k). */
+AVX2_TARGET static inline void add_four_to_bins(char *bins, uint64_t c, __m256d v, __m256d one) {
+    __m256d even = _mm256_unpacklo_pd(v, one), odd = _mm256_unpackhi_pd(v, one); /* v0 1 v2 1, v1 1 v3 1 */
+    add_to_bin(bins, (c & 0xff) << 4, _mm256_castpd256_pd128(even));
+    add_to_bin(bins, (c >> 4) & 0xff0, _mm256_castpd256_pd128(odd));
+    add_to_bin(bins, (c >> 12) & 0xff0, _mm256_extractf128_pd(even, 1));
+    add_to_bin(bins, (c >> 20) & 0xff0, _mm256_extractf128_pd(odd, 1));
+}
+
+/* The bins, eight values a turn: the codes read as one word, the values
+ * widened four at a time and paired with their count in registers. Each
+ * bin still takes its values in index order, so the sums are the scalar's
+ * bits; 0.41 ns a value where the scalar loop takes 0.57 (one load of a
+ * code, a value and a bin per value was what bound it). */
+AVX2_TARGET static void uint8_scatter_avx2(const float *x, size_t n, const uint8_t *codes, double (*bins)[2]) {
+    char *b = (char *)bins;
+    const __m256d one = _mm256_set1_pd(1);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
+        uint64_t c;
+        memcpy(&c, codes + i, 8);
         __m256 v = _mm256_loadu_ps(x + i);
-        /* the same two roundings as the scalar: the difference, the product */
-        __m256d p0 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vlo), vinv);
-        __m256d p1 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vlo), vinv);
-        p0 = _mm256_min_pd(_mm256_max_pd(p0, zero), top);
-        p1 = _mm256_min_pd(_mm256_max_pd(p1, zero), top);
-        __m128i k0 = _mm256_cvttpd_epi32(p0), k1 = _mm256_cvttpd_epi32(p1);
-        __m128i k16 = _mm_packus_epi32(k0, k1);
-        __m128i k8 = _mm_packus_epi16(k16, k16);
-        _mm_storel_epi64((__m128i *)(void *)(codes + i), k8);
+        add_four_to_bins(b, c, _mm256_cvtps_pd(_mm256_castps256_ps128(v)), one);
+        add_four_to_bins(b, c >> 32, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), one);
+    }
+    uint8_bins_scalar(x, i, n, codes, bins);
+}
+
+/* The codes in fp32, sixteen a turn, where that gives the scalar's codes.
+ *
+ * The scalar truncates pd = ((double)x - lo) * inv_width. In fp32, with
+ * lo and inv_width rounded to fp32, pf = (x - lo) * inv_width is three
+ * roundings (u = 2^-24 each) and one rounded operand away from the exact
+ * P = (x - lo) inv_width:
+ *
+ *     |pf - P| <= 3.1 u |P| + 1.01 u inv_width |lo| (+ 2^-86 for subnormals)
+ *
+ * and pd is within 2^-51 |P| of it. On [-1/2, 255 + 1/2] (|P| < 257) both
+ * are within E = 2^-21 (257 + inv_width |lo|) + 2^-60 of P, so where pf
+ * lies at least E from every integer, P, pf and pd share one unit
+ * interval and truncate alike (on [-1/2, 0) to 0, as the scalar's pd <= 0
+ * does). Lanes beyond it clamp to -1/2 or 255 + 1/2 and their codes to 0
+ * or 255, which pd gives too, since E < 1/16 cannot carry P across half a
+ * bin. A lane nearer an integer than E (about 2E of them: a few dozen in
+ * a chunk of 131,072 gradient values) is coded by the scalar formula.
+ * The distance pc - rint(pc) is exact in fp32. Where E would be 1/16 or
+ * more (too many lanes to hand over), or lo or inv_width beyond 2^64 (fp32
+ * products could overflow: subnormal chunks), the caller keeps the fp64
+ * loop. 0.17 ns a value against 0.27 in fp64.
+ * Returns whether it coded the chunk. */
+AVX2_TARGET static bool uint8_codes_f32_avx2(const float *x, size_t n, double lo, double inv_width,
+                                            uint8_t *codes) {
+    const double big = ldexp(1.0, 64);
+    if (!(inv_width > 0 && inv_width <= big && fabs(lo) <= big)) return false;
+    double e = ldexp(257 + inv_width * fabs(lo), -21) + ldexp(1.0, -60);
+    if (!(e < 1.0 / 16)) return false;
+    float ef = (float)e;
+    if ((double)ef < e) ef = nextafterf(ef, INFINITY);
+    const __m256 vlo = _mm256_set1_ps((float)lo), vinv = _mm256_set1_ps((float)inv_width);
+    const __m256 low = _mm256_set1_ps(-0.5f), high = _mm256_set1_ps(DL_CODEC_UINT8_BINS - 0.5f);
+    const __m256 ve = _mm256_set1_ps(ef), magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 p0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vlo), vinv);
+        __m256 p1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vlo), vinv);
+        p0 = _mm256_min_ps(_mm256_max_ps(p0, low), high);
+        p1 = _mm256_min_ps(_mm256_max_ps(p1, low), high);
+        const int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        __m256 d0 = _mm256_and_ps(_mm256_sub_ps(p0, _mm256_round_ps(p0, nearest)), magnitude);
+        __m256 d1 = _mm256_and_ps(_mm256_sub_ps(p1, _mm256_round_ps(p1, nearest)), magnitude);
+        /* packus works within 128-bit halves: lanes 0-3 8-11 4-7 12-15, put back in order */
+        __m256i k16 = _mm256_packus_epi32(_mm256_cvttps_epi32(p0), _mm256_cvttps_epi32(p1));
+        __m128i k8 = _mm_packus_epi16(_mm256_castsi256_si128(k16), _mm256_extracti128_si256(k16, 1));
+        _mm_storeu_si128((__m128i *)(void *)(codes + i), _mm_shuffle_epi32(k8, _MM_SHUFFLE(3, 1, 2, 0)));
+        unsigned near = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(d0, ve, _CMP_LT_OQ)) |
+                        (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(d1, ve, _CMP_LT_OQ)) << 8;
+        while (near) {
+            size_t l = i + (size_t)__builtin_ctz(near);
+            near &= near - 1;
+            uint8_codes_scalar(x, l, l + 1, lo, inv_width, codes);
+        }
     }
     uint8_codes_scalar(x, i, n, lo, inv_width, codes);
-    uint8_bins_scalar(x, 0, n, codes, bins);
+    return true;
+}
+
+/* The codes, then the bins in a second pass: adding each value to its bin
+ * straight from the vector of codes measured slower (0.83 ns a value
+ * against 0.70 for the two passes: the bins' addresses then wait on the
+ * conversions). */
+AVX2_TARGET static void uint8_bins_avx2(const float *x, size_t n, double lo, double inv_width, uint8_t *codes,
+                                        double (*bins)[2]) {
+    if (!uint8_codes_f32_avx2(x, n, lo, inv_width, codes)) {
+        const __m256d vlo = _mm256_set1_pd(lo), vinv = _mm256_set1_pd(inv_width);
+        const __m256d zero = _mm256_setzero_pd(), top = _mm256_set1_pd(DL_CODEC_UINT8_BINS - 1);
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            /* the same two roundings as the scalar: the difference, the product */
+            __m256d p0 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vlo), vinv);
+            __m256d p1 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vlo), vinv);
+            p0 = _mm256_min_pd(_mm256_max_pd(p0, zero), top);
+            p1 = _mm256_min_pd(_mm256_max_pd(p1, zero), top);
+            __m128i k0 = _mm256_cvttpd_epi32(p0), k1 = _mm256_cvttpd_epi32(p1);
+            __m128i k16 = _mm_packus_epi32(k0, k1);
+            __m128i k8 = _mm_packus_epi16(k16, k16);
+            _mm_storel_epi64((__m128i *)(void *)(codes + i), k8);
+        }
+        uint8_codes_scalar(x, i, n, lo, inv_width, codes);
+    }
+    uint8_scatter_avx2(x, n, codes, bins);
 }
 
 /* Four registers hold lanes 0-3, 4-7, 8-11 and 12-15; sixteen values a

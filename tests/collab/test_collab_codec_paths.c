@@ -233,6 +233,37 @@ static void test_path(enum dl_codec_path path) {
         check_both(path, x + 1, n, what);
         check_accumulate(path, x + 1, n, what);
     }
+    /* uint8 codes on the bins' edges: the vector path codes in fp32 and
+     * hands the scalar formula every value that lies too near an edge to
+     * tell. The result's grid runs from the smallest to the largest value,
+     * so each edge lo + k width is known: the floats nearest it and two
+     * ulps either side. Then chunks whose mean is far from their spread
+     * (3 and 30 sigmas of 1e3), where fp32 can tell fewer values or none;
+     * and subnormal values, whose 1 / width is beyond fp32's range. */
+    {
+        const float lo = 0.1f, hi = 0.7f;
+        double width = ((double)hi - (double)lo) / DL_CODEC_UINT8_BINS;
+        size_t m = 0;
+        x[m++] = lo;
+        x[m++] = hi;
+        for (int k = 0; k <= DL_CODEC_UINT8_BINS; k++) {
+            float edge = (float)((double)lo + k * width);
+            float around[5] = {edge, nextafterf(edge, 0), nextafterf(edge, 1), 0, 0};
+            around[3] = nextafterf(around[1], 0);
+            around[4] = nextafterf(around[2], 1);
+            for (int j = 0; j < 5; j++)
+                if (around[j] >= lo && around[j] <= hi) x[m++] = around[j];
+        }
+        check_both(path, x, m, "uint8 edges of the result's grid");
+        for (int far = 0; far < 3; far++) {
+            const float centre[] = {3.0f, 30.0f, -1000.0f};
+            for (size_t i = 0; i < 4096; i++) x[i] = centre[far] + 1e-3f * dl_rng_normal(&rng);
+            snprintf(what, sizeof what, "uint8, mean %g with sigma 1e-3", (double)centre[far]);
+            check_both(path, x, 4096, what);
+        }
+        for (size_t i = 0; i < 4096; i++) x[i] = 1e-41f * (float)dl_rng_below(&rng, 100);
+        check_both(path, x, 4096, "uint8, subnormal values");
+    }
     /* topk over whole blocks (the vector path's own selection): spread-out
      * values, a few levels with ties at every magnitude, a block of zeros,
      * one magnitude throughout, and a few large values in small ones. */
