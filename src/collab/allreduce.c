@@ -384,7 +384,8 @@ static void on_event(struct dl_round *r, struct dl_avg_event *ev) {
             dl_round_respond_text(r, ev->token, "the group of this epoch is closed: keep the gradient for the next round");
         break;
     case EV_AUDIT:
-    case EV_AUDIT_ACK: dl_audit_on_event(r, ev); break;
+    case EV_AUDIT_ACK:
+    case EV_AUDIT_DISCLOSED: dl_audit_on_event(r, ev); break;
     default: dl_recovery_on_event(r, ev); break;
     }
 }

@@ -97,12 +97,22 @@ int dl_audit_setup(struct dl_round *r) {
     r->fast_tried = dl_calloc(n, sizeof *r->fast_tried);
     r->res_meas = dl_calloc(r->num_chunks + 1, sizeof *r->res_meas);
     r->res_meas_valid = dl_calloc(r->num_chunks + 1, sizeof *r->res_meas_valid);
+    r->fast_failed_k = dl_calloc(n, sizeof *r->fast_failed_k);
+    r->disclose_at = dl_calloc(n, sizeof *r->disclose_at);
+    r->disclosed = dl_calloc(n * n, sizeof *r->disclosed);
+    r->disclosed_size = dl_calloc(n * n, sizeof *r->disclosed_size);
+    r->disclose_done = dl_calloc(n * n, sizeof *r->disclose_done);
+    r->disclosed_to = dl_calloc(n * n, sizeof *r->disclosed_to);
+    if (r->fast_failed_k)
+        for (size_t p = 0; p < n; p++) r->fast_failed_k[p] = SIZE_MAX;
     randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
     if (r->i_aggregate) r->kept = dl_calloc((size_t)r->agg_chunks * n + 1, sizeof *r->kept);
     if (!r->proj_in || !r->proj_in_size || !r->attest_in || !r->attest_in_size || !r->attest_checked ||
         !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
         !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || !r->proj1_in ||
-        !r->fast_proj || !r->fast_tried || !r->res_meas || !r->res_meas_valid || (r->i_aggregate && !r->kept))
+        !r->fast_proj || !r->fast_tried || !r->res_meas || !r->res_meas_valid || !r->fast_failed_k ||
+        !r->disclose_at || !r->disclosed || !r->disclosed_size || !r->disclose_done || !r->disclosed_to ||
+        (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -141,6 +151,14 @@ void dl_audit_free(struct dl_round *r) {
         for (size_t i = 0; i < n * n; i++) free(r->fast_proj[i]);
     free(r->fast_proj);
     free(r->fast_tried);
+    if (r->disclosed)
+        for (size_t i = 0; i < n * n; i++) free(r->disclosed[i]);
+    free(r->disclosed);
+    free(r->disclosed_size);
+    free(r->disclose_done);
+    free(r->disclosed_to);
+    free(r->disclose_at);
+    free(r->fast_failed_k);
     free(r->res_meas);
     free(r->res_meas_valid);
     free(r->store_hash);
@@ -423,7 +441,8 @@ static void send_projections(struct dl_round *r, struct dl_audit_scratch *sc, do
     bool sits_out = dl_round_reducer_sits_out(&r->g);
     for (size_t p = 0; p < n; p++) {
         if (!r->g.members[p].part_elems || (r->failed[p] && !sits_out)) continue;
-        bool lie = p != r->me && r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE;
+        bool lie = p != r->me && (r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE ||
+                                  (r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE_PART1 && p == 1));
         block[p] = build_projections(r, sc, p, lie, &block_size[p]);
         dl_round_progress(r);
         if (!block[p]) continue;
@@ -1321,13 +1340,137 @@ static bool fast_check(struct dl_round *r, struct dl_audit_scratch *sc, size_t p
          * attestation, which carries them signed, decides. */
         char why[300];
         size_t false_claim;
-        if (chunk_verdict(r, sc, p, k, res, claims, count_k, &false_claim, why, sizeof why) != DL_AUDIT_PASS)
+        if (chunk_verdict(r, sc, p, k, res, claims, count_k, &false_claim, why, sizeof why) != DL_AUDIT_PASS) {
+            r->fast_failed_k[p] = k;
             return false;
+        }
         checked++;
         dl_round_progress(r);
     }
     r->audit_chunks += checked;
     return true;
+}
+
+/* ---- 3c: disclosure, for a failed aggregator's part ------------------------------------ */
+
+/* Part p's aggregator failed, and its delivered result of chunk k =
+ * fast_failed_k[p] fails the equation against the senders' projections:
+ * either it lied or a sender did, and no attestation will come to say
+ * which. We ask each contributor of that chunk for the chunk it signed (our
+ * own we have), which settles it as an attestation's stand-ins would. */
+static void ask_disclosure(struct dl_round *r, size_t p, double now) {
+    size_t n = r->g.n, k = r->fast_failed_k[p];
+    const uint8_t *res = audited_result(r, p, k);
+    r->disclose_at[p] = now;
+    uint8_t msg[DL_AUDIT_DISCLOSE_SIZE] = {0};
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)p);
+    msg[18] = DL_AUDIT_DISCLOSE;
+    dl_put_u32(msg + 20, (uint32_t)k);
+    for (size_t j = 0; res && j < n; j++) {
+        if (!in_mask(res, j)) continue;
+        size_t slot = p * n + j, size = 0;
+        if (j == r->me) {
+            r->disclosed[slot] = dl_round_encode_own(r, p, k, true, &size);
+            r->disclosed_size[slot] = size;
+            r->disclose_done[slot] = true;
+        } else if (dl_round_request(r, r->g.members[j].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
+                                    EV_AUDIT_DISCLOSED, (uint32_t)p, (uint32_t)k, (uint32_t)j)) {
+            r->disclose_done[slot] = true;
+        }
+    }
+    DL_INFO("collab", "accountable aggregation: part %zu's aggregator failed and its result of chunk %zu fails the "
+            "senders' projections: asking its contributors for their signed chunks", p, k);
+}
+
+/* Whether every contributor of the disputed chunk answered (or cannot),
+ * or stall_s passed since we asked. */
+static bool disclosure_ready(const struct dl_round *r, size_t p, double now) {
+    if (now - r->disclose_at[p] > r->stall_s) return true;
+    const uint8_t *res = audited_result(r, p, r->fast_failed_k[p]);
+    for (size_t j = 0; res && j < r->g.n; j++)
+        if (in_mask(res, j) && !r->disclose_done[p * r->g.n + j]) return false;
+    return true;
+}
+
+/* The disputed chunk against its contributors' signed chunks: the
+ * equation with every contributor's numbers computed by us (facts, as an
+ * attestation's stand-ins). A wrong result is the aggregator's lie (its
+ * signed result, their signed chunks whose hashes it committed to); a
+ * sender whose signed projections contradict the chunk it signed lied to
+ * us. A chunk that does not come, or that its sender did not sign, or not
+ * the one committed to, shows nobody lied: not applied, nobody banned. */
+static void check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, size_t p) {
+    size_t n = r->g.n, k = r->fast_failed_k[p];
+    const uint8_t *res = audited_result(r, p, k);
+    char why[300], text[400];
+    if (!res) {
+        unsure(r, "a disputed result is gone");
+        return;
+    }
+    uint64_t off, len;
+    dl_round_chunk_range(r, p, k, &off, &len);
+    struct dl_audit_claim claims[DL_AVG_MAX_MEMBERS];
+    size_t count_k = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (!in_mask(res, j)) continue;
+        const uint8_t *chunk = r->disclosed[p * n + j];
+        uint8_t hash[32];
+        if (!chunk) {
+            snprintf(text, sizeof text, "part %zu's aggregator failed, its result of chunk %zu fails the senders' "
+                     "projections, and member %zu did not disclose its chunk", p, k, j);
+            unsure(r, text);
+            return;
+        }
+        if (r->disclosed_size[p * n + j] != dl_round_chunk_msg_size(r, len) ||
+            memcmp(chunk, r->g.round_id, DL_GROUP_ROUND_ID) || dl_get_u16(chunk + 16) != p ||
+            dl_get_u32(chunk + 20) != k ||
+            !dl_round_chunk_signed(r, j, chunk, r->disclosed_size[p * n + j], hash) ||
+            memcmp(hash, commitment_of(r, res, len, j), 32)) {
+            /* Unsigned proves nothing; signed but not the committed one
+             * could be either side's doing, and only the silent aggregator
+             * could show the chunk it took. */
+            snprintf(text, sizeof text, "part %zu's aggregator failed, and member %zu disclosed a chunk %zu that it "
+                     "did not sign or that is not the one the result committed to", p, j, k);
+            unsure(r, text);
+            return;
+        }
+        struct dl_audit_claim *c = &claims[count_k++];
+        if (!measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &c->m)) {
+            snprintf(why, sizeof why, "its result holds a chunk of member %zu that does not decode", j);
+            dl_audit_accuse(r, p, why);
+            return;
+        }
+        c->weight = dl_get_f64(chunk + DL_AVG_REF_HEADER);
+        c->clip = dl_get_f64(commitment_of(r, res, len, j) + 32);
+        c->fact = true;
+        const uint8_t *pr = r->fast_proj[p * n + j];
+        if (pr && j != r->me && !memcmp(pr + 24, r->audit_seed, 32)) {
+            double weight;
+            struct dl_audit_measure theirs;
+            read_projection(pr, k, &weight, &theirs);
+            if ((!dl_audit_measure_agrees(&theirs, &c->m) || weight != c->weight) &&
+                projections_signed(r, pr, proj_size(r, p), j)) {
+                snprintf(why, sizeof why, "its signed projections of part %zu chunk %zu contradict the chunk it "
+                         "signed (disclosed)", p, k);
+                dl_audit_accuse(r, j, why);
+                return;
+            }
+        }
+    }
+    size_t false_claim = 0;
+    enum dl_audit_verdict v = chunk_verdict(r, sc, p, k, res, claims, count_k, &false_claim, why, sizeof why);
+    if (v == DL_AUDIT_WRONG) {
+        snprintf(text, sizeof text, "its result of part %zu chunk %zu is wrong against the chunks its senders "
+                 "disclosed: %s", p, k, why);
+        dl_audit_accuse(r, p, text);
+    } else {
+        snprintf(text, sizeof text, "part %zu's aggregator failed, and its result of chunk %zu fails the senders' "
+                 "projections but %s their disclosed chunks%s%s", p, k,
+                 v == DL_AUDIT_PASS ? "agrees with" : "cannot be checked against", v == DL_AUDIT_PASS ? "" : ": ",
+                 v == DL_AUDIT_PASS ? "" : why);
+        unsure(r, text);
+    }
 }
 
 bool dl_audit_pump(struct dl_round *r, double now) {
@@ -1448,7 +1591,18 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                  * (no attestation will come). A chunk that fails it, or
                  * projections that do not all come, show no one lied (a
                  * sender may have lied to us): nothing applied. */
-                if (r->fast_tried[p] || projections_overdue(r, p, now)) {
+                if (r->fast_failed_k[p] != SIZE_MAX) {
+                    /* Its equation failed: the contributors' chunks decide (3c). */
+                    if (!(r->disclose_at[p] > 0)) {
+                        ask_disclosure(r, p, now);
+                        waiting = true;
+                    } else if (disclosure_ready(r, p, now)) {
+                        check_disclosed(r, sc, p);
+                        r->attest_checked[p] = true;
+                    } else {
+                        waiting = true;
+                    }
+                } else if (r->fast_tried[p] || projections_overdue(r, p, now)) {
                     char text[200];
                     snprintf(text, sizeof text, "part %zu's aggregator failed and its delivered results %s", p,
                              r->fast_tried[p] ? "do not agree with the senders' projections"
@@ -1480,6 +1634,20 @@ bool dl_audit_pump(struct dl_round *r, double now) {
 
 void dl_audit_on_event_(struct dl_round *r, struct dl_avg_event *ev);
 void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
+    if (ev->kind == EV_AUDIT_DISCLOSED) {
+        size_t p = ev->part, j = ev->member, n = r->g.n;
+        if (p >= n || j >= n || r->disclose_done[p * n + j]) return;
+        r->disclose_done[p * n + j] = true;
+        if (ev->status == DL_NET_OK && ev->size) {
+            r->disclosed[p * n + j] = ev->data;
+            r->disclosed_size[p * n + j] = ev->size;
+            ev->data = NULL;
+        } else {
+            DL_INFO("collab", "%s did not disclose its chunk of part %zu (%s)", ev->peer_id, p,
+                    dl_net_status_name(ev->status));
+        }
+        return;
+    }
     if (ev->kind == EV_AUDIT_ACK) {
         /* A member we cannot reach will send no nonce or roster either: not
          * waited for. (Not counted as failed: that would spare an
@@ -1568,6 +1736,26 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
             r->roster_in_size[j] = ev->size;
             ev->data = NULL;
         }
+    } else if (type == DL_AUDIT_DISCLOSE) {
+        /* Our signed chunk of another's part, once per asking member and
+         * part: what we sent its aggregator, which the asker may hold
+         * against it (or against our projections). */
+        size_t k = dl_get_u32(ev->data + 20), n = r->g.n, size = 0;
+        if (ev->size != DL_AUDIT_DISCLOSE_SIZE || part >= n || part == r->me || !r->i_send ||
+            !r->g.members[part].part_elems || k >= dl_round_chunks_of(r, part) ||
+            r->disclosed_to[(size_t)j * n + part]) {
+            dl_round_respond_text(r, ev->token, "refused: not a chunk we sent, or asked already");
+            return;
+        }
+        r->disclosed_to[(size_t)j * n + part] = true;
+        uint8_t *chunk = dl_round_encode_own(r, part, k, true, &size);
+        if (!chunk) {
+            dl_round_respond_text(r, ev->token, "refused: our chunk cannot be made again");
+            return;
+        }
+        dl_round_respond(r, ev->token, DL_NET_OK, chunk, size);
+        free(chunk);
+        return;
     } else if (type == DL_AUDIT_ATTESTATION) {
         if (part != (size_t)j || !r->g.members[part].part_elems) {
             dl_round_respond_text(r, ev->token, "refused: an attestation of a part that is not its own");

@@ -25,6 +25,7 @@ enum dl_avg_event_kind {
     EV_JOIN_REPLY, EV_CHUNK_ACK, EV_RESULT_ACK, EV_FETCH_REPLY, EV_REREDUCE_REPLY, EV_CONTRIB_REPLY,
     EV_PING_REPLY,
     EV_AUDIT, EV_AUDIT_ACK, /* accountable aggregation: request, reply */
+    EV_AUDIT_DISCLOSED,     /* the reply to a disclosure request: a sender's signed chunk */
 };
 
 struct dl_avg_event {

@@ -53,6 +53,8 @@
 #define DL_AUDIT_PROJ1 6           /* a sender's signed projection of one generation-1 chunk, to its re-reducer */
 #define DL_AUDIT_PROJ1_SIZE 160    /* round_id part type pad chunk u32 sender u16 pad[6] seed[32] weight s a d sig */
 #define DL_AUDIT_ROSTER 4
+#define DL_AUDIT_DISCLOSE 8        /* a member asks a sender for its signed chunk of a failed aggregator's part */
+#define DL_AUDIT_DISCLOSE_SIZE 24  /* round_id part u16 type pad chunk u32 */
 #define DL_AUDIT_BUNDLE 7          /* a sender's signed projections of every part, to one member */
 #define DL_AUDIT_BUNDLE_HEAD 24    /* round_id sender u16 type pad count u16 pad u16, then count type-1 messages */
 #define DL_AUDIT_ROSTER_HEAD 24   /* round_id part(= sender) u16 type pad count u32 */
@@ -131,6 +133,10 @@ enum dl_misbehaviour {
     /* test-hook builds only: the same silence after honest results (a peer
      * that hangs mid-round): what it delivered is checked and applied */
     DL_MISBEHAVE_THEN_SILENT,
+    /* test-hook builds only: a sender whose published projections lie
+     * about part 1 alone (test_collab_round_memory's failing aggregator's
+     * part), so that only a check of that part can catch it */
+    DL_MISBEHAVE_PROJECTION_LIE_PART1,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -252,6 +258,17 @@ struct dl_round {
      * it was tried (once they were all in). */
     uint8_t **fast_proj;
     bool *fast_tried;
+    /* Disclosure (docs/protocol.md, accountable aggregation, 3c): per part,
+     * the first chunk whose equation failed the fast check (SIZE_MAX: none)
+     * and when we asked its contributors for their signed chunks; per
+     * (part p, member j) at p n + j, j's answer and whether it came (or
+     * failed); per (member j, part p) at j n + p, whether we answered j. */
+    size_t *fast_failed_k;
+    double *disclose_at;
+    uint8_t **disclosed;
+    size_t *disclosed_size;
+    bool *disclose_done;
+    bool *disclosed_to;
     /* Per global chunk, its result's measures under our seed (s, l1, l2,
      * lowest, highest), once a pass over that result made them (the pass
      * of our own projections makes them on the way). */

@@ -212,12 +212,14 @@ static const struct scenario scenarios[] = {
      * result to everyone and goes silent: members count it as failed and
      * re-reduce the rest of its part. Its own chunk is in none of its
      * results (centered clip), so the senders' projections check the one it
-     * delivered: it fails, and with no attestation to say who lied nobody
-     * applies the round (before, a failed aggregator's delivered results
-     * were applied unchecked) */
+     * delivered: it fails, no attestation will come, and each member asks
+     * the chunk's contributors for the chunks they signed: against those
+     * the result is wrong, so every member bans it and nobody applies the
+     * round (before disclosure nobody was banned; before the fast check a
+     * failed aggregator's delivered results were applied unchecked) */
     {.name = "audit_silent_liar_clip", .member_count = 4, .vector_size = 2500003, .compression = "fp16",
-     .aggregation = "centered-clip", .victim = 1, .misbehave = "scale-then-silent",
-     .refusal = "delivered results do not agree with the senders' projections", .needs_test_hooks = true},
+     .aggregation = "centered-clip", .victim = 1, .misbehave = "scale-then-silent", .caught = true,
+     .needs_test_hooks = true},
     /* the same aggregator honest: it delivers its first result and hangs;
      * what it delivered passes the senders' projections (counted among the
      * chunks checked), the rest is re-reduced, and the round is applied */

@@ -264,6 +264,8 @@ struct scenario {
     bool probe_bundles;           /* member 0 sends member 3 malformed bundles of projections */
     int lie;                      /* enum dl_misbehaviour of member `liar` (0: everyone is honest) */
     long liar;
+    bool clip;                    /* centered clip (tau 1e9: every contribution counts whole; only for
+                                   * a liar's scenario, whose results are not compared with the mean) */
 };
 
 static uint32_t rng_state;
@@ -387,7 +389,9 @@ static struct outcome run_scenario(const struct scenario *sc) {
     g.elements = n;
     g.codec = sc->codec;
     g.stall_s = 10;
-    g.aggregation = DL_AGG_MEAN;
+    g.aggregation = sc->clip ? DL_AGG_CENTERED_CLIP : DL_AGG_MEAN;
+    g.clip_tau = 1e9;
+    g.clip_iterations = 20;
     g.n = sc->members;
     rng_state = 0x9E3779B9u ^ (uint32_t)(sc->members * 7919);
     uint64_t offset = 0;
@@ -744,6 +748,15 @@ int main(void) {
          .lie = DL_MISBEHAVE_REREDUCE_SCALE, .liar = 2},
         /* the aggregator of part 1 dies while sending its results, and the
          * one member that may re-reduce its part (member 2) with it */
+        /* under centered clip, part 1's aggregator delivers its first
+         * result and hangs, and member 2 sends everyone false projections
+         * of part 1 alone: the delivered result fails the fast check, no
+         * attestation will come, and the chunks its contributors disclose
+         * show member 2's projections false (without disclosure nobody
+         * was banned) */
+        {.name = "lying_sender_hung_aggregator", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
+         .parts = {CHUNK, 3 * CHUNK, CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = 1, .victim_fate = HUNG,
+         .lie = DL_MISBEHAVE_PROJECTION_LIE_PART1, .liar = 2, .clip = true},
         {.name = "dead_rereducer", .members = 5, .codec = DL_CODEC_NONE, .roles = "ttttt",
          .parts = {CHUNK, 3 * CHUNK, CHUNK, 10, 1000}, .weights = {1, 2, 3, 4, 5}, .victim = 1,
          .victim_fate = KILLED, .rereducer_dies = true},
