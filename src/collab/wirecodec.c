@@ -439,9 +439,10 @@ AVX2_TARGET static bool uint8_codes_f32_avx2(const float *x, size_t n, double lo
         __m256 p1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vlo), vinv);
         p0 = _mm256_min_ps(_mm256_max_ps(p0, low), high);
         p1 = _mm256_min_ps(_mm256_max_ps(p1, low), high);
-        const int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-        __m256 d0 = _mm256_and_ps(_mm256_sub_ps(p0, _mm256_round_ps(p0, nearest)), magnitude);
-        __m256 d1 = _mm256_and_ps(_mm256_sub_ps(p1, _mm256_round_ps(p1, nearest)), magnitude);
+#define NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) /* an immediate: clang wants a constant */
+        __m256 d0 = _mm256_and_ps(_mm256_sub_ps(p0, _mm256_round_ps(p0, NEAREST)), magnitude);
+        __m256 d1 = _mm256_and_ps(_mm256_sub_ps(p1, _mm256_round_ps(p1, NEAREST)), magnitude);
+#undef NEAREST
         /* packus works within 128-bit halves: lanes 0-3 8-11 4-7 12-15, put back in order */
         __m256i k16 = _mm256_packus_epi32(_mm256_cvttps_epi32(p0), _mm256_cvttps_epi32(p1));
         __m128i k8 = _mm_packus_epi16(_mm256_castsi256_si128(k16), _mm256_extracti128_si256(k16, 1));
