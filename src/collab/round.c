@@ -214,6 +214,31 @@ bool dl_round_chunk_signed(const struct dl_round *r, size_t j, const uint8_t *ms
     return !dl_net_verify(m->peer_id, m->pk, to_sign, sizeof to_sign, msg + size - DL_AVG_CHUNK_SIG);
 }
 
+void dl_round_clip_verdicts(const struct dl_round *r, bool *seen, bool *clipped) {
+    size_t n = r->g.n;
+    uint32_t named[DL_AVG_MAX_MEMBERS] = {0}, cut[DL_AVG_MAX_MEMBERS] = {0};
+    for (size_t p = 0; p < n && r->store; p++)
+        for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+            const uint8_t *res = r->store[r->first_chunk[p] + k];
+            if (!res) continue;
+            uint64_t off, len;
+            dl_round_chunk_range(r, p, k, &off, &len);
+            /* commitments in mask order: chunk hash, then clip weight */
+            const uint8_t *entry =
+                res + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, res, len) + DL_AVG_COMMIT_HEAD;
+            for (size_t j = 0; j < n; j++) {
+                if (!dl_round_result_counts(res, j)) continue;
+                named[j]++;
+                if (dl_get_f64(entry + 32) < 1) cut[j]++;
+                entry += DL_AVG_COMMIT_ENTRY;
+            }
+        }
+    for (size_t j = 0; j < n; j++) {
+        seen[j] = named[j] > 0;
+        clipped[j] = 2 * cut[j] > named[j];
+    }
+}
+
 int dl_round_mask_count(const struct dl_round *r, const uint8_t *result) {
     int count = 0;
     for (size_t j = 0; j < DL_AVG_MAX_MEMBERS; j++)

@@ -407,6 +407,10 @@ size_t dl_round_chunk_msg_size(const struct dl_round *r, uint64_t len);
 bool dl_round_chunk_signed(const struct dl_round *r, size_t j, const uint8_t *msg, size_t size, uint8_t hash[32]);
 /* Contributors named in a result's mask (bits beyond the group: -1). */
 int dl_round_mask_count(const struct dl_round *r, const uint8_t *result);
+/* Whom the results we hold clipped, as every member holding them judges
+ * alike: per member, seen (some result names it) and clipped (its
+ * committed clip weight is below 1 in more than half of those results). */
+void dl_round_clip_verdicts(const struct dl_round *r, bool *seen, bool *clipped);
 
 /* ---- audit_round.c: accountable aggregation ------------------------------------------ */
 

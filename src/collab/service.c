@@ -291,8 +291,24 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
         }
 }
 
+/* Clip streaks (--clip-ban-rounds). A member that receives judges from
+ * the results it applied, whose clip weights the audit checked: every
+ * member that applied the round holds the same results, so all of them
+ * count the same streaks and refuse an attacker in the same round (when
+ * each counted only what it reduced itself, honest peers refused at
+ * different rounds, passed over each other's leaders and split). A round
+ * not applied counts for nothing; a member that does not receive (aux)
+ * counts what it reduced. */
 void dl_collab_count_clipped(struct dl_collab *c, const struct dl_round *r) {
-    if (r->has_group) dl_bans_count_clipped(&c->bans, &r->g, r->me, r->reduced_from, r->clipped);
+    if (!r->has_group) return;
+    if (!r->i_receive) {
+        dl_bans_count_clipped(&c->bans, &r->g, r->me, r->reduced_from, r->clipped);
+        return;
+    }
+    if (r->status != DL_AVG_OK) return;
+    bool seen[DL_AVG_MAX_MEMBERS], clipped[DL_AVG_MAX_MEMBERS];
+    dl_round_clip_verdicts(r, seen, clipped);
+    dl_bans_count_clipped(&c->bans, &r->g, r->me, seen, clipped);
 }
 
 enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_options *options,

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collab/bytes.h"
 #include "collab/collab_internal.h"
+#include "collab/round.h"
 #include "dedloc/net.h"
 #include "dedloc/util.h"
 #include "dl_test.h"
@@ -96,6 +98,68 @@ int main(void) {
     const char *named = dl_bans_first_in_group(&c->bans, &r->g, 0);
     CHECK_MSG(named && !strcmp(named, ids[1]), "a group naming the refused member is taken");
     CHECK(dl_bans_first_in_group(&c->bans, &r->g, 1) == NULL);
+
+    /* A member that receives judges from the results it applied: the clip
+     * weights they commit to, the same at every member that applied them,
+     * whatever it reduced itself. Three parts of one fp32 element; member
+     * 2 is clipped (weight < 1) in two of the three results that name it
+     * (more than half: clipped), member 0 in one of two (not). What the
+     * member reduced itself says the opposite and must not count. */
+    struct dl_round *q = calloc(1, sizeof *q);
+    uint8_t *results[3] = {NULL};
+    size_t first_chunk[4] = {0, 1, 2, 3};
+    uint8_t *store[3];
+    bool own_reduced[3] = {true, true, true}, own_clipped[3] = {true, false, false};
+    q->has_group = true;
+    q->i_receive = true;
+    q->status = DL_AVG_OK;
+    q->g.n = 3;
+    q->g.codec = DL_CODEC_NONE;
+    q->g.aggregation = DL_AGG_CENTERED_CLIP;
+    q->me = 1;
+    q->first_chunk = first_chunk;
+    q->num_chunks = 3;
+    q->store = store;
+    q->reduced_from = own_reduced;
+    q->clipped = own_clipped;
+    const char *qids[3] = {"33333333333333333333333333333333", "44444444444444444444444444444444",
+                           "55555555555555555555555555555555"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(q->g.members[i].peer_id, sizeof q->g.members[i].peer_id, "%s", qids[i]);
+        q->g.members[i].part_offset = (uint64_t)i;
+        q->g.members[i].part_elems = 1;
+    }
+    /* per part: the contributors (mask order) and their clip weights */
+    const int contributors[3][2] = {{1, 2}, {0, 2}, {0, 2}};
+    const double clip[3][2] = {{1.0, 0.25}, {0.5, 1.0}, {1.0, 0.125}};
+    size_t size = DL_AVG_RESULT_HEADER + 4 + DL_AVG_COMMIT_HEAD + 2 * DL_AVG_COMMIT_ENTRY;
+    for (int p = 0; p < 3; p++) {
+        results[p] = calloc(1, size);
+        store[p] = results[p];
+        for (int i = 0; i < 2; i++) {
+            int j = contributors[p][i];
+            results[p][28 + j / 8] |= (uint8_t)(1u << (j % 8));
+            uint8_t *entry = results[p] + DL_AVG_RESULT_HEADER + 4 + DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * i;
+            dl_put_f64(entry + 32, clip[p][i]);
+        }
+    }
+    bool seen[3], judged[3];
+    dl_round_clip_verdicts(q, seen, judged);
+    CHECK(seen[0] && seen[1] && seen[2]);
+    CHECK_MSG(!judged[0] && !judged[1] && judged[2], "clipped verdicts %d %d %d, expected 0 0 1", judged[0],
+              judged[1], judged[2]);
+    for (int round = 0; round < 3; round++) dl_collab_count_clipped(c, q);
+    CHECK_MSG(dl_bans_is_banned(&c->bans, qids[2]), "member 2, clipped in the results of 3 rounds, is not banned");
+    CHECK_MSG(!dl_bans_is_banned(&c->bans, qids[0]), "member 0, clipped in our own reduction only, is banned");
+    /* a round not applied counts for nothing */
+    q->status = DL_AVG_UNSURE;
+    snprintf(q->g.members[0].peer_id, sizeof q->g.members[0].peer_id, "%s", "66666666666666666666666666666666");
+    snprintf(q->g.members[2].peer_id, sizeof q->g.members[2].peer_id, "%s", "77777777777777777777777777777777");
+    for (int round = 0; round < 3; round++) dl_collab_count_clipped(c, q);
+    CHECK_MSG(!dl_bans_is_banned(&c->bans, "77777777777777777777777777777777"),
+              "clipped in rounds that were not applied, and banned");
+    for (int p = 0; p < 3; p++) free(results[p]);
+    free(q);
 
     free(r);
     dl_collab_stop(c);

@@ -264,8 +264,11 @@ struct scenario {
     bool probe_bundles;           /* member 0 sends member 3 malformed bundles of projections */
     int lie;                      /* enum dl_misbehaviour of member `liar` (0: everyone is honest) */
     long liar;
-    bool clip;                    /* centered clip (tau 1e9: every contribution counts whole; only for
-                                   * a liar's scenario, whose results are not compared with the mean) */
+    bool clip;                    /* centered clip (tau below, else 1e9: every contribution counts
+                                   * whole); its results are not compared with the mean */
+    double tau;
+    long outlier;                 /* under clip: this member's values lie `shift` above the others' */
+    float shift;
 };
 
 static uint32_t rng_state;
@@ -390,7 +393,7 @@ static struct outcome run_scenario(const struct scenario *sc) {
     g.codec = sc->codec;
     g.stall_s = 10;
     g.aggregation = sc->clip ? DL_AGG_CENTERED_CLIP : DL_AGG_MEAN;
-    g.clip_tau = 1e9;
+    g.clip_tau = sc->tau > 0 ? sc->tau : 1e9;
     g.clip_iterations = 20;
     g.n = sc->members;
     rng_state = 0x9E3779B9u ^ (uint32_t)(sc->members * 7919);
@@ -418,6 +421,8 @@ static struct outcome run_scenario(const struct scenario *sc) {
         /* Each member's values sit around its own level, so that a missing
          * or doubled contribution moves the mean. */
         for (size_t e = 0; e < n; e++) m->input[e] = next_value() + (float)i;
+        if (sc->shift > 0 && (long)i == sc->outlier)
+            for (size_t e = 0; e < n; e++) m->input[e] += sc->shift;
     }
     for (size_t i = 0; i < sc->members; i++) {
         struct member *m = &s->m[i];
@@ -545,6 +550,39 @@ static struct outcome run_scenario(const struct scenario *sc) {
                   s->clock - CLOCK_START);
         printf("%s: %zu members, the survivors gave up after %.2f s of virtual time\n", sc->name, sc->members,
                s->clock - CLOCK_START);
+        goto done;
+    }
+    if (sc->clip && !sc->lie) {
+        /* Every member applies the same results and judges the clip
+         * weights they commit to alike: the outlier clipped (in every
+         * result that names it), everyone seen, nobody else clipped. */
+        bool first_seen[MAX_MEMBERS], first_clipped[MAX_MEMBERS];
+        for (size_t i = 0; i < s->n; i++) {
+            const struct dl_round *r = s->m[i].r;
+            CHECK_MSG(r->status == DL_AVG_OK, "%s: member %zu ended %s: %s", sc->name, i,
+                      dl_avg_status_name(r->status), r->reason);
+            bool seen[MAX_MEMBERS], clipped[MAX_MEMBERS];
+            dl_round_clip_verdicts(r, seen, clipped);
+            for (size_t j = 0; j < s->n; j++) {
+                CHECK_MSG(seen[j], "%s: member %zu sees no result naming member %zu", sc->name, i, j);
+                CHECK_MSG(clipped[j] == ((long)j == sc->outlier), "%s: member %zu judges member %zu %s", sc->name,
+                          i, j, clipped[j] ? "clipped" : "not clipped");
+            }
+            if (i == 0) {
+                memcpy(first_seen, seen, sizeof seen);
+                memcpy(first_clipped, clipped, sizeof clipped);
+            }
+            CHECK_MSG(!memcmp(first_seen, seen, s->n * sizeof *seen) &&
+                          !memcmp(first_clipped, clipped, s->n * sizeof *clipped),
+                      "%s: members 0 and %zu judge the clipping differently", sc->name, i);
+            bool same = r->num_chunks == s->m[0].r->num_chunks;
+            for (size_t gi = 0; same && gi < r->num_chunks; gi++)
+                same = r->store_size[gi] == s->m[0].r->store_size[gi] &&
+                       !memcmp(r->store[gi], s->m[0].r->store[gi], r->store_size[gi]);
+            CHECK_MSG(same, "%s: members 0 and %zu hold different result bytes", sc->name, i);
+        }
+        printf("%s: %zu members, every member judged member %ld clipped and nobody else\n", sc->name, sc->members,
+               sc->outlier);
         goto done;
     }
     if (sc->lie && sc->lie != DL_MISBEHAVE_NO_ATTESTATION) {
@@ -757,6 +795,13 @@ int main(void) {
         {.name = "lying_sender_hung_aggregator", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
          .parts = {CHUNK, 3 * CHUNK, CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = 1, .victim_fate = HUNG,
          .lie = DL_MISBEHAVE_PROJECTION_LIE_PART1, .liar = 2, .clip = true},
+        /* centered clip with member 3's values 100 above the others'
+         * (tau 5000 per chunk: the others lie within a few hundred of the
+         * result, member 3 about 36,000 away): each member judges from
+         * the clip weights the results commit to, so all judge alike */
+        {.name = "clip_outlier", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
+         .parts = {CHUNK, 2 * CHUNK, CHUNK, CHUNK}, .weights = {1, 2, 3, 4}, .victim = -1, .clip = true,
+         .tau = 5000, .outlier = 3, .shift = 100},
         {.name = "dead_rereducer", .members = 5, .codec = DL_CODEC_NONE, .roles = "ttttt",
          .parts = {CHUNK, 3 * CHUNK, CHUNK, 10, 1000}, .weights = {1, 2, 3, 4, 5}, .victim = 1,
          .victim_fate = KILLED, .rereducer_dies = true},
