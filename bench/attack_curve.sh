@@ -15,7 +15,8 @@
 # reference's, the wall time (every peer done) and the seconds per step, and
 # honest_s, the time until the five honest peers are done; then a JSON line.
 # Needs a test-hook build (scripts/setup.sh builds one).
-#   bench/attack_curve.sh [DEDLOC_BINARY]     (STEPS=20 W=5 by default)
+#   bench/attack_curve.sh [DEDLOC_BINARY]     (STEPS=20 W=5 by default;
+#   RUNS="ac" runs the attacked swarm alone, beside the clean reference)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${1:-$SRC/build/dedloc}
@@ -80,10 +81,16 @@ swarm() {
   echo "$(now) - $t0" | bc -l >"$TMP/$tag.seconds"
 }
 
-swarm cm --aggregation mean
-swarm cn --aggregation mean --test-misbehave skip-audit
-swarm cc --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3
-ATTACK=1 swarm ac --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3
+RUNS=${RUNS:-cm cn cc ac}
+for tag in $RUNS; do
+  case $tag in
+    cm) swarm cm --aggregation mean ;;
+    cn) swarm cn --aggregation mean --test-misbehave skip-audit ;;
+    cc) swarm cc --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3 ;;
+    ac) ATTACK=1 swarm ac --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3 ;;
+    *) echo "RUNS: unknown run '$tag' (cm cn cc ac)"; exit 2 ;;
+  esac
+done
 
 tail_loss() { jq -s "[.[] | select(.step) | (.loss // 1e30)] | .[-$W:] | add / length" "$1"; }
 steps_of() { jq -s '[.[] | select(.step) | .step] | max // 0' "$1"; }
@@ -92,7 +99,7 @@ printf '%-12s %6s %10s %9s %8s %8s %9s\n' run steps loss vs_clean wall_s s/step 
 printf '%-12s %6s %10.4f %9s %8.1f %8.2f %9s\n' single "$(steps_of "$TMP/single.jsonl")" "$clean" "" "$single_s" \
   "$(echo "$single_s / $STEPS" | bc -l)" ""
 json="{\"steps\":$STEPS,\"attacker_misbehaviour\":\"${MISBEHAVE:-result-scale}\",\"window\":$W,\"clean_loss\":$clean,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\""
-for tag in cm cn cc ac; do
+for tag in $RUNS; do
   loss=$(tail_loss "$TMP/${tag}0.jsonl")
   secs=$(cat "$TMP/$tag.seconds")
   honest=$(cat "$TMP/$tag.honest_seconds")
