@@ -648,20 +648,27 @@ static bool projections_signed(const struct dl_round *r, const uint8_t *proj, si
 /* What the chunk record (k, j, chunk) of part p's attestation shows: its
  * measures in *m; false when the record itself is bogus (then the
  * aggregator who signed it is to blame). */
+/* Whether chunk (a chunk message of chunk_size bytes) is member j's signed
+ * chunk k of part p, the one result res committed to for j. */
+static bool committed_chunk(const struct dl_round *r, size_t p, size_t k, size_t j, const uint8_t *chunk,
+                            size_t chunk_size, const uint8_t *res, uint64_t len) {
+    uint8_t hash[32];
+    return chunk_size == dl_round_chunk_msg_size(r, len) && !memcmp(chunk, r->g.round_id, DL_GROUP_ROUND_ID) &&
+           dl_get_u16(chunk + 16) == p && dl_get_u32(chunk + 20) == k &&
+           dl_round_chunk_signed(r, j, chunk, chunk_size, hash) && !memcmp(hash, commitment_of(r, res, len, j), 32);
+}
+
 static bool read_record(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, size_t k, size_t j,
                         const uint8_t *chunk, const uint8_t *res, struct dl_audit_measure *m, char *why,
                         size_t why_size) {
     uint64_t off, len;
     dl_round_chunk_range(r, p, k, &off, &len);
-    uint8_t hash[32];
     if (!res || j >= r->g.n || !in_mask(res, j)) {
         snprintf(why, why_size, "its attestation holds a chunk record of chunk %zu for member %zu, not in its result",
                  k, j);
         return false;
     }
-    if (memcmp(chunk, r->g.round_id, DL_GROUP_ROUND_ID) || dl_get_u16(chunk + 16) != p ||
-        dl_get_u32(chunk + 20) != k || !dl_round_chunk_signed(r, j, chunk, dl_round_chunk_msg_size(r, len), hash) ||
-        memcmp(hash, commitment_of(r, res, len, j), 32)) {
+    if (!committed_chunk(r, p, k, j, chunk, dl_round_chunk_msg_size(r, len), res, len)) {
         snprintf(why, why_size, "its attestation holds a chunk of member %zu that member did not sign or that is "
                  "not the one its result committed to", j);
         return false;
@@ -1415,18 +1422,13 @@ static void check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, siz
     for (size_t j = 0; j < n; j++) {
         if (!in_mask(res, j)) continue;
         const uint8_t *chunk = r->disclosed[p * n + j];
-        uint8_t hash[32];
         if (!chunk) {
             snprintf(text, sizeof text, "part %zu's aggregator failed, its result of chunk %zu fails the senders' "
                      "projections, and member %zu did not disclose its chunk", p, k, j);
             unsure(r, text);
             return;
         }
-        if (r->disclosed_size[p * n + j] != dl_round_chunk_msg_size(r, len) ||
-            memcmp(chunk, r->g.round_id, DL_GROUP_ROUND_ID) || dl_get_u16(chunk + 16) != p ||
-            dl_get_u32(chunk + 20) != k ||
-            !dl_round_chunk_signed(r, j, chunk, r->disclosed_size[p * n + j], hash) ||
-            memcmp(hash, commitment_of(r, res, len, j), 32)) {
+        if (!committed_chunk(r, p, k, j, chunk, r->disclosed_size[p * n + j], res, len)) {
             /* Unsigned proves nothing; signed but not the committed one
              * could be either side's doing, and only the silent aggregator
              * could show the chunk it took. */
