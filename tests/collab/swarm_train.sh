@@ -858,7 +858,13 @@ attack)
   # - mean: the loss after STEPS is not within 5% of the clean run's.
   # - centered-clip: it is, and the swarm still learns (it keeps at least
   #   half of the clean run's drop from the first W_LAST steps: 5% alone is
-  #   more than tiny's whole drop in 40 steps, so it would not show that).
+  #   more than tiny's whole drop in these steps, so it would not show that).
+  # 60 steps, not 40: the attacked first rounds (before the ban) leave the
+  # optimizer's moments skewed by up to ~0.6 tau per part, which slows the
+  # early steps by a run-dependent amount (the noise and the part split
+  # follow the identities). At 40 steps the attacked swarm kept 30% to 127%
+  # of the clean drop across runs on a loaded machine, so the half-drop check
+  # failed in some; at 60 it kept 92% to 101% in the three runs measured.
   # - every honest peer reports each attacker and bans it after
   #   --clip-ban-rounds 3 clipped rounds; no honest peer is ever clipped.
   # tau: an honest contribution lay at most 6.0 from the result in any
@@ -868,7 +874,7 @@ attack)
   # alone leaves a bias of up to ~0.6 tau per part (3 of 8 members pulling
   # tau each), several times the honest mean gradient at 4 samples per peer;
   # the ban after 3 rounds is what keeps the loss with the clean run's.
-  STEPS=${ATTACK_STEPS:-40}; W_LAST=5; CLIP_TAU=10; BAN=${ATTACK_BAN:-3}
+  STEPS=${ATTACK_STEPS:-60}; W_LAST=5; CLIP_TAU=10; BAN=${ATTACK_BAN:-3}
   SCHED=(--lr 0.1 --warmup-steps $((STEPS / 10)) --total-steps $STEPS)
   "$BIN" train --model tiny --data "$CORPUS" --seq 32 --batch 4 --shuffle-buffer 100 "${SCHED[@]}" \
     --seed 1 --quiet --target-batch 32 --max-steps $STEPS --log "$W/clean.jsonl" 2>"$W/clean.err" ||
