@@ -131,23 +131,22 @@ static void uint8_decode_scalar(const float *codebook, const uint8_t *codes, siz
  * speed (one chain of dependent adds per value ran at a quarter of it). */
 #define SUM_LANES 16
 
-/* The sums, and whether every value is within the codecs' bound (the
- * encoder's check rides on the sums' pass; it finds the index only when
- * one is not). */
-static bool lane_sums_scalar(const float *x, size_t from, size_t n, double lanes[SUM_LANES]) {
+/* The moments in one pass, about a shift K (the chunk's first value): per
+ * lane the sums of d = x - K and of d * d, each d rounded once to double,
+ * and whether every value is within the codecs' bound (the encoder's check
+ * rides on this pass; it finds the index only when one is not). One pass,
+ * not a mean's pass and then a pass of squares about the mean: the chunk's
+ * first read comes from memory, and the squares' work hides under it. */
+static bool lane_moments_scalar(const float *x, size_t from, size_t n, double shift, double sums[SUM_LANES],
+                                double squares[SUM_LANES]) {
     bool bounded = true;
     for (size_t i = from; i < n; i++) {
-        lanes[i % SUM_LANES] += x[i];
+        double d = (double)x[i] - shift;
+        sums[i % SUM_LANES] += d;
+        squares[i % SUM_LANES] += d * d;
         bounded &= finite_bits(x[i]);
     }
     return bounded;
-}
-
-static void lane_squares_scalar(const float *x, size_t from, size_t n, double mean, double lanes[SUM_LANES]) {
-    for (size_t i = from; i < n; i++) {
-        double d = (double)x[i] - mean;
-        lanes[i % SUM_LANES] += d * d;
-    }
 }
 
 static double lanes_total(const double lanes[SUM_LANES]) {
@@ -226,9 +225,8 @@ struct codec_kernels {
     /* codes, and per bin the sum and count of its values in index order */
     void (*uint8_bins)(const float *x, size_t n, double lo, double inv_width, uint8_t *codes, double (*bins)[2]);
     void (*uint8_decode)(const float *codebook, const uint8_t *codes, size_t n, float *out);
-    /* lanes[] += per lane (SUM_LANES above); false if a value is beyond the bound */
-    bool (*lane_sums)(const float *x, size_t n, double lanes[SUM_LANES]);
-    void (*lane_squares)(const float *x, size_t n, double mean, double lanes[SUM_LANES]);
+    /* sums[], squares[] += per lane (lane_moments_scalar); false if a value is beyond the bound */
+    bool (*lane_moments)(const float *x, size_t n, double shift, double sums[SUM_LANES], double squares[SUM_LANES]);
     void (*min_max)(const float *x, size_t n, float *lo, float *hi); /* n > 0, finite */
     /* on input already checked (no NaN/Inf can come out) */
     void (*accumulate_f32)(const uint8_t *in, size_t n, double weight, double *acc);
@@ -262,11 +260,9 @@ static void uint8_decode_all_scalar(const float *codebook, const uint8_t *codes,
     uint8_decode_scalar(codebook, codes, 0, n, out);
 }
 
-static bool lane_sums_all_scalar(const float *x, size_t n, double lanes[SUM_LANES]) {
-    return lane_sums_scalar(x, 0, n, lanes);
-}
-static void lane_squares_all_scalar(const float *x, size_t n, double mean, double lanes[SUM_LANES]) {
-    lane_squares_scalar(x, 0, n, mean, lanes);
+static bool lane_moments_all_scalar(const float *x, size_t n, double shift, double sums[SUM_LANES],
+                                    double squares[SUM_LANES]) {
+    return lane_moments_scalar(x, 0, n, shift, sums, squares);
 }
 static void min_max_all_scalar(const float *x, size_t n, float *lo, float *hi) {
     *lo = *hi = x[0];
@@ -288,8 +284,8 @@ static int check_f16_wire_all_scalar(const uint8_t *in, size_t n) { return check
 
 static const struct codec_kernels scalar_kernels = {
     check_finite_all_scalar,   copy_decoded_all_scalar,   encode_fp16_all_scalar, decode_fp16_all_scalar,
-    uint8_bins_all_scalar,     uint8_decode_all_scalar,   lane_sums_all_scalar,
-    lane_squares_all_scalar,   min_max_all_scalar,        accumulate_f32_all_scalar,
+    uint8_bins_all_scalar,     uint8_decode_all_scalar,   lane_moments_all_scalar,
+    min_max_all_scalar,        accumulate_f32_all_scalar,
     accumulate_f16_all_scalar, mean_all_scalar,           check_f32_wire_all_scalar, check_f16_wire_all_scalar};
 
 #if DL_CODEC_HAVE_X86
@@ -486,55 +482,48 @@ AVX2_TARGET static void uint8_bins_avx2(const float *x, size_t n, double lo, dou
     uint8_scatter_avx2(x, n, codes, bins);
 }
 
-/* Four registers hold lanes 0-3, 4-7, 8-11 and 12-15; sixteen values a
- * turn, each added to its own lane, as lane_sums_scalar adds them. */
-AVX2_TARGET static bool lane_sums_avx2(const float *x, size_t n, double lanes[SUM_LANES]) {
-    __m256d a0 = _mm256_loadu_pd(lanes), a1 = _mm256_loadu_pd(lanes + 4);
-    __m256d a2 = _mm256_loadu_pd(lanes + 8), a3 = _mm256_loadu_pd(lanes + 12);
+/* d = x - K into one lane's sum and sum of squares: the scalar's
+ * roundings (the difference, the square, the two additions). */
+AVX2_TARGET static inline void moment_lane(__m256d *sum, __m256d *square, __m128 v, __m256d shift) {
+    __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(v), shift);
+    *sum = _mm256_add_pd(*sum, d);
+    *square = _mm256_add_pd(*square, _mm256_mul_pd(d, d));
+}
+
+/* Four registers of each kind hold lanes 0-3, 4-7, 8-11 and 12-15;
+ * sixteen values a turn, each added to its own lane, as
+ * lane_moments_scalar adds them. */
+AVX2_TARGET static bool lane_moments_avx2(const float *x, size_t n, double shift, double sums[SUM_LANES],
+                                          double squares[SUM_LANES]) {
+    const __m256d k = _mm256_set1_pd(shift);
+    __m256d a0 = _mm256_loadu_pd(sums), a1 = _mm256_loadu_pd(sums + 4);
+    __m256d a2 = _mm256_loadu_pd(sums + 8), a3 = _mm256_loadu_pd(sums + 12);
+    __m256d q0 = _mm256_loadu_pd(squares), q1 = _mm256_loadu_pd(squares + 4);
+    __m256d q2 = _mm256_loadu_pd(squares + 8), q3 = _mm256_loadu_pd(squares + 12);
     /* the largest exponent field seen (masked, so non-negative: a signed max works) */
     const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
     __m256i top = _mm256_setzero_si256();
     size_t i = 0;
     for (; i + SUM_LANES <= n; i += SUM_LANES) {
         __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v0)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v0, 1)));
-        a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(v1)));
-        a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(v1, 1)));
+        moment_lane(&a0, &q0, _mm256_castps256_ps128(v0), k);
+        moment_lane(&a1, &q1, _mm256_extractf128_ps(v0, 1), k);
+        moment_lane(&a2, &q2, _mm256_castps256_ps128(v1), k);
+        moment_lane(&a3, &q3, _mm256_extractf128_ps(v1, 1), k);
         top = _mm256_max_epi32(top, _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(v0), exp_mask),
                                                      _mm256_and_si256(_mm256_castps_si256(v1), exp_mask)));
     }
-    _mm256_storeu_pd(lanes, a0);
-    _mm256_storeu_pd(lanes + 4, a1);
-    _mm256_storeu_pd(lanes + 8, a2);
-    _mm256_storeu_pd(lanes + 12, a3);
+    _mm256_storeu_pd(sums, a0);
+    _mm256_storeu_pd(sums + 4, a1);
+    _mm256_storeu_pd(sums + 8, a2);
+    _mm256_storeu_pd(sums + 12, a3);
+    _mm256_storeu_pd(squares, q0);
+    _mm256_storeu_pd(squares + 4, q1);
+    _mm256_storeu_pd(squares + 8, q2);
+    _mm256_storeu_pd(squares + 12, q3);
     bool bounded = !_mm256_movemask_ps(
         _mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32((int)(BOUND_BITS - 1)))));
-    return lane_sums_scalar(x, i, n, lanes) && bounded;
-}
-
-AVX2_TARGET static inline __m256d square_off(__m256d acc, __m128 v, __m256d mean) {
-    __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(v), mean);
-    return _mm256_add_pd(acc, _mm256_mul_pd(d, d));
-}
-
-AVX2_TARGET static void lane_squares_avx2(const float *x, size_t n, double mean, double lanes[SUM_LANES]) {
-    const __m256d m = _mm256_set1_pd(mean);
-    __m256d a0 = _mm256_loadu_pd(lanes), a1 = _mm256_loadu_pd(lanes + 4);
-    __m256d a2 = _mm256_loadu_pd(lanes + 8), a3 = _mm256_loadu_pd(lanes + 12);
-    size_t i = 0;
-    for (; i + SUM_LANES <= n; i += SUM_LANES) {
-        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
-        a0 = square_off(a0, _mm256_castps256_ps128(v0), m);
-        a1 = square_off(a1, _mm256_extractf128_ps(v0, 1), m);
-        a2 = square_off(a2, _mm256_castps256_ps128(v1), m);
-        a3 = square_off(a3, _mm256_extractf128_ps(v1, 1), m);
-    }
-    _mm256_storeu_pd(lanes, a0);
-    _mm256_storeu_pd(lanes + 4, a1);
-    _mm256_storeu_pd(lanes + 8, a2);
-    _mm256_storeu_pd(lanes + 12, a3);
-    lane_squares_scalar(x, i, n, mean, lanes);
+    return lane_moments_scalar(x, i, n, shift, sums, squares) && bounded;
 }
 
 /* min and max are exact, so lanes may meet in any order (for zeros, see
@@ -631,7 +620,7 @@ AVX2_TARGET static int check_f16_wire_avx2(const uint8_t *in, size_t n) {
  * codebook entries measured 4x slower here than eight plain loads. */
 static const struct codec_kernels avx2_kernels = {
     check_finite_avx2,   copy_decoded_avx2,       encode_fp16_avx2,    decode_fp16_avx2, uint8_bins_avx2,
-    uint8_decode_all_scalar, lane_sums_avx2, lane_squares_avx2, min_max_avx2, accumulate_f32_avx2, accumulate_f16_avx2, mean_avx2, check_f32_wire_avx2,
+    uint8_decode_all_scalar, lane_moments_avx2, min_max_avx2, accumulate_f32_avx2, accumulate_f16_avx2, mean_avx2, check_f32_wire_avx2,
     check_f16_wire_avx2};
 #endif
 
@@ -763,7 +752,7 @@ AVX512_TARGET static int check_f16_wire_avx512(const uint8_t *in, size_t n) {
 
 static const struct codec_kernels avx512_kernels = {
     check_finite_avx512,     copy_decoded_avx512,   encode_fp16_avx512,    decode_fp16_avx512, uint8_bins_avx2,
-    uint8_decode_all_scalar, lane_sums_avx2, lane_squares_avx2, min_max_avx2, accumulate_f32_avx512, accumulate_f16_avx512, mean_avx512,        check_f32_wire_avx512,
+    uint8_decode_all_scalar, lane_moments_avx2, min_max_avx2, accumulate_f32_avx512, accumulate_f16_avx512, mean_avx512,        check_f32_wire_avx512,
     check_f16_wire_avx512};
 #endif
 
@@ -868,16 +857,27 @@ static void uint8_fill(const struct codec_kernels *kern, const float *x, size_t 
 }
 
 /* mean and sigma in lanes (SUM_LANES): the same bits on every path. The
- * bound check rides on the sums' pass; the refused value's index is looked
- * for only when there is one. 0, or -1 with dl_fail naming it. */
+ * bound check rides on the pass; the refused value's index is looked for
+ * only when there is one. 0, or -1 with dl_fail naming it.
+ *
+ * With S1 and S2 the sums of d = x - K and d^2, mean = K + S1/n and
+ * sigma^2 = S2/n - (S1/n)^2. The shift K is a value of the chunk, so
+ * (K - mean)^2 <= n sigma^2 (one term of the sum of squares about the
+ * mean): S2/n <= (n + 1) sigma^2, and the subtraction loses at most
+ * log2(n + 1) of the 53 bits, about 2^-35 of sigma^2 at n = 2^17, far
+ * below what moves a grid of 256 bins. (A fixed shift such as 0 would
+ * lose all of them for a chunk whose mean is 10^9 sigma away.) */
 static int uint8_moments(const struct codec_kernels *kern, const float *x, size_t n, double *mean, double *sigma) {
-    double lanes[SUM_LANES] = {0};
-    if (!kern->lane_sums(x, n, lanes))
+    if (!n) {
+        *mean = *sigma = 0;
+        return 0;
+    }
+    double sums[SUM_LANES] = {0}, squares[SUM_LANES] = {0}, shift = x[0];
+    if (!kern->lane_moments(x, n, shift, sums, squares))
         return kern->check_finite(x, n) ? -1 : dl_fail("uint8: a value beyond the bound that the check does not find");
-    *mean = n ? lanes_total(lanes) / (double)n : 0;
-    memset(lanes, 0, sizeof lanes);
-    kern->lane_squares(x, n, *mean, lanes);
-    *sigma = n ? sqrt(lanes_total(lanes) / (double)n) : 0;
+    double m1 = lanes_total(sums) / (double)n, var = lanes_total(squares) / (double)n - m1 * m1;
+    *mean = shift + m1;
+    *sigma = var > 0 ? sqrt(var) : 0;
     return 0;
 }
 
