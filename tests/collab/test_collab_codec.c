@@ -210,6 +210,48 @@ static void test_uint8(void) {
     free(y);
 }
 
+/* The moments behind the uint8 grid against a two-pass reference in long
+ * double, on chunks that cost a one-pass formula its bits: a mean 10^7
+ * sigmas from zero, an outlier as the first value (the worst shift the
+ * encoder can draw), a constant chunk, one value. */
+static void check_moments(const float *x, size_t n, const char *what) {
+    long double sum = 0, sq = 0;
+    for (size_t i = 0; i < n; i++) sum += x[i];
+    long double mean = sum / (long double)n;
+    for (size_t i = 0; i < n; i++) sq += ((long double)x[i] - mean) * ((long double)x[i] - mean);
+    double want_m = (double)mean, want_s = (double)sqrtl(sq / (long double)n);
+    for (int p = 0; p < DL_CODEC_PATH_COUNT; p++) {
+        if (!dl_codec_path_available((enum dl_codec_path)p)) continue;
+        double m = NAN, s = NAN;
+        int rc = dl_codec_uint8_moments_path((enum dl_codec_path)p, x, n, &m, &s);
+        CHECK_MSG(rc == 0, "%s: moments on %s refused", what, dl_codec_path_name((enum dl_codec_path)p));
+        double tol_s = want_s * 1e-9, tol_m = fabs(want_m) * 1e-15 + want_s * 1e-9;
+        CHECK_MSG(fabs(s - want_s) <= tol_s && fabs(m - want_m) <= tol_m,
+                  "%s on %s: mean %.17g sigma %.17g, reference %.17g %.17g", what,
+                  dl_codec_path_name((enum dl_codec_path)p), m, s, want_m, want_s);
+    }
+}
+
+static void test_uint8_moments(void) {
+    dl_rng rng;
+    dl_rng_seed(&rng, 11);
+    size_t n = 131072;
+    float *x = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = 1e4f + 1e-3f * dl_rng_normal(&rng);
+    check_moments(x, n, "mean 1e4, sigma 1e-3");
+    for (size_t i = 0; i < n; i++) x[i] = -3e5f + 0.03f * dl_rng_normal(&rng);
+    check_moments(x, n, "mean -3e5, sigma 3e-2");
+    for (size_t i = 0; i < n; i++) x[i] = 1e-3f * dl_rng_normal(&rng);
+    x[0] = 0.3f; /* ~sqrt(n) sigmas out: as far as a chunk's own value can lie */
+    check_moments(x, n, "first value 300 sigmas out");
+    for (size_t i = 0; i < n; i++) x[i] = 0.1f;
+    check_moments(x, n, "constant");
+    double m = 1, s = 1;
+    CHECK(dl_codec_uint8_moments_path(DL_CODEC_PATH_SCALAR, x, n, &m, &s) == 0 && s == 0 && m == (double)0.1f);
+    check_moments(x, 1, "one value");
+    free(x);
+}
+
 static void test_refusals(void) {
     float x[16], y[16];
     for (int i = 0; i < 16; i++) x[i] = (float)i * 0.25f;
@@ -285,6 +327,7 @@ int main(void) {
     test_none();
     test_fp16();
     test_uint8();
+    test_uint8_moments();
     test_refusals();
     return dl_test_finish("test_collab_codec");
 }
