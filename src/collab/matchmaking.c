@@ -33,6 +33,8 @@
 #define DEFAULT_BANDWIDTH_MBIT 100.0
 /* How often a collecting leader looks at its view for an earlier leader. */
 #define LEADER_RECHECK_S 0.05
+/* How often a joiner looks at its leader's record while it waits for an answer. */
+#define LEADER_LOOK_S 0.25
 /* Redirects a joiner follows in one round (ids strictly decrease anyway). */
 #define MAX_REDIRECTS 8
 #define REDIRECT_PREFIX "redirect "
@@ -161,6 +163,21 @@ static int find_leader(struct dl_collab *c, uint64_t epoch, char leader[DL_PEER_
     }
     dl_swarm_view_free(&view);
     return leader[0] ? 0 : dl_fail("no non-client peer has published epoch %llu", (unsigned long long)epoch);
+}
+
+/* The epoch that `leader`'s latest record claims, if our view holds it
+ * (else returns false). */
+static bool leader_epoch(struct dl_collab *c, const char *leader, uint64_t *epoch) {
+    struct dl_swarm_view view;
+    if (dl_net_swarm_view(c->net, &view)) return false;
+    bool found = false;
+    for (size_t i = 0; i < view.num_peers && !found; i++)
+        if (!strcmp(view.peers[i].peer_id, leader)) {
+            *epoch = view.peers[i].epoch;
+            found = true;
+        }
+    dl_swarm_view_free(&view);
+    return found;
 }
 
 /* Peers of the view (us included) that this peer has not banned: the most
@@ -518,12 +535,26 @@ static int join(struct dl_collab *c, struct dl_round *r, const struct dl_avg_opt
             pass_over(c, opt->epoch, leader);
             return dl_round_fail(r, DL_AVG_NO_GROUP, "no group before the deadline");
         }
+        /* A leader whose record now claims two epochs or more past ours will
+         * form no group at ours (an honest one that took us would not have
+         * finished the next round before our answer), and waiting out the
+         * join's timeout for it let the others train on without us: a peer
+         * that claims an epoch far ahead the moment after it was chosen
+         * could hold a joiner for 15 s a round. Its answer is not awaited. */
+        uint64_t claimed = 0;
+        if (leader_epoch(c, leader, &claimed) && claimed > opt->epoch + 1) {
+            pass_over(c, opt->epoch, leader);
+            return dl_round_fail(r, DL_AVG_NO_GROUP,
+                                 "the leader %s now claims epoch %llu: the epoch is retried with another leader",
+                                 leader, (unsigned long long)claimed);
+        }
         if (resend_at > 0 && dl_now() >= resend_at) {
             resend_at = 0;
             if (dl_round_request(r, leader, "avg.join", msg, sizeof msg, timeout, EV_JOIN_REPLY, 0, 0, 0))
                 return dl_round_fail(r, DL_AVG_NO_GROUP, "cannot ask the leader %s: %s", leader, dl_error());
         }
-        struct dl_avg_event *ev = dl_round_wait_events(r, resend_at > 0 ? resend_at : r->deadline);
+        double wake = fmin(resend_at > 0 ? resend_at : r->deadline, dl_now() + LEADER_LOOK_S);
+        struct dl_avg_event *ev = dl_round_wait_events(r, wake);
         int rc = 1;
         while (ev) {
             struct dl_avg_event *next = ev->next;
