@@ -52,12 +52,16 @@ static void help(FILE *out) {
             "  --kill-one                SIGKILL the last peer half-way through the first round\n"
             "  --deadline S              round deadline (default 120)\n"
             "  --json                    JSON instead of a table\n"
+            "  --aggregation A           mean or centered-clip (default mean)\n"
+            "  --tau T                   centered clip's radius (the members' default otherwise)\n"
 #ifdef DEDLOC_TEST_HOOKS
             "  --no-audit                (test builds) every peer skips the audit phase of\n"
             "                            accountable aggregation, to measure what the checks cost\n"
             "  --attest-only             (test builds) every peer waits for each part's attestation\n"
             "                            instead of checking it from the senders' projections, to\n"
             "                            measure what the fast check saves\n"
+            "  --no-spot                 (test builds) no spot checks under centered clip, to\n"
+            "                            measure what they cost\n"
 #endif
             "\n"
             "algbw = S / t with S the fp32 vector's bytes and t the slowest member's all-reduce\n"
@@ -127,7 +131,8 @@ struct bench_run {
     double size, rounds, client_k, aux_k, deadline;
     const double *bw;
     size_t nbw;
-    bool json, kill_one, no_audit, attest_only;
+    bool json, kill_one, no_audit, attest_only, no_spot;
+    const char *aggregation, *tau;
 };
 
 static int run_codec(const struct bench_run *b, const char *compression, cJSON *report) {
@@ -163,9 +168,17 @@ static int run_codec(const struct bench_run *b, const char *compression, cJSON *
         args[k++] = "--deadline"; args[k++] = a_deadline;
         args[k++] = "--compression"; args[k++] = (char *)compression;
         if (i < (size_t)aux_k) args[k++] = "--aux";
-        if (b->no_audit || b->attest_only) {
+        if (b->no_audit || b->attest_only || b->no_spot) {
             args[k++] = "--misbehave";
-            args[k++] = b->no_audit ? "skip-audit" : "attest-only";
+            args[k++] = b->no_audit ? "skip-audit" : b->attest_only ? "attest-only" : "skip-spot";
+        }
+        if (b->aggregation) {
+            args[k++] = "--aggregation";
+            args[k++] = (char *)b->aggregation;
+        }
+        if (b->tau) {
+            args[k++] = "--tau";
+            args[k++] = (char *)b->tau;
         }
         if (i >= np - (size_t)client_k) args[k++] = "--client-mode";
         if (i > 0) {
@@ -311,24 +324,27 @@ out:
 int bench_allreduce(int argc, char **argv) {
     double peers = 4, size = 18000000, rounds = 3, client_k = 0, aux_k = 0, deadline = 120;
     const char *compression = "fp16", *bandwidths = "100";
-    bool json = false, kill_one = false, no_audit = false, attest_only = false;
+    bool json = false, kill_one = false, no_audit = false, attest_only = false, no_spot = false;
+    const char *aggregation = NULL, *tau = NULL;
     enum { O_PEERS = 256, O_SIZE, O_COMP, O_BWS, O_CLIENT, O_AUX, O_ROUNDS, O_KILL, O_DEADLINE, O_JSON, O_NO_AUDIT,
-           O_ATTEST_ONLY };
+           O_ATTEST_ONLY, O_NO_SPOT, O_AGG, O_TAU };
     static const struct option opts[] = {
         {"peers", required_argument, NULL, O_PEERS}, {"size", required_argument, NULL, O_SIZE},
         {"compression", required_argument, NULL, O_COMP}, {"bandwidths", required_argument, NULL, O_BWS},
         {"client-mode", required_argument, NULL, O_CLIENT}, {"aux", required_argument, NULL, O_AUX},
         {"rounds", required_argument, NULL, O_ROUNDS}, {"kill-one", no_argument, NULL, O_KILL},
         {"deadline", required_argument, NULL, O_DEADLINE}, {"json", no_argument, NULL, O_JSON},
+        {"aggregation", required_argument, NULL, O_AGG}, {"tau", required_argument, NULL, O_TAU},
 #ifdef DEDLOC_TEST_HOOKS
         {"no-audit", no_argument, NULL, O_NO_AUDIT}, {"attest-only", no_argument, NULL, O_ATTEST_ONLY},
+        {"no-spot", no_argument, NULL, O_NO_SPOT},
 #endif
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = cli_getopt_long(argc, argv, "h", opts, "bench allreduce")) != -1) {
         char *end = NULL;
         double v = optarg ? strtod(optarg, &end) : 0;
-        bool bad = optarg && (end == optarg || *end) && c != O_COMP && c != O_BWS;
+        bool bad = optarg && (end == optarg || *end) && c != O_COMP && c != O_BWS && c != O_AGG;
         switch (c) {
         case O_PEERS: peers = v; bad |= !(v >= 2 && v <= MAX_BENCH_PEERS); break;
         case O_SIZE: size = v; bad |= !(v >= 1 && v <= 4e9); break;
@@ -342,6 +358,14 @@ int bench_allreduce(int argc, char **argv) {
         case O_JSON: json = true; break;
         case O_NO_AUDIT: no_audit = true; break;
         case O_ATTEST_ONLY: attest_only = true; break;
+        case O_NO_SPOT: no_spot = true; break;
+        case O_AGG: {
+            enum dl_aggregation a;
+            aggregation = optarg;
+            bad |= dl_aggregation_from_name(optarg, &a) != 0;
+            break;
+        }
+        case O_TAU: tau = optarg; bad |= !(v > 0); break;
         case 'h': help(stdout); return DL_EXIT_OK;
         default: help(stderr); return DL_EXIT_USAGE;
         }
@@ -386,7 +410,8 @@ int bench_allreduce(int argc, char **argv) {
         return DL_EXIT_USAGE;
     }
     signal(SIGPIPE, SIG_IGN);
-    struct bench_run b = {np, size, rounds, client_k, aux_k, deadline, bw, nbw, json, kill_one, no_audit, attest_only};
+    struct bench_run b = {np,       size,     rounds,    client_k,    aux_k,   deadline,    bw,  nbw,
+                          json,     kill_one, no_audit,  attest_only, no_spot, aggregation, tau};
     cJSON *report = cJSON_CreateArray();
     if (!report) return DL_EXIT_FAILURE;
     if (!json)

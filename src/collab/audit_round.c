@@ -28,6 +28,10 @@
  *      sender; one that does not, or a forged projection, or a result whose
  *      equation fails in projection, bans the aggregator. A round with a
  *      verdict, or one it could not check, is not applied.
+ *   5. Under centered clip two checkers drawn from the seed per part ask
+ *      the sender of its hardest-pulling claim for the chunk behind it (the
+ *      one check a sender colluding with its aggregator cannot pass), and
+ *      tell every member, with the evidence when it lied (spot disclosure).
  */
 #include <math.h>
 #include <sodium.h>
@@ -103,6 +107,14 @@ int dl_audit_setup(struct dl_round *r) {
     r->disclosed_size = dl_calloc(n * n, sizeof *r->disclosed_size);
     r->disclose_done = dl_calloc(n * n, sizeof *r->disclose_done);
     r->disclosed_to = dl_calloc(n * n, sizeof *r->disclosed_to);
+    r->spot_k = dl_calloc(n, sizeof *r->spot_k);
+    r->spot_j = dl_calloc(n, sizeof *r->spot_j);
+    r->spot_state = dl_calloc(n, sizeof *r->spot_state);
+    r->spot_asked_at = dl_calloc(n, sizeof *r->spot_asked_at);
+    r->verdict_in = dl_calloc(n * n, sizeof *r->verdict_in);
+    r->verdict_in_size = dl_calloc(n * n, sizeof *r->verdict_in_size);
+    r->verdict_state = dl_calloc(n * n, sizeof *r->verdict_state);
+    r->verdict_asked_at = dl_calloc(n * n, sizeof *r->verdict_asked_at);
     if (r->fast_failed_k)
         for (size_t p = 0; p < n; p++) r->fast_failed_k[p] = SIZE_MAX;
     randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
@@ -112,7 +124,8 @@ int dl_audit_setup(struct dl_round *r) {
         !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || !r->proj1_in ||
         !r->fast_proj || !r->fast_tried || !r->res_meas || !r->res_meas_valid || !r->fast_failed_k ||
         !r->disclose_at || !r->disclosed || !r->disclosed_size || !r->disclose_done || !r->disclosed_to ||
-        (r->i_aggregate && !r->kept))
+        !r->spot_k || !r->spot_j || !r->spot_state || !r->spot_asked_at || !r->verdict_in || !r->verdict_in_size ||
+        !r->verdict_state || !r->verdict_asked_at || (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -158,6 +171,16 @@ void dl_audit_free(struct dl_round *r) {
     free(r->disclose_done);
     free(r->disclosed_to);
     free(r->disclose_at);
+    if (r->verdict_in)
+        for (size_t i = 0; i < n * n; i++) free(r->verdict_in[i]);
+    free(r->verdict_in);
+    free(r->verdict_in_size);
+    free(r->verdict_state);
+    free(r->verdict_asked_at);
+    free(r->spot_k);
+    free(r->spot_j);
+    free(r->spot_state);
+    free(r->spot_asked_at);
     free(r->fast_failed_k);
     free(r->res_meas);
     free(r->res_meas_valid);
@@ -377,6 +400,37 @@ static void own_pull_claim(struct dl_round *r, struct dl_audit_scratch *sc, size
     m->d = fabs(m->s - zq) / 7.5;
     m->a = 0.999 * sqrt((double)len) * (m->d + q2);
 }
+
+/* DL_MISBEHAVE_COLLUDE_SEND: our measures of chunk k of our accomplice's
+ * part p (m holds the true ones) made to balance its wrong result: the
+ * projection that makes the equation hold given the others' true measures
+ * (our accomplice holds their chunks), our true distance (the clip weight
+ * it committed for us), the largest L1 norm that distance allows. */
+static void collude_claim(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, size_t k, const uint8_t *res,
+                          struct dl_audit_measure *m) {
+    const struct dl_round *a = r->accomplice;
+    uint64_t off, len;
+    dl_round_chunk_range(r, p, k, &off, &len);
+    size_t gi = r->first_chunk[p] + k;
+    if (!r->res_meas_valid[gi]) return;
+    double zq = r->res_meas[gi][0], q2 = r->res_meas[gi][2], pull = 0, own_clip = 1;
+    struct dl_audit_measure mine = *m;
+    for (size_t j = 0; j < r->g.n; j++) {
+        if (!in_mask(res, j)) continue;
+        double c = dl_get_f64(commitment_of(r, res, len, j) + 32);
+        if (j == r->me) {
+            own_clip = c;
+            continue;
+        }
+        struct dl_audit_measure mj;
+        const uint8_t *chunk = a->kept[k * r->g.n + j];
+        if (!chunk || !measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &mj)) return;
+        pull += c * (mj.s - zq);
+    }
+    m->s = zq - pull / own_clip;
+    m->d = mine.d;
+    m->a = 0.999 * sqrt((double)len) * (m->d + q2);
+}
 #endif
 
 /* Our signed projections of part p; NULL when we are in none of its results. */
@@ -415,6 +469,9 @@ static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *s
         if (lie) m.s += 1000.0 * (fabs(m.s) + 1.0);
         if (p == r->me && r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM) m.a = 1e300, m.d = 0;
         if (p == r->me && r->misbehaviour == DL_MISBEHAVE_OWN_PULL) own_pull_claim(r, sc, k, res, &m);
+        if ((r->misbehaviour == DL_MISBEHAVE_COLLUDE_SEND || r->misbehaviour == DL_MISBEHAVE_COLLUDE_SILENT) &&
+            r->accomplice && p == r->accomplice->me)
+            collude_claim(r, sc, p, k, res, &m);
 #else
         (void)lie;
 #endif
@@ -546,6 +603,9 @@ static uint8_t *compare_projections(struct dl_round *r, struct dl_audit_scratch 
                                        dl_get_f64(chunk + DL_AVG_REF_HEADER) == weight
                                    ? 1
                                    : 2;
+#ifdef DEDLOC_TEST_HOOKS
+            if (r->misbehaviour == DL_MISBEHAVE_COLLUDE) state[k * n + j] = 1; /* never accuses its accomplice */
+#endif
         }
     }
     return state;
@@ -1475,6 +1535,296 @@ static void check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, siz
     }
 }
 
+/* ---- 3d: spot disclosure ----------------------------------------------------------------- */
+
+/* A sender that colludes with its aggregator can sign projections that
+ * make a wrong result's equation hold: only its aggregator holds its chunk,
+ * and the aggregator does not accuse it. Each part therefore gets two
+ * checkers drawn from the seed (members that receive, not its aggregator),
+ * who ask the contributor whose claim pulls hardest for its distance for
+ * the chunk it signed; every member waits for both checkers' verdicts. */
+static bool spot_active(const struct dl_round *r) {
+#ifdef DEDLOC_TEST_HOOKS
+    if (r->misbehaviour == DL_MISBEHAVE_SKIP_SPOT) return false;
+#endif
+    return dl_round_reducer_sits_out(&r->g);
+}
+
+/* Part p's checkers under our seed: two distinct members that receive,
+ * neither p (SIZE_MAX where there are fewer). */
+static void spot_checkers(const struct dl_round *r, size_t p, size_t out[2]) {
+    size_t cand[DL_AVG_MAX_MEMBERS], count = 0;
+    for (size_t m = 0; m < r->g.n; m++)
+        if (m != p && r->g.members[m].role != DL_MEMBER_AUX) cand[count++] = m;
+    out[0] = out[1] = SIZE_MAX;
+    if (!count) return;
+    static const char tag[] = "dedloc spot checkers";
+    uint8_t h[16], at[2];
+    dl_put_u16(at, (uint16_t)p);
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, sizeof h);
+    crypto_generichash_update(&st, (const uint8_t *)tag, sizeof tag);
+    crypto_generichash_update(&st, r->audit_seed, 32);
+    crypto_generichash_update(&st, at, sizeof at);
+    crypto_generichash_final(&st, h, sizeof h);
+    size_t first = (size_t)(dl_get_u64(h) % count);
+    out[0] = cand[first];
+    if (count < 2) return;
+    size_t second = (size_t)(dl_get_u64(h + 8) % (count - 1));
+    out[1] = cand[second + (second >= first)];
+}
+
+static bool spot_checks(const struct dl_round *r, size_t p, size_t m) {
+    size_t c[2];
+    spot_checkers(r, p, c);
+    return c[0] == m || c[1] == m;
+}
+
+/* Member j's projections of part p under our seed as we hold them: as j
+ * sent them to us (signature not checked yet), or in p's attestation
+ * (checked); NULL when neither. */
+static const uint8_t *held_projections(const struct dl_round *r, size_t p, size_t j) {
+    size_t n = r->g.n, psz = proj_size(r, p);
+    const uint8_t *pr = r->fast_proj[p * n + j];
+    if (pr && !memcmp(pr + 24, r->audit_seed, 32)) return pr;
+    const uint8_t *msg = r->attest_in[p];
+    size_t size = r->attest_in_size[p];
+    if (!msg || size < DL_AUDIT_ATTEST_HEAD) return NULL;
+    size_t count = dl_get_u16(msg + 20), at = DL_AUDIT_ATTEST_HEAD;
+    for (size_t i = 0; i < count && at + psz <= size; i++, at += psz)
+        if (dl_get_u16(msg + at + 16) == p && dl_get_u16(msg + at + 20) == j && !memcmp(msg + at + 24, r->audit_seed, 32))
+            return msg + at;
+    return NULL;
+}
+
+/* z.q of the result we hold of (p, k), measured once. */
+static bool result_zq(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, size_t k, double *zq) {
+    size_t gi = r->first_chunk[p] + k;
+    if (!r->res_meas_valid[gi]) {
+        uint64_t off, len;
+        dl_round_chunk_range(r, p, k, &off, &len);
+        if (!r->store[gi] || !decode_result(r, r->store[gi], (size_t)len, sc->q)) return false;
+        dl_audit_direction(r->audit_seed, gi, (size_t)len, sc->z);
+        struct dl_audit_measure qm;
+        struct dl_audit_extremes ext;
+        dl_audit_measure_result(sc->z, sc->q, (size_t)len, &qm, &ext);
+        double *keep = r->res_meas[gi];
+        keep[0] = qm.s, keep[1] = qm.a, keep[2] = qm.d, keep[3] = ext.lo, keep[4] = ext.hi;
+        r->res_meas_valid[gi] = true;
+    }
+    *zq = r->res_meas[gi][0];
+    return true;
+}
+
+/* The claim of part p that pulls hardest for its distance: the chunk k
+ * and contributor j (not us) with the largest |s_j - z.q| / d_j. Under
+ * centered clip a claim's pull c_j |s_j - z.q| is at most that ratio times
+ * tau; an honest one's ratio is |z.u| for the unit vector u from the
+ * result to its chunk (about 0.9), and a claim that holds a result away
+ * from h honest contributors needs about h times that. */
+static bool spot_draw(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, size_t *k_out, size_t *j_out) {
+    double best = -1;
+    for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+        const uint8_t *res = audited_result(r, p, k);
+        double zq;
+        if (!res || !result_zq(r, sc, p, k, &zq)) continue;
+        for (size_t j = 0; j < r->g.n; j++) {
+            const uint8_t *pr = j == r->me || !in_mask(res, j) ? NULL : held_projections(r, p, j);
+            if (!pr) continue;
+            double weight;
+            struct dl_audit_measure m;
+            read_projection(pr, k, &weight, &m);
+            double ratio = m.d > 0 ? fabs(m.s - zq) / m.d : 0;
+            if (ratio > best) best = ratio, *k_out = k, *j_out = j;
+        }
+    }
+    return best >= 0;
+}
+
+/* Member j's disclosed chunk of (p, k) against its projections pr of part
+ * p: DL_SPOT_OK, DL_SPOT_LIE, or DL_SPOT_SILENT when it is not j's signed
+ * chunk that the result committed to (which shows nothing). */
+static int spot_judge(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, size_t k, size_t j,
+                      const uint8_t *pr, const uint8_t *chunk, size_t chunk_size) {
+    const uint8_t *res = audited_result(r, p, k);
+    uint64_t off, len;
+    dl_round_chunk_range(r, p, k, &off, &len);
+    struct dl_audit_measure facts, theirs;
+    if (!res || !chunk || !pr || !committed_chunk(r, p, k, j, chunk, chunk_size, res, len) ||
+        !measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &facts))
+        return DL_SPOT_SILENT;
+    double weight;
+    read_projection(pr, k, &weight, &theirs);
+    return dl_audit_measure_agrees(&theirs, &facts) && weight == dl_get_f64(chunk + DL_AVG_REF_HEADER) ? DL_SPOT_OK
+                                                                                                        : DL_SPOT_LIE;
+}
+
+static void ask_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double now) {
+    size_t slot = p * r->g.n + j;
+    if (r->disclosed[slot] || r->disclose_done[slot]) return;
+    uint8_t msg[DL_AUDIT_DISCLOSE_SIZE] = {0};
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)p);
+    msg[18] = DL_AUDIT_DISCLOSE;
+    dl_put_u32(msg + 20, (uint32_t)k);
+    if (dl_round_request(r, r->g.members[j].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
+                         EV_AUDIT_DISCLOSED, (uint32_t)p, (uint32_t)k, (uint32_t)j))
+        r->disclose_done[slot] = true;
+}
+
+static void send_verdict(struct dl_round *r, size_t p, int outcome, size_t k, size_t j, const uint8_t *pr,
+                         double now) {
+    size_t psz = proj_size(r, p), chunk_size = outcome == DL_SPOT_LIE ? r->disclosed_size[p * r->g.n + j] : 0;
+    size_t size = DL_AUDIT_VERDICT_HEAD + (outcome == DL_SPOT_LIE ? psz + chunk_size : 0);
+    uint8_t *msg = dl_calloc(1, size);
+    if (!msg) return;
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)p);
+    msg[18] = DL_AUDIT_VERDICT;
+    msg[19] = (uint8_t)outcome;
+    dl_put_u32(msg + 20, (uint32_t)k);
+    dl_put_u16(msg + 24, (uint16_t)j);
+    if (outcome == DL_SPOT_LIE) {
+        memcpy(msg + DL_AUDIT_VERDICT_HEAD, pr, psz);
+        memcpy(msg + DL_AUDIT_VERDICT_HEAD + psz, r->disclosed[p * r->g.n + j], chunk_size);
+    }
+    for (size_t m = 0; m < r->g.n; m++) {
+        if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
+        if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, size, r->deadline - now, EV_AUDIT_ACK,
+                             (uint32_t)p, 0, (uint32_t)m))
+            DL_WARN("collab", "cannot send our spot check to %s: %s", r->g.members[m].peer_id, dl_error());
+    }
+    free(msg);
+}
+
+static bool gone(const struct dl_round *r, size_t m) {
+    return r->failed[m] || r->audit_gone[m] || r->accused[m] || dl_bans_is_banned(r->bans, r->g.members[m].peer_id);
+}
+
+/* Member j's claim on (p, k) is a lie: its signed projections pr (from
+ * `whom`) against its signed chunk. Unsigned projections prove nothing. */
+static bool spot_convict(struct dl_round *r, size_t p, size_t k, size_t j, const uint8_t *pr, const char *whom) {
+    if (!projections_signed(r, pr, proj_size(r, p), j)) return false;
+    char why[300];
+    snprintf(why, sizeof why, "its signed projections of part %zu chunk %zu contradict the chunk it signed (%s)", p,
+             k, whom);
+    dl_audit_accuse(r, j, why);
+    return true;
+}
+
+/* The sender of a drawn claim did not show its chunk: nothing is applied,
+ * and it is refused for ban_s (no evidence: it may be dead). */
+static void spot_silent(struct dl_round *r, size_t p, size_t k, size_t j) {
+    char why[300];
+    snprintf(why, sizeof why, "member %zu did not disclose its chunk %zu of part %zu, drawn for a spot check", j, k, p);
+    unsure(r, why);
+    if (!r->accused[j]) dl_round_ban(r, r->g.members[j].peer_id, why);
+}
+
+/* Our own spot checks, then the verdicts of every other part's checkers:
+ * true while we wait. */
+static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double now) {
+    size_t n = r->g.n;
+    bool mine_done = true, waiting = false;
+    for (size_t p = 0; p < n; p++) {
+        if (p == r->me || !r->g.members[p].part_elems || !spot_checks(r, p, r->me) || r->spot_state[p] == 2)
+            continue;
+        mine_done = false;
+        if (r->spot_state[p] == 0) {
+            if (!r->attest_checked[p] && r->audit_status == DL_AVG_OK) {
+                waiting = true;
+                continue;
+            }
+            if (r->audit_status != DL_AVG_OK || !spot_draw(r, sc, p, &r->spot_k[p], &r->spot_j[p])) {
+                send_verdict(r, p, DL_SPOT_NONE, 0, 0, NULL, now);
+                r->spot_state[p] = 2;
+                continue;
+            }
+            ask_chunk(r, p, r->spot_k[p], r->spot_j[p], now);
+            r->spot_asked_at[p] = now;
+            r->spot_state[p] = 1;
+        }
+        size_t k = r->spot_k[p], j = r->spot_j[p], slot = p * n + j;
+        if (!r->disclose_done[slot] && now - r->spot_asked_at[p] <= r->stall_s) {
+            waiting = true;
+            continue;
+        }
+        const uint8_t *pr = held_projections(r, p, j);
+        int outcome = spot_judge(r, sc, p, k, j, pr, r->disclosed[slot], r->disclosed_size[slot]);
+        if (outcome == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, "our spot check")) outcome = DL_SPOT_SILENT;
+        if (outcome == DL_SPOT_SILENT) spot_silent(r, p, k, j);
+        send_verdict(r, p, outcome, k, j, pr, now);
+        r->spot_state[p] = 2;
+    }
+    /* The wait for the others' verdicts runs from the end of our own checks. */
+    for (size_t p = 0; p < n && mine_done; p++)
+        if (p != r->me && r->g.members[p].part_elems && !r->attest_checked[p]) mine_done = false;
+    if (mine_done && !(r->spot_done_at > 0)) r->spot_done_at = now;
+    for (size_t p = 0; p < n; p++) {
+        if (p == r->me || !r->g.members[p].part_elems) continue;
+        size_t c[2];
+        spot_checkers(r, p, c);
+        for (int i = 0; i < 2; i++) {
+            size_t m = c[i], slot = p * n + m;
+            if (m == SIZE_MAX || m == r->me || r->verdict_state[slot] == 2) continue;
+            const uint8_t *msg = r->verdict_in[slot];
+            if (!msg) {
+                /* Not for ever: a checker that died, or lost its round,
+                 * sends nothing (the other checker still does). */
+                if (gone(r, m) || (r->spot_done_at > 0 && now - r->spot_done_at > 2 * r->stall_s)) {
+                    DL_INFO("collab", "accountable aggregation: no spot check of part %zu came from member %zu", p, m);
+                    r->verdict_state[slot] = 2;
+                } else {
+                    waiting = true;
+                }
+                continue;
+            }
+            size_t size = r->verdict_in_size[slot], k = dl_get_u32(msg + 20), j = dl_get_u16(msg + 24);
+            int outcome = msg[19];
+            bool whole = k < dl_round_chunks_of(r, p) && j < n && j != p && outcome <= DL_SPOT_NONE;
+            if (!whole || outcome == DL_SPOT_OK || outcome == DL_SPOT_NONE) {
+                r->verdict_state[slot] = 2;
+                continue;
+            }
+            char whom[64];
+            snprintf(whom, sizeof whom, "spot check by member %zu", m);
+            if (outcome == DL_SPOT_LIE) {
+                /* Its evidence, checked here: the sender's signed
+                 * projections and signed chunk, the result we hold. */
+                uint64_t off, len;
+                dl_round_chunk_range(r, p, k, &off, &len);
+                size_t psz = proj_size(r, p), chunk_size = dl_round_chunk_msg_size(r, len);
+                const uint8_t *pr = msg + DL_AUDIT_VERDICT_HEAD;
+                r->verdict_state[slot] = 2;
+                if (size != DL_AUDIT_VERDICT_HEAD + psz + chunk_size || memcmp(pr, r->g.round_id, DL_GROUP_ROUND_ID) ||
+                    dl_get_u16(pr + 16) != p || pr[18] != DL_AUDIT_PROJECTIONS || dl_get_u16(pr + 20) != j ||
+                    memcmp(pr + 24, r->audit_seed, 32) ||
+                    spot_judge(r, sc, p, k, j, pr, pr + psz, chunk_size) != DL_SPOT_LIE || !spot_convict(r, p, k, j, pr, whom))
+                    DL_INFO("collab", "accountable aggregation: member %zu's evidence against member %zu does not "
+                            "hold", m, j);
+                continue;
+            }
+            /* DL_SPOT_SILENT: we ask the sender ourselves. */
+            size_t cslot = p * n + j;
+            if (r->verdict_state[slot] == 0) {
+                ask_chunk(r, p, k, j, now);
+                r->verdict_asked_at[slot] = now;
+                r->verdict_state[slot] = 1;
+            }
+            if (!r->disclose_done[cslot] && !r->disclosed[cslot] && now - r->verdict_asked_at[slot] <= r->stall_s) {
+                waiting = true;
+                continue;
+            }
+            r->verdict_state[slot] = 2;
+            const uint8_t *pr = held_projections(r, p, j);
+            int mine = spot_judge(r, sc, p, k, j, pr, r->disclosed[cslot], r->disclosed_size[cslot]);
+            if (mine == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, whom)) mine = DL_SPOT_SILENT;
+            if (mine == DL_SPOT_SILENT) spot_silent(r, p, k, j);
+        }
+    }
+    return waiting;
+}
+
 bool dl_audit_pump(struct dl_round *r, double now) {
     if (r->audit_done) return true;
     struct dl_audit_scratch *sc = scratch_of(r);
@@ -1628,6 +1978,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                 waiting = true;
             }
         }
+    if (r->i_receive && r->seed_at > 0 && spot_active(r) && spot_pump(r, sc, now)) waiting = true;
     if (waiting || r->status != DL_AVG_OK) return r->status != DL_AVG_OK;
     r->audit_done = true;
     if (r->audit_status != DL_AVG_OK) dl_round_fail(r, r->audit_status, "%s", r->audit_reason);
@@ -1750,6 +2101,12 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
             return;
         }
         r->disclosed_to[(size_t)j * n + part] = true;
+#ifdef DEDLOC_TEST_HOOKS
+        if (r->misbehaviour == DL_MISBEHAVE_COLLUDE_SILENT) {
+            dl_round_respond_text(r, ev->token, "refused: not today");
+            return;
+        }
+#endif
         uint8_t *chunk = dl_round_encode_own(r, part, k, true, &size);
         if (!chunk) {
             dl_round_respond_text(r, ev->token, "refused: our chunk cannot be made again");
@@ -1758,6 +2115,20 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         dl_round_respond(r, ev->token, DL_NET_OK, chunk, size);
         free(chunk);
         return;
+    } else if (type == DL_AUDIT_VERDICT) {
+        /* Kept as it came (one per checker and part): whether its sender
+         * checks that part, and its evidence, are judged once our seed is
+         * drawn. */
+        size_t slot = part * r->g.n + (size_t)j;
+        if (ev->size < DL_AUDIT_VERDICT_HEAD || part >= r->g.n || part == (size_t)j) {
+            dl_round_respond_text(r, ev->token, "refused: a spot check of no part or of its sender's own");
+            return;
+        }
+        if (!r->verdict_in[slot] && r->i_receive) {
+            r->verdict_in[slot] = ev->data;
+            r->verdict_in_size[slot] = ev->size;
+            ev->data = NULL;
+        }
     } else if (type == DL_AUDIT_ATTESTATION) {
         if (part != (size_t)j || !r->g.members[part].part_elems) {
             dl_round_respond_text(r, ev->token, "refused: an attestation of a part that is not its own");

@@ -441,7 +441,8 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     if (clip) {
         int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len, clip_weight, iterate, &moved);
 #ifdef DEDLOC_TEST_HOOKS
-        if (!rc && (r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM || r->misbehaviour == DL_MISBEHAVE_OWN_PULL) &&
+        if (!rc && (r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM || r->misbehaviour == DL_MISBEHAVE_OWN_PULL ||
+                    r->misbehaviour == DL_MISBEHAVE_COLLUDE) &&
             generation == 0)
             own_claim_clip_weights(r, decoded, who, count, (size_t)len, clip_weight);
 #endif
@@ -455,7 +456,8 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     }
 #ifdef DEDLOC_TEST_HOOKS
     if (((r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE || r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM ||
-          r->misbehaviour == DL_MISBEHAVE_OWN_PULL || r->misbehaviour == DL_MISBEHAVE_SCALE_THEN_SILENT) &&
+          r->misbehaviour == DL_MISBEHAVE_OWN_PULL || r->misbehaviour == DL_MISBEHAVE_SCALE_THEN_SILENT ||
+          r->misbehaviour == DL_MISBEHAVE_COLLUDE) &&
          generation == 0) ||
         (r->misbehaviour == DL_MISBEHAVE_REREDUCE_SCALE && generation == 1))
         for (size_t e = 0; e < len; e++) r->acc[e] *= -1000.0;

@@ -55,6 +55,13 @@
 #define DL_AUDIT_ROSTER 4
 #define DL_AUDIT_DISCLOSE 8        /* a member asks a sender for its signed chunk of a failed aggregator's part */
 #define DL_AUDIT_DISCLOSE_SIZE 24  /* round_id part u16 type pad chunk u32 */
+#define DL_AUDIT_VERDICT 9         /* a spot check's outcome (3d), to every member that receives */
+#define DL_AUDIT_VERDICT_HEAD 32   /* round_id part u16 type outcome u8 chunk u32 member u16 pad[6] */
+/* Spot-check outcomes: the claim drawn agreed with its chunk; it did not
+ * (the sender's signed projections of the part and its signed chunk
+ * follow the head: evidence anyone can check); the sender did not
+ * disclose its chunk; nothing to check. */
+enum { DL_SPOT_OK = 0, DL_SPOT_LIE = 1, DL_SPOT_SILENT = 2, DL_SPOT_NONE = 3 };
 #define DL_AUDIT_BUNDLE 7          /* a sender's signed projections of every part, to one member */
 #define DL_AUDIT_BUNDLE_HEAD 24    /* round_id sender u16 type pad count u16 pad u16, then count type-1 messages */
 #define DL_AUDIT_ROSTER_HEAD 24   /* round_id part(= sender) u16 type pad count u32 */
@@ -137,6 +144,20 @@ enum dl_misbehaviour {
      * about part 1 alone (test_collab_round_memory's failing aggregator's
      * part), so that only a check of that part can catch it */
     DL_MISBEHAVE_PROJECTION_LIE_PART1,
+    /* test-hook builds only, a colluding pair under centered clip: an
+     * aggregator whose results are -1000 times the average, with the clip
+     * weights that gives its senders, and that never accuses its
+     * accomplice; and the accomplice, a sender whose signed projections of
+     * that aggregator's part (`accomplice` in the round) are the measures
+     * that make each chunk's equation hold (possible claims, its true
+     * distance: only a look at its chunk shows them false). The gap that
+     * spot disclosure (3d) closes. */
+    DL_MISBEHAVE_COLLUDE, DL_MISBEHAVE_COLLUDE_SEND,
+    /* test-hook builds only: the same accomplice, refusing to disclose */
+    DL_MISBEHAVE_COLLUDE_SILENT,
+    /* test-hook builds only, honest: a member that runs no spot checks and
+     * waits for none (bench allreduce --no-spot, every member alike) */
+    DL_MISBEHAVE_SKIP_SPOT,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -186,6 +207,7 @@ struct dl_round {
     struct dl_bans *bans;         /* whom a misbehaving member goes to */
     pthread_mutex_t *lock;        /* the owner's lock: guards *handoff and has_group */
     int misbehaviour;             /* tests only: enum dl_misbehaviour */
+    struct dl_round *accomplice;  /* tests only (DL_MISBEHAVE_COLLUDE_SEND): the colluding aggregator's round */
     uint64_t serial;
     bool has_group;
     /* Chunks that reached us during matchmaking, before we knew the group
@@ -269,6 +291,19 @@ struct dl_round {
     size_t *disclosed_size;
     bool *disclose_done;
     bool *disclosed_to;
+    /* Spot disclosure (3d): per part p we check, the claim drawn (chunk,
+     * member) and how far we are (0 not yet, 1 asked, 2 verdict sent), when
+     * we asked; per (part p, checker m) at p n + m, m's verdict and whether
+     * we took it (0 not yet, 1 asked its sender ourselves, 2 done); when our
+     * own checks and verdicts were done (0: not yet). */
+    size_t *spot_k, *spot_j;
+    uint8_t *spot_state;
+    double *spot_asked_at;
+    uint8_t **verdict_in;
+    size_t *verdict_in_size;
+    uint8_t *verdict_state;
+    double *verdict_asked_at;
+    double spot_done_at;
     /* Per global chunk, its result's measures under our seed (s, l1, l2,
      * lowest, highest), once a pass over that result made them (the pass
      * of our own projections makes them on the way). */

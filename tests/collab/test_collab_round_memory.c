@@ -269,6 +269,7 @@ struct scenario {
     double tau;
     long outlier;                 /* under clip: this member's values lie `shift` above the others' */
     float shift;
+    long accomplice;              /* lie DL_MISBEHAVE_COLLUDE_*: the aggregator `liar` colludes with */
 };
 
 static uint32_t rng_state;
@@ -374,6 +375,10 @@ static uint64_t fnv1a(const void *data, size_t size) {
     return h;
 }
 
+static bool colluding(const struct scenario *sc) {
+    return sc->lie == DL_MISBEHAVE_COLLUDE_SEND || sc->lie == DL_MISBEHAVE_COLLUDE_SILENT;
+}
+
 static struct outcome run_scenario(const struct scenario *sc) {
     struct outcome outcome = {0, 0};
     struct swarm *s = calloc(1, sizeof *s);
@@ -443,12 +448,15 @@ static struct outcome run_scenario(const struct scenario *sc) {
         r->stall_s = g.stall_s;
         m->r = r;
         if (sc->lie && (long)i == sc->liar) r->misbehaviour = sc->lie;
+        if (colluding(sc) && (long)i == sc->accomplice) r->misbehaviour = DL_MISBEHAVE_COLLUDE;
         CHECK_MSG(dl_round_begin(r) == 0, "%s: member %zu cannot begin: %s", sc->name, i, r->reason);
         /* Nonces of our choosing, so that a run is the same bits every
          * time: what the others reveal is still unknown to the liar when
          * it signs. */
         memset(r->audit_nonce, (int)(0x40 + i), sizeof r->audit_nonce);
     }
+
+    if (colluding(sc)) s->m[sc->liar].r->accomplice = s->m[sc->accomplice].r;
 
     /* A member that wrongly takes part 1's aggregator for dead asks its
      * re-reducer for chunk 0: the re-reducer must find the aggregator
@@ -587,15 +595,24 @@ static struct outcome run_scenario(const struct scenario *sc) {
     }
     if (sc->lie && sc->lie != DL_MISBEHAVE_NO_ATTESTATION) {
         /* The liar is caught by every other member, on evidence: each
-         * applies nothing and bans the liar, and nobody else. */
+         * applies nothing and bans the liar, and nobody else. (A colluding
+         * pair: the accomplice that claimed falsely is; its aggregator
+         * may or may not be. An accomplice that will not show its chunk:
+         * nothing applied, and it is refused for ban_s.) */
         for (size_t i = 0; i < s->n; i++) {
-            if ((long)i == sc->liar || s->m[i].state != ALIVE) continue;
+            if ((long)i == sc->liar || s->m[i].state != ALIVE || (colluding(sc) && (long)i == sc->accomplice))
+                continue;
             const struct dl_round *r = s->m[i].r;
             char caught[64];
             snprintf(caught, sizeof caught, "caught member %ld", sc->liar);
-            CHECK_MSG(r->status == DL_AVG_FAILED && strstr(r->reason, caught), "%s: member %zu ended %s: %s",
-                      sc->name, i, dl_avg_status_name(r->status), r->reason);
+            if (sc->lie == DL_MISBEHAVE_COLLUDE_SILENT)
+                CHECK_MSG(r->status == DL_AVG_UNSURE && strstr(r->reason, "did not disclose"),
+                          "%s: member %zu ended %s: %s", sc->name, i, dl_avg_status_name(r->status), r->reason);
+            else
+                CHECK_MSG(r->status == DL_AVG_FAILED && strstr(r->reason, caught), "%s: member %zu ended %s: %s",
+                          sc->name, i, dl_avg_status_name(r->status), r->reason);
             for (size_t j = 0; j < s->n; j++)
+                if (!colluding(sc) || (long)j != sc->accomplice)
                 CHECK_MSG(dl_bans_is_banned(&s->m[i].bans, s->m[j].peer_id) == ((long)j == sc->liar),
                           "%s: member %zu %s member %zu", sc->name, i,
                           (long)j == sc->liar ? "did not ban" : "banned", j);
@@ -802,6 +819,19 @@ int main(void) {
         {.name = "clip_outlier", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
          .parts = {CHUNK, 2 * CHUNK, CHUNK, CHUNK}, .weights = {1, 2, 3, 4}, .victim = -1, .clip = true,
          .tau = 5000, .outlier = 3, .shift = 100},
+        /* under centered clip, part 1's aggregator signs -1000 times the
+         * average and member 3, its accomplice, signs the projections of
+         * part 1 that make every chunk's equation hold (possible claims at
+         * its true distance): the checkers drawn for part 1 ask member 3
+         * for the chunk its claim pulls hardest with, and its signed chunk
+         * convicts it (without the spot checks every member applied the
+         * lie); then the same accomplice refusing to show it */
+        {.name = "colluding_pair", .members = 5, .codec = DL_CODEC_FP16, .roles = "ttttt",
+         .parts = {CHUNK, 2 * CHUNK, CHUNK, 1000, CHUNK}, .weights = {1, 2, 3, 4, 5}, .victim = -1,
+         .lie = DL_MISBEHAVE_COLLUDE_SEND, .liar = 3, .accomplice = 1, .clip = true},
+        {.name = "colluding_pair_silent", .members = 5, .codec = DL_CODEC_FP16, .roles = "ttttt",
+         .parts = {CHUNK, 2 * CHUNK, CHUNK, 1000, CHUNK}, .weights = {1, 2, 3, 4, 5}, .victim = -1,
+         .lie = DL_MISBEHAVE_COLLUDE_SILENT, .liar = 3, .accomplice = 1, .clip = true},
         {.name = "dead_rereducer", .members = 5, .codec = DL_CODEC_NONE, .roles = "ttttt",
          .parts = {CHUNK, 3 * CHUNK, CHUNK, 10, 1000}, .weights = {1, 2, 3, 4, 5}, .victim = 1,
          .victim_fate = KILLED, .rereducer_dies = true},
