@@ -1672,6 +1672,22 @@ static void ask_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double n
         r->disclose_done[slot] = true;
 }
 
+/* A spot check's chunk from part p's aggregator, which kept every chunk
+ * its result committed to: the aggregators share the load (two chunks
+ * each a round) where the drawn senders would each serve every checker
+ * that drew them. */
+static void ask_kept_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double now) {
+    uint8_t msg[DL_AUDIT_DISCLOSE_KEPT_SIZE] = {0};
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)p);
+    msg[18] = DL_AUDIT_DISCLOSE_KEPT;
+    dl_put_u32(msg + 20, (uint32_t)k);
+    dl_put_u16(msg + 24, (uint16_t)j);
+    if (dl_round_request(r, r->g.members[p].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
+                         EV_AUDIT_DISCLOSED, (uint32_t)p, (uint32_t)k, (uint32_t)j))
+        r->disclose_done[p * r->g.n + j] = true;
+}
+
 static void send_verdict(struct dl_round *r, size_t p, int outcome, size_t k, size_t j, const uint8_t *pr,
                          double now) {
     size_t psz = proj_size(r, p), chunk_size = outcome == DL_SPOT_LIE ? r->disclosed_size[p * r->g.n + j] : 0;
@@ -1740,7 +1756,7 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
                 r->spot_state[p] = 2;
                 continue;
             }
-            ask_chunk(r, p, r->spot_k[p], r->spot_j[p], now);
+            ask_kept_chunk(r, p, r->spot_k[p], r->spot_j[p], now);
             r->spot_asked_at[p] = now;
             r->spot_state[p] = 1;
         }
@@ -1749,10 +1765,29 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
             waiting = true;
             continue;
         }
+        if (r->spot_state[p] == 1 &&
+            (!r->disclosed[slot] || spot_judge(r, sc, p, k, j, held_projections(r, p, j), r->disclosed[slot],
+                                               r->disclosed_size[slot]) == DL_SPOT_SILENT)) {
+            /* The aggregator did not bring it (dead, refusing, or not the
+             * committed chunk): the sender holds it too. */
+            free(r->disclosed[slot]);
+            r->disclosed[slot] = NULL;
+            r->disclose_done[slot] = false;
+            ask_chunk(r, p, k, j, now);
+            r->spot_asked_at[p] = now;
+            r->spot_state[p] = 3;
+            waiting = true;
+            continue;
+        }
         const uint8_t *pr = held_projections(r, p, j);
         int outcome = spot_judge(r, sc, p, k, j, pr, r->disclosed[slot], r->disclosed_size[slot]);
         if (outcome == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, "our spot check")) outcome = DL_SPOT_SILENT;
-        if (outcome == DL_SPOT_SILENT) spot_silent(r, p, k, j);
+        if (outcome == DL_SPOT_SILENT) {
+            /* Neither the aggregator nor the sender showed the chunk it
+             * holds: both refused for ban_s. */
+            spot_silent(r, p, k, j);
+            if (!r->accused[p]) dl_round_ban(r, r->g.members[p].peer_id, "did not disclose a chunk it committed to");
+        }
         send_verdict(r, p, outcome, k, j, pr, now);
         r->spot_state[p] = 2;
     }
@@ -1782,7 +1817,9 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
             size_t size = r->verdict_in_size[slot], k = dl_get_u32(msg + 20), j = dl_get_u16(msg + 24);
             int outcome = msg[19];
             bool whole = k < dl_round_chunks_of(r, p) && j < n && j != p && outcome <= DL_SPOT_NONE;
-            if (!whole || outcome == DL_SPOT_OK || outcome == DL_SPOT_NONE) {
+            /* About our own chunk: we know what we sent (a lie about it
+             * cannot hold against our signed projections). */
+            if (!whole || outcome == DL_SPOT_OK || outcome == DL_SPOT_NONE || j == r->me) {
                 r->verdict_state[slot] = 2;
                 continue;
             }
@@ -2114,6 +2151,28 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         }
         dl_round_respond(r, ev->token, DL_NET_OK, chunk, size);
         free(chunk);
+        return;
+    } else if (type == DL_AUDIT_DISCLOSE_KEPT) {
+        /* A sender's signed chunk of our part, which our result committed
+         * to, once per asking member: a spot checker's draw (3d). */
+        size_t k = dl_get_u32(ev->data + 20), sender = ev->size >= DL_AUDIT_DISCLOSE_KEPT_SIZE
+                                                           ? dl_get_u16(ev->data + 24) : r->g.n, n = r->g.n;
+        const uint8_t *chunk = ev->size == DL_AUDIT_DISCLOSE_KEPT_SIZE && part == r->me && r->i_aggregate &&
+                                       k < r->agg_chunks && sender < n && r->kept &&
+                                       !r->disclosed_to[(size_t)j * n + r->me]
+                                   ? r->kept[k * n + sender]
+                                   : NULL;
+#ifdef DEDLOC_TEST_HOOKS
+        if (r->misbehaviour == DL_MISBEHAVE_COLLUDE) chunk = NULL; /* shields its accomplice */
+#endif
+        if (!chunk) {
+            dl_round_respond_text(r, ev->token, "refused: no such chunk of ours, or asked already");
+            return;
+        }
+        r->disclosed_to[(size_t)j * n + r->me] = true;
+        uint64_t off, len;
+        dl_round_chunk_range(r, r->me, k, &off, &len);
+        dl_round_respond(r, ev->token, DL_NET_OK, chunk, dl_round_chunk_msg_size(r, len));
         return;
     } else if (type == DL_AUDIT_VERDICT) {
         /* Kept as it came (one per checker and part): whether its sender

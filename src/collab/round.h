@@ -55,6 +55,8 @@
 #define DL_AUDIT_ROSTER 4
 #define DL_AUDIT_DISCLOSE 8        /* a member asks a sender for its signed chunk of a failed aggregator's part */
 #define DL_AUDIT_DISCLOSE_SIZE 24  /* round_id part u16 type pad chunk u32 */
+#define DL_AUDIT_DISCLOSE_KEPT 10  /* a spot checker asks an aggregator for a sender's signed chunk it kept */
+#define DL_AUDIT_DISCLOSE_KEPT_SIZE 28 /* round_id part u16 type pad chunk u32 sender u16 pad u16 */
 #define DL_AUDIT_VERDICT 9         /* a spot check's outcome (3d), to every member that receives */
 #define DL_AUDIT_VERDICT_HEAD 32   /* round_id part u16 type outcome u8 chunk u32 member u16 pad[6] */
 /* Spot-check outcomes: the claim drawn agreed with its chunk; it did not
@@ -295,7 +297,8 @@ struct dl_round {
      * member) and how far we are (0 not yet, 1 asked, 2 verdict sent), when
      * we asked; per (part p, checker m) at p n + m, m's verdict and whether
      * we took it (0 not yet, 1 asked its sender ourselves, 2 done); when our
-     * own checks and verdicts were done (0: not yet). */
+     * own checks and verdicts were done (0: not yet). A checker asks the
+     * part's aggregator first (state 1), the sender when that fails (3). */
     size_t *spot_k, *spot_j;
     uint8_t *spot_state;
     double *spot_asked_at;
