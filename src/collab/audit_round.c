@@ -1783,10 +1783,11 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
         int outcome = spot_judge(r, sc, p, k, j, pr, r->disclosed[slot], r->disclosed_size[slot]);
         if (outcome == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, "our spot check")) outcome = DL_SPOT_SILENT;
         if (outcome == DL_SPOT_SILENT) {
-            /* Neither the aggregator nor the sender showed the chunk it
-             * holds: both refused for ban_s. */
+            /* Neither the aggregator (when asked) nor the sender showed
+             * the chunk it holds: both refused for ban_s. */
             spot_silent(r, p, k, j);
-            if (!r->accused[p]) dl_round_ban(r, r->g.members[p].peer_id, "did not disclose a chunk it committed to");
+            if (r->spot_state[p] == 3 && !r->accused[p])
+                dl_round_ban(r, r->g.members[p].peer_id, "did not disclose a chunk it committed to");
         }
         send_verdict(r, p, outcome, k, j, pr, now);
         r->spot_state[p] = 2;
