@@ -111,6 +111,7 @@ int dl_audit_setup(struct dl_round *r) {
     r->spot_j = dl_calloc(n, sizeof *r->spot_j);
     r->spot_state = dl_calloc(n, sizeof *r->spot_state);
     r->spot_asked_at = dl_calloc(n, sizeof *r->spot_asked_at);
+    r->spot_escalation = dl_calloc(n, sizeof *r->spot_escalation);
     r->verdict_in = dl_calloc(n * n, sizeof *r->verdict_in);
     r->verdict_in_size = dl_calloc(n * n, sizeof *r->verdict_in_size);
     r->verdict_state = dl_calloc(n * n, sizeof *r->verdict_state);
@@ -124,7 +125,8 @@ int dl_audit_setup(struct dl_round *r) {
         !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || !r->proj1_in ||
         !r->fast_proj || !r->fast_tried || !r->res_meas || !r->res_meas_valid || !r->fast_failed_k ||
         !r->disclose_at || !r->disclosed || !r->disclosed_size || !r->disclose_done || !r->disclosed_to ||
-        !r->spot_k || !r->spot_j || !r->spot_state || !r->spot_asked_at || !r->verdict_in || !r->verdict_in_size ||
+        !r->spot_k || !r->spot_j || !r->spot_state || !r->spot_asked_at || !r->spot_escalation || !r->verdict_in ||
+        !r->verdict_in_size ||
         !r->verdict_state || !r->verdict_asked_at || (r->i_aggregate && !r->kept))
         return -1;
     return 0;
@@ -181,6 +183,7 @@ void dl_audit_free(struct dl_round *r) {
     free(r->spot_j);
     free(r->spot_state);
     free(r->spot_asked_at);
+    free(r->spot_escalation);
     free(r->fast_failed_k);
     free(r->res_meas);
     free(r->res_meas_valid);
@@ -1435,7 +1438,7 @@ static void ask_disclosure(struct dl_round *r, size_t p, double now) {
     msg[18] = DL_AUDIT_DISCLOSE;
     dl_put_u32(msg + 20, (uint32_t)k);
     for (size_t j = 0; res && j < n; j++) {
-        if (!in_mask(res, j)) continue;
+        if (!in_mask(res, j) || r->disclosed[p * n + j]) continue; /* (a spot check may hold one already) */
         size_t slot = p * n + j, size = 0;
         if (j == r->me) {
             r->disclosed[slot] = dl_round_encode_own(r, p, k, true, &size);
@@ -1515,8 +1518,10 @@ static void check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, siz
                 projections_signed(r, pr, proj_size(r, p), j)) {
                 snprintf(why, sizeof why, "its signed projections of part %zu chunk %zu contradict the chunk it "
                          "signed (disclosed)", p, k);
+                /* And on to the equation with every chunk's facts: an
+                 * aggregator that took this claim over the chunk it holds
+                 * is shown wrong there. */
                 dl_audit_accuse(r, j, why);
-                return;
             }
         }
     }
@@ -1527,8 +1532,8 @@ static void check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, siz
                  "disclosed: %s", p, k, why);
         dl_audit_accuse(r, p, text);
     } else {
-        snprintf(text, sizeof text, "part %zu's aggregator failed, and its result of chunk %zu fails the senders' "
-                 "projections but %s their disclosed chunks%s%s", p, k,
+        snprintf(text, sizeof text, "the disputed result of part %zu chunk %zu fails the senders' projections "
+                 "but %s their disclosed chunks%s%s", p, k,
                  v == DL_AUDIT_PASS ? "agrees with" : "cannot be checked against", v == DL_AUDIT_PASS ? "" : ": ",
                  v == DL_AUDIT_PASS ? "" : why);
         unsure(r, text);
@@ -1728,6 +1733,18 @@ static bool spot_convict(struct dl_round *r, size_t p, size_t k, size_t j, const
     return true;
 }
 
+/* Member j lied about (p, k): every contributor of that chunk is asked
+ * for its signed chunk (3c), and the equation with their facts shows
+ * whether p took the false claim over the chunk it held (p's signed result
+ * and commitments, their signed chunks): the colluding aggregator is
+ * banned with its accomplice. */
+static void spot_escalate(struct dl_round *r, size_t p, size_t k, double now) {
+    if (r->spot_escalation[p]) return;
+    r->spot_escalation[p] = 1;
+    r->fast_failed_k[p] = k;
+    ask_disclosure(r, p, now);
+}
+
 /* The sender of a drawn claim did not show its chunk: nothing is applied,
  * and it is refused for ban_s (no evidence: it may be dead). */
 static void spot_silent(struct dl_round *r, size_t p, size_t k, size_t j) {
@@ -1782,6 +1799,7 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
         const uint8_t *pr = held_projections(r, p, j);
         int outcome = spot_judge(r, sc, p, k, j, pr, r->disclosed[slot], r->disclosed_size[slot]);
         if (outcome == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, "our spot check")) outcome = DL_SPOT_SILENT;
+        if (outcome == DL_SPOT_LIE) spot_escalate(r, p, k, now);
         if (outcome == DL_SPOT_SILENT) {
             /* Neither the aggregator (when asked) nor the sender showed
              * the chunk it holds: both refused for ban_s. */
@@ -1837,9 +1855,20 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
                 if (size != DL_AUDIT_VERDICT_HEAD + psz + chunk_size || memcmp(pr, r->g.round_id, DL_GROUP_ROUND_ID) ||
                     dl_get_u16(pr + 16) != p || pr[18] != DL_AUDIT_PROJECTIONS || dl_get_u16(pr + 20) != j ||
                     memcmp(pr + 24, r->audit_seed, 32) ||
-                    spot_judge(r, sc, p, k, j, pr, pr + psz, chunk_size) != DL_SPOT_LIE || !spot_convict(r, p, k, j, pr, whom))
+                    spot_judge(r, sc, p, k, j, pr, pr + psz, chunk_size) != DL_SPOT_LIE ||
+                    !spot_convict(r, p, k, j, pr, whom))
                     DL_INFO("collab", "accountable aggregation: member %zu's evidence against member %zu does not "
                             "hold", m, j);
+                else {
+                    /* The chunk in the evidence stands for its sender's answer. */
+                    size_t cslot = p * n + j;
+                    if (!r->disclosed[cslot] && (r->disclosed[cslot] = dl_malloc(chunk_size))) {
+                        memcpy(r->disclosed[cslot], pr + psz, chunk_size);
+                        r->disclosed_size[cslot] = chunk_size;
+                        r->disclose_done[cslot] = true;
+                    }
+                    spot_escalate(r, p, k, now);
+                }
                 continue;
             }
             /* DL_SPOT_SILENT: we ask the sender ourselves. */
@@ -1857,7 +1886,17 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
             const uint8_t *pr = held_projections(r, p, j);
             int mine = spot_judge(r, sc, p, k, j, pr, r->disclosed[cslot], r->disclosed_size[cslot]);
             if (mine == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, whom)) mine = DL_SPOT_SILENT;
+            if (mine == DL_SPOT_LIE) spot_escalate(r, p, k, now);
             if (mine == DL_SPOT_SILENT) spot_silent(r, p, k, j);
+        }
+    }
+    for (size_t p = 0; p < n; p++) {
+        if (r->spot_escalation[p] != 1) continue;
+        if (disclosure_ready(r, p, now)) {
+            check_disclosed(r, sc, p);
+            r->spot_escalation[p] = 2;
+        } else {
+            waiting = true;
         }
     }
     return waiting;

@@ -302,6 +302,7 @@ struct dl_round {
     size_t *spot_k, *spot_j;
     uint8_t *spot_state;
     double *spot_asked_at;
+    uint8_t *spot_escalation;     /* per part: a sender of it convicted, its chunk's contributors asked (1), judged (2) */
     uint8_t **verdict_in;
     size_t *verdict_in_size;
     uint8_t *verdict_state;

@@ -596,9 +596,9 @@ static struct outcome run_scenario(const struct scenario *sc) {
     if (sc->lie && sc->lie != DL_MISBEHAVE_NO_ATTESTATION) {
         /* The liar is caught by every other member, on evidence: each
          * applies nothing and bans the liar, and nobody else. (A colluding
-         * pair: the accomplice that claimed falsely is; its aggregator
-         * may or may not be. An accomplice that will not show its chunk:
-         * nothing applied, and it is refused for ban_s.) */
+         * pair: the accomplice that claimed falsely first, then its
+         * aggregator. An accomplice that will not show its chunk: nothing
+         * applied, and it is refused for ban_s.) */
         for (size_t i = 0; i < s->n; i++) {
             if ((long)i == sc->liar || s->m[i].state != ALIVE || (colluding(sc) && (long)i == sc->accomplice))
                 continue;
@@ -611,11 +611,16 @@ static struct outcome run_scenario(const struct scenario *sc) {
             else
                 CHECK_MSG(r->status == DL_AVG_FAILED && strstr(r->reason, caught), "%s: member %zu ended %s: %s",
                           sc->name, i, dl_avg_status_name(r->status), r->reason);
-            for (size_t j = 0; j < s->n; j++)
-                if (!colluding(sc) || (long)j != sc->accomplice)
-                CHECK_MSG(dl_bans_is_banned(&s->m[i].bans, s->m[j].peer_id) == ((long)j == sc->liar),
-                          "%s: member %zu %s member %zu", sc->name, i,
-                          (long)j == sc->liar ? "did not ban" : "banned", j);
+            /* A convicted accomplice's chunk is then disclosed by every
+             * contributor, and the equation with their chunks convicts
+             * its aggregator too; one that will not show it, neither. */
+            for (size_t j = 0; j < s->n; j++) {
+                bool liar = (long)j == sc->liar ||
+                            (sc->lie == DL_MISBEHAVE_COLLUDE_SEND && (long)j == sc->accomplice);
+                if (sc->lie == DL_MISBEHAVE_COLLUDE_SILENT && (long)j == sc->accomplice) continue;
+                CHECK_MSG(dl_bans_is_banned(&s->m[i].bans, s->m[j].peer_id) == liar,
+                          "%s: member %zu %s member %zu", sc->name, i, liar ? "did not ban" : "banned", j);
+            }
         }
         printf("%s: %zu members, caught after %.2f s of virtual time\n", sc->name, sc->members,
                s->clock - CLOCK_START);
