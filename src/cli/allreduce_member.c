@@ -379,6 +379,8 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "attest-only")) mode = DL_MISBEHAVE_ATTEST_ONLY;
         else if (!strcmp(misbehave, "no-attestation")) mode = DL_MISBEHAVE_NO_ATTESTATION;
         else if (!strcmp(misbehave, "skip-spot")) mode = DL_MISBEHAVE_SKIP_SPOT;
+        else if (!strcmp(misbehave, "collude")) mode = DL_MISBEHAVE_COLLUDE;
+        else if (!strcmp(misbehave, "cover")) mode = DL_MISBEHAVE_COVER;
 #endif
         else {
             fprintf(stderr, "allreduce-member: unknown --misbehave %s\n", misbehave);

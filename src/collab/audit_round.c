@@ -434,6 +434,49 @@ static void collude_claim(struct dl_round *r, struct dl_audit_scratch *sc, size_
     m->d = mine.d;
     m->a = 0.999 * sqrt((double)len) * (m->d + q2);
 }
+
+/* DL_MISBEHAVE_COVER: as collude_claim, from the other senders' signed
+ * projections of part p (every member that receives gets them), for a
+ * chunk whose equation fails with our true measures m; else m stays. */
+static void cover_claim(struct dl_round *r, size_t p, size_t k, const uint8_t *res, struct dl_audit_measure *m) {
+    uint64_t off, len;
+    dl_round_chunk_range(r, p, k, &off, &len);
+    size_t gi = r->first_chunk[p] + k;
+    if (!r->res_meas_valid[gi]) return;
+    double zq = r->res_meas[gi][0], q2 = r->res_meas[gi][2], total = 0, sum = 0, pull = 0, spread = 0, own_clip = 1;
+    for (size_t j = 0; j < r->g.n; j++) {
+        if (!in_mask(res, j)) continue;
+        double c = dl_get_f64(commitment_of(r, res, len, j) + 32), weight;
+        struct dl_audit_measure mj = *m;
+        if (j == r->me) {
+            own_clip = c;
+        } else {
+            const uint8_t *pr = r->fast_proj[p * r->g.n + j];
+            if (!pr || memcmp(pr + 24, r->audit_seed, 32)) return;
+            read_projection(pr, k, &weight, &mj);
+            pull += c * (mj.s - zq);
+        }
+        total += c;
+        sum += c * mj.s;
+        spread += c * mj.a;
+    }
+    if (!(total > 0) || fabs(sum / total - zq) <= 1e-6 * (fabs(zq) + spread / total)) return;
+    m->s = zq - pull / own_clip;
+    m->a = 0.999 * sqrt((double)len) * (m->d + q2);
+}
+
+/* Whether every other sender's projections of every part not ours have come. */
+static bool cover_ready(const struct dl_round *r) {
+    for (size_t p = 0; p < r->g.n; p++) {
+        if (p == r->me) continue;
+        for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
+            const uint8_t *res = audited_result(r, p, k);
+            for (size_t j = 0; res && j < r->g.n; j++)
+                if (j != r->me && in_mask(res, j) && !r->fast_proj[p * r->g.n + j]) return false;
+        }
+    }
+    return true;
+}
 #endif
 
 /* Our signed projections of part p; NULL when we are in none of its results. */
@@ -475,6 +518,7 @@ static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *s
         if ((r->misbehaviour == DL_MISBEHAVE_COLLUDE_SEND || r->misbehaviour == DL_MISBEHAVE_COLLUDE_SILENT) &&
             r->accomplice && p == r->accomplice->me)
             collude_claim(r, sc, p, k, res, &m);
+        if (r->misbehaviour == DL_MISBEHAVE_COVER && p != r->me) cover_claim(r, p, k, res, &m);
 #else
         (void)lie;
 #endif
@@ -1924,12 +1968,26 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                             "committed to: the seed goes without it", m);
             compute_seed(r, r->audit_seed);
             r->seed_at = now;
+#ifdef DEDLOC_TEST_HOOKS
+            if (r->i_send && r->misbehaviour == DL_MISBEHAVE_COVER) r->cover_wait = true;
+            else
+#endif
             if (r->i_send) send_projections(r, sc, now);
             if (r->i_send) send_proj1(r, sc, now);
         } else {
             waiting = true;
         }
     }
+#ifdef DEDLOC_TEST_HOOKS
+    if (r->cover_wait) {
+        if (cover_ready(r) || now - r->seed_at > r->stall_s / 2) {
+            r->cover_wait = false;
+            send_projections(r, sc, now);
+        } else {
+            waiting = true;
+        }
+    }
+#endif
     if (r->seed_at > 0 && !r->rr_sent) {
         if (rr_due(r, now)) {
             r->rr_sent = true;

@@ -157,6 +157,13 @@ enum dl_misbehaviour {
     DL_MISBEHAVE_COLLUDE, DL_MISBEHAVE_COLLUDE_SEND,
     /* test-hook builds only: the same accomplice, refusing to disclose */
     DL_MISBEHAVE_COLLUDE_SILENT,
+    /* test-hook builds only: a sender that covers for any aggregator whose
+     * result is wrong, over real connections: it holds its projections
+     * back until the other senders' have come, then signs for each chunk
+     * whose equation fails the projection that makes it hold (at its true
+     * distance). With DL_MISBEHAVE_COLLUDE as the aggregator: the colluding
+     * pair of collab/round_audit_colluding_pair_clip. */
+    DL_MISBEHAVE_COVER,
     /* test-hook builds only, honest: a member that runs no spot checks and
      * waits for none (bench allreduce --no-spot, every member alike) */
     DL_MISBEHAVE_SKIP_SPOT,
@@ -237,6 +244,7 @@ struct dl_round {
     bool i_send, i_receive, i_aggregate;
     bool audit_started, attest_sent, audit_done; /* accountable aggregation (below) */
     bool rosters_checked, rr_sent;                /* rosters compared, our re-reductions attested */
+    bool cover_wait;              /* tests only (DL_MISBEHAVE_COVER): our projections held back */
     /* geometry: global chunk index of part p's first chunk; chunk count */
     size_t *first_chunk;
     size_t num_chunks;

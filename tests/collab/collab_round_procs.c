@@ -737,10 +737,11 @@ static bool file_has(const char *path, const char *text) {
  * other member, which applies nothing and bans the liar and nobody else. */
 static void verify_caught(const struct scenario *sc) {
     const struct member *liar = &members[sc->victim];
+    const struct member *accomplice = sc->accomplice_misbehave ? &members[sc->accomplice] : NULL;
     int caught_by = 0;
     for (int i = 0; i < num_members; i++) {
         const struct member *m = &members[i];
-        if (i == sc->victim) continue;
+        if (i == sc->victim || (accomplice && i == sc->accomplice)) continue;
         CHECK_MSG(m->round != NULL, "member %d did not report", i);
         if (!m->round) continue;
         const char *reason = cJSON_GetStringValue(cJSON_GetObjectItem(m->round, "reason"));
@@ -754,7 +755,10 @@ static void verify_caught(const struct scenario *sc) {
             unsigned byte = 0;
             bool banned = accused && strlen(accused) >= 2 * (size_t)(g / 8) + 2 &&
                           sscanf(accused + 2 * (g / 8), "%2x", &byte) == 1 && ((byte >> (g % 8)) & 1);
+            bool is_accomplice = id && accomplice && !strcmp(id, accomplice->peer_id);
             bool is_liar = id && !strcmp(id, liar->peer_id);
+            if (is_accomplice) CHECK_MSG(banned, "member %d did not ban the accomplice (member %d)", i, sc->accomplice);
+            if (is_accomplice) continue;
             if (is_liar) {
                 CHECK_MSG(banned, "member %d did not ban the liar (member %d)", i, sc->victim);
                 caught_by += banned;
@@ -809,6 +813,7 @@ static int run(const struct scenario *sc) {
         m->join_weight = r == 'a' ? 0 : 1 + i % 3;
         m->weight = r == 'a' ? 0 : sc->join_differs ? 5 + 3 * i : m->join_weight;
         if (sc->misbehave && (i == sc->victim || sc->everyone_misbehaves)) m->misbehave = sc->misbehave;
+        if (sc->accomplice_misbehave && i == sc->accomplice) m->misbehave = sc->accomplice_misbehave;
         /* Its chunks claim 1e12 samples (src/collab/round.c), its join the usual. */
         if (m->misbehave && !strcmp(m->misbehave, "weight-huge")) m->weight = 1e12;
         char a = sc->attacks ? sc->attacks[i] : '-';

@@ -44,6 +44,9 @@ struct scenario {
                                  * fraction of rows of 64 values is non-zero, drawn per member */
     bool no_resend;             /* no member sends a chunk twice (bytes_resent 0 everywhere) */
     bool needs_test_hooks;      /* registered only in test-hook builds (the attack modes) */
+    const char *accomplice_misbehave; /* `--misbehave` mode of member `accomplice`, who colludes with
+                                       * `victim`: with caught, both must be banned */
+    int accomplice;
 };
 
 /* Member weights are 1 + i % 3 (aux members 0) unless join_differs. */
@@ -226,6 +229,19 @@ static const struct scenario scenarios[] = {
     {.name = "audit_silent_clip", .member_count = 4, .vector_size = 2500003, .compression = "fp16",
      .aggregation = "centered-clip", .victim = 1, .misbehave = "then-silent", .victim_status = "failed",
      .needs_test_hooks = true},
+    /* a colluding pair under centered clip, as separate processes: member
+     * 1 signs -1000 times the average with the clip weights that gives its
+     * senders, never accuses and hands nobody its senders' chunks; member
+     * 3 waits for the other senders' projections and signs, for each chunk
+     * of part 1, the projection that makes the equation hold (a possible
+     * claim, at its true distance). The fast check passes; the spot checks
+     * drawn for part 1 ask member 3 for the chunk behind its claim, which
+     * convicts it, and the chunks then disclosed by every contributor
+     * convict member 1 (without spot disclosure every member applied the
+     * lie) */
+    {.name = "audit_colluding_pair_clip", .member_count = 5, .vector_size = 1500003, .compression = "fp16",
+     .aggregation = "centered-clip", .victim = 1, .misbehave = "collude", .caught = true,
+     .accomplice = 3, .accomplice_misbehave = "cover", .needs_test_hooks = true},
     /* a clean centered-clip round passes every check */
     {.name = "audit_clean_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",
      .aggregation = "centered-clip", .roles = "ttatc"},
