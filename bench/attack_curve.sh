@@ -6,11 +6,16 @@
 #   clean-noaudit the same, every peer skipping accountable aggregation's
 #                checks (--test-misbehave skip-audit): what the checks cost
 #   clean-clip   8 honest trainers, centered-clip (tau 10, ban after 3 rounds)
+#   clean-clip-nospot the same without spot disclosure (--test-misbehave
+#                skip-spot): what the spot checks cost
 #   attack-clip  the same with 3 attackers: peer 5 sends its gradient x -1000,
 #                peer 6 uniform noise, peer 7 sends x -1000 and, as an
 #                aggregator, signs results -1000 times the average
 #                (--test-attack, --test-misbehave result-scale; another of
 #                round.h's misbehaviours with MISBEHAVE=, e.g. own-claim)
+#                or, with PAIR=1, peer 5 sign-flip and a colluding pair: peer
+#                6 scales its part by -1000 (collude), peer 7 covers it
+#                with false projections (cover)
 # and prints, per run, the mean loss of the last W steps against the clean
 # reference's, the wall time (every peer done) and the seconds per step, and
 # honest_s, the time until the five honest peers are done; then a JSON line.
@@ -56,6 +61,12 @@ swarm() {
         6) bad=(--test-attack noise) ;;
         7) bad=(--test-attack sign-flip --test-misbehave "${MISBEHAVE:-result-scale}") ;;
       esac
+      # PAIR=1: peers 6 and 7 collude instead (6 scales its part by -1000
+      # and hides its senders' chunks, 7 signs the claims that cover it)
+      [ "${PAIR:-0}" = 1 ] && case $i in
+        6) bad=(--test-misbehave collude) ;;
+        7) bad=(--test-misbehave cover) ;;
+      esac
     fi
     [ -n "$first" ] && peers=(--initial-peers "$first")
     : >"$TMP/$tag$i.err"
@@ -87,8 +98,9 @@ for tag in $RUNS; do
     cm) swarm cm --aggregation mean ;;
     cn) swarm cn --aggregation mean --test-misbehave skip-audit ;;
     cc) swarm cc --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3 ;;
+    cs) swarm cs --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3 --test-misbehave skip-spot ;;
     ac) ATTACK=1 swarm ac --aggregation centered-clip --clip-tau 10 --clip-ban-rounds 3 ;;
-    *) echo "RUNS: unknown run '$tag' (cm cn cc ac)"; exit 2 ;;
+    *) echo "RUNS: unknown run '$tag' (cm cn cc cs ac)"; exit 2 ;;
   esac
 done
 
@@ -98,13 +110,18 @@ clean=$(tail_loss "$TMP/single.jsonl")
 printf '%-12s %6s %10s %9s %8s %8s %9s\n' run steps loss vs_clean wall_s s/step honest_s
 printf '%-12s %6s %10.4f %9s %8.1f %8.2f %9s\n' single "$(steps_of "$TMP/single.jsonl")" "$clean" "" "$single_s" \
   "$(echo "$single_s / $STEPS" | bc -l)" ""
-json="{\"steps\":$STEPS,\"attacker_misbehaviour\":\"${MISBEHAVE:-result-scale}\",\"window\":$W,\"clean_loss\":$clean,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+misb=${MISBEHAVE:-result-scale}
+[ "${PAIR:-0}" = 1 ] && misb="sign-flip, collude + cover"
+json="{\"steps\":$STEPS,\"attacker_misbehaviour\":\"$misb\",\"window\":$W,\"clean_loss\":$clean,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 for tag in $RUNS; do
   loss=$(tail_loss "$TMP/${tag}0.jsonl")
   secs=$(cat "$TMP/$tag.seconds")
   honest=$(cat "$TMP/$tag.honest_seconds")
   rel=$(echo "($loss - $clean) / $clean * 100" | bc -l)
-  case $tag in cm) name=clean-mean ;; cn) name=clean-noaudit ;; cc) name=clean-clip ;; ac) name=attack-clip ;; esac
+  case $tag in
+    cm) name=clean-mean ;; cn) name=clean-noaudit ;; cc) name=clean-clip ;; cs) name=clean-clip-nospot ;;
+    ac) name=attack-clip ;;
+  esac
   printf '%-12s %6s %10.4f %+8.2f%% %8.1f %8.2f %9.1f\n' "$name" "$(steps_of "$TMP/${tag}0.jsonl")" "$loss" "$rel" \
     "$secs" "$(echo "$secs / $STEPS" | bc -l)" "$honest"
   # what the honest peers logged: liars caught, peers refused for clipping

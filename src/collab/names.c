@@ -161,14 +161,16 @@ int dl_test_misbehaviour_from_name(const char *name, int *mode) {
                  {"stall-leader", DL_MISBEHAVE_STALL_LEADER}, {"skip-audit", DL_MISBEHAVE_SKIP_AUDIT},
                  {"attest-only", DL_MISBEHAVE_ATTEST_ONLY},   {"own-claim", DL_MISBEHAVE_OWN_CLAIM},
                  {"own-pull", DL_MISBEHAVE_OWN_PULL},         {"scale-then-silent", DL_MISBEHAVE_SCALE_THEN_SILENT},
-                 {"then-silent", DL_MISBEHAVE_THEN_SILENT}};
+                 {"then-silent", DL_MISBEHAVE_THEN_SILENT},   {"collude", DL_MISBEHAVE_COLLUDE},
+                 {"cover", DL_MISBEHAVE_COVER},               {"skip-spot", DL_MISBEHAVE_SKIP_SPOT}};
     for (size_t i = 0; name && i < sizeof modes / sizeof modes[0]; i++)
         if (!strcmp(name, modes[i].name)) {
             *mode = modes[i].mode;
             return 0;
         }
     return dl_fail("unknown test misbehaviour '%s' (result-scale, projection-lie, huge-values, dictate, "
-                   "stall-leader, skip-audit, attest-only, own-claim, own-pull, scale-then-silent or then-silent)",
+                   "stall-leader, skip-audit, attest-only, own-claim, own-pull, scale-then-silent, then-silent, "
+                   "collude, cover or skip-spot)",
                    name ? name : "(null)");
 }
 
