@@ -215,10 +215,11 @@ struct dl_round {
     struct dl_round_transport tp;
     struct dl_bans *bans;         /* whom a misbehaving member goes to */
     pthread_mutex_t *lock;        /* the owner's lock: guards *handoff and has_group */
-    int misbehaviour;             /* tests only: enum dl_misbehaviour */
     struct dl_round *accomplice;  /* tests only (DL_MISBEHAVE_COLLUDE_SEND): the colluding aggregator's round */
     uint64_t serial;
+    int misbehaviour;             /* tests only: enum dl_misbehaviour */
     bool has_group;
+    bool cover_wait;              /* tests only (DL_MISBEHAVE_COVER): our projections held back */
     /* Chunks that reached us during matchmaking, before we knew the group
      * they belong to (a member can learn the group record before we do):
      * held, newest first, and taken or refused once the group is known
@@ -244,7 +245,6 @@ struct dl_round {
     bool i_send, i_receive, i_aggregate;
     bool audit_started, attest_sent, audit_done; /* accountable aggregation (below) */
     bool rosters_checked, rr_sent;                /* rosters compared, our re-reductions attested */
-    bool cover_wait;              /* tests only (DL_MISBEHAVE_COVER): our projections held back */
     /* geometry: global chunk index of part p's first chunk; chunk count */
     size_t *first_chunk;
     size_t num_chunks;
