@@ -194,6 +194,10 @@ void dl_audit_free(struct dl_round *r) {
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
+static bool spot_active(const struct dl_round *r);
+static void spot_checkers(const struct dl_round *r, size_t p, size_t out[2]);
+static void spot_escalate(struct dl_round *r, size_t p, size_t k, double now);
+
 static size_t proj_size(const struct dl_round *r, size_t part) {
     return DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * dl_round_chunks_of(r, part) + DL_NET_SIGNATURE;
 }
@@ -515,7 +519,8 @@ static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *s
         if (lie) m.s += 1000.0 * (fabs(m.s) + 1.0);
         if (p == r->me && r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM) m.a = 1e300, m.d = 0;
         if (p == r->me && r->misbehaviour == DL_MISBEHAVE_OWN_PULL) own_pull_claim(r, sc, k, res, &m);
-        if ((r->misbehaviour == DL_MISBEHAVE_COLLUDE_SEND || r->misbehaviour == DL_MISBEHAVE_COLLUDE_SILENT) &&
+        if ((r->misbehaviour == DL_MISBEHAVE_COLLUDE_SEND || r->misbehaviour == DL_MISBEHAVE_COLLUDE_SILENT ||
+             r->misbehaviour == DL_MISBEHAVE_COLLUDE_TWO_FACED) &&
             r->accomplice && p == r->accomplice->me)
             collude_claim(r, sc, p, k, res, &m);
         if (r->misbehaviour == DL_MISBEHAVE_COVER && p != r->me) cover_claim(r, p, k, res, &m);
@@ -560,6 +565,17 @@ static void send_projections(struct dl_round *r, struct dl_audit_scratch *sc, do
         r->proj_in[r->me] = block[r->me];
         r->proj_in_size[r->me] = block_size[r->me];
     }
+    size_t faced = SIZE_MAX, honest_size = 0, checkers[2] = {SIZE_MAX, SIZE_MAX};
+    uint8_t *honest = NULL;
+#ifdef DEDLOC_TEST_HOOKS
+    if (r->misbehaviour == DL_MISBEHAVE_COLLUDE_TWO_FACED && r->accomplice) {
+        faced = r->accomplice->me;
+        r->misbehaviour = DL_MISBEHAVE_NONE;
+        honest = build_projections(r, sc, faced, false, &honest_size);
+        r->misbehaviour = DL_MISBEHAVE_COLLUDE_TWO_FACED;
+        spot_checkers(r, faced, checkers);
+    }
+#endif
     uint8_t *msg = dl_malloc(total);
     for (size_t m = 0; msg && m < n; m++) {
         if (m == r->me || r->failed[m]) continue;
@@ -568,7 +584,8 @@ static void send_projections(struct dl_round *r, struct dl_audit_scratch *sc, do
         size_t used = DL_AUDIT_BUNDLE_HEAD, count = 0;
         for (size_t p = 0; p < n; p++) {
             if (!block[p] || !(receives || p == m)) continue;
-            memcpy(msg + used, block[p], block_size[p]);
+            bool two_faced = p == faced && honest && honest_size == block_size[p] && (m == checkers[0] || m == checkers[1]);
+            memcpy(msg + used, two_faced ? honest : block[p], block_size[p]);
             used += block_size[p];
             count++;
         }
@@ -586,6 +603,7 @@ static void send_projections(struct dl_round *r, struct dl_audit_scratch *sc, do
     free(msg);
     for (size_t p = 0; p < n; p++)
         if (p != r->me) free(block[p]);
+    free(honest);
 }
 
 /* ---- 3: the attestation of our part ----------------------------------------------------- */
@@ -841,6 +859,15 @@ static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct dl_a
                           why_size);
 }
 
+/* The first chunk whose measures two projections of part p give differently (0 if none). */
+static size_t projections_differ_at(const struct dl_round *r, size_t p, const uint8_t *a, const uint8_t *b) {
+    for (size_t k = 0; k < dl_round_chunks_of(r, p); k++)
+        if (memcmp(a + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, b + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k,
+                   MEASURE_BYTES))
+            return k;
+    return 0;
+}
+
 static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, size_t p) {
     const uint8_t *msg = r->attest_in[p];
     size_t size = r->attest_in_size[p], n = r->g.n, psz = proj_size(r, p);
@@ -871,6 +898,17 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         }
         proj[j] = pr;
         at += psz;
+        /* Two projections of one part that j signed differently (one to
+         * us, one to its aggregator) are evidence against j by themselves:
+         * an honest sender signs one (3d, "Equivocation"). */
+        const uint8_t *ours = j == r->me ? NULL : r->fast_proj[p * n + j];
+        if (ours && !memcmp(ours + 24, r->audit_seed, 32) && memcmp(ours, pr, psz) &&
+            projections_signed(r, ours, psz, j)) {
+            snprintf(why, sizeof why, "it signed two different projections of part %zu (one in its aggregator's "
+                     "attestation)", p);
+            dl_audit_accuse(r, j, why);
+            spot_escalate(r, p, projections_differ_at(r, p, ours, pr), dl_round_now(r));
+        }
     }
     /* Chunk records: an accusation where the sender's projections are
      * there, a stand-in where they are not. */
@@ -1737,12 +1775,53 @@ static void ask_kept_chunk(struct dl_round *r, size_t p, size_t k, size_t j, dou
         r->disclose_done[p * r->g.n + j] = true;
 }
 
+/* Member i's projections of part p as i sent them to us, drawn for our seed (NULL: none). */
+static const uint8_t *own_block(const struct dl_round *r, size_t p, size_t i) {
+    const uint8_t *b = r->fast_proj[p * r->g.n + i];
+    return b && !memcmp(b + 24, r->audit_seed, 32) ? b : NULL;
+}
+
+/* A checker's copies of part p's projections against ours: a sender that
+ * signed two different ones is convicted (both signatures checked). */
+static void spot_compare(struct dl_round *r, size_t p, const uint8_t *blocks, size_t count, size_t m, double now) {
+    size_t n = r->g.n, psz = proj_size(r, p);
+    for (size_t i = 0; i < count; i++) {
+        const uint8_t *b = blocks + i * psz;
+        size_t j = dl_get_u16(b + 20);
+        if (j >= n || j == r->me || memcmp(b, r->g.round_id, DL_GROUP_ROUND_ID) || dl_get_u16(b + 16) != p ||
+            b[18] != DL_AUDIT_PROJECTIONS || memcmp(b + 24, r->audit_seed, 32) || r->accused[j])
+            continue;
+        const uint8_t *ours = own_block(r, p, j);
+        if (!ours || !memcmp(ours, b, psz) || !projections_signed(r, b, psz, j) || !projections_signed(r, ours, psz, j))
+            continue;
+        char why[300];
+        snprintf(why, sizeof why, "it signed two different projections of part %zu (one relayed by member %zu's spot "
+                 "check)", p, m);
+        dl_audit_accuse(r, j, why);
+        spot_escalate(r, p, projections_differ_at(r, p, ours, b), now);
+    }
+}
+
 static void send_verdict(struct dl_round *r, size_t p, int outcome, size_t k, size_t j, const uint8_t *pr,
                          double now) {
-    size_t psz = proj_size(r, p), chunk_size = outcome == DL_SPOT_LIE ? r->disclosed_size[p * r->g.n + j] : 0;
-    size_t size = DL_AUDIT_VERDICT_HEAD + (outcome == DL_SPOT_LIE ? psz + chunk_size : 0);
+    size_t n = r->g.n, psz = proj_size(r, p), chunk_size = outcome == DL_SPOT_LIE ? r->disclosed_size[p * n + j] : 0;
+    size_t evidence = outcome == DL_SPOT_LIE ? psz + chunk_size : 0, blocks = 0;
+    /* Every sender's projections of p as it sent them to us: a sender that
+     * signs different ones for different members (honest ones for the
+     * checkers it can foresee from the seed) meets its other signature at
+     * every member. */
+    for (size_t i = 0; i < n; i++) blocks += i != r->me && own_block(r, p, i) != NULL;
+    size_t size = DL_AUDIT_VERDICT_HEAD + evidence + blocks * psz;
     uint8_t *msg = dl_calloc(1, size);
     if (!msg) return;
+    dl_put_u16(msg + 26, (uint16_t)blocks);
+    uint8_t *at = msg + DL_AUDIT_VERDICT_HEAD + evidence;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *b = i == r->me ? NULL : own_block(r, p, i);
+        if (!b) continue;
+        memcpy(at, b, psz);
+        at += psz;
+    }
     memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
     dl_put_u16(msg + 16, (uint16_t)p);
     msg[18] = DL_AUDIT_VERDICT;
@@ -1783,7 +1862,7 @@ static bool spot_convict(struct dl_round *r, size_t p, size_t k, size_t j, const
  * and commitments, their signed chunks): the colluding aggregator is
  * banned with its accomplice. */
 static void spot_escalate(struct dl_round *r, size_t p, size_t k, double now) {
-    if (r->spot_escalation[p]) return;
+    if (r->spot_escalation[p] || !spot_active(r) || !r->i_receive) return;
     r->spot_escalation[p] = 1;
     r->fast_failed_k[p] = k;
     ask_disclosure(r, p, now);
@@ -1878,8 +1957,18 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
                 continue;
             }
             size_t size = r->verdict_in_size[slot], k = dl_get_u32(msg + 20), j = dl_get_u16(msg + 24);
+            size_t blocks = dl_get_u16(msg + 26), psz = proj_size(r, p), evidence = 0;
             int outcome = msg[19];
-            bool whole = k < dl_round_chunks_of(r, p) && j < n && j != p && outcome <= DL_SPOT_NONE;
+            bool whole = k < dl_round_chunks_of(r, p) && j < n && j != p && outcome <= DL_SPOT_NONE &&
+                         blocks <= n;
+            if (whole && outcome == DL_SPOT_LIE) {
+                uint64_t off, len;
+                dl_round_chunk_range(r, p, k, &off, &len);
+                evidence = psz + dl_round_chunk_msg_size(r, len);
+            }
+            whole = whole && size == DL_AUDIT_VERDICT_HEAD + evidence + blocks * psz;
+            if (whole && r->verdict_state[slot] == 0)
+                spot_compare(r, p, msg + DL_AUDIT_VERDICT_HEAD + evidence, blocks, m, now);
             /* About our own chunk: we know what we sent (a lie about it
              * cannot hold against our signed projections). */
             if (!whole || outcome == DL_SPOT_OK || outcome == DL_SPOT_NONE || j == r->me) {
@@ -1893,10 +1982,10 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
                  * projections and signed chunk, the result we hold. */
                 uint64_t off, len;
                 dl_round_chunk_range(r, p, k, &off, &len);
-                size_t psz = proj_size(r, p), chunk_size = dl_round_chunk_msg_size(r, len);
+                size_t chunk_size = dl_round_chunk_msg_size(r, len);
                 const uint8_t *pr = msg + DL_AUDIT_VERDICT_HEAD;
                 r->verdict_state[slot] = 2;
-                if (size != DL_AUDIT_VERDICT_HEAD + psz + chunk_size || memcmp(pr, r->g.round_id, DL_GROUP_ROUND_ID) ||
+                if (memcmp(pr, r->g.round_id, DL_GROUP_ROUND_ID) ||
                     dl_get_u16(pr + 16) != p || pr[18] != DL_AUDIT_PROJECTIONS || dl_get_u16(pr + 20) != j ||
                     memcmp(pr + 24, r->audit_seed, 32) ||
                     spot_judge(r, sc, p, k, j, pr, pr + psz, chunk_size) != DL_SPOT_LIE ||

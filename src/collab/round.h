@@ -58,7 +58,7 @@
 #define DL_AUDIT_DISCLOSE_KEPT 10  /* a spot checker asks an aggregator for a sender's signed chunk it kept */
 #define DL_AUDIT_DISCLOSE_KEPT_SIZE 28 /* round_id part u16 type pad chunk u32 sender u16 pad u16 */
 #define DL_AUDIT_VERDICT 9         /* a spot check's outcome (3d), to every member that receives */
-#define DL_AUDIT_VERDICT_HEAD 32   /* round_id part u16 type outcome u8 chunk u32 member u16 pad[6] */
+#define DL_AUDIT_VERDICT_HEAD 32   /* round_id part u16 type outcome u8 chunk u32 member u16 blocks u16 pad[4] */
 /* Spot-check outcomes: the claim drawn agreed with its chunk; it did not
  * (the sender's signed projections of the part and its signed chunk
  * follow the head: evidence anyone can check); the sender did not
@@ -157,6 +157,11 @@ enum dl_misbehaviour {
     DL_MISBEHAVE_COLLUDE, DL_MISBEHAVE_COLLUDE_SEND,
     /* test-hook builds only: the same accomplice, refusing to disclose */
     DL_MISBEHAVE_COLLUDE_SILENT,
+    /* test-hook builds only: the same accomplice, two-faced: its true
+     * projections of that part to the part's two checkers (which the seed
+     * names before projections are sent), the covering ones to everyone
+     * else */
+    DL_MISBEHAVE_COLLUDE_TWO_FACED,
     /* test-hook builds only: a sender that covers for any aggregator whose
      * result is wrong, over real connections: it holds its projections
      * back until the other senders' have come, then signs for each chunk

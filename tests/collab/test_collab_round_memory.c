@@ -376,7 +376,8 @@ static uint64_t fnv1a(const void *data, size_t size) {
 }
 
 static bool colluding(const struct scenario *sc) {
-    return sc->lie == DL_MISBEHAVE_COLLUDE_SEND || sc->lie == DL_MISBEHAVE_COLLUDE_SILENT;
+    return sc->lie == DL_MISBEHAVE_COLLUDE_SEND || sc->lie == DL_MISBEHAVE_COLLUDE_SILENT ||
+           sc->lie == DL_MISBEHAVE_COLLUDE_TWO_FACED;
 }
 
 static struct outcome run_scenario(const struct scenario *sc) {
@@ -615,8 +616,8 @@ static struct outcome run_scenario(const struct scenario *sc) {
              * contributor, and the equation with their chunks convicts
              * its aggregator too; one that will not show it, neither. */
             for (size_t j = 0; j < s->n; j++) {
-                bool liar = (long)j == sc->liar ||
-                            (sc->lie == DL_MISBEHAVE_COLLUDE_SEND && (long)j == sc->accomplice);
+                bool liar = (long)j == sc->liar || (colluding(sc) && sc->lie != DL_MISBEHAVE_COLLUDE_SILENT &&
+                                                    (long)j == sc->accomplice);
                 if (sc->lie == DL_MISBEHAVE_COLLUDE_SILENT && (long)j == sc->accomplice) continue;
                 CHECK_MSG(dl_bans_is_banned(&s->m[i].bans, s->m[j].peer_id) == liar,
                           "%s: member %zu %s member %zu", sc->name, i, liar ? "did not ban" : "banned", j);
@@ -834,6 +835,13 @@ int main(void) {
         {.name = "colluding_pair", .members = 5, .codec = DL_CODEC_FP16, .roles = "ttttt",
          .parts = {CHUNK, 2 * CHUNK, CHUNK, 1000, CHUNK}, .weights = {1, 2, 3, 4, 5}, .victim = -1,
          .lie = DL_MISBEHAVE_COLLUDE_SEND, .liar = 3, .accomplice = 1, .clip = true},
+        /* the accomplice two-faced: true projections of part 1 to the two
+         * checkers the seed names for it, covering ones to everyone else
+         * (its aggregator too): each checker's copy, relayed with its
+         * verdict, meets the other copy at every member */
+        {.name = "colluding_pair_two_faced", .members = 5, .codec = DL_CODEC_FP16, .roles = "ttttt",
+         .parts = {CHUNK, 2 * CHUNK, CHUNK, 1000, CHUNK}, .weights = {1, 2, 3, 4, 5}, .victim = -1,
+         .lie = DL_MISBEHAVE_COLLUDE_TWO_FACED, .liar = 3, .accomplice = 1, .clip = true},
         {.name = "colluding_pair_silent", .members = 5, .codec = DL_CODEC_FP16, .roles = "ttttt",
          .parts = {CHUNK, 2 * CHUNK, CHUNK, 1000, CHUNK}, .weights = {1, 2, 3, 4, 5}, .victim = -1,
          .lie = DL_MISBEHAVE_COLLUDE_SILENT, .liar = 3, .accomplice = 1, .clip = true},
