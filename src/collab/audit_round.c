@@ -464,7 +464,9 @@ static void cover_claim(struct dl_round *r, size_t p, size_t k, const uint8_t *r
         sum += c * mj.s;
         spread += c * mj.a;
     }
-    if (!(total > 0) || fabs(sum / total - zq) <= 1e-6 * (fabs(zq) + spread / total)) return;
+    /* Only a result far off (a -1000x one): not an honest one's rounding. */
+    double miss = fabs(sum / total - zq);
+    if (!(total > 0) || miss <= 0.5 * (fabs(zq) + fabs(sum / total)) || miss <= 1e-3 * spread / total) return;
     m->s = zq - pull / own_clip;
     m->a = 0.999 * sqrt((double)len) * (m->d + q2);
 }
@@ -1869,12 +1871,25 @@ static void spot_escalate(struct dl_round *r, size_t p, size_t k, double now) {
 }
 
 /* The sender of a drawn claim did not show its chunk: nothing is applied,
- * and it is refused for ban_s (no evidence: it may be dead). */
+ * and it is refused for ban_s (no evidence: it may be dead), for the run
+ * the second time (dl_bans_add_silent). */
 static void spot_silent(struct dl_round *r, size_t p, size_t k, size_t j) {
     char why[300];
     snprintf(why, sizeof why, "member %zu did not disclose its chunk %zu of part %zu, drawn for a spot check", j, k, p);
     unsure(r, why);
-    if (!r->accused[j]) dl_round_ban(r, r->g.members[j].peer_id, why);
+    if (!r->accused[j]) dl_bans_add_silent(r->bans, r->g.members[j].peer_id, why);
+}
+
+/* Whether a member that receives, not gone, has yet to get our chunk of
+ * part p's disputed chunk, which we contributed to. */
+static bool spot_owed(const struct dl_round *r, size_t p) {
+    const uint8_t *res = r->fast_failed_k[p] == SIZE_MAX ? NULL : audited_result(r, p, r->fast_failed_k[p]);
+    if (!res || !in_mask(res, r->me)) return false;
+    for (size_t m = 0; m < r->g.n; m++)
+        if (m != r->me && m != p && r->g.members[m].role != DL_MEMBER_AUX && !gone(r, m) &&
+            !r->disclosed_to[m * r->g.n + p])
+            return true;
+    return false;
 }
 
 /* Our own spot checks, then the verdicts of every other part's checkers:
@@ -1887,11 +1902,13 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
             continue;
         mine_done = false;
         if (r->spot_state[p] == 0) {
-            if (!r->attest_checked[p] && r->audit_status == DL_AVG_OK) {
+            /* Even when our own round already failed (we caught someone
+             * elsewhere): the others may have nothing but our check of p. */
+            if (!r->attest_checked[p]) {
                 waiting = true;
                 continue;
             }
-            if (r->audit_status != DL_AVG_OK || !spot_draw(r, sc, p, &r->spot_k[p], &r->spot_j[p])) {
+            if (!spot_draw(r, sc, p, &r->spot_k[p], &r->spot_j[p])) {
                 send_verdict(r, p, DL_SPOT_NONE, 0, 0, NULL, now);
                 r->spot_state[p] = 2;
                 continue;
@@ -1928,7 +1945,7 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
              * the chunk it holds: both refused for ban_s. */
             spot_silent(r, p, k, j);
             if (r->spot_state[p] == 3 && !r->accused[p])
-                dl_round_ban(r, r->g.members[p].peer_id, "did not disclose a chunk it committed to");
+                dl_bans_add_silent(r->bans, r->g.members[p].peer_id, "did not disclose a chunk it committed to");
         }
         send_verdict(r, p, outcome, k, j, pr, now);
         r->spot_state[p] = 2;
@@ -2024,13 +2041,19 @@ static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double no
         }
     }
     for (size_t p = 0; p < n; p++) {
-        if (r->spot_escalation[p] != 1) continue;
-        if (disclosure_ready(r, p, now)) {
+        if (!r->spot_escalation[p]) continue;
+        if (r->spot_escalation[p] == 1) {
+            if (!disclosure_ready(r, p, now)) {
+                waiting = true;
+                continue;
+            }
             check_disclosed(r, sc, p);
             r->spot_escalation[p] = 2;
-        } else {
-            waiting = true;
         }
+        /* Members learn of the conviction at different times (their own
+         * check, a verdict): we stay while one may still ask us for our
+         * chunk (a round that ended answers nobody), 2 stall_s at most. */
+        if (spot_owed(r, p) && now - r->disclose_at[p] <= 2 * r->stall_s) waiting = true;
     }
     return waiting;
 }

@@ -79,6 +79,26 @@ void dl_bans_add_for_run(struct dl_bans *b, const char *peer_id, const char *why
     ban_until(b, peer_id, INFINITY);
 }
 
+void dl_bans_add_silent(struct dl_bans *b, const char *peer_id, const char *why) {
+    struct dl_clip_streak *s = NULL, *spare = NULL;
+    for (size_t i = 0; i < b->num_silences && !s; i++)
+        if (!strcmp(b->silences[i].peer_id, peer_id)) s = &b->silences[i];
+    if (!s && b->num_silences < sizeof b->silences / sizeof b->silences[0]) spare = &b->silences[b->num_silences++];
+    if (!s && !spare) spare = &b->silences[0]; /* full: the oldest goes */
+    if (spare) {
+        snprintf(spare->peer_id, sizeof spare->peer_id, "%s", peer_id);
+        spare->rounds = 0;
+        s = spare;
+    }
+    if (++s->rounds >= 2) {
+        char text[300];
+        snprintf(text, sizeof text, "%s (the second time)", why);
+        dl_bans_add_for_run(b, peer_id, text);
+    } else {
+        dl_bans_add(b, peer_id, why);
+    }
+}
+
 static struct dl_clip_streak *streak_of(struct dl_bans *b, const char *peer_id) {
     struct dl_clip_streak *spare = NULL;
     for (size_t i = 0; i < b->num_streaks; i++) {

@@ -36,6 +36,9 @@ struct dl_bans {
     size_t num_entries;
     struct dl_clip_streak streaks[DL_AVG_MAX_MEMBERS]; /* the round thread only */
     size_t num_streaks;
+    /* Spot checks a peer left unanswered (its `rounds`), the round thread only. */
+    struct dl_clip_streak silences[DL_AVG_MAX_MEMBERS];
+    size_t num_silences;
 };
 
 void dl_bans_init(struct dl_bans *b, double ban_s, int clip_warn_rounds, int clip_ban_rounds);
@@ -47,6 +50,10 @@ double dl_bans_until(struct dl_bans *b, const char *peer_id);
 void dl_bans_add(struct dl_bans *b, const char *peer_id, const char *why);
 /* Refuses peer_id for the rest of the run. */
 void dl_bans_add_for_run(struct dl_bans *b, const char *peer_id, const char *why);
+/* peer_id left a chunk a spot check drew undisclosed (docs/protocol.md,
+ * 3d): refused for ban_s the first time (it may have died), for the run
+ * the second (a peer that came back and did it again withholds it). */
+void dl_bans_add_silent(struct dl_bans *b, const char *peer_id, const char *why);
 /* Removes from a view (in place) every peer we refuse, ourselves never:
  * a peer caught misbehaving does not group with us, so its record must not
  * count either among the holders of a param hash (the reference) or among

@@ -4,6 +4,7 @@
  * resets the streak; a round in which it is not seen changes nothing; mean
  * rounds do not count. A refused member is dropped from the swarm view the
  * step loop reads. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,6 +161,17 @@ int main(void) {
               "clipped in rounds that were not applied, and banned");
     for (int p = 0; p < 3; p++) free(results[p]);
     free(q);
+
+    /* A peer that leaves a spot check's chunk undisclosed: refused for
+     * ban_s the first time, for the run the second. */
+    const char *silent = "88888888888888888888888888888888", *other = "99999999999999999999999999999999";
+    dl_bans_add_silent(&c->bans, silent, "did not disclose");
+    double first = dl_bans_until(&c->bans, silent);
+    CHECK_MSG(first > 0 && isfinite(first), "a first silence refuses until %g, not for ban_s", first);
+    dl_bans_add_silent(&c->bans, other, "did not disclose");
+    dl_bans_add_silent(&c->bans, silent, "did not disclose");
+    CHECK_MSG(isinf(dl_bans_until(&c->bans, silent)), "a second silence is not refused for the run");
+    CHECK_MSG(isfinite(dl_bans_until(&c->bans, other)), "another peer's first silence counted as its second");
 
     free(r);
     dl_collab_stop(c);
