@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "collab/audit.h"
+#include "collab/audit_internal.h"
 #include "collab/balance.h"
 #include "collab/bytes.h"
 #include "collab/round.h"
@@ -47,14 +48,6 @@
 #define MEASURE_BYTES 24
 #define DL_AUDIT_MAX_STAND_IN (12u << 20)
 
-/* Scratch for one chunk: its contribution, the result, the direction.
- * Made at the round's first pump and kept to its end: the pump runs at
- * every event, and 2.5 MB mapped and unmapped each time cost the round
- * more than the checks it serves (page faults on 2 shared cores). */
-struct dl_audit_scratch {
-    float *x, *q;
-    int16_t *z;
-};
 
 static void scratch_free(struct dl_audit_scratch *s) {
     if (!s) return;
@@ -194,19 +187,14 @@ void dl_audit_free(struct dl_round *r) {
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-static bool spot_active(const struct dl_round *r);
-static void spot_checkers(const struct dl_round *r, size_t p, size_t out[2]);
-static void spot_escalate(struct dl_round *r, size_t p, size_t k, double now);
 
-static size_t proj_size(const struct dl_round *r, size_t part) {
+size_t dl_audit_proj_size(const struct dl_round *r, size_t part) {
     return DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * dl_round_chunks_of(r, part) + DL_NET_SIGNATURE;
 }
 
-static bool in_mask(const uint8_t *result, size_t j) { return dl_round_result_counts(result, j); }
-
 /* The result of (part, k) if it is generation 0 from the part's aggregator
  * (the only ones audited; see docs/protocol.md for re-reduced chunks). */
-static const uint8_t *audited_result(const struct dl_round *r, size_t part, size_t k) {
+const uint8_t *dl_audit_audited_result(const struct dl_round *r, size_t part, size_t k) {
     const uint8_t *res = r->store[r->first_chunk[part] + k];
     return res && res[18] == 0 && dl_get_u16(res + 24) == part ? res : NULL;
 }
@@ -219,7 +207,7 @@ static const uint8_t *commitment_of(const struct dl_round *r, const uint8_t *res
            DL_AVG_COMMIT_ENTRY * i;
 }
 
-static bool decode_result(const struct dl_round *r, const uint8_t *res, size_t len, float *q) {
+bool dl_audit_decode_result(const struct dl_round *r, const uint8_t *res, size_t len, float *q) {
     return !dl_codec_result_decode(r->g.codec, res + DL_AVG_RESULT_HEADER, dl_round_result_data_size(r, res, len),
                                    len, q);
 }
@@ -236,7 +224,7 @@ static void read_measure(const uint8_t *p, struct dl_audit_measure *m) {
 
 /* From a sender's signed projections of a part (type 1): its weight and
  * its measures of chunk k. */
-static void read_projection(const uint8_t *proj, size_t k, double *weight, struct dl_audit_measure *m) {
+void dl_audit_read_projection(const uint8_t *proj, size_t k, double *weight, struct dl_audit_measure *m) {
     *weight = dl_get_f64(proj + 56);
     read_measure(proj + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, m);
 }
@@ -244,11 +232,11 @@ static void read_projection(const uint8_t *proj, size_t k, double *weight, struc
 /* Measures of a signed chunk against the result of (part, k), under seed;
  * under our seed the result's own measures come out of the same sweep and
  * are kept for its check (chunk_verdict). */
-static bool measure_chunk(struct dl_round *r, struct dl_audit_scratch *sc, const uint8_t *seed, size_t part, size_t k,
+bool dl_audit_measure_chunk(struct dl_round *r, struct dl_audit_scratch *sc, const uint8_t *seed, size_t part, size_t k,
                           const uint8_t *chunk, const uint8_t *res, struct dl_audit_measure *m) {
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
-    if (!decode_chunk(r, chunk, len, sc->x) || !decode_result(r, res, len, sc->q)) return false;
+    if (!decode_chunk(r, chunk, len, sc->x) || !dl_audit_decode_result(r, res, len, sc->q)) return false;
     size_t gi = r->first_chunk[part] + k;
     dl_audit_direction(seed, gi, len, sc->z);
     if (seed != r->audit_seed && memcmp(seed, r->audit_seed, 32)) {
@@ -286,7 +274,7 @@ void dl_audit_accuse(struct dl_round *r, size_t j, const char *why) {
 }
 
 /* Not checkable, with nobody to blame: not applied either. */
-static void unsure(struct dl_round *r, const char *why) {
+void dl_audit_unsure(struct dl_round *r, const char *why) {
     DL_INFO("collab", "accountable aggregation: %s", why);
     if (r->audit_status == DL_AVG_OK) {
         r->audit_status = DL_AVG_UNSURE;
@@ -400,7 +388,7 @@ static void own_pull_claim(struct dl_round *r, struct dl_audit_scratch *sc, size
         }
         struct dl_audit_measure mj;
         const uint8_t *chunk = r->kept[k * r->g.n + j];
-        if (!chunk || !measure_chunk(r, sc, r->audit_seed, r->me, k, chunk, res, &mj)) return;
+        if (!chunk || !dl_audit_measure_chunk(r, sc, r->audit_seed, r->me, k, chunk, res, &mj)) return;
         others += c * mj.s;
     }
     m->s = (zq * total - others) / own_clip;
@@ -431,7 +419,7 @@ static void collude_claim(struct dl_round *r, struct dl_audit_scratch *sc, size_
         }
         struct dl_audit_measure mj;
         const uint8_t *chunk = a->kept[k * r->g.n + j];
-        if (!chunk || !measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &mj)) return;
+        if (!chunk || !dl_audit_measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &mj)) return;
         pull += c * (mj.s - zq);
     }
     m->s = zq - pull / own_clip;
@@ -457,7 +445,7 @@ static void cover_claim(struct dl_round *r, size_t p, size_t k, const uint8_t *r
         } else {
             const uint8_t *pr = r->fast_proj[p * r->g.n + j];
             if (!pr || memcmp(pr + 24, r->audit_seed, 32)) return;
-            read_projection(pr, k, &weight, &mj);
+            dl_audit_read_projection(pr, k, &weight, &mj);
             pull += c * (mj.s - zq);
         }
         total += c;
@@ -476,7 +464,7 @@ static bool cover_ready(const struct dl_round *r) {
     for (size_t p = 0; p < r->g.n; p++) {
         if (p == r->me) continue;
         for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
-            const uint8_t *res = audited_result(r, p, k);
+            const uint8_t *res = dl_audit_audited_result(r, p, k);
             for (size_t j = 0; res && j < r->g.n; j++)
                 if (j != r->me && in_mask(res, j) && !r->fast_proj[p * r->g.n + j]) return false;
         }
@@ -487,10 +475,10 @@ static bool cover_ready(const struct dl_round *r) {
 
 /* Our signed projections of part p; NULL when we are in none of its results. */
 static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, bool lie, size_t *size) {
-    size_t chunks = dl_round_chunks_of(r, p), total = proj_size(r, p);
+    size_t chunks = dl_round_chunks_of(r, p), total = dl_audit_proj_size(r, p);
     bool any = false;
     for (size_t k = 0; k < chunks; k++) {
-        const uint8_t *res = audited_result(r, p, k);
+        const uint8_t *res = dl_audit_audited_result(r, p, k);
         any |= res && in_mask(res, r->me);
     }
     if (!any) return NULL;
@@ -503,7 +491,7 @@ static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *s
     memcpy(msg + 24, r->audit_seed, 32);
     dl_put_f64(msg + 56, r->weight);
     for (size_t k = 0; k < chunks; k++) {
-        const uint8_t *res = audited_result(r, p, k);
+        const uint8_t *res = dl_audit_audited_result(r, p, k);
         if (!res || !in_mask(res, r->me)) continue;
         size_t chunk_size;
         uint8_t *own = dl_round_encode_own_unsigned(r, p, k, true, &chunk_size);
@@ -511,7 +499,7 @@ static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *s
          * weight in each): the aggregator compares them with what it got. */
         if (own) dl_put_f64(msg + 56, dl_get_f64(own + DL_AVG_REF_HEADER));
         struct dl_audit_measure m;
-        bool ok = own && measure_chunk(r, sc, r->audit_seed, p, k, own, res, &m);
+        bool ok = own && dl_audit_measure_chunk(r, sc, r->audit_seed, p, k, own, res, &m);
         free(own);
         if (!ok) {
             free(msg);
@@ -575,7 +563,7 @@ static void send_projections(struct dl_round *r, struct dl_audit_scratch *sc, do
         r->misbehaviour = DL_MISBEHAVE_NONE;
         honest = build_projections(r, sc, faced, false, &honest_size);
         r->misbehaviour = DL_MISBEHAVE_COLLUDE_TWO_FACED;
-        spot_checkers(r, faced, checkers);
+        dl_audit_spot_checkers(r, faced, checkers);
     }
 #endif
     uint8_t *msg = dl_malloc(total);
@@ -612,7 +600,7 @@ static void send_projections(struct dl_round *r, struct dl_audit_scratch *sc, do
 
 static bool expects_projections(const struct dl_round *r, size_t j) {
     for (size_t k = 0; k < r->agg_chunks; k++) {
-        const uint8_t *res = audited_result(r, r->me, k);
+        const uint8_t *res = dl_audit_audited_result(r, r->me, k);
         if (res && in_mask(res, j)) return true;
     }
     return false;
@@ -648,7 +636,7 @@ static uint8_t *compare_projections(struct dl_round *r, struct dl_audit_scratch 
     uint8_t *state = dl_calloc((size_t)r->agg_chunks * n + 1, 1);
     if (!state) return NULL;
     for (size_t k = 0; k < r->agg_chunks; k++) {
-        const uint8_t *res = audited_result(r, r->me, k);
+        const uint8_t *res = dl_audit_audited_result(r, r->me, k);
         uint64_t off, len;
         dl_round_chunk_range(r, r->me, k, &off, &len);
         bool ready = false, decoded = false;
@@ -656,13 +644,13 @@ static uint8_t *compare_projections(struct dl_round *r, struct dl_audit_scratch 
             const uint8_t *proj = r->proj_in[j], *chunk = r->kept[k * n + j];
             if (j == r->me || !proj || !chunk || !in_mask(res, j) || memcmp(proj + 24, seed, 32)) continue;
             if (!ready) {
-                decoded = decode_result(r, res, len, sc->q);
+                decoded = dl_audit_decode_result(r, res, len, sc->q);
                 dl_audit_direction(seed, r->first_chunk[r->me] + k, len, sc->z);
                 ready = true;
             }
             struct dl_audit_measure mine, theirs;
             double weight;
-            read_projection(proj, k, &weight, &theirs);
+            dl_audit_read_projection(proj, k, &weight, &theirs);
             bool ok = decoded && decode_chunk(r, chunk, len, sc->x);
             if (ok) dl_audit_measure(sc->z, sc->x, sc->q, len, &mine);
             dl_round_progress(r);
@@ -679,7 +667,7 @@ static uint8_t *compare_projections(struct dl_round *r, struct dl_audit_scratch 
 }
 
 static int send_attestation(struct dl_round *r, struct dl_audit_scratch *sc, double now) {
-    size_t n = r->g.n, psz = proj_size(r, r->me);
+    size_t n = r->g.n, psz = dl_audit_proj_size(r, r->me);
     /* An aux aggregator holds no other results and so no seed: it takes the
      * one the first projections carry, and holds the rest to it. */
     const uint8_t *seed = r->i_receive ? r->audit_seed : NULL;
@@ -710,7 +698,7 @@ static int send_attestation(struct dl_round *r, struct dl_audit_scratch *sc, dou
         /* Its chunks stand in for missing projections; one that contradicts
          * them is the evidence against it. */
         for (size_t k = 0; k < r->agg_chunks; k++) {
-            const uint8_t *res = audited_result(r, r->me, k);
+            const uint8_t *res = dl_audit_audited_result(r, r->me, k);
             const uint8_t *chunk = r->kept[k * n + j];
             if (!res || !in_mask(res, j) || !chunk) continue;
             uint64_t off, len;
@@ -767,7 +755,7 @@ static int send_attestation(struct dl_round *r, struct dl_audit_scratch *sc, dou
 
 /* ---- 4: checking another part's attestation --------------------------------------------- */
 
-static bool projections_signed(const struct dl_round *r, const uint8_t *proj, size_t psz, size_t j) {
+bool dl_audit_projections_signed(const struct dl_round *r, const uint8_t *proj, size_t psz, size_t j) {
     const struct dl_group_member *m = &r->g.members[j];
     return !dl_net_verify(m->peer_id, m->pk, proj, psz - DL_NET_SIGNATURE, proj + psz - DL_NET_SIGNATURE);
 }
@@ -777,7 +765,7 @@ static bool projections_signed(const struct dl_round *r, const uint8_t *proj, si
  * aggregator who signed it is to blame). */
 /* Whether chunk (a chunk message of chunk_size bytes) is member j's signed
  * chunk k of part p, the one result res committed to for j. */
-static bool committed_chunk(const struct dl_round *r, size_t p, size_t k, size_t j, const uint8_t *chunk,
+bool dl_audit_committed_chunk(const struct dl_round *r, size_t p, size_t k, size_t j, const uint8_t *chunk,
                             size_t chunk_size, const uint8_t *res, uint64_t len) {
     uint8_t hash[32];
     return chunk_size == dl_round_chunk_msg_size(r, len) && !memcmp(chunk, r->g.round_id, DL_GROUP_ROUND_ID) &&
@@ -795,12 +783,12 @@ static bool read_record(struct dl_round *r, struct dl_audit_scratch *sc, size_t 
                  k, j);
         return false;
     }
-    if (!committed_chunk(r, p, k, j, chunk, dl_round_chunk_msg_size(r, len), res, len)) {
+    if (!dl_audit_committed_chunk(r, p, k, j, chunk, dl_round_chunk_msg_size(r, len), res, len)) {
         snprintf(why, why_size, "its attestation holds a chunk of member %zu that member did not sign or that is "
                  "not the one its result committed to", j);
         return false;
     }
-    if (!measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, m)) {
+    if (!dl_audit_measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, m)) {
         /* Signed by j, and it does not decode: j's own doing, but the
          * aggregator took it into its result. */
         snprintf(why, why_size, "its result holds a chunk of member %zu that does not decode", j);
@@ -838,7 +826,7 @@ static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct dl_a
         qm = (struct dl_audit_measure){.s = kept[0], .a = kept[1], .d = kept[2]};
         ext = (struct dl_audit_extremes){.lo = kept[3], .hi = kept[4]};
     } else {
-        decode_result(r, res, (size_t)len, sc->q);
+        dl_audit_decode_result(r, res, (size_t)len, sc->q);
         dl_audit_direction(r->audit_seed, gi, (size_t)len, sc->z);
         dl_audit_measure_result(sc->z, sc->q, (size_t)len, &qm, &ext);
     }
@@ -862,7 +850,7 @@ static enum dl_audit_verdict chunk_verdict(const struct dl_round *r, struct dl_a
 }
 
 /* The first chunk whose measures two projections of part p give differently (0 if none). */
-static size_t projections_differ_at(const struct dl_round *r, size_t p, const uint8_t *a, const uint8_t *b) {
+size_t dl_audit_projections_differ_at(const struct dl_round *r, size_t p, const uint8_t *a, const uint8_t *b) {
     for (size_t k = 0; k < dl_round_chunks_of(r, p); k++)
         if (memcmp(a + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k, b + DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * k,
                    MEASURE_BYTES))
@@ -872,7 +860,7 @@ static size_t projections_differ_at(const struct dl_round *r, size_t p, const ui
 
 static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, size_t p) {
     const uint8_t *msg = r->attest_in[p];
-    size_t size = r->attest_in_size[p], n = r->g.n, psz = proj_size(r, p);
+    size_t size = r->attest_in_size[p], n = r->g.n, psz = dl_audit_proj_size(r, p);
     const struct dl_group_member *agg = &r->g.members[p];
     char why[300];
     r->attest_checked[p] = true;
@@ -880,7 +868,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         dl_net_verify(agg->peer_id, agg->pk, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE)) {
         /* Unsigned: nothing it says counts, and nothing proves who sent it. */
         snprintf(why, sizeof why, "the attestation of part %zu is not signed by its aggregator", p);
-        unsure(r, why);
+        dl_audit_unsure(r, why);
         return;
     }
     size_t count = dl_get_u16(msg + 20), records = dl_get_u16(msg + 22), at = DL_AUDIT_ATTEST_HEAD;
@@ -889,13 +877,13 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         const uint8_t *pr = msg + at;
         size_t j = at + psz <= size - DL_NET_SIGNATURE ? dl_get_u16(pr + 20) : n;
         if (j >= n || proj[j] || memcmp(pr, r->g.round_id, DL_GROUP_ROUND_ID) || dl_get_u16(pr + 16) != p ||
-            pr[18] != DL_AUDIT_PROJECTIONS || !projections_signed(r, pr, psz, j)) {
+            pr[18] != DL_AUDIT_PROJECTIONS || !dl_audit_projections_signed(r, pr, psz, j)) {
             dl_audit_accuse(r, p, "it signed an attestation holding projections their sender did not sign");
             return;
         }
         if (memcmp(pr + 24, r->audit_seed, 32)) {
             snprintf(why, sizeof why, "the projections of part %zu were drawn for other results than ours", p);
-            unsure(r, why);
+            dl_audit_unsure(r, why);
             return;
         }
         proj[j] = pr;
@@ -905,11 +893,11 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
          * an honest sender signs one (3d, "Equivocation"). */
         const uint8_t *ours = j == r->me ? NULL : r->fast_proj[p * n + j];
         if (ours && !memcmp(ours + 24, r->audit_seed, 32) && memcmp(ours, pr, psz) &&
-            projections_signed(r, ours, psz, j)) {
+            dl_audit_projections_signed(r, ours, psz, j)) {
             snprintf(why, sizeof why, "it signed two different projections of part %zu (one in its aggregator's "
                      "attestation)", p);
             dl_audit_accuse(r, j, why);
-            spot_escalate(r, p, projections_differ_at(r, p, ours, pr), dl_round_now(r));
+            dl_audit_spot_escalate(r, p, dl_audit_projections_differ_at(r, p, ours, pr), dl_round_now(r));
         }
     }
     /* Chunk records: an accusation where the sender's projections are
@@ -921,7 +909,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
     if (!stand_in || !has_stand_in) {
         free(stand_in);
         free(has_stand_in);
-        unsure(r, "out of memory");
+        dl_audit_unsure(r, "out of memory");
         return;
     }
     for (size_t i = 0; i < records && !caught; i++) {
@@ -935,7 +923,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         const uint8_t *chunk = msg + at + DL_AUDIT_ACCUSE_HEAD;
         at += DL_AUDIT_ACCUSE_HEAD + chunk_size;
         struct dl_audit_measure m;
-        if (!read_record(r, sc, p, k, j, chunk, audited_result(r, p, k), &m, why, sizeof why)) {
+        if (!read_record(r, sc, p, k, j, chunk, dl_audit_audited_result(r, p, k), &m, why, sizeof why)) {
             dl_audit_accuse(r, p, why);
             caught = true;
             break;
@@ -964,7 +952,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         caught = true;
     }
     for (size_t k = 0; k < dl_round_chunks_of(r, p) && !caught; k++) {
-        const uint8_t *res = audited_result(r, p, k);
+        const uint8_t *res = dl_audit_audited_result(r, p, k);
         if (!res) continue;
         uint64_t off, len;
         dl_round_chunk_range(r, p, k, &off, &len);
@@ -978,7 +966,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
             c->clip = dl_get_f64(commitment_of(r, res, len, j) + 32);
             c->fact = false;
             if (proj[j]) {
-                read_projection(proj[j], k, &c->weight, &c->m);
+                dl_audit_read_projection(proj[j], k, &c->weight, &c->m);
             } else if (has_stand_in[k * n + j]) {
                 c->weight = weight_of[j];
                 c->m = stand_in[k * n + j];
@@ -989,7 +977,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
         }
         if (!complete) {
             snprintf(why, sizeof why, "part %zu chunk %zu: a contributor's projections are missing", p, k);
-            unsure(r, why);
+            dl_audit_unsure(r, why);
             break;
         }
         size_t false_claim = 0;
@@ -1006,7 +994,7 @@ static void check_attestation(struct dl_round *r, struct dl_audit_scratch *sc, s
             break;
         }
         if (v == DL_AUDIT_UNCHECKABLE) {
-            unsure(r, text);
+            dl_audit_unsure(r, text);
             break;
         }
         r->audit_chunks++;
@@ -1032,7 +1020,7 @@ static bool build_proj1(struct dl_round *r, struct dl_audit_scratch *sc, size_t 
     size_t size;
     uint8_t *own = dl_round_encode_own_unsigned(r, p, k, true, &size);
     struct dl_audit_measure m;
-    bool ok = own && measure_chunk(r, sc, r->audit_seed, p, k, own, r->store[r->first_chunk[p] + k], &m);
+    bool ok = own && dl_audit_measure_chunk(r, sc, r->audit_seed, p, k, own, r->store[r->first_chunk[p] + k], &m);
     if (ok) {
 #ifdef DEDLOC_TEST_HOOKS
         if (r->misbehaviour == DL_MISBEHAVE_PROJECTION_LIE) m.s += 1000.0 * (fabs(m.s) + 1.0);
@@ -1125,7 +1113,7 @@ static void send_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, doub
                     struct dl_audit_measure mine, theirs;
                     double weight;
                     read_proj1(proj, &weight, &theirs);
-                    agrees = measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &mine) &&
+                    agrees = dl_audit_measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &mine) &&
                              dl_audit_measure_agrees(&theirs, &mine) && weight == dl_get_f64(chunk + DL_AVG_REF_HEADER);
                     if (!agrees && j != r->me)
                         dl_audit_accuse(r, j, "its signed projection of a re-reduced chunk contradicts the chunk it signed");
@@ -1183,7 +1171,7 @@ static void check_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, siz
         size_t size = r->rr_attest_in_size[gi * n + j];
         if (size < DL_AUDIT_REREDUCED_HEAD + DL_NET_SIGNATURE ||
             dl_net_verify(rm->peer_id, rm->pk, msg, size - DL_NET_SIGNATURE, msg + size - DL_NET_SIGNATURE)) {
-            unsure(r, "a re-reduction's attestation is not signed by its re-reducer");
+            dl_audit_unsure(r, "a re-reduction's attestation is not signed by its re-reducer");
             return;
         }
         const uint8_t *body = msg + DL_AUDIT_REREDUCED_HEAD;
@@ -1201,7 +1189,7 @@ static void check_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, siz
                 return;
             }
             if (memcmp(body + 32, r->audit_seed, 32)) {
-                unsure(r, "a re-reduced chunk's projections were drawn for other results than ours");
+                dl_audit_unsure(r, "a re-reduced chunk's projections were drawn for other results than ours");
                 return;
             }
             read_proj1(body, &weight, &m);
@@ -1229,7 +1217,7 @@ static void check_rereduced(struct dl_round *r, struct dl_audit_scratch *sc, siz
     snprintf(text, sizeof text, "its re-reduction of part %zu chunk %zu is wrong: %s", part, k, why);
     if (v == DL_AUDIT_FALSE_CLAIM) dl_audit_accuse(r, member_of[false_claim], why); /* signed by it (checked above) */
     else if (v == DL_AUDIT_WRONG) dl_audit_accuse(r, reducer, text);
-    else if (v == DL_AUDIT_UNCHECKABLE) unsure(r, text);
+    else if (v == DL_AUDIT_UNCHECKABLE) dl_audit_unsure(r, text);
     else r->audit_chunks++;
     dl_round_progress(r);
 }
@@ -1322,7 +1310,7 @@ uint8_t *dl_audit_two_faced_copy(struct dl_round *r, size_t gi) {
     uint64_t off, len;
     dl_round_chunk_range(r, part, k, &off, &len);
     float *q = dl_malloc(sizeof(float) * (size_t)len);
-    if (q && decode_result(r, msg, (size_t)len, q)) {
+    if (q && dl_audit_decode_result(r, msg, (size_t)len, q)) {
         for (size_t e = 0; e < len; e++) q[e] *= -1000.0f;
         if (!dl_codec_encode(r->g.codec, q, (size_t)len, msg + DL_AVG_RESULT_HEADER)) {
             uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
@@ -1345,7 +1333,7 @@ void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
     float *q = dl_malloc(sizeof(float) * len), *lie = dl_malloc(sizeof(float) * len);
     int16_t *z = dl_malloc(sizeof(int16_t) * len);
     if (!q || !lie || !z || len < 2 || dl_codec_result_max(r->g.codec, len) != dl_codec_size(r->g.codec, len) ||
-        !decode_result(r, msg, len, q)) {
+        !dl_audit_decode_result(r, msg, len, q)) {
         free(q);
         free(lie);
         free(z);
@@ -1383,7 +1371,7 @@ void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
         uint8_t seed[32];
         compute_seed(r, seed);
         dl_audit_direction(seed, gi, len, z);
-        if (!decode_result(r, msg, len, lie)) break;
+        if (!dl_audit_decode_result(r, msg, len, lie)) break;
         dl_audit_measure_result(z, lie, len, &qm, NULL);
         double want = 0;
         for (size_t e = 0; e < len; e++) want += dl_audit_z(z[e]) * r->acc[e];
@@ -1420,10 +1408,10 @@ static bool take_bundle(struct dl_round *r, const uint8_t *msg, size_t size, siz
         if (at + DL_AUDIT_PROJ_HEAD > size) return false;
         const uint8_t *b = msg + at;
         size_t p = dl_get_u16(b + 16);
-        if (p >= n || !r->g.members[p].part_elems || at + proj_size(r, p) > size) return false;
-        size_t psz = proj_size(r, p);
+        if (p >= n || !r->g.members[p].part_elems || at + dl_audit_proj_size(r, p) > size) return false;
+        size_t psz = dl_audit_proj_size(r, p);
         if (memcmp(b, r->g.round_id, DL_GROUP_ROUND_ID) || b[18] != DL_AUDIT_PROJECTIONS || dl_get_u16(b + 20) != j ||
-            (p == r->me && !projections_signed(r, b, psz, j)))
+            (p == r->me && !dl_audit_projections_signed(r, b, psz, j)))
             return false;
         at += psz;
     }
@@ -1431,7 +1419,7 @@ static bool take_bundle(struct dl_round *r, const uint8_t *msg, size_t size, siz
     at = DL_AUDIT_BUNDLE_HEAD;
     for (size_t i = 0; i < count; i++) {
         const uint8_t *b = msg + at;
-        size_t p = dl_get_u16(b + 16), psz = proj_size(r, p);
+        size_t p = dl_get_u16(b + 16), psz = dl_audit_proj_size(r, p);
         at += psz;
         uint8_t **slot = p == r->me ? (r->i_aggregate && !r->attest_sent ? &r->proj_in[j] : NULL)
                                     : (r->i_receive ? &r->fast_proj[p * n + j] : NULL);
@@ -1452,7 +1440,7 @@ static bool projections_overdue(const struct dl_round *r, size_t p, double now) 
     if (now - r->seed_at > r->stall_s) return true;
     size_t n = r->g.n;
     for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
-        const uint8_t *res = audited_result(r, p, k);
+        const uint8_t *res = dl_audit_audited_result(r, p, k);
         for (size_t j = 0; res && j < n; j++)
             if (in_mask(res, j) && !r->fast_proj[p * n + j] && j != r->me && (r->failed[j] || r->audit_gone[j]))
                 return true;
@@ -1467,14 +1455,14 @@ static bool projections_overdue(const struct dl_round *r, size_t p, double now) 
 static bool fast_check(struct dl_round *r, struct dl_audit_scratch *sc, size_t p) {
     size_t n = r->g.n, chunks = dl_round_chunks_of(r, p), checked = 0;
     for (size_t k = 0; k < chunks; k++) {
-        const uint8_t *res = audited_result(r, p, k);
+        const uint8_t *res = dl_audit_audited_result(r, p, k);
         if (!res) continue;
         for (size_t j = 0; j < n; j++)
             if (in_mask(res, j) && !r->fast_proj[p * n + j]) return false;
     }
     r->fast_tried[p] = true;
     for (size_t k = 0; k < chunks; k++) {
-        const uint8_t *res = audited_result(r, p, k);
+        const uint8_t *res = dl_audit_audited_result(r, p, k);
         if (!res) continue;
         uint64_t off, len;
         dl_round_chunk_range(r, p, k, &off, &len);
@@ -1487,7 +1475,7 @@ static bool fast_check(struct dl_round *r, struct dl_audit_scratch *sc, size_t p
             struct dl_audit_claim *c = &claims[count_k++];
             c->clip = dl_get_f64(commitment_of(r, res, len, j) + 32);
             c->fact = false;
-            read_projection(pr, k, &c->weight, &c->m);
+            dl_audit_read_projection(pr, k, &c->weight, &c->m);
         }
         /* Any failure, an impossible claim too, concludes nothing here
          * (these projections' signatures were not checked): the
@@ -1512,9 +1500,9 @@ static bool fast_check(struct dl_round *r, struct dl_audit_scratch *sc, size_t p
  * either it lied or a sender did, and no attestation will come to say
  * which. We ask each contributor of that chunk for the chunk it signed (our
  * own we have), which settles it as an attestation's stand-ins would. */
-static void ask_disclosure(struct dl_round *r, size_t p, double now) {
+void dl_audit_ask_disclosure(struct dl_round *r, size_t p, double now) {
     size_t n = r->g.n, k = r->fast_failed_k[p];
-    const uint8_t *res = audited_result(r, p, k);
+    const uint8_t *res = dl_audit_audited_result(r, p, k);
     r->disclose_at[p] = now;
     uint8_t msg[DL_AUDIT_DISCLOSE_SIZE] = {0};
     memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
@@ -1539,9 +1527,9 @@ static void ask_disclosure(struct dl_round *r, size_t p, double now) {
 
 /* Whether every contributor of the disputed chunk answered (or cannot),
  * or stall_s passed since we asked. */
-static bool disclosure_ready(const struct dl_round *r, size_t p, double now) {
+bool dl_audit_disclosure_ready(const struct dl_round *r, size_t p, double now) {
     if (now - r->disclose_at[p] > r->stall_s) return true;
-    const uint8_t *res = audited_result(r, p, r->fast_failed_k[p]);
+    const uint8_t *res = dl_audit_audited_result(r, p, r->fast_failed_k[p]);
     for (size_t j = 0; res && j < r->g.n; j++)
         if (in_mask(res, j) && !r->disclose_done[p * r->g.n + j]) return false;
     return true;
@@ -1554,12 +1542,12 @@ static bool disclosure_ready(const struct dl_round *r, size_t p, double now) {
  * sender whose signed projections contradict the chunk it signed lied to
  * us. A chunk that does not come, or that its sender did not sign, or not
  * the one committed to, shows nobody lied: not applied, nobody banned. */
-static void check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, size_t p) {
+void dl_audit_check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, size_t p) {
     size_t n = r->g.n, k = r->fast_failed_k[p];
-    const uint8_t *res = audited_result(r, p, k);
+    const uint8_t *res = dl_audit_audited_result(r, p, k);
     char why[300], text[400];
     if (!res) {
-        unsure(r, "a disputed result is gone");
+        dl_audit_unsure(r, "a disputed result is gone");
         return;
     }
     uint64_t off, len;
@@ -1572,20 +1560,20 @@ static void check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, siz
         if (!chunk) {
             snprintf(text, sizeof text, "part %zu's aggregator failed, its result of chunk %zu fails the senders' "
                      "projections, and member %zu did not disclose its chunk", p, k, j);
-            unsure(r, text);
+            dl_audit_unsure(r, text);
             return;
         }
-        if (!committed_chunk(r, p, k, j, chunk, r->disclosed_size[p * n + j], res, len)) {
+        if (!dl_audit_committed_chunk(r, p, k, j, chunk, r->disclosed_size[p * n + j], res, len)) {
             /* Unsigned proves nothing; signed but not the committed one
              * could be either side's doing, and only the silent aggregator
              * could show the chunk it took. */
             snprintf(text, sizeof text, "part %zu's aggregator failed, and member %zu disclosed a chunk %zu that it "
                      "did not sign or that is not the one the result committed to", p, j, k);
-            unsure(r, text);
+            dl_audit_unsure(r, text);
             return;
         }
         struct dl_audit_claim *c = &claims[count_k++];
-        if (!measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &c->m)) {
+        if (!dl_audit_measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &c->m)) {
             snprintf(why, sizeof why, "its result holds a chunk of member %zu that does not decode", j);
             dl_audit_accuse(r, p, why);
             return;
@@ -1597,9 +1585,9 @@ static void check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, siz
         if (pr && j != r->me && !memcmp(pr + 24, r->audit_seed, 32)) {
             double weight;
             struct dl_audit_measure theirs;
-            read_projection(pr, k, &weight, &theirs);
+            dl_audit_read_projection(pr, k, &weight, &theirs);
             if ((!dl_audit_measure_agrees(&theirs, &c->m) || weight != c->weight) &&
-                projections_signed(r, pr, proj_size(r, p), j)) {
+                dl_audit_projections_signed(r, pr, dl_audit_proj_size(r, p), j)) {
                 snprintf(why, sizeof why, "its signed projections of part %zu chunk %zu contradict the chunk it "
                          "signed (disclosed)", p, k);
                 /* And on to the equation with every chunk's facts: an
@@ -1620,442 +1608,8 @@ static void check_disclosed(struct dl_round *r, struct dl_audit_scratch *sc, siz
                  "but %s their disclosed chunks%s%s", p, k,
                  v == DL_AUDIT_PASS ? "agrees with" : "cannot be checked against", v == DL_AUDIT_PASS ? "" : ": ",
                  v == DL_AUDIT_PASS ? "" : why);
-        unsure(r, text);
+        dl_audit_unsure(r, text);
     }
-}
-
-/* ---- 3d: spot disclosure ----------------------------------------------------------------- */
-
-/* A sender that colludes with its aggregator can sign projections that
- * make a wrong result's equation hold: only its aggregator holds its chunk,
- * and the aggregator does not accuse it. Each part therefore gets two
- * checkers drawn from the seed (members that receive, not its aggregator),
- * who ask the contributor whose claim pulls hardest for its distance for
- * the chunk it signed; every member waits for both checkers' verdicts. */
-static bool spot_active(const struct dl_round *r) {
-#ifdef DEDLOC_TEST_HOOKS
-    if (r->misbehaviour == DL_MISBEHAVE_SKIP_SPOT) return false;
-#endif
-    return dl_round_reducer_sits_out(&r->g);
-}
-
-/* Part p's checkers under our seed: two distinct members that receive,
- * neither p (SIZE_MAX where there are fewer). */
-static void spot_checkers(const struct dl_round *r, size_t p, size_t out[2]) {
-    size_t cand[DL_AVG_MAX_MEMBERS], count = 0;
-    for (size_t m = 0; m < r->g.n; m++)
-        if (m != p && r->g.members[m].role != DL_MEMBER_AUX) cand[count++] = m;
-    out[0] = out[1] = SIZE_MAX;
-    if (!count) return;
-    static const char tag[] = "dedloc spot checkers";
-    uint8_t h[16], at[2];
-    dl_put_u16(at, (uint16_t)p);
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, NULL, 0, sizeof h);
-    crypto_generichash_update(&st, (const uint8_t *)tag, sizeof tag);
-    crypto_generichash_update(&st, r->audit_seed, 32);
-    crypto_generichash_update(&st, at, sizeof at);
-    crypto_generichash_final(&st, h, sizeof h);
-    size_t first = (size_t)(dl_get_u64(h) % count);
-    out[0] = cand[first];
-    if (count < 2) return;
-    size_t second = (size_t)(dl_get_u64(h + 8) % (count - 1));
-    out[1] = cand[second + (second >= first)];
-}
-
-static bool spot_checks(const struct dl_round *r, size_t p, size_t m) {
-    size_t c[2];
-    spot_checkers(r, p, c);
-    return c[0] == m || c[1] == m;
-}
-
-/* Member j's projections of part p under our seed as we hold them: as j
- * sent them to us (signature not checked yet), or in p's attestation
- * (checked); NULL when neither. */
-static const uint8_t *held_projections(const struct dl_round *r, size_t p, size_t j) {
-    size_t n = r->g.n, psz = proj_size(r, p);
-    const uint8_t *pr = r->fast_proj[p * n + j];
-    if (pr && !memcmp(pr + 24, r->audit_seed, 32)) return pr;
-    const uint8_t *msg = r->attest_in[p];
-    size_t size = r->attest_in_size[p];
-    if (!msg || size < DL_AUDIT_ATTEST_HEAD) return NULL;
-    size_t count = dl_get_u16(msg + 20), at = DL_AUDIT_ATTEST_HEAD;
-    for (size_t i = 0; i < count && at + psz <= size; i++, at += psz)
-        if (dl_get_u16(msg + at + 16) == p && dl_get_u16(msg + at + 20) == j && !memcmp(msg + at + 24, r->audit_seed, 32))
-            return msg + at;
-    return NULL;
-}
-
-/* z.q of the result we hold of (p, k), measured once. */
-static bool result_zq(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, size_t k, double *zq) {
-    size_t gi = r->first_chunk[p] + k;
-    if (!r->res_meas_valid[gi]) {
-        uint64_t off, len;
-        dl_round_chunk_range(r, p, k, &off, &len);
-        if (!r->store[gi] || !decode_result(r, r->store[gi], (size_t)len, sc->q)) return false;
-        dl_audit_direction(r->audit_seed, gi, (size_t)len, sc->z);
-        struct dl_audit_measure qm;
-        struct dl_audit_extremes ext;
-        dl_audit_measure_result(sc->z, sc->q, (size_t)len, &qm, &ext);
-        double *keep = r->res_meas[gi];
-        keep[0] = qm.s, keep[1] = qm.a, keep[2] = qm.d, keep[3] = ext.lo, keep[4] = ext.hi;
-        r->res_meas_valid[gi] = true;
-    }
-    *zq = r->res_meas[gi][0];
-    return true;
-}
-
-/* The claim of part p that pulls hardest for its distance: the chunk k
- * and contributor j (not us) with the largest |s_j - z.q| / d_j. Under
- * centered clip a claim's pull c_j |s_j - z.q| is at most that ratio times
- * tau; an honest one's ratio is |z.u| for the unit vector u from the
- * result to its chunk (about 0.9), and a claim that holds a result away
- * from h honest contributors needs about h times that. */
-static bool spot_draw(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, size_t *k_out, size_t *j_out) {
-    double best = -1;
-    for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) {
-        const uint8_t *res = audited_result(r, p, k);
-        double zq;
-        if (!res || !result_zq(r, sc, p, k, &zq)) continue;
-        for (size_t j = 0; j < r->g.n; j++) {
-            const uint8_t *pr = j == r->me || !in_mask(res, j) ? NULL : held_projections(r, p, j);
-            if (!pr) continue;
-            double weight;
-            struct dl_audit_measure m;
-            read_projection(pr, k, &weight, &m);
-            double ratio = m.d > 0 ? fabs(m.s - zq) / m.d : 0;
-            if (ratio > best) best = ratio, *k_out = k, *j_out = j;
-        }
-    }
-    return best >= 0;
-}
-
-/* Member j's disclosed chunk of (p, k) against its projections pr of part
- * p: DL_SPOT_OK, DL_SPOT_LIE, or DL_SPOT_SILENT when it is not j's signed
- * chunk that the result committed to (which shows nothing). */
-static int spot_judge(struct dl_round *r, struct dl_audit_scratch *sc, size_t p, size_t k, size_t j,
-                      const uint8_t *pr, const uint8_t *chunk, size_t chunk_size) {
-    const uint8_t *res = audited_result(r, p, k);
-    uint64_t off, len;
-    dl_round_chunk_range(r, p, k, &off, &len);
-    struct dl_audit_measure facts, theirs;
-    if (!res || !chunk || !pr || !committed_chunk(r, p, k, j, chunk, chunk_size, res, len) ||
-        !measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &facts))
-        return DL_SPOT_SILENT;
-    double weight;
-    read_projection(pr, k, &weight, &theirs);
-    return dl_audit_measure_agrees(&theirs, &facts) && weight == dl_get_f64(chunk + DL_AVG_REF_HEADER) ? DL_SPOT_OK
-                                                                                                        : DL_SPOT_LIE;
-}
-
-static void ask_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double now) {
-    size_t slot = p * r->g.n + j;
-    if (r->disclosed[slot] || r->disclose_done[slot]) return;
-    uint8_t msg[DL_AUDIT_DISCLOSE_SIZE] = {0};
-    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
-    dl_put_u16(msg + 16, (uint16_t)p);
-    msg[18] = DL_AUDIT_DISCLOSE;
-    dl_put_u32(msg + 20, (uint32_t)k);
-    if (dl_round_request(r, r->g.members[j].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
-                         EV_AUDIT_DISCLOSED, (uint32_t)p, (uint32_t)k, (uint32_t)j))
-        r->disclose_done[slot] = true;
-}
-
-/* A spot check's chunk from part p's aggregator, which kept every chunk
- * its result committed to: the aggregators share the load (two chunks
- * each a round) where the drawn senders would each serve every checker
- * that drew them. */
-static void ask_kept_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double now) {
-    uint8_t msg[DL_AUDIT_DISCLOSE_KEPT_SIZE] = {0};
-    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
-    dl_put_u16(msg + 16, (uint16_t)p);
-    msg[18] = DL_AUDIT_DISCLOSE_KEPT;
-    dl_put_u32(msg + 20, (uint32_t)k);
-    dl_put_u16(msg + 24, (uint16_t)j);
-    if (dl_round_request(r, r->g.members[p].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
-                         EV_AUDIT_DISCLOSED, (uint32_t)p, (uint32_t)k, (uint32_t)j))
-        r->disclose_done[p * r->g.n + j] = true;
-}
-
-/* Member i's projections of part p as i sent them to us, drawn for our seed (NULL: none). */
-static const uint8_t *own_block(const struct dl_round *r, size_t p, size_t i) {
-    const uint8_t *b = r->fast_proj[p * r->g.n + i];
-    return b && !memcmp(b + 24, r->audit_seed, 32) ? b : NULL;
-}
-
-/* A checker's copies of part p's projections against ours: a sender that
- * signed two different ones is convicted (both signatures checked). */
-static void spot_compare(struct dl_round *r, size_t p, const uint8_t *blocks, size_t count, size_t m, double now) {
-    size_t n = r->g.n, psz = proj_size(r, p);
-    for (size_t i = 0; i < count; i++) {
-        const uint8_t *b = blocks + i * psz;
-        size_t j = dl_get_u16(b + 20);
-        if (j >= n || j == r->me || memcmp(b, r->g.round_id, DL_GROUP_ROUND_ID) || dl_get_u16(b + 16) != p ||
-            b[18] != DL_AUDIT_PROJECTIONS || memcmp(b + 24, r->audit_seed, 32) || r->accused[j])
-            continue;
-        const uint8_t *ours = own_block(r, p, j);
-        if (!ours || !memcmp(ours, b, psz) || !projections_signed(r, b, psz, j) || !projections_signed(r, ours, psz, j))
-            continue;
-        char why[300];
-        snprintf(why, sizeof why, "it signed two different projections of part %zu (one relayed by member %zu's spot "
-                 "check)", p, m);
-        dl_audit_accuse(r, j, why);
-        spot_escalate(r, p, projections_differ_at(r, p, ours, b), now);
-    }
-}
-
-static void send_verdict(struct dl_round *r, size_t p, int outcome, size_t k, size_t j, const uint8_t *pr,
-                         double now) {
-    size_t n = r->g.n, psz = proj_size(r, p), chunk_size = outcome == DL_SPOT_LIE ? r->disclosed_size[p * n + j] : 0;
-    size_t evidence = outcome == DL_SPOT_LIE ? psz + chunk_size : 0, blocks = 0;
-    /* Every sender's projections of p as it sent them to us: a sender that
-     * signs different ones for different members (honest ones for the
-     * checkers it can foresee from the seed) meets its other signature at
-     * every member. */
-    for (size_t i = 0; i < n; i++) blocks += i != r->me && own_block(r, p, i) != NULL;
-    size_t size = DL_AUDIT_VERDICT_HEAD + evidence + blocks * psz;
-    uint8_t *msg = dl_calloc(1, size);
-    if (!msg) return;
-    dl_put_u16(msg + 26, (uint16_t)blocks);
-    uint8_t *at = msg + DL_AUDIT_VERDICT_HEAD + evidence;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *b = i == r->me ? NULL : own_block(r, p, i);
-        if (!b) continue;
-        memcpy(at, b, psz);
-        at += psz;
-    }
-    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
-    dl_put_u16(msg + 16, (uint16_t)p);
-    msg[18] = DL_AUDIT_VERDICT;
-    msg[19] = (uint8_t)outcome;
-    dl_put_u32(msg + 20, (uint32_t)k);
-    dl_put_u16(msg + 24, (uint16_t)j);
-    if (outcome == DL_SPOT_LIE) {
-        memcpy(msg + DL_AUDIT_VERDICT_HEAD, pr, psz);
-        memcpy(msg + DL_AUDIT_VERDICT_HEAD + psz, r->disclosed[p * r->g.n + j], chunk_size);
-    }
-    for (size_t m = 0; m < r->g.n; m++) {
-        if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
-        if (dl_round_request(r, r->g.members[m].peer_id, "avg.audit", msg, size, r->deadline - now, EV_AUDIT_ACK,
-                             (uint32_t)p, 0, (uint32_t)m))
-            DL_WARN("collab", "cannot send our spot check to %s: %s", r->g.members[m].peer_id, dl_error());
-    }
-    free(msg);
-}
-
-static bool gone(const struct dl_round *r, size_t m) {
-    return r->failed[m] || r->audit_gone[m] || r->accused[m] || dl_bans_is_banned(r->bans, r->g.members[m].peer_id);
-}
-
-/* Member j's claim on (p, k) is a lie: its signed projections pr (from
- * `whom`) against its signed chunk. Unsigned projections prove nothing. */
-static bool spot_convict(struct dl_round *r, size_t p, size_t k, size_t j, const uint8_t *pr, const char *whom) {
-    if (!projections_signed(r, pr, proj_size(r, p), j)) return false;
-    char why[300];
-    snprintf(why, sizeof why, "its signed projections of part %zu chunk %zu contradict the chunk it signed (%s)", p,
-             k, whom);
-    dl_audit_accuse(r, j, why);
-    return true;
-}
-
-/* Member j lied about (p, k): every contributor of that chunk is asked
- * for its signed chunk (3c), and the equation with their facts shows
- * whether p took the false claim over the chunk it held (p's signed result
- * and commitments, their signed chunks): the colluding aggregator is
- * banned with its accomplice. */
-static void spot_escalate(struct dl_round *r, size_t p, size_t k, double now) {
-    if (r->spot_escalation[p] || !spot_active(r) || !r->i_receive) return;
-    r->spot_escalation[p] = 1;
-    r->fast_failed_k[p] = k;
-    ask_disclosure(r, p, now);
-}
-
-/* The sender of a drawn claim did not show its chunk: nothing is applied,
- * and it is refused for ban_s (no evidence: it may be dead), for the run
- * the second time (dl_bans_add_silent). */
-static void spot_silent(struct dl_round *r, size_t p, size_t k, size_t j) {
-    char why[300];
-    snprintf(why, sizeof why, "member %zu did not disclose its chunk %zu of part %zu, drawn for a spot check", j, k, p);
-    unsure(r, why);
-    if (!r->accused[j]) dl_bans_add_silent(r->bans, r->g.members[j].peer_id, why);
-}
-
-/* Whether a member that receives, not gone, has yet to get our chunk of
- * part p's disputed chunk, which we contributed to. */
-static bool spot_owed(const struct dl_round *r, size_t p) {
-    const uint8_t *res = r->fast_failed_k[p] == SIZE_MAX ? NULL : audited_result(r, p, r->fast_failed_k[p]);
-    if (!res || !in_mask(res, r->me)) return false;
-    for (size_t m = 0; m < r->g.n; m++)
-        if (m != r->me && m != p && r->g.members[m].role != DL_MEMBER_AUX && !gone(r, m) &&
-            !r->disclosed_to[m * r->g.n + p])
-            return true;
-    return false;
-}
-
-/* Our own spot checks, then the verdicts of every other part's checkers:
- * true while we wait. */
-static bool spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double now) {
-    size_t n = r->g.n;
-    bool mine_done = true, waiting = false;
-    for (size_t p = 0; p < n; p++) {
-        if (p == r->me || !r->g.members[p].part_elems || !spot_checks(r, p, r->me) || r->spot_state[p] == 2)
-            continue;
-        mine_done = false;
-        if (r->spot_state[p] == 0) {
-            /* Even when our own round already failed (we caught someone
-             * elsewhere): the others may have nothing but our check of p. */
-            if (!r->attest_checked[p]) {
-                waiting = true;
-                continue;
-            }
-            if (!spot_draw(r, sc, p, &r->spot_k[p], &r->spot_j[p])) {
-                send_verdict(r, p, DL_SPOT_NONE, 0, 0, NULL, now);
-                r->spot_state[p] = 2;
-                continue;
-            }
-            ask_kept_chunk(r, p, r->spot_k[p], r->spot_j[p], now);
-            r->spot_asked_at[p] = now;
-            r->spot_state[p] = 1;
-        }
-        size_t k = r->spot_k[p], j = r->spot_j[p], slot = p * n + j;
-        if (!r->disclose_done[slot] && now - r->spot_asked_at[p] <= r->stall_s) {
-            waiting = true;
-            continue;
-        }
-        if (r->spot_state[p] == 1 &&
-            (!r->disclosed[slot] || spot_judge(r, sc, p, k, j, held_projections(r, p, j), r->disclosed[slot],
-                                               r->disclosed_size[slot]) == DL_SPOT_SILENT)) {
-            /* The aggregator did not bring it (dead, refusing, or not the
-             * committed chunk): the sender holds it too. */
-            free(r->disclosed[slot]);
-            r->disclosed[slot] = NULL;
-            r->disclose_done[slot] = false;
-            ask_chunk(r, p, k, j, now);
-            r->spot_asked_at[p] = now;
-            r->spot_state[p] = 3;
-            waiting = true;
-            continue;
-        }
-        const uint8_t *pr = held_projections(r, p, j);
-        int outcome = spot_judge(r, sc, p, k, j, pr, r->disclosed[slot], r->disclosed_size[slot]);
-        if (outcome == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, "our spot check")) outcome = DL_SPOT_SILENT;
-        if (outcome == DL_SPOT_LIE) spot_escalate(r, p, k, now);
-        if (outcome == DL_SPOT_SILENT) {
-            /* Neither the aggregator (when asked) nor the sender showed
-             * the chunk it holds: both refused for ban_s. */
-            spot_silent(r, p, k, j);
-            if (r->spot_state[p] == 3 && !r->accused[p])
-                dl_bans_add_silent(r->bans, r->g.members[p].peer_id, "did not disclose a chunk it committed to");
-        }
-        send_verdict(r, p, outcome, k, j, pr, now);
-        r->spot_state[p] = 2;
-    }
-    /* The wait for the others' verdicts runs from the end of our own checks. */
-    for (size_t p = 0; p < n && mine_done; p++)
-        if (p != r->me && r->g.members[p].part_elems && !r->attest_checked[p]) mine_done = false;
-    if (mine_done && !(r->spot_done_at > 0)) r->spot_done_at = now;
-    for (size_t p = 0; p < n; p++) {
-        if (p == r->me || !r->g.members[p].part_elems) continue;
-        size_t c[2];
-        spot_checkers(r, p, c);
-        for (int i = 0; i < 2; i++) {
-            size_t m = c[i], slot = p * n + m;
-            if (m == SIZE_MAX || m == r->me || r->verdict_state[slot] == 2) continue;
-            const uint8_t *msg = r->verdict_in[slot];
-            if (!msg) {
-                /* Not for ever: a checker that died, or lost its round,
-                 * sends nothing (the other checker still does). */
-                if (gone(r, m) || (r->spot_done_at > 0 && now - r->spot_done_at > 2 * r->stall_s)) {
-                    DL_INFO("collab", "accountable aggregation: no spot check of part %zu came from member %zu", p, m);
-                    r->verdict_state[slot] = 2;
-                } else {
-                    waiting = true;
-                }
-                continue;
-            }
-            size_t size = r->verdict_in_size[slot], k = dl_get_u32(msg + 20), j = dl_get_u16(msg + 24);
-            size_t blocks = dl_get_u16(msg + 26), psz = proj_size(r, p), evidence = 0;
-            int outcome = msg[19];
-            bool whole = k < dl_round_chunks_of(r, p) && j < n && j != p && outcome <= DL_SPOT_NONE &&
-                         blocks <= n;
-            if (whole && outcome == DL_SPOT_LIE) {
-                uint64_t off, len;
-                dl_round_chunk_range(r, p, k, &off, &len);
-                evidence = psz + dl_round_chunk_msg_size(r, len);
-            }
-            whole = whole && size == DL_AUDIT_VERDICT_HEAD + evidence + blocks * psz;
-            if (whole && r->verdict_state[slot] == 0)
-                spot_compare(r, p, msg + DL_AUDIT_VERDICT_HEAD + evidence, blocks, m, now);
-            /* About our own chunk: we know what we sent (a lie about it
-             * cannot hold against our signed projections). */
-            if (!whole || outcome == DL_SPOT_OK || outcome == DL_SPOT_NONE || j == r->me) {
-                r->verdict_state[slot] = 2;
-                continue;
-            }
-            char whom[64];
-            snprintf(whom, sizeof whom, "spot check by member %zu", m);
-            if (outcome == DL_SPOT_LIE) {
-                /* Its evidence, checked here: the sender's signed
-                 * projections and signed chunk, the result we hold. */
-                uint64_t off, len;
-                dl_round_chunk_range(r, p, k, &off, &len);
-                size_t chunk_size = dl_round_chunk_msg_size(r, len);
-                const uint8_t *pr = msg + DL_AUDIT_VERDICT_HEAD;
-                r->verdict_state[slot] = 2;
-                if (memcmp(pr, r->g.round_id, DL_GROUP_ROUND_ID) ||
-                    dl_get_u16(pr + 16) != p || pr[18] != DL_AUDIT_PROJECTIONS || dl_get_u16(pr + 20) != j ||
-                    memcmp(pr + 24, r->audit_seed, 32) ||
-                    spot_judge(r, sc, p, k, j, pr, pr + psz, chunk_size) != DL_SPOT_LIE ||
-                    !spot_convict(r, p, k, j, pr, whom))
-                    DL_INFO("collab", "accountable aggregation: member %zu's evidence against member %zu does not "
-                            "hold", m, j);
-                else {
-                    /* The chunk in the evidence stands for its sender's answer. */
-                    size_t cslot = p * n + j;
-                    if (!r->disclosed[cslot] && (r->disclosed[cslot] = dl_malloc(chunk_size))) {
-                        memcpy(r->disclosed[cslot], pr + psz, chunk_size);
-                        r->disclosed_size[cslot] = chunk_size;
-                        r->disclose_done[cslot] = true;
-                    }
-                    spot_escalate(r, p, k, now);
-                }
-                continue;
-            }
-            /* DL_SPOT_SILENT: we ask the sender ourselves. */
-            size_t cslot = p * n + j;
-            if (r->verdict_state[slot] == 0) {
-                ask_chunk(r, p, k, j, now);
-                r->verdict_asked_at[slot] = now;
-                r->verdict_state[slot] = 1;
-            }
-            if (!r->disclose_done[cslot] && !r->disclosed[cslot] && now - r->verdict_asked_at[slot] <= r->stall_s) {
-                waiting = true;
-                continue;
-            }
-            r->verdict_state[slot] = 2;
-            const uint8_t *pr = held_projections(r, p, j);
-            int mine = spot_judge(r, sc, p, k, j, pr, r->disclosed[cslot], r->disclosed_size[cslot]);
-            if (mine == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, whom)) mine = DL_SPOT_SILENT;
-            if (mine == DL_SPOT_LIE) spot_escalate(r, p, k, now);
-            if (mine == DL_SPOT_SILENT) spot_silent(r, p, k, j);
-        }
-    }
-    for (size_t p = 0; p < n; p++) {
-        if (!r->spot_escalation[p]) continue;
-        if (r->spot_escalation[p] == 1) {
-            if (!disclosure_ready(r, p, now)) {
-                waiting = true;
-                continue;
-            }
-            check_disclosed(r, sc, p);
-            r->spot_escalation[p] = 2;
-        }
-        /* Members learn of the conviction at different times (their own
-         * check, a verdict): we stay while one may still ask us for our
-         * chunk (a round that ended answers nobody), 2 stall_s at most. */
-        if (spot_owed(r, p) && now - r->disclose_at[p] <= 2 * r->stall_s) waiting = true;
-    }
-    return waiting;
 }
 
 bool dl_audit_pump(struct dl_round *r, double now) {
@@ -2150,7 +1704,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                 /* Its re-reducer is gone too: nothing can show that the
                  * result is right, so it is not applied. */
                 r->rr_checked[gi] = true;
-                unsure(r, "a re-reduced chunk's re-reducer failed before it attested it");
+                dl_audit_unsure(r, "a re-reduced chunk's re-reducer failed before it attested it");
             } else {
                 waiting = true;
             }
@@ -2159,7 +1713,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
         for (size_t p = 0; p < r->g.n; p++) {
             if (p == r->me || r->attest_checked[p] || !r->g.members[p].part_elems) continue;
             bool any = false;
-            for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) any |= audited_result(r, p, k) != NULL;
+            for (size_t k = 0; k < dl_round_chunks_of(r, p); k++) any |= dl_audit_audited_result(r, p, k) != NULL;
             if (!any) {
                 r->attest_checked[p] = true; /* every chunk of it was re-reduced */
                 continue;
@@ -2181,7 +1735,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
             } else if (r->accused[p] || dl_bans_is_banned(r->bans, r->g.members[p].peer_id)) {
                 /* Caught already (its messages are refused from now on):
                  * the round will not be applied, nothing more to learn. */
-                unsure(r, "an aggregator was banned before its attestation came");
+                dl_audit_unsure(r, "an aggregator was banned before its attestation came");
                 r->attest_checked[p] = true;
             } else if (r->failed[p] && sits_out) {
                 /* It failed mid-round, and its own chunk is in none of its
@@ -2193,10 +1747,10 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                 if (r->fast_failed_k[p] != SIZE_MAX) {
                     /* Its equation failed: the contributors' chunks decide (3c). */
                     if (!(r->disclose_at[p] > 0)) {
-                        ask_disclosure(r, p, now);
+                        dl_audit_ask_disclosure(r, p, now);
                         waiting = true;
-                    } else if (disclosure_ready(r, p, now)) {
-                        check_disclosed(r, sc, p);
+                    } else if (dl_audit_disclosure_ready(r, p, now)) {
+                        dl_audit_check_disclosed(r, sc, p);
                         r->attest_checked[p] = true;
                     } else {
                         waiting = true;
@@ -2206,7 +1760,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                     snprintf(text, sizeof text, "part %zu's aggregator failed and its delivered results %s", p,
                              r->fast_tried[p] ? "do not agree with the senders' projections"
                                               : "came without every sender's projections");
-                    unsure(r, text);
+                    dl_audit_unsure(r, text);
                     r->attest_checked[p] = true;
                 } else {
                     waiting = true;
@@ -2225,7 +1779,7 @@ bool dl_audit_pump(struct dl_round *r, double now) {
                 waiting = true;
             }
         }
-    if (r->i_receive && r->seed_at > 0 && spot_active(r) && spot_pump(r, sc, now)) waiting = true;
+    if (r->i_receive && r->seed_at > 0 && dl_audit_spot_active(r) && dl_audit_spot_pump(r, sc, now)) waiting = true;
     if (waiting || r->status != DL_AVG_OK) return r->status != DL_AVG_OK;
     r->audit_done = true;
     if (r->audit_status != DL_AVG_OK) dl_round_fail(r, r->audit_status, "%s", r->audit_reason);
@@ -2274,8 +1828,8 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
     } else if (type == DL_AUDIT_PROJECTIONS) {
         /* Kept only when it is whole and signed: an attestation must hold
          * nothing its sender could disown. */
-        if (!r->i_aggregate || part != r->me || ev->size != proj_size(r, part) ||
-            dl_get_u16(ev->data + 20) != (size_t)j || !projections_signed(r, ev->data, ev->size, (size_t)j)) {
+        if (!r->i_aggregate || part != r->me || ev->size != dl_audit_proj_size(r, part) ||
+            dl_get_u16(ev->data + 20) != (size_t)j || !dl_audit_projections_signed(r, ev->data, ev->size, (size_t)j)) {
             dl_round_respond_text(r, ev->token, "refused: projections not for our part or not signed");
             return;
         }
@@ -2362,42 +1916,8 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         dl_round_respond(r, ev->token, DL_NET_OK, chunk, size);
         free(chunk);
         return;
-    } else if (type == DL_AUDIT_DISCLOSE_KEPT) {
-        /* A sender's signed chunk of our part, which our result committed
-         * to, once per asking member: a spot checker's draw (3d). */
-        size_t k = dl_get_u32(ev->data + 20), sender = ev->size >= DL_AUDIT_DISCLOSE_KEPT_SIZE
-                                                           ? dl_get_u16(ev->data + 24) : r->g.n, n = r->g.n;
-        const uint8_t *chunk = ev->size == DL_AUDIT_DISCLOSE_KEPT_SIZE && part == r->me && r->i_aggregate &&
-                                       k < r->agg_chunks && sender < n && r->kept &&
-                                       !r->disclosed_to[(size_t)j * n + r->me]
-                                   ? r->kept[k * n + sender]
-                                   : NULL;
-#ifdef DEDLOC_TEST_HOOKS
-        if (r->misbehaviour == DL_MISBEHAVE_COLLUDE) chunk = NULL; /* shields its accomplice */
-#endif
-        if (!chunk) {
-            dl_round_respond_text(r, ev->token, "refused: no such chunk of ours, or asked already");
-            return;
-        }
-        r->disclosed_to[(size_t)j * n + r->me] = true;
-        uint64_t off, len;
-        dl_round_chunk_range(r, r->me, k, &off, &len);
-        dl_round_respond(r, ev->token, DL_NET_OK, chunk, dl_round_chunk_msg_size(r, len));
-        return;
-    } else if (type == DL_AUDIT_VERDICT) {
-        /* Kept as it came (one per checker and part): whether its sender
-         * checks that part, and its evidence, are judged once our seed is
-         * drawn. */
-        size_t slot = part * r->g.n + (size_t)j;
-        if (ev->size < DL_AUDIT_VERDICT_HEAD || part >= r->g.n || part == (size_t)j) {
-            dl_round_respond_text(r, ev->token, "refused: a spot check of no part or of its sender's own");
-            return;
-        }
-        if (!r->verdict_in[slot] && r->i_receive) {
-            r->verdict_in[slot] = ev->data;
-            r->verdict_in_size[slot] = ev->size;
-            ev->data = NULL;
-        }
+    } else if (type == DL_AUDIT_DISCLOSE_KEPT || type == DL_AUDIT_VERDICT) {
+        if (dl_audit_spot_on_event(r, ev, (size_t)j, part)) return;
     } else if (type == DL_AUDIT_ATTESTATION) {
         if (part != (size_t)j || !r->g.members[part].part_elems) {
             dl_round_respond_text(r, ev->token, "refused: an attestation of a part that is not its own");
