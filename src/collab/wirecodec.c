@@ -382,18 +382,35 @@ AVX2_TARGET static inline void add_four_to_bins(char *bins, uint64_t c, __m256d 
  * bin still takes its values in index order, so the sums are the scalar's
  * bits; 0.41 ns a value where the scalar loop takes 0.57 (one load of a
  * code, a value and a bin per value was what bound it). */
+AVX2_TARGET static inline void add_eight_to_bins(char *bins, const float *x, const uint8_t *codes, __m256d one) {
+    uint64_t c;
+    memcpy(&c, codes, 8);
+    __m256 v = _mm256_loadu_ps(x);
+    add_four_to_bins(bins, c, _mm256_cvtps_pd(_mm256_castps256_ps128(v)), one);
+    add_four_to_bins(bins, c >> 32, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), one);
+}
+
 AVX2_TARGET static void uint8_scatter_avx2(const float *x, size_t n, const uint8_t *codes, double (*bins)[2]) {
-    char *b = (char *)bins;
     const __m256d one = _mm256_set1_pd(1);
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t c;
-        memcpy(&c, codes + i, 8);
-        __m256 v = _mm256_loadu_ps(x + i);
-        add_four_to_bins(b, c, _mm256_cvtps_pd(_mm256_castps256_ps128(v)), one);
-        add_four_to_bins(b, c >> 32, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), one);
-    }
+    for (; i + 8 <= n; i += 8) add_eight_to_bins((char *)bins, x + i, codes + i, one);
     uint8_bins_scalar(x, i, n, codes, bins);
+}
+
+/* The constants of the fp32 codes below, or false where the argument
+ * does not hold (the caller keeps the fp64 loop). */
+struct codes_f32 {
+    float lo, inv_width, near; /* near: E rounded up to fp32 */
+};
+static bool codes_f32_setup(double lo, double inv_width, struct codes_f32 *c) {
+    const double big = ldexp(1.0, 64);
+    if (!(inv_width > 0 && inv_width <= big && fabs(lo) <= big)) return false;
+    double e = ldexp(257 + inv_width * fabs(lo), -21) + ldexp(1.0, -60);
+    if (!(e < 1.0 / 16)) return false;
+    float ef = (float)e;
+    if ((double)ef < e) ef = nextafterf(ef, INFINITY);
+    *c = (struct codes_f32){(float)lo, (float)inv_width, ef};
+    return true;
 }
 
 /* The codes in fp32, sixteen a turn, where that gives the scalar's codes.
@@ -420,69 +437,75 @@ AVX2_TARGET static void uint8_scatter_avx2(const float *x, size_t n, const uint8
  * The distance pc - rint(pc) is exact in fp32. Where E would be 1/16 or
  * more (too many lanes to hand over), or lo or inv_width beyond 2^64 (fp32
  * products could overflow: subnormal chunks), the caller keeps the fp64
- * loop. 0.17 ns a value against 0.27 in fp64.
- * Returns whether it coded the chunk. */
-AVX2_TARGET static bool uint8_codes_f32_avx2(const float *x, size_t n, double lo, double inv_width,
-                                            uint8_t *codes) {
-    const double big = ldexp(1.0, 64);
-    if (!(inv_width > 0 && inv_width <= big && fabs(lo) <= big)) return false;
-    double e = ldexp(257 + inv_width * fabs(lo), -21) + ldexp(1.0, -60);
-    if (!(e < 1.0 / 16)) return false;
-    float ef = (float)e;
-    if ((double)ef < e) ef = nextafterf(ef, INFINITY);
-    const __m256 vlo = _mm256_set1_ps((float)lo), vinv = _mm256_set1_ps((float)inv_width);
+ * loop (codes_f32_setup). 0.17 ns a value against 0.27 in fp64.
+ * This codes the 16 values from x[i]. */
+AVX2_TARGET static inline void uint8_codes16_avx2(const float *x, size_t i, const struct codes_f32 *c, double lo,
+                                                  double inv_width, uint8_t *codes) {
+    const __m256 vlo = _mm256_set1_ps(c->lo), vinv = _mm256_set1_ps(c->inv_width);
     const __m256 high = _mm256_set1_ps(DL_CODEC_UINT8_BINS - 0.5f);
-    const __m256 ve = _mm256_set1_ps(ef), magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 p0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vlo), vinv);
-        __m256 p1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vlo), vinv);
-        p0 = _mm256_min_ps(p0, high);
-        p1 = _mm256_min_ps(p1, high);
+    const __m256 ve = _mm256_set1_ps(c->near), magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 p0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vlo), vinv);
+    __m256 p1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vlo), vinv);
+    p0 = _mm256_min_ps(p0, high);
+    p1 = _mm256_min_ps(p1, high);
 #define NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) /* an immediate: clang wants a constant */
-        __m256 d0 = _mm256_and_ps(_mm256_sub_ps(p0, _mm256_round_ps(p0, NEAREST)), magnitude);
-        __m256 d1 = _mm256_and_ps(_mm256_sub_ps(p1, _mm256_round_ps(p1, NEAREST)), magnitude);
+    __m256 d0 = _mm256_and_ps(_mm256_sub_ps(p0, _mm256_round_ps(p0, NEAREST)), magnitude);
+    __m256 d1 = _mm256_and_ps(_mm256_sub_ps(p1, _mm256_round_ps(p1, NEAREST)), magnitude);
 #undef NEAREST
-        /* packus works within 128-bit halves: lanes 0-3 8-11 4-7 12-15, put back in order */
-        __m256i k16 = _mm256_packus_epi32(_mm256_cvttps_epi32(p0), _mm256_cvttps_epi32(p1));
-        __m128i k8 = _mm_packus_epi16(_mm256_castsi256_si128(k16), _mm256_extracti128_si256(k16, 1));
-        _mm_storeu_si128((__m128i *)(void *)(codes + i), _mm_shuffle_epi32(k8, _MM_SHUFFLE(3, 1, 2, 0)));
-        unsigned near = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(d0, ve, _CMP_LT_OQ)) |
-                        (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(d1, ve, _CMP_LT_OQ)) << 8;
-        while (near) {
-            size_t l = i + (size_t)__builtin_ctz(near);
-            near &= near - 1;
-            uint8_codes_scalar(x, l, l + 1, lo, inv_width, codes);
-        }
+    /* packus works within 128-bit halves: lanes 0-3 8-11 4-7 12-15, put back in order */
+    __m256i k16 = _mm256_packus_epi32(_mm256_cvttps_epi32(p0), _mm256_cvttps_epi32(p1));
+    __m128i k8 = _mm_packus_epi16(_mm256_castsi256_si128(k16), _mm256_extracti128_si256(k16, 1));
+    _mm_storeu_si128((__m128i *)(void *)(codes + i), _mm_shuffle_epi32(k8, _MM_SHUFFLE(3, 1, 2, 0)));
+    unsigned near = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(d0, ve, _CMP_LT_OQ)) |
+                    (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(d1, ve, _CMP_LT_OQ)) << 8;
+    while (near) {
+        size_t l = i + (size_t)__builtin_ctz(near);
+        near &= near - 1;
+        uint8_codes_scalar(x, l, l + 1, lo, inv_width, codes);
     }
-    uint8_codes_scalar(x, i, n, lo, inv_width, codes);
-    return true;
 }
 
-/* The codes, then the bins in a second pass: adding each value to its bin
- * straight from the vector of codes measured slower (0.83 ns a value
- * against 0.70 for the two passes: the bins' addresses then wait on the
- * conversions). */
+/* Codes and bins in one pass, the codes 32 values ahead of the bins: the
+ * bins' read-modify-writes (about 1.4 cycles a value on Zen 4, whatever
+ * their width) leave the vector units idle, and the codes fill them, with
+ * their addresses ready well before the bins need them. (Adding each value
+ * to its bin straight from the vector of codes measured slower: the bins'
+ * addresses then wait on the conversions.) Each bin takes its values in
+ * index order: the scalar's bits. Where the fp32 codes' argument does not
+ * hold, the fp64 codes in a pass of their own. */
 AVX2_TARGET static void uint8_bins_avx2(const float *x, size_t n, double lo, double inv_width, uint8_t *codes,
                                         double (*bins)[2]) {
-    if (!uint8_codes_f32_avx2(x, n, lo, inv_width, codes)) {
-        const __m256d vlo = _mm256_set1_pd(lo), vinv = _mm256_set1_pd(inv_width);
-        const __m256d zero = _mm256_setzero_pd(), top = _mm256_set1_pd(DL_CODEC_UINT8_BINS - 1);
+    const __m256d one = _mm256_set1_pd(1);
+    struct codes_f32 c;
+    if (n >= 32 && codes_f32_setup(lo, inv_width, &c)) {
+        uint8_codes16_avx2(x, 0, &c, lo, inv_width, codes);
+        uint8_codes16_avx2(x, 16, &c, lo, inv_width, codes);
         size_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            __m256 v = _mm256_loadu_ps(x + i);
-            /* the same two roundings as the scalar: the difference, the product */
-            __m256d p0 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vlo), vinv);
-            __m256d p1 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vlo), vinv);
-            p0 = _mm256_min_pd(_mm256_max_pd(p0, zero), top);
-            p1 = _mm256_min_pd(_mm256_max_pd(p1, zero), top);
-            __m128i k0 = _mm256_cvttpd_epi32(p0), k1 = _mm256_cvttpd_epi32(p1);
-            __m128i k16 = _mm_packus_epi32(k0, k1);
-            __m128i k8 = _mm_packus_epi16(k16, k16);
-            _mm_storel_epi64((__m128i *)(void *)(codes + i), k8);
+        for (; i + 64 <= n; i += 32) {
+            uint8_codes16_avx2(x, i + 32, &c, lo, inv_width, codes);
+            uint8_codes16_avx2(x, i + 48, &c, lo, inv_width, codes);
+            for (size_t j = 0; j < 32; j += 8) add_eight_to_bins((char *)bins, x + i + j, codes + i + j, one);
         }
-        uint8_codes_scalar(x, i, n, lo, inv_width, codes);
+        uint8_codes_scalar(x, i + 32, n, lo, inv_width, codes);
+        uint8_bins_scalar(x, i, n, codes, bins);
+        return;
     }
+    const __m256d vlo = _mm256_set1_pd(lo), vinv = _mm256_set1_pd(inv_width);
+    const __m256d zero = _mm256_setzero_pd(), top = _mm256_set1_pd(DL_CODEC_UINT8_BINS - 1);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        /* the same two roundings as the scalar: the difference, the product */
+        __m256d p0 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vlo), vinv);
+        __m256d p1 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vlo), vinv);
+        p0 = _mm256_min_pd(_mm256_max_pd(p0, zero), top);
+        p1 = _mm256_min_pd(_mm256_max_pd(p1, zero), top);
+        __m128i k0 = _mm256_cvttpd_epi32(p0), k1 = _mm256_cvttpd_epi32(p1);
+        __m128i k16 = _mm_packus_epi32(k0, k1);
+        __m128i k8 = _mm_packus_epi16(k16, k16);
+        _mm_storel_epi64((__m128i *)(void *)(codes + i), k8);
+    }
+    uint8_codes_scalar(x, i, n, lo, inv_width, codes);
     uint8_scatter_avx2(x, n, codes, bins);
 }
 
@@ -631,7 +654,7 @@ static const struct codec_kernels avx2_kernels = {
 #if DL_CODEC_HAVE_X86
 /* AVX-512 F and BW (BW for the 16-bit compares of fp16 checks), the same
  * operations as the AVX2 path on twice the lanes, so the same bytes; the
- * uint8 codes and sums keep the AVX2 loops. */
+ * uint8 bins keep AVX2's 128-bit adds (one per value: the bins' bound). */
 #define AVX512_TARGET __attribute__((target("avx2,f16c,avx512f,avx512bw")))
 
 AVX512_TARGET static inline __mmask16 nonfinite_mask16(__m512 v) {
@@ -754,9 +777,93 @@ AVX512_TARGET static int check_f16_wire_avx512(const uint8_t *in, size_t n) {
     return check_f16_wire_scalar(in, i, n);
 }
 
+/* lane_moments_avx2 on two registers of eight lanes each (0-7, 8-15),
+ * sixteen values a turn: each lane takes its values in index order with
+ * the scalar's roundings, so the same bits. Zen 4 issues a 512-bit
+ * operation as two 256-bit halves, yet the pass runs faster than AVX2's:
+ * what bound it was the count of operations (conversions, extractions)
+ * issued per value, which this halves. */
+AVX512_TARGET static bool lane_moments_avx512(const float *x, size_t n, double shift, double sums[SUM_LANES],
+                                            double squares[SUM_LANES]) {
+    const __m512d k = _mm512_set1_pd(shift);
+    __m512d a0 = _mm512_loadu_pd(sums), a1 = _mm512_loadu_pd(sums + 8);
+    __m512d q0 = _mm512_loadu_pd(squares), q1 = _mm512_loadu_pd(squares + 8);
+    const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
+    __m512i top = _mm512_setzero_si512();
+    size_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES) {
+        __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), k);
+        __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8)), k);
+        a0 = _mm512_add_pd(a0, d0);
+        a1 = _mm512_add_pd(a1, d1);
+        q0 = _mm512_add_pd(q0, _mm512_mul_pd(d0, d0));
+        q1 = _mm512_add_pd(q1, _mm512_mul_pd(d1, d1));
+        __m512 v = _mm512_loadu_ps(x + i);
+        top = _mm512_max_epi32(top, _mm512_and_si512(_mm512_castps_si512(v), exp_mask));
+    }
+    _mm512_storeu_pd(sums, a0);
+    _mm512_storeu_pd(sums + 8, a1);
+    _mm512_storeu_pd(squares, q0);
+    _mm512_storeu_pd(squares + 8, q1);
+    bool bounded = !_mm512_cmpgt_epi32_mask(top, _mm512_set1_epi32((int)(BOUND_BITS - 1)));
+    return lane_moments_scalar(x, i, n, shift, sums, squares) && bounded;
+}
+
+/* uint8_codes16_avx2 on 32 values from x[i], sixteen lanes a register,
+ * with the same bound E and the same hand-over of lanes near an integer
+ * (the argument there holds lanewise). Negative truncations are raised to
+ * 0 and the rest narrowed with unsigned saturation, which is what AVX2's
+ * two packs do. */
+AVX512_TARGET static inline void uint8_codes32_avx512(const float *x, size_t i, const struct codes_f32 *c, double lo,
+                                                      double inv_width, uint8_t *codes) {
+    const __m512 vlo = _mm512_set1_ps(c->lo), vinv = _mm512_set1_ps(c->inv_width);
+    const __m512 high = _mm512_set1_ps(DL_CODEC_UINT8_BINS - 0.5f), ve = _mm512_set1_ps(c->near);
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 p0 = _mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vlo), vinv), high);
+    __m512 p1 = _mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vlo), vinv), high);
+#define NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+    __m512 d0 = _mm512_abs_ps(_mm512_sub_ps(p0, _mm512_roundscale_ps(p0, NEAREST)));
+    __m512 d1 = _mm512_abs_ps(_mm512_sub_ps(p1, _mm512_roundscale_ps(p1, NEAREST)));
+#undef NEAREST
+    __m512i k0 = _mm512_max_epi32(_mm512_cvttps_epi32(p0), zero);
+    __m512i k1 = _mm512_max_epi32(_mm512_cvttps_epi32(p1), zero);
+    _mm_storeu_si128((__m128i *)(void *)(codes + i), _mm512_cvtusepi32_epi8(k0));
+    _mm_storeu_si128((__m128i *)(void *)(codes + i + 16), _mm512_cvtusepi32_epi8(k1));
+    uint32_t near = (uint32_t)_mm512_cmp_ps_mask(d0, ve, _CMP_LT_OQ) |
+                    (uint32_t)_mm512_cmp_ps_mask(d1, ve, _CMP_LT_OQ) << 16;
+    while (near) {
+        size_t l = i + (size_t)__builtin_ctz(near);
+        near &= near - 1;
+        uint8_codes_scalar(x, l, l + 1, lo, inv_width, codes);
+    }
+}
+
+/* Codes and bins in one pass, the codes 32 values ahead of the bins: the
+ * bins' read-modify-writes (about 1.4 cycles a value on Zen 4, whatever
+ * their width) leave the vector units idle, and the codes fill them, with
+ * their addresses ready well before the bins need them. As AVX2's two
+ * passes, each bin takes its values in index order: the same bits. */
+AVX512_TARGET static void uint8_bins_avx512(const float *x, size_t n, double lo, double inv_width, uint8_t *codes,
+                                            double (*bins)[2]) {
+    struct codes_f32 c;
+    if (n < 32 || !codes_f32_setup(lo, inv_width, &c)) {
+        uint8_bins_avx2(x, n, lo, inv_width, codes, bins);
+        return;
+    }
+    const __m256d one = _mm256_set1_pd(1);
+    uint8_codes32_avx512(x, 0, &c, lo, inv_width, codes);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 32) {
+        uint8_codes32_avx512(x, i + 32, &c, lo, inv_width, codes);
+        for (size_t j = 0; j < 32; j += 8) add_eight_to_bins((char *)bins, x + i + j, codes + i + j, one);
+    }
+    uint8_codes_scalar(x, i + 32, n, lo, inv_width, codes);
+    uint8_bins_scalar(x, i, n, codes, bins);
+}
+
 static const struct codec_kernels avx512_kernels = {
-    check_finite_avx512,     copy_decoded_avx512,   encode_fp16_avx512,    decode_fp16_avx512, uint8_bins_avx2,
-    uint8_decode_all_scalar, lane_moments_avx2, min_max_avx2, accumulate_f32_avx512, accumulate_f16_avx512, mean_avx512,        check_f32_wire_avx512,
+    check_finite_avx512,     copy_decoded_avx512,   encode_fp16_avx512,    decode_fp16_avx512, uint8_bins_avx512,
+    uint8_decode_all_scalar, lane_moments_avx512, min_max_avx2, accumulate_f32_avx512, accumulate_f16_avx512, mean_avx512,        check_f32_wire_avx512,
     check_f16_wire_avx512};
 #endif
 
@@ -826,10 +933,25 @@ bool dl_codec_path_available(enum dl_codec_path path) {
     return k == 2;
 }
 
-/* AVX-512 is not chosen: on the AMD EPYC (Zen 4) development machine it
- * measured no faster than AVX2 (bench_codec, bench/RESULTS.md): these loops
- * are bound by memory, not by lanes. */
+#if DL_CODEC_HAVE_X86
+static bool cpu_is_amd(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "Auth" "enti" "cAMD" */
+}
+#endif
+
+/* AVX-512 where it is at least as fast as AVX2 everywhere: on AMD (Zen 4
+ * and later run 512-bit operations as two 256-bit halves, at full clock).
+ * There it encodes uint8 faster (its moments and codes issue half the
+ * operations; bench/RESULTS.md) and is within noise of AVX2 on the rest.
+ * Intel's server cores before Ice Lake lower their clock for 512-bit
+ * arithmetic, for every thread of the core, so AVX2 stays their default.
+ * (Callers cache the answer: best_path_cached.) */
 enum dl_codec_path dl_codec_best_path(void) {
+#if DL_CODEC_HAVE_X86
+    if (dl_codec_path_available(DL_CODEC_PATH_AVX512) && cpu_is_amd()) return DL_CODEC_PATH_AVX512;
+#endif
     return dl_codec_path_available(DL_CODEC_PATH_AVX2) ? DL_CODEC_PATH_AVX2 : DL_CODEC_PATH_SCALAR;
 }
 
