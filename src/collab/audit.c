@@ -207,6 +207,26 @@ enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t coun
                  want, tol);
         return DL_AUDIT_WRONG;
     }
+    /* Under the mean, the result's size as well: |v|_1 <= sum_j w_j a_j / W
+     * (the triangle inequality), and |q - v|_1 <= sqrt(len) e2. One
+     * direction leaves a result c times the mean through whenever z is
+     * nearly orthogonal to the mean, with a chance of about the rounding's
+     * share of the projection, which a coarse codec's rounding (int8's
+     * max|q| / 253 an element) makes a few percent for any c: the norm
+     * does not look away. (A claim a_j below the sender's chunk is a false
+     * claim, which its aggregator's attestation shows.) */
+    if (!clip) {
+        double l1 = 0, g = gamma_of(res->len) + gamma_of(count);
+        for (size_t j = 0; j < count; j++) l1 += c[j].weight * c[j].m.a;
+        l1 /= total;
+        double allowed = l1 * (1 + 2 * g) + sqrt((double)res->len) * held.e2 * (1 + g) + g * res->l1 +
+                         0x1p-149 * (double)res->len;
+        if (!(res->l1 <= allowed)) {
+            snprintf(why, why_size, "its L1 norm %.9g exceeds the %.9g that its contributors' chunks allow", res->l1,
+                     allowed);
+            return DL_AUDIT_WRONG;
+        }
+    }
     if (res->e2 > e2_bound || (clip && res->delta > tau / 2)) {
         snprintf(why, why_size, "its committed error bounds (%g, %g) exceed what an honest result needs (%g, %g)",
                  res->e2, res->delta, e2_bound, clip ? tau / 2 : 0.0);

@@ -460,6 +460,39 @@ int main(void) {
     describe(x, w, ones, K, v, NULL, q, DL_CODEC_NONE, claims, &res);
     CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_WRONG);
     for (size_t j = 0; j < K; j++) CHECK(dl_audit_claim_possible(&claims[j].m, &res, NULL, 0));
+    /* (b2) The same result where the direction happens to be nearly
+     * orthogonal to the mean, so that its projection agrees with the
+     * contributors' (one round in a few for int8's coarse rounding, whose
+     * share of the tolerance grows with the lie): its L1 norm, 1000 times
+     * the mean's, is beyond every chunk's, and is refused all the same.
+     * Honest claims throughout, so the result is what is wrong. */
+    {
+        struct dl_audit_result lucky = res;
+        double want = 0, total = 0;
+        for (size_t j = 0; j < K; j++) want += claims[j].weight * claims[j].m.s, total += claims[j].weight;
+        lucky.s = want / total;
+        CHECK(dl_audit_check(claims, K, &lucky, false, 1, why, sizeof why) == DL_AUDIT_WRONG);
+        CHECK_MSG(strstr(why, "L1 norm") != NULL, "%s", why);
+    }
+    /* Honest results at the norm bound's edge: every contributor the same
+     * chunk, so the mean's L1 norm equals each chunk's, on every codec. */
+    {
+        const int codecs[] = {DL_CODEC_NONE, DL_CODEC_FP16, DL_CODEC_UINT8, DL_CODEC_INT8};
+        float same[K][LEN];
+        for (size_t e = 0; e < LEN; e++) same[0][e] = (float)(uniform() - 0.5);
+        for (size_t j = 1; j < K; j++) memcpy(same[j], same[0], sizeof same[0]);
+        double vs[LEN];
+        float qs[LEN];
+        struct dl_audit_claim cs[K];
+        struct dl_audit_result rs;
+        weighted_mean(same, w, ones, K, vs);
+        for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++) {
+            round_to(codecs[c], vs, qs);
+            describe(same, w, ones, K, vs, NULL, qs, codecs[c], cs, &rs);
+            CHECK_MSG(dl_audit_check(cs, K, &rs, false, 1, why, sizeof why) == DL_AUDIT_PASS,
+                      "identical chunks, codec %d: %s", codecs[c], why);
+        }
+    }
     claims[0].m.a = 1e300;
     CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_PASS);
     CHECK(!dl_audit_claim_possible(&claims[0].m, &res, why, sizeof why));
@@ -476,7 +509,10 @@ int main(void) {
     claims[0].m.s = (wsum * res.s - others) / w[0];
     claims[0].m.a = fmax(claims[0].m.a, fabs(claims[0].m.s));
     claims[0].m.d = sqrt(near2);
-    CHECK_MSG(dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_PASS, "%s", why);
+    /* The equation holds; the result's norm, beyond what these chunks
+     * allow, still fails (b2), and the claim is impossible besides. */
+    CHECK_MSG(dl_audit_check(claims, K, &res, false, 1, why, sizeof why) == DL_AUDIT_WRONG && strstr(why, "L1 norm"),
+              "%s", why);
     CHECK(!dl_audit_claim_possible(&claims[0].m, &res, why, sizeof why));
     CHECK_MSG(strstr(why, "times the claimed distance") != NULL, "%s", why);
     claims[0].m.d = 0;
