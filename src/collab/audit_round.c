@@ -507,6 +507,7 @@ static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *s
         }
 #ifdef DEDLOC_TEST_HOOKS
         if (lie) m.s += 1000.0 * (fabs(m.s) + 1.0);
+        if (p != r->me && r->misbehaviour == DL_MISBEHAVE_NORM_LIE) m.a = fabs(m.s);
         if (p == r->me && r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM) m.a = 1e300, m.d = 0;
         if (p == r->me && r->misbehaviour == DL_MISBEHAVE_OWN_PULL) own_pull_claim(r, sc, k, res, &m);
         if ((r->misbehaviour == DL_MISBEHAVE_COLLUDE_SEND || r->misbehaviour == DL_MISBEHAVE_COLLUDE_SILENT ||

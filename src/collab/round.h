@@ -172,6 +172,12 @@ enum dl_misbehaviour {
     /* test-hook builds only, honest: a member that runs no spot checks and
      * waits for none (bench allreduce --no-spot, every member alike) */
     DL_MISBEHAVE_SKIP_SPOT,
+    /* test-hook builds only: a sender whose signed projections of the
+     * others' parts claim the smallest L1 norm their projection allows
+     * (a = |s|), which pulls the mean's norm bound below an honest result
+     * where the chunks share a sign: its aggregators' attestations must
+     * convict it, not the other way round */
+    DL_MISBEHAVE_NORM_LIE,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */

@@ -797,6 +797,15 @@ int main(void) {
         {.name = "own_claim_aggregator", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
          .parts = {CHUNK, 2 * CHUNK, CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
          .lie = DL_MISBEHAVE_OWN_CLAIM, .liar = 1},
+        /* member 3 (the heaviest, values around 3) claims for its chunks
+         * of the others' parts the smallest L1 norm its projection allows:
+         * the mean's norm bound then falls below every honest result (the
+         * chunks share a sign), the fast check fails, and the attestations,
+         * whose aggregators measured its chunks, convict member 3 and
+         * nobody else */
+        {.name = "norm_lie_sender", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
+         .parts = {CHUNK, 2 * CHUNK, CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
+         .lie = DL_MISBEHAVE_NORM_LIE, .liar = 3},
         {.name = "two_faced_aggregator", .members = 4, .codec = DL_CODEC_NONE, .roles = "tttt",
          .parts = {CHUNK, CHUNK, 2 * CHUNK, 1000}, .weights = {1, 2, 3, 4}, .victim = -1,
          .lie = DL_MISBEHAVE_TWO_FACED, .liar = 2},
