@@ -413,6 +413,16 @@ static bool codes_f32_setup(double lo, double inv_width, struct codes_f32 *c) {
     return true;
 }
 
+/* The lanes of `near` (bit l: value i + l) lie too near a bin edge for
+ * fp32 to tell: the scalar formula codes them. */
+static void codes_near_scalar(const float *x, size_t i, uint32_t near, double lo, double inv_width, uint8_t *codes) {
+    while (near) {
+        size_t l = i + (size_t)__builtin_ctz(near);
+        near &= near - 1;
+        uint8_codes_scalar(x, l, l + 1, lo, inv_width, codes);
+    }
+}
+
 /* The codes in fp32, sixteen a turn, where that gives the scalar's codes.
  *
  * The scalar truncates pd = ((double)x - lo) * inv_width. In fp32, with
@@ -456,13 +466,9 @@ AVX2_TARGET static inline void uint8_codes16_avx2(const float *x, size_t i, cons
     __m256i k16 = _mm256_packus_epi32(_mm256_cvttps_epi32(p0), _mm256_cvttps_epi32(p1));
     __m128i k8 = _mm_packus_epi16(_mm256_castsi256_si128(k16), _mm256_extracti128_si256(k16, 1));
     _mm_storeu_si128((__m128i *)(void *)(codes + i), _mm_shuffle_epi32(k8, _MM_SHUFFLE(3, 1, 2, 0)));
-    unsigned near = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(d0, ve, _CMP_LT_OQ)) |
-                    (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(d1, ve, _CMP_LT_OQ)) << 8;
-    while (near) {
-        size_t l = i + (size_t)__builtin_ctz(near);
-        near &= near - 1;
-        uint8_codes_scalar(x, l, l + 1, lo, inv_width, codes);
-    }
+    uint32_t near = (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(d0, ve, _CMP_LT_OQ)) |
+                    (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(d1, ve, _CMP_LT_OQ)) << 8;
+    codes_near_scalar(x, i, near, lo, inv_width, codes);
 }
 
 /* Codes and bins in one pass, the codes 32 values ahead of the bins: the
@@ -831,18 +837,14 @@ AVX512_TARGET static inline void uint8_codes32_avx512(const float *x, size_t i, 
     _mm_storeu_si128((__m128i *)(void *)(codes + i + 16), _mm512_cvtusepi32_epi8(k1));
     uint32_t near = (uint32_t)_mm512_cmp_ps_mask(d0, ve, _CMP_LT_OQ) |
                     (uint32_t)_mm512_cmp_ps_mask(d1, ve, _CMP_LT_OQ) << 16;
-    while (near) {
-        size_t l = i + (size_t)__builtin_ctz(near);
-        near &= near - 1;
-        uint8_codes_scalar(x, l, l + 1, lo, inv_width, codes);
-    }
+    codes_near_scalar(x, i, near, lo, inv_width, codes);
 }
 
 /* Codes and bins in one pass, the codes 32 values ahead of the bins: the
  * bins' read-modify-writes (about 1.4 cycles a value on Zen 4, whatever
  * their width) leave the vector units idle, and the codes fill them, with
- * their addresses ready well before the bins need them. As AVX2's two
- * passes, each bin takes its values in index order: the same bits. */
+ * their addresses ready well before the bins need them; as in
+ * uint8_bins_avx2, each bin takes its values in index order. */
 AVX512_TARGET static void uint8_bins_avx512(const float *x, size_t n, double lo, double inv_width, uint8_t *codes,
                                             double (*bins)[2]) {
     struct codes_f32 c;
