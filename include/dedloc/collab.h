@@ -178,6 +178,12 @@ struct dl_avg_result {
      * this round's signed evidence (bit i: member i). */
     uint32_t audit_chunks;
     uint8_t accused[DL_AVG_MAX_MEMBERS / 8];
+    /* Centered clip, as the results applied judge it (the clip streaks'
+     * count, the same on every member that applied the round): bit i,
+     * member i's contribution was clipped; and how many members this
+     * round's count refused for the run (--clip-ban-rounds). */
+    uint8_t clip_judged[DL_AVG_MAX_MEMBERS / 8];
+    uint32_t clip_refused;
 };
 void dl_avg_result_free(struct dl_avg_result *result);
 

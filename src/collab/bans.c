@@ -113,9 +113,10 @@ static struct dl_clip_streak *streak_of(struct dl_bans *b, const char *peer_id) 
     return spare; /* NULL: the table is full of running streaks; this one goes uncounted */
 }
 
-void dl_bans_count_clipped(struct dl_bans *b, const struct dl_group *g, size_t me, const bool *reduced_from,
-                           const bool *clipped) {
-    if (g->aggregation != DL_AGG_CENTERED_CLIP || !reduced_from || !clipped) return;
+size_t dl_bans_count_clipped(struct dl_bans *b, const struct dl_group *g, size_t me, const bool *reduced_from,
+                             const bool *clipped) {
+    size_t refused = 0;
+    if (g->aggregation != DL_AGG_CENTERED_CLIP || !reduced_from || !clipped) return 0;
     for (size_t j = 0; j < g->n; j++) {
         /* Only members whose contribution we saw: no evidence, no change. */
         if (j == me || !reduced_from[j]) continue;
@@ -135,9 +136,11 @@ void dl_bans_count_clipped(struct dl_bans *b, const struct dl_group *g, size_t m
                      ban);
             dl_bans_add_for_run(b, id, why);
             s->rounds = 0;
+            refused++;
         } else if (warn > 0 && s->rounds >= (uint32_t)warn) {
             DL_WARN("collab", "peer %s: its contribution was clipped in %u consecutive rounds (banned at %d)", id,
                     s->rounds, ban);
         }
     }
+    return refused;
 }

@@ -74,8 +74,9 @@ const char *dl_bans_first_in_group(struct dl_bans *b, const struct dl_group *g, 
 /* After a centered-clip round of group g in which this peer was member me:
  * counts each member it clipped (clipped[j]) or saw unclipped
  * (reduced_from[j]) as an aggregator; warns and bans past the thresholds.
- * Rounds of another aggregation change nothing. */
-void dl_bans_count_clipped(struct dl_bans *b, const struct dl_group *g, size_t me, const bool *reduced_from,
+ * Rounds of another aggregation change nothing. Returns how many members
+ * this call refused for the run. */
+size_t dl_bans_count_clipped(struct dl_bans *b, const struct dl_group *g, size_t me, const bool *reduced_from,
                            const bool *clipped);
 
 #endif

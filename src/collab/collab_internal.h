@@ -81,6 +81,6 @@ int dl_matchmake(struct dl_collab *c, struct dl_round *r, const struct dl_avg_op
 
 /* service.c: after a round, counts its centered-clip evidence into c's
  * clipped streaks (bans.h). */
-void dl_collab_count_clipped(struct dl_collab *c, const struct dl_round *r);
+void dl_collab_count_clipped(struct dl_collab *c, const struct dl_round *r, struct dl_avg_result *result);
 
 #endif

@@ -299,16 +299,18 @@ static void fill_result(struct dl_round *r, struct dl_avg_result *res, double t0
  * different rounds, passed over each other's leaders and split). A round
  * not applied counts for nothing; a member that does not receive (aux)
  * counts what it reduced. */
-void dl_collab_count_clipped(struct dl_collab *c, const struct dl_round *r) {
+void dl_collab_count_clipped(struct dl_collab *c, const struct dl_round *r, struct dl_avg_result *result) {
     if (!r->has_group) return;
     if (!r->i_receive) {
-        dl_bans_count_clipped(&c->bans, &r->g, r->me, r->reduced_from, r->clipped);
+        result->clip_refused = (uint32_t)dl_bans_count_clipped(&c->bans, &r->g, r->me, r->reduced_from, r->clipped);
         return;
     }
     if (r->status != DL_AVG_OK) return;
     bool seen[DL_AVG_MAX_MEMBERS], clipped[DL_AVG_MAX_MEMBERS];
     dl_round_clip_verdicts(r, seen, clipped);
-    dl_bans_count_clipped(&c->bans, &r->g, r->me, seen, clipped);
+    for (size_t j = 0; j < r->g.n; j++)
+        if (seen[j] && clipped[j]) result->clip_judged[j / 8] |= (uint8_t)(1u << (j % 8));
+    result->clip_refused = (uint32_t)dl_bans_count_clipped(&c->bans, &r->g, r->me, seen, clipped);
 }
 
 enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const struct dl_avg_options *options,
@@ -387,7 +389,7 @@ enum dl_avg_status dl_collab_average(dl_collab *c, float *vec, size_t n, const s
         if (!(c->cfg.bandwidth_mbit > 0)) dl_net_set_measured_bandwidth(c->net, c->measured_mbit);
     }
     fill_result(r, result, t0, r->group_time, t_end);
-    dl_collab_count_clipped(c, r);
+    dl_collab_count_clipped(c, r, result);
     if (r->status != DL_AVG_OK)
         DL_INFO("collab", "round of epoch %llu: %s (%s)", (unsigned long long)opt.epoch,
                 dl_avg_status_name(r->status), r->reason);

@@ -324,6 +324,19 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         st.count.progress = resume->progress;
     }
     if (local && be && loop_local_init(&st, resume ? &resume->local.inner_config : opt_config, resume)) goto done;
+    if (be && !local && !st.policy.delayed && o->aggregation == DL_AGG_CENTERED_CLIP) {
+        /* Moments to go back to when a round refuses a clipped peer: a fresh
+         * run's (zero) are every starter's; a resumed run has none of its own
+         * history until its first round that clips nobody. */
+        size_t bytes = dl_mul_size(st.model.n, sizeof(float));
+        st.model.clean_m = dl_malloc(bytes);
+        st.model.clean_v = dl_malloc(bytes);
+        if (!st.model.clean_m || !st.model.clean_v) goto done;
+        memcpy(st.model.clean_m, st.model.opt.exp_avg, bytes);
+        memcpy(st.model.clean_v, st.model.opt.exp_avg_sq, bytes);
+        st.model.clean_valid = !resume;
+        st.model.clean_step = st.model.opt.step;
+    }
     const char *data_how = resume ? "replay" : "fresh";
     int64_t skipped = 0;
     if (be && (skipped = stream_start(be, o, resume, &data_how)) < 0) goto done;
@@ -399,6 +412,8 @@ done:
     free(st.accum.rvec);
     free(st.accum.grad);
     dl_optimizer_free(&st.model.opt);
+    free(st.model.clean_m);
+    free(st.model.clean_v);
     loop_local_free(&st);
     return rc;
 }

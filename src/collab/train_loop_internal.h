@@ -36,6 +36,12 @@ struct loop_model {
     uint8_t hash[32];              /* of params, as our record publishes it */
     bool has_state;                /* aux: holds the weights of its epoch */
     uint64_t last_state_epoch;     /* aux: epoch of the last weights it held */
+    /* Centered clip, exact mode (train_round.c, loop_guard_moments): the
+     * optimizer's moments after the last round whose results clipped
+     * nobody, and whether they follow from our own history of rounds. */
+    float *clean_m, *clean_v;
+    bool clean_valid;
+    int64_t clean_step;
 };
 
 /* The gradient of our epoch not yet averaged. */
@@ -168,6 +174,7 @@ void loop_clear_accumulation(loop_state *st);
 void loop_round_options(const loop_state *st, int64_t local, size_t expected, struct dl_avg_options *ao);
 void loop_corrupt_hook(loop_state *st);
 int loop_finish_round(loop_state *st, struct dl_avg_result *r, float *vec, int64_t local, double t0, bool clear);
+void loop_guard_moments(loop_state *st, const struct dl_avg_result *r);
 int loop_round_and_step(loop_state *st, size_t expected, bool alone);
 
 /* ---- train_round_delayed.c ---- */

@@ -100,6 +100,7 @@ int loop_download(loop_state *st, const struct dl_swarm_look *look, const char *
     st->count.progress.samples = meta.samples;
     dl_train_state_meta_adopt_scale(&meta, &st->accum.ls);
     st->model.has_state = true;
+    st->model.clean_valid = false; /* moments of others' history: ours to go back to no longer match */
     st->model.last_state_epoch = meta.epoch;
     st->swarm.prev_wait_until = dl_now() + 3;
     st->res->state_downloads++;

@@ -868,24 +868,35 @@ attack)
   # honestly. The loss is the mean over the last W_LAST steps (one step of
   # 32 sequences is noisy).
   # - mean: the loss after STEPS is not within 5% of the clean run's.
-  # - centered-clip: it is, and the swarm still learns (it keeps at least
-  #   half of the clean run's drop from the first W_LAST steps: 5% alone is
-  #   more than tiny's whole drop in these steps, so it would not show that).
-  # 60 steps, not 40: the attacked first rounds (before the ban) leave the
-  # optimizer's moments skewed by up to ~0.6 tau per part, which slows the
-  # early steps by a run-dependent amount (the noise and the part split
-  # follow the identities). At 40 steps the attacked swarm kept 30% to 127%
-  # of the clean drop across runs on a loaded machine, so the half-drop check
-  # failed in some; at 60 it kept 92% to 101% in the three runs measured.
+  # - centered-clip: it is (the issue's bar), and the swarm still learns:
+  #   it keeps at least half of the clean run's drop from the first W_LAST
+  #   steps (5% alone is more than tiny's whole drop in these steps, so it
+  #   would not show that).
   # - every honest peer reports each attacker and bans it after
-  #   --clip-ban-rounds 3 clipped rounds; no honest peer is ever clipped.
+  #   --clip-ban-rounds 3 clipped rounds, and puts its optimizer's moments
+  #   back to before those rounds; no honest peer is ever clipped.
   # tau: an honest contribution lay at most 6.0 from the result in any
   # chunk (8 honest peers, 6 steps, measured per aggregated part: 0.02 to
   # 6.0 depending on the part); 10 leaves room. The attackers lie 1000x
   # their gradient or ~100 * sqrt(elements / 3) away, far beyond. Clipping
   # alone leaves a bias of up to ~0.6 tau per part (3 of 8 members pulling
   # tau each), several times the honest mean gradient at 4 samples per peer;
-  # the ban after 3 rounds is what keeps the loss with the clean run's.
+  # the ban after 3 rounds ends it, and the moments' guard
+  # (docs/collab_training.md, "The attacked rounds' memory") keeps the
+  # attacked rounds out of LAMB's second moment, which otherwise slows the
+  # steps after the ban by an amount that follows the identities (the part
+  # split, who sits out of which part, the noise): over seven fresh sets
+  # the swarm kept 83% to 106% of the clean drop in six and 39% in one. So
+  # the identities are fixed here (ed25519 seeds hashed from the peers'
+  # numbers), and they are a hard set: 34% of the drop without the guard
+  # (this check fails), 69% with it. ATTACK_FRESH_IDS=1 draws fresh ones.
+  if [ "${ATTACK_FRESH_IDS:-0}" != 1 ]; then
+    for i in 0 1 2 3 4 5 6 7; do
+      seed=$(printf 'dedloc swarm attack test peer %d' "$i" | sha256sum | cut -c1-64 | sed 's/../\\x&/g')
+      { printf 'dedloc-ed25519-v1\n'; printf "$seed"; } >"$W/id$i"
+      chmod 600 "$W/id$i"
+    done
+  fi
   STEPS=${ATTACK_STEPS:-60}; W_LAST=5; CLIP_TAU=10; BAN=${ATTACK_BAN:-3}
   SCHED=(--lr 0.1 --warmup-steps $((STEPS / 10)) --total-steps $STEPS)
   "$BIN" train --model tiny --data "$CORPUS" --seq 32 --batch 4 --shuffle-buffer 100 "${SCHED[@]}" \
@@ -931,6 +942,8 @@ attack)
         grep -q "refusing peer $(id_of $a) for the rest of the run" "$W/c$i.err" || fail "c$i never reported attacker c$a"
       grep -q "refusing peer $(id_of $a) for the rest of the run" "$W/c$i.err" || fail "c$i did not ban attacker c$a"
     done
+    grep -q "the optimizer's moments go back to step" "$W/c$i.err" ||
+      fail "c$i did not put its optimizer's moments back when it refused the attackers"
     for h in 0 1 2 3 4; do
       ! grep -q "peer $(id_of $h)[: ].*clipped\|refusing peer $(id_of $h)" "$W"/c*.err ||
         fail "honest peer c$h was clipped (tau $CLIP_TAU too small)"

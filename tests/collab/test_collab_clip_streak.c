@@ -41,6 +41,7 @@ int main(void) {
     CHECK_OK(dl_collab_start(net, &ccfg, &c));
     if (!c) return 1;
 
+    struct dl_avg_result ignored = {0};
     struct dl_round *r = calloc(1, sizeof *r);
     bool reduced_from[3] = {false}, clipped[3] = {false};
     r->has_group = true;
@@ -55,25 +56,29 @@ int main(void) {
     /* clipped, clipped, not seen (no change), mean round (no change), then
      * seen unclipped: the streak restarts */
     round_of(r, DL_AGG_CENTERED_CLIP, true, true);
-    dl_collab_count_clipped(c, r);
+    dl_collab_count_clipped(c, r, &ignored);
     round_of(r, DL_AGG_CENTERED_CLIP, true, true);
-    dl_collab_count_clipped(c, r);
+    dl_collab_count_clipped(c, r, &ignored);
     round_of(r, DL_AGG_CENTERED_CLIP, false, false);
-    dl_collab_count_clipped(c, r);
+    dl_collab_count_clipped(c, r, &ignored);
     round_of(r, DL_AGG_MEAN, true, true);
-    dl_collab_count_clipped(c, r);
+    dl_collab_count_clipped(c, r, &ignored);
     CHECK(!dl_bans_is_banned(&c->bans, ids[1]));
     round_of(r, DL_AGG_CENTERED_CLIP, true, false);
-    dl_collab_count_clipped(c, r);
+    dl_collab_count_clipped(c, r, &ignored);
     round_of(r, DL_AGG_CENTERED_CLIP, true, true);
-    dl_collab_count_clipped(c, r);
+    dl_collab_count_clipped(c, r, &ignored);
     round_of(r, DL_AGG_CENTERED_CLIP, true, true);
-    dl_collab_count_clipped(c, r);
+    dl_collab_count_clipped(c, r, &ignored);
     CHECK_MSG(!dl_bans_is_banned(&c->bans, ids[1]), "banned after 2 consecutive clipped rounds (limit 3)");
-    /* the third in a row: banned, for the run (far beyond ban_s) */
+    CHECK_MSG(ignored.clip_refused == 0, "a round that banned nobody reports %u refused", ignored.clip_refused);
+    /* the third in a row: banned, for the run (far beyond ban_s), and the
+     * round's result says so (the training loop restores its moments on it) */
     round_of(r, DL_AGG_CENTERED_CLIP, true, true);
-    dl_collab_count_clipped(c, r);
+    struct dl_avg_result third = {0};
+    dl_collab_count_clipped(c, r, &third);
     CHECK(dl_bans_is_banned(&c->bans, ids[1]));
+    CHECK_MSG(third.clip_refused == 1, "the banning round reports %u refused, expected 1", third.clip_refused);
     CHECK(!dl_bans_is_banned(&c->bans, ids[2]) && !dl_bans_is_banned(&c->bans, ids[0]));
     bool forever = dl_bans_until(&c->bans, ids[1]) > dl_now() + 1e9;
     CHECK_MSG(forever, "the ban is not for the run");
@@ -149,14 +154,24 @@ int main(void) {
     CHECK(seen[0] && seen[1] && seen[2]);
     CHECK_MSG(!judged[0] && !judged[1] && judged[2], "clipped verdicts %d %d %d, expected 0 0 1", judged[0],
               judged[1], judged[2]);
-    for (int round = 0; round < 3; round++) dl_collab_count_clipped(c, q);
+    struct dl_avg_result qres[3];
+    memset(qres, 0, sizeof qres);
+    for (int round = 0; round < 3; round++) dl_collab_count_clipped(c, q, &qres[round]);
     CHECK_MSG(dl_bans_is_banned(&c->bans, qids[2]), "member 2, clipped in the results of 3 rounds, is not banned");
+    CHECK_MSG(qres[0].clip_judged[0] == 4 && qres[2].clip_judged[0] == 4,
+              "the results' verdicts reach the round's result as %#x, expected member 2 alone (0x4)",
+              qres[0].clip_judged[0]);
+    CHECK_MSG(qres[0].clip_refused == 0 && qres[1].clip_refused == 0 && qres[2].clip_refused == 1,
+              "refused per round %u %u %u, expected 0 0 1", qres[0].clip_refused, qres[1].clip_refused,
+              qres[2].clip_refused);
     CHECK_MSG(!dl_bans_is_banned(&c->bans, qids[0]), "member 0, clipped in our own reduction only, is banned");
     /* a round not applied counts for nothing */
     q->status = DL_AVG_UNSURE;
     snprintf(q->g.members[0].peer_id, sizeof q->g.members[0].peer_id, "%s", "66666666666666666666666666666666");
     snprintf(q->g.members[2].peer_id, sizeof q->g.members[2].peer_id, "%s", "77777777777777777777777777777777");
-    for (int round = 0; round < 3; round++) dl_collab_count_clipped(c, q);
+    memset(qres, 0, sizeof qres);
+    for (int round = 0; round < 3; round++) dl_collab_count_clipped(c, q, &qres[round]);
+    CHECK_MSG(qres[2].clip_refused == 0 && qres[2].clip_judged[0] == 0, "a round not applied reports verdicts");
     CHECK_MSG(!dl_bans_is_banned(&c->bans, "77777777777777777777777777777777"),
               "clipped in rounds that were not applied, and banned");
     for (int p = 0; p < 3; p++) free(results[p]);
