@@ -31,19 +31,19 @@ static void attack_gradient(const loop_state *st, float *vec) {
 }
 
 /* Centered clip bounds how far each clipped contribution pulls a round,
- * not for how long the round is remembered: LAMB's second moment (beta2
- * 0.999) keeps the squares of the attacked rounds before a ban for hundreds
- * of steps, and the steps after the ban stay slow (collab/swarm_attack: 3
- * attacked rounds cost 66% of the clean run's loss drop over 60 steps with
- * one identity set; zeroing the moments after the ban's round, 32%). So
- * once a round's results make us refuse a peer for its clipped
- * contributions, the moments go back to what they were after the last
- * round whose results clipped nobody. Every member that applied the same
- * rounds judged them from the same results, holds the same snapshot and
- * refuses in the same round, so the swarm's steps stay bit-identical; the
- * weights keep what the attacked steps did. A member whose snapshot does
- * not come from its own rounds (it downloaded the state or resumed since)
- * keeps its moments: its next step differs from the others', its
+ * and the ban how many rounds; but LAMB's moments (the second's memory is
+ * hundreds of steps) keep the attacked rounds before the ban, and what that
+ * does to the rest of the run is the attackers' to aim (collab/swarm_attack:
+ * the end loss followed the identities, from at or below the clean run's
+ * to 34% of its drop; docs/collab_training.md, "The attacked rounds'
+ * memory"). So once a round's results make us refuse a peer for its
+ * clipped contributions, the moments go back to what they were after the
+ * last round whose results clipped nobody. Every member that applied the
+ * same rounds judged them from the same results, holds the same snapshot
+ * and refuses in the same round, so the swarm's steps stay bit-identical;
+ * the weights keep what the attacked steps did. A member whose snapshot
+ * does not come from its own rounds (it downloaded the state or resumed
+ * since) keeps its moments: its next step differs from the others', its
  * param_hash disagrees and it takes the swarm's state (loop_heal). */
 void loop_guard_moments(loop_state *st, const struct dl_avg_result *r) {
     struct loop_model *m = &st->model;
