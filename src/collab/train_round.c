@@ -34,7 +34,7 @@ static void attack_gradient(const loop_state *st, float *vec) {
  * and the ban how many rounds; but LAMB's moments (the second's memory is
  * hundreds of steps) keep the attacked rounds before the ban, and what that
  * does to the rest of the run is the attackers' to aim (collab/swarm_attack:
- * the end loss followed the identities, from at or below the clean run's
+ * the end loss followed the identities, from within 1% of the clean run's
  * to 34% of its drop; docs/collab_training.md, "The attacked rounds'
  * memory"). So once a round's results make us refuse a peer for its
  * clipped contributions, the moments go back to what they were after the
