@@ -207,17 +207,20 @@ enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t coun
                  want, tol);
         return DL_AUDIT_WRONG;
     }
-    /* Under the mean, the result's size as well: |v|_1 <= sum_j w_j a_j / W
-     * (the triangle inequality), and |q - v|_1 <= sqrt(len) e2. One
+    /* The result's size as well. It is a weighted mean of its contributions,
+     * with weights w_j c_j (c_j = 1 for the mean; under centered clip the
+     * clip weights at the iterate it commits to), so |v|_1 <= sum_j w_j c_j
+     * a_j / W (the triangle inequality), and |q - v|_1 <= sqrt(len) e2. One
      * direction leaves a result c times the mean through whenever z is
      * nearly orthogonal to the mean, with a chance of about the rounding's
      * share of the projection, which a coarse codec's rounding (int8's
      * max|q| / 253 an element) makes a few percent for any c: the norm
      * does not look away. (A claim a_j below the sender's chunk is a false
-     * claim, which its aggregator's attestation shows.) */
-    if (!clip) {
+     * claim, which its aggregator's attestation shows; a c_j outside what
+     * the distances allow fails below.) */
+    {
         double l1 = 0, g = gamma_of(res->len) + gamma_of(count);
-        for (size_t j = 0; j < count; j++) l1 += c[j].weight * c[j].m.a;
+        for (size_t j = 0; j < count; j++) l1 += c[j].weight * c[j].clip * c[j].m.a;
         l1 /= total;
         double allowed = l1 * (1 + 2 * g) + sqrt((double)res->len) * held.e2 * (1 + g) + g * res->l1 +
                          0x1p-149 * (double)res->len;

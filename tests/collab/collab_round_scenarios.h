@@ -185,6 +185,11 @@ static const struct scenario scenarios[] = {
      .victim = 2, .misbehave = "result-scale", .caught = true, .needs_test_hooks = true},
     {.name = "audit_result_scale_topk", .member_count = 4, .vector_size = 1000003, .compression = "topk",
      .victim = 1, .misbehave = "result-scale", .caught = true, .needs_test_hooks = true},
+    /* under centered clip the result is a weighted mean too (clip weights w_j c_j): its norm is held the same
+     * way, which int8's coarse rounding needs there as under the mean */
+    {.name = "audit_result_scale_clip_int8", .member_count = 5, .vector_size = 1000003, .compression = "int8",
+     .aggregation = "centered-clip", .victim = 3, .misbehave = "result-scale", .caught = true,
+     .needs_test_hooks = true},
     {.name = "audit_projection_lie_topk", .member_count = 4, .vector_size = 1000003, .compression = "topk",
      .victim = 3, .misbehave = "projection-lie", .caught = true, .needs_test_hooks = true},
     /* an aggregator that signs its last result after every other and grinds

@@ -382,6 +382,32 @@ int main(void) {
     round_to(DL_CODEC_FP16, v, q);
     describe(x, w, clip, K, v, iterate, q, DL_CODEC_FP16, claims, &res);
     CHECK_MSG(dl_audit_check(claims, K, &res, true, tau, why, sizeof why) == DL_AUDIT_PASS, "%s", why);
+    /* (e) The lucky direction under centered clip: the result 1000 times
+     * the true one (away from the outlier too), int8, with the clip weights
+     * such a result gives every contributor (tau over its distance to it),
+     * no iterate distance, and its projection where its contributors' put
+     * it. The equation and the clip weights hold; a weighted mean of these
+     * chunks cannot be 1000 times larger than most of them, and the norm
+     * refuses it (without that bound this passed). */
+    {
+        double vl[LEN], cl[K];
+        float ql[LEN];
+        for (size_t e = 0; e < LEN; e++) vl[e] = 1000 * v[e];
+        round_to(DL_CODEC_INT8, vl, ql);
+        for (size_t j = 0; j < K; j++) {
+            double d2 = 0;
+            for (size_t e = 0; e < LEN; e++) d2 += ((double)x[j][e] - ql[e]) * ((double)x[j][e] - ql[e]);
+            cl[j] = sqrt(d2) > tau ? tau / sqrt(d2) : 1;
+        }
+        struct dl_audit_claim lc[K];
+        struct dl_audit_result lr;
+        describe(x, w, cl, K, vl, NULL, ql, DL_CODEC_INT8, lc, &lr);
+        double want = 0, wc = 0;
+        for (size_t j = 0; j < K; j++) want += lc[j].weight * lc[j].clip * lc[j].m.s, wc += lc[j].weight * lc[j].clip;
+        lr.s = want / wc;
+        CHECK_MSG(dl_audit_check(lc, K, &lr, true, tau, why, sizeof why) == DL_AUDIT_WRONG && strstr(why, "L1 norm"),
+                  "a result 1000 times the clipped mean: %s", why);
+    }
     /* (a) it publishes the outlier unclipped but reduced as it should: the
      * equation fails. */
     claims[4].clip = 1;
