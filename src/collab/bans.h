@@ -77,6 +77,6 @@ const char *dl_bans_first_in_group(struct dl_bans *b, const struct dl_group *g, 
  * Rounds of another aggregation change nothing. Returns how many members
  * this call refused for the run. */
 size_t dl_bans_count_clipped(struct dl_bans *b, const struct dl_group *g, size_t me, const bool *reduced_from,
-                           const bool *clipped);
+                             const bool *clipped);
 
 #endif
