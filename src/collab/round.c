@@ -316,9 +316,15 @@ static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t
 }
 
 #ifdef DEDLOC_TEST_HOOKS
-/* DL_MISBEHAVE_OWN_CLAIM under centered clip: the result -1000 times the
- * true one (scaled after this), with the clip weights that such a result
- * would give the others (min(1, tau / distance)), so that only the
+/* The factor a lying aggregator's result carries: -1000, except the
+ * colluding pair's, which only flips the sign: a lie that keeps the
+ * result's norm, which the audit's norm bound cannot see, so that what
+ * catches it is spot disclosure (the pair's tests are about that). */
+static double lie_factor(const struct dl_round *r) { return r->misbehaviour == DL_MISBEHAVE_COLLUDE ? -1.0 : -1000.0; }
+
+/* DL_MISBEHAVE_OWN_CLAIM under centered clip: the result lie_factor times
+ * the true one (scaled after this), with the clip weights that such a
+ * result would give the others (min(1, tau / distance)), so that only the
  * equation, not the published clip weights, could give the lie away; its
  * own contribution keeps weight 1. */
 static void own_claim_clip_weights(struct dl_round *r, const float *decoded, const size_t *who, size_t count,
@@ -331,7 +337,7 @@ static void own_claim_clip_weights(struct dl_round *r, const float *decoded, con
         }
         double d2 = 0;
         for (size_t e = 0; e < len; e++) {
-            double diff = (double)decoded[i * len + e] + 1000.0 * r->acc[e];
+            double diff = (double)decoded[i * len + e] - lie_factor(r) * r->acc[e];
             d2 += diff * diff;
         }
         clip[i] = sqrt(d2) > tau ? tau / sqrt(d2) : 1.0;
@@ -460,7 +466,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
           r->misbehaviour == DL_MISBEHAVE_COLLUDE) &&
          generation == 0) ||
         (r->misbehaviour == DL_MISBEHAVE_REREDUCE_SCALE && generation == 1))
-        for (size_t e = 0; e < len; e++) r->acc[e] *= -1000.0;
+        for (size_t e = 0; e < len; e++) r->acc[e] *= lie_factor(r);
 #endif
     for (size_t e = 0; e < len; e++) r->tmp[e] = (float)r->acc[e];
     size_t trailer = DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * count;

@@ -834,8 +834,9 @@ int main(void) {
         {.name = "clip_outlier", .members = 4, .codec = DL_CODEC_FP16, .roles = "tttt",
          .parts = {CHUNK, 2 * CHUNK, CHUNK, CHUNK}, .weights = {1, 2, 3, 4}, .victim = -1, .clip = true,
          .tau = 5000, .outlier = 3, .shift = 100},
-        /* under centered clip, part 1's aggregator signs -1000 times the
-         * average and member 3, its accomplice, signs the projections of
+        /* under centered clip, part 1's aggregator signs the negated
+         * average (a lie that keeps the result's norm, which the norm bound
+         * cannot see) and member 3, its accomplice, signs the projections of
          * part 1 that make every chunk's equation hold (possible claims at
          * its true distance): the checkers drawn for part 1 ask member 3
          * for the chunk its claim pulls hardest with, and its signed chunk
