@@ -239,6 +239,11 @@ size_t dl_collab_drop_gone(dl_collab *collab, struct dl_swarm_view *view);
 /* The measured upload bandwidth (Mbit/s) from past rounds; 0 before any. */
 double dl_collab_measured_bandwidth(const dl_collab *collab);
 
+/* Whether a round's clip counts can refuse a peer here (clip_ban_rounds >
+ * 0): only then does the train loop keep the optimizer's moments of the
+ * last round that clipped nobody, to restore when one does. */
+bool dl_collab_bans_clipped(const dl_collab *collab);
+
 /* ==== state transfer ==== */
 /* A newcomer, or a peer more than one epoch behind, downloads the full
  * training state from peers at the latest epoch (donors) before it trains.

@@ -367,6 +367,7 @@ int bench_allreduce_member(int argc, char **argv) {
         else if (!strcmp(misbehave, "dictate")) mode = DL_MISBEHAVE_DICTATE;
         else if (!strcmp(misbehave, "stall-leader")) mode = DL_MISBEHAVE_STALL_LEADER;
         else if (!strcmp(misbehave, "result-scale")) mode = DL_MISBEHAVE_RESULT_SCALE;
+        else if (!strcmp(misbehave, "result-flip")) mode = DL_MISBEHAVE_RESULT_FLIP;
         else if (!strcmp(misbehave, "projection-lie")) mode = DL_MISBEHAVE_PROJECTION_LIE;
         else if (!strcmp(misbehave, "own-claim")) mode = DL_MISBEHAVE_OWN_CLAIM;
         else if (!strcmp(misbehave, "own-pull")) mode = DL_MISBEHAVE_OWN_PULL;

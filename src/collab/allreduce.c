@@ -385,7 +385,8 @@ static void on_event(struct dl_round *r, struct dl_avg_event *ev) {
         break;
     case EV_AUDIT:
     case EV_AUDIT_ACK:
-    case EV_AUDIT_DISCLOSED: dl_audit_on_event(r, ev); break;
+    case EV_AUDIT_DISCLOSED:
+    case EV_AUDIT_SPOT_CHUNK: dl_audit_on_event(r, ev); break;
     default: dl_recovery_on_event(r, ev); break;
     }
 }

@@ -73,7 +73,7 @@ static bool close_to(double x, double y) { return fabs(x - y) <= 1e-12 * fmax(fa
 
 bool dl_audit_measure_agrees(const struct dl_audit_measure *published, const struct dl_audit_measure *recomputed) {
     return close_to(published->s, recomputed->s) && close_to(published->a, recomputed->a) &&
-           close_to(published->d, recomputed->d);
+           close_to(published->d, recomputed->d) && close_to(published->r, recomputed->r);
 }
 
 /* A sum of m double terms is off by at most (m - 1) u times the sum of their
@@ -131,9 +131,9 @@ bool dl_audit_claim_possible(const struct dl_audit_measure *m, const struct dl_a
     char dummy[8];
     if (!why) why = dummy, why_size = sizeof dummy;
     why[0] = 0;
-    if (!isfinite(m->s) || !(m->a >= 0) || !(m->d >= 0) || !isfinite(m->a) || !isfinite(m->d)) {
-        snprintf(why, why_size, "measures (%g, %g, %g) that are not a projection, a norm and a distance", m->s, m->a,
-                 m->d);
+    if (!isfinite(m->s) || !(m->a >= 0) || !(m->d >= 0) || !isfinite(m->a) || !isfinite(m->d) || !isfinite(m->r)) {
+        snprintf(why, why_size, "measures (%g, %g, %g, %g) that are not a projection, a norm, a distance and a product",
+                 m->s, m->a, m->d, m->r);
         return false;
     }
     /* Each of s, a, d, z.q, |q|_1 and |q|_2 is a sum of len terms, off by
@@ -158,6 +158,17 @@ bool dl_audit_claim_possible(const struct dl_audit_measure *m, const struct dl_a
     if (off > bound) {
         snprintf(why, why_size, "a projection %.9g that is %.3g from the result's %.9g, beyond %g times the claimed "
                  "distance %g", m->s, off, res->s, DL_AUDIT_SIGMAS, m->d);
+        return false;
+    }
+    /* r - q.q = (x - q).q, at most d |q|_2 (Cauchy-Schwarz); each of r and
+     * q.q is off by g times |x|_2 |q|_2 <= (d + |q|_2) |q|_2. This bounds
+     * what a claim nobody else can hold against its chunk absorbs in the
+     * alignment check: c_j |r_j - q.q| <= c_j d_j |q|_2, at most tau |q|_2
+     * under centered clip. */
+    double l2 = res->l2, roff = fabs(m->r - l2 * l2), rbound = m->d * l2 * (1 + g) + g * (m->d + 2 * l2) * l2 + 0x1p-1000;
+    if (!(roff <= rbound)) {
+        snprintf(why, why_size, "a product with the result %.9g that is %.3g from its squared norm %.9g, beyond the "
+                 "claimed distance %g times its norm %g", m->r, roff, l2 * l2, m->d, l2);
         return false;
     }
     return true;
@@ -227,6 +238,34 @@ enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t coun
         if (!(res->l1 <= allowed)) {
             snprintf(why, why_size, "its L1 norm %.9g exceeds the %.9g that its contributors' chunks allow", res->l1,
                      allowed);
+            return DL_AUDIT_WRONG;
+        }
+    }
+    /* The result's alignment with what it averages. Its contributors'
+     * products give q.v = sum_j w_j c_j r_j / W (r_j = x_j.q, signed after
+     * q was fixed), so q.q - q.v = q.(q - v), which is at most |q|_2 e2 for
+     * an honest result (Cauchy-Schwarz, e2 = |v - q|_2 within its bound),
+     * whatever the direction. A result q = v + D must keep |q.D| within
+     * that: a flipped result misses by 2 |q|^2, a result c times the mean by
+     * (1 - 1/c) |q|^2, and the projection above, a single random direction,
+     * let a flip through about one chunk in two with uint8 or int8 (their
+     * rounding, and so its tolerance, grows with the result). What passes
+     * here is a lie nearly orthogonal to the result, which the projection
+     * still meets. Rounding: each r_j, the aggregator's sum that made v and
+     * our weighted sum are off by g times sum_j (w_j c_j / W) |x_j|_2 |q|_2,
+     * with |x_j|_2 <= d_j + |q|_2; q.q by g |q|_2^2. */
+    {
+        double l2 = res->l2, g = gamma_of(res->len) + gamma_of(count), aligned = 0, spread = 0;
+        for (size_t j = 0; j < count; j++) {
+            aligned += c[j].weight * c[j].clip * c[j].m.r;
+            spread += c[j].weight * c[j].clip / total * (c[j].m.d + l2);
+        }
+        aligned /= total;
+        double miss = fabs(l2 * l2 - aligned),
+               allowed = l2 * (held.e2 * (1 + g) + 4 * g * (spread + l2)) + 0x1p-1000;
+        if (!(miss <= allowed)) {
+            snprintf(why, why_size, "its squared norm %.9g is %.3g from its product with what its contributors sent "
+                     "(%.9g), beyond its rounding's %.3g", l2 * l2, miss, aligned, allowed);
             return DL_AUDIT_WRONG;
         }
     }

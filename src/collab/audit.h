@@ -4,15 +4,16 @@
  * After every result of a round is signed, each chunk gets a direction z,
  * values in (-1, 1) (dl_audit_direction) drawn from a seed nobody knew before (BLAKE2b of the round's
  * signed results and of nonces its aggregators revealed only after every
- * result was signed). Each sender publishes, per chunk it contributed to, three
+ * result was signed). Each sender publishes, per chunk it contributed to, four
  * numbers about the chunk x it sent (as the aggregator decodes it): s = z.x,
- * a = sum |x_e| (what bounds the rounding of s) and d = |x - q|_2, its
- * distance to the decoded result q. The aggregator's result commits to e2 =
+ * a = sum |x_e| (what bounds the rounding of s), d = |x - q|_2, its
+ * distance to the decoded result q, and r = x.q. The aggregator's result commits to e2 =
  * |v - q|_2 (v the result before encoding, in double), to delta = |v_c - v|_2
  * (v_c the centered-clip iterate its clip weights come from; 0 for the mean)
  * and to the clip weight c_j of each contributor (1 for the mean). A result
  * is right when
- *     z.q = sum_j w_j c_j s_j / sum_j w_j c_j       (within tolerance)
+ *     z.q = sum_j w_j c_j s_j / sum_j w_j c_j       (within tolerance),
+ *     q.q = sum_j w_j c_j r_j / sum_j w_j c_j       (within |q|_2 e2: q.(q - v)),
  * and, for centered clip, each c_j is what min(1, tau / |x_j - v_c|) allows
  * for a distance within delta + e2 of d_j. */
 #ifndef DEDLOC_COLLAB_AUDIT_H
@@ -22,9 +23,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What a sender publishes about one chunk it sent. */
+/* What a sender publishes about one chunk it sent: s = z.x, a = sum |x_e|,
+ * d = |x - q|_2 and r = x.q, its product with the result (the alignment
+ * check's term, dl_audit_check). */
 struct dl_audit_measure {
-    double s, a, d;
+    double s, a, d, r;
 };
 
 /* One contributor of a chunk, as the checks see it: its weight and measures
@@ -93,18 +96,19 @@ void dl_audit_direction(const uint8_t seed[32], uint64_t chunk, size_t len, int1
 /* The same through libsodium (portable) or OpenSSL (the fast one, falling
  * back to libsodium); tests hold the two equal. */
 void dl_audit_direction_path(bool portable, const uint8_t seed[32], uint64_t chunk, size_t len, int16_t *z);
-/* s, a and d of x against q, in double, in the fixed order of
+/* s, a, d and r of x against q, in double, in the fixed order of
  * audit_measure.c (eight lanes by index mod 8), the same on every CPU. */
 void dl_audit_measure(const int16_t *z, const float *x, const float *q, size_t len, struct dl_audit_measure *out);
 /* A result's smallest and largest value (0 and 0 for no elements). */
 struct dl_audit_extremes {
     double lo, hi;
 };
-/* Over a result q, in one pass: s and a as above, d = |q|_2, its extremes. */
+/* Over a result q, in one pass: s and a as above, d = |q|_2, r = q.q (the
+ * same sum as d, before its root), its extremes. */
 void dl_audit_measure_result(const int16_t *z, const float *q, size_t len, struct dl_audit_measure *out,
                              struct dl_audit_extremes *ext);
 /* Either of the above on the portable path (portable) or the fastest this
- * CPU has; q NULL: d = |x|_2; ext may be NULL. Tests hold the paths equal. */
+ * CPU has; q NULL: d = |x|_2 and r = x.x; ext may be NULL. Tests hold the paths equal. */
 void dl_audit_measure_path(bool portable, const int16_t *z, const float *x, const float *q, size_t len,
                            struct dl_audit_measure *out, struct dl_audit_extremes *ext);
 /* dl_audit_measure of x against q and dl_audit_measure_result of q, the

@@ -27,6 +27,16 @@ static inline bool in_mask(const uint8_t *result, size_t j) { return dl_round_re
 
 /* ---- audit_round.c ---- */
 
+/* How many chunks of one part a member may ask us for in a round: one
+ * disputed chunk (3c), one a spot check drew (3d), one an escalation names
+ * (each up to 512 KiB in fp32, so a bound, not one). */
+#define DL_AUDIT_DISCLOSURES 3
+/* Whether we disclosed chunk k of part p to member m this round. */
+bool dl_audit_disclosed(const struct dl_round *r, size_t m, size_t p, size_t k);
+/* Records a disclosure of chunk k of part p to member m: false when m
+ * already had DL_AUDIT_DISCLOSURES of that part (then refuse it). */
+bool dl_audit_note_disclosed(struct dl_round *r, size_t m, size_t p, size_t k);
+
 /* The size of a sender's signed projections of part `part`. */
 size_t dl_audit_proj_size(const struct dl_round *r, size_t part);
 /* The result of (part, k) if it is generation 0 from the part's aggregator

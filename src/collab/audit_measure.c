@@ -1,6 +1,6 @@
 /* The audit's passes over the elements (collab/audit.h): a chunk's
- * projection on a direction, L1 norm and distance to the result, and a
- * result's extremes.
+ * projection on a direction, L1 norm, distance to the result and product
+ * with it, and a result's extremes.
  *
  * Every member runs these over its whole vector several times a round (its
  * own chunks, the chunks of its part, every result), so they are the
@@ -31,7 +31,7 @@
 #define LANES 8
 
 struct lanes {
-    double s[LANES], a[LANES], d[LANES];
+    double s[LANES], a[LANES], d[LANES], r[LANES]; /* r: x.q (unused when q is NULL: d holds x.x) */
     float lo, hi;
 };
 
@@ -45,6 +45,7 @@ static void measure_scalar(const int16_t *z, const float *x, const float *q, siz
         L->a[l] += fabs(v);
         double diff = q ? v - (double)q[e] : v;
         L->d[l] += diff * diff;
+        if (q) L->r[l] += v * (double)q[e];
         /* a NaN never replaces a bound, as with _mm256_min_ps(v, bound) */
         L->lo = x[e] < L->lo ? x[e] : L->lo;
         L->hi = x[e] > L->hi ? x[e] : L->hi;
@@ -60,6 +61,7 @@ __attribute__((target("avx2"))) static void measure_avx2(const int16_t *z, const
     __m256d s0 = _mm256_loadu_pd(L->s), s1 = _mm256_loadu_pd(L->s + 4);
     __m256d a0 = _mm256_loadu_pd(L->a), a1 = _mm256_loadu_pd(L->a + 4);
     __m256d d0 = _mm256_loadu_pd(L->d), d1 = _mm256_loadu_pd(L->d + 4);
+    __m256d r0 = _mm256_loadu_pd(L->r), r1 = _mm256_loadu_pd(L->r + 4);
     __m256 lo = _mm256_set1_ps(L->lo), hi = _mm256_set1_ps(L->hi);
     for (size_t b = 0; b < blocks; b++) {
         __m256 v = _mm256_loadu_ps(x + LANES * b), av = _mm256_andnot_ps(sign, v);
@@ -78,8 +80,11 @@ __attribute__((target("avx2"))) static void measure_avx2(const int16_t *z, const
         a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(av, 1)));
         if (q) {
             __m256 qv = _mm256_loadu_ps(q + LANES * b);
-            v0 = _mm256_sub_pd(v0, _mm256_cvtps_pd(_mm256_castps256_ps128(qv)));
-            v1 = _mm256_sub_pd(v1, _mm256_cvtps_pd(_mm256_extractf128_ps(qv, 1)));
+            __m256d q0 = _mm256_cvtps_pd(_mm256_castps256_ps128(qv)), q1 = _mm256_cvtps_pd(_mm256_extractf128_ps(qv, 1));
+            r0 = _mm256_add_pd(r0, _mm256_mul_pd(v0, q0));
+            r1 = _mm256_add_pd(r1, _mm256_mul_pd(v1, q1));
+            v0 = _mm256_sub_pd(v0, q0);
+            v1 = _mm256_sub_pd(v1, q1);
         }
         d0 = _mm256_add_pd(d0, _mm256_mul_pd(v0, v0));
         d1 = _mm256_add_pd(d1, _mm256_mul_pd(v1, v1));
@@ -92,6 +97,8 @@ __attribute__((target("avx2"))) static void measure_avx2(const int16_t *z, const
     _mm256_storeu_pd(L->a + 4, a1);
     _mm256_storeu_pd(L->d, d0);
     _mm256_storeu_pd(L->d + 4, d1);
+    _mm256_storeu_pd(L->r, r0);
+    _mm256_storeu_pd(L->r + 4, r1);
     float lanes_lo[LANES], lanes_hi[LANES];
     _mm256_storeu_ps(lanes_lo, lo);
     _mm256_storeu_ps(lanes_hi, hi);
@@ -137,10 +144,13 @@ static void measure_lanes(bool portable, const int16_t *z, const float *x, const
     measure_scalar(z, x, q, 0, len, L);
 }
 
-static void lanes_out(const struct lanes *L, size_t len, struct dl_audit_measure *out, struct dl_audit_extremes *ext) {
+static void lanes_out(const struct lanes *L, bool with_q, size_t len, struct dl_audit_measure *out,
+                      struct dl_audit_extremes *ext) {
     out->s = lanes_sum(L->s);
     out->a = lanes_sum(L->a);
-    out->d = sqrt(lanes_sum(L->d));
+    double d2 = lanes_sum(L->d);
+    out->d = sqrt(d2);
+    out->r = with_q ? lanes_sum(L->r) : d2;
     if (ext) {
         ext->lo = len ? (double)L->lo : 0;
         ext->hi = len ? (double)L->hi : 0;
@@ -151,7 +161,7 @@ void dl_audit_measure_path(bool portable, const int16_t *z, const float *x, cons
                            struct dl_audit_measure *out, struct dl_audit_extremes *ext) {
     struct lanes L;
     measure_lanes(portable, z, x, q, len, &L);
-    lanes_out(&L, len, out, ext);
+    lanes_out(&L, q != NULL, len, out, ext);
 }
 
 /* Tiles of 8192 elements (x, q and z: 80 KiB, within L2), each measured for
@@ -179,8 +189,8 @@ void dl_audit_measure_both_path(bool portable, const int16_t *z, const float *x,
 #endif
     measure_scalar(z, x, q, done, len, &Lx);
     measure_scalar(z, q, NULL, done, len, &Lq);
-    lanes_out(&Lx, len, mx, NULL);
-    lanes_out(&Lq, len, mq, eq);
+    lanes_out(&Lx, true, len, mx, NULL);
+    lanes_out(&Lq, false, len, mq, eq);
 }
 
 void dl_audit_measure(const int16_t *z, const float *x, const float *q, size_t len, struct dl_audit_measure *out) {

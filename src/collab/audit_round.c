@@ -45,7 +45,7 @@
 #include "collab/round.h"
 #include "collab/wirecodec.h"
 
-#define MEASURE_BYTES 24
+#define MEASURE_BYTES 32 /* s a d r, f64 each */
 #define DL_AUDIT_MAX_STAND_IN (12u << 20)
 
 
@@ -99,9 +99,13 @@ int dl_audit_setup(struct dl_round *r) {
     r->disclosed = dl_calloc(n * n, sizeof *r->disclosed);
     r->disclosed_size = dl_calloc(n * n, sizeof *r->disclosed_size);
     r->disclose_done = dl_calloc(n * n, sizeof *r->disclose_done);
-    r->disclosed_to = dl_calloc(n * n, sizeof *r->disclosed_to);
+    r->disclose_k = dl_calloc(n * n, sizeof *r->disclose_k);
+    r->disclosed_to = dl_calloc(n * n * DL_AUDIT_DISCLOSURES, sizeof *r->disclosed_to);
     r->spot_k = dl_calloc(n, sizeof *r->spot_k);
     r->spot_j = dl_calloc(n, sizeof *r->spot_j);
+    r->spot_chunk = dl_calloc(n, sizeof *r->spot_chunk);
+    r->spot_chunk_size = dl_calloc(n, sizeof *r->spot_chunk_size);
+    r->spot_chunk_done = dl_calloc(n, sizeof *r->spot_chunk_done);
     r->spot_state = dl_calloc(n, sizeof *r->spot_state);
     r->spot_asked_at = dl_calloc(n, sizeof *r->spot_asked_at);
     r->spot_escalation = dl_calloc(n, sizeof *r->spot_escalation);
@@ -117,8 +121,8 @@ int dl_audit_setup(struct dl_round *r) {
         !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
         !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || !r->proj1_in ||
         !r->fast_proj || !r->fast_tried || !r->res_meas || !r->res_meas_valid || !r->fast_failed_k ||
-        !r->disclose_at || !r->disclosed || !r->disclosed_size || !r->disclose_done || !r->disclosed_to ||
-        !r->spot_k || !r->spot_j || !r->spot_state || !r->spot_asked_at || !r->spot_escalation || !r->verdict_in ||
+        !r->disclose_at || !r->disclosed || !r->disclosed_size || !r->disclose_done || !r->disclose_k || !r->disclosed_to ||
+        !r->spot_k || !r->spot_j || !r->spot_chunk || !r->spot_chunk_size || !r->spot_chunk_done || !r->spot_state || !r->spot_asked_at || !r->spot_escalation || !r->verdict_in ||
         !r->verdict_in_size ||
         !r->verdict_state || !r->verdict_asked_at || (r->i_aggregate && !r->kept))
         return -1;
@@ -164,6 +168,7 @@ void dl_audit_free(struct dl_round *r) {
     free(r->disclosed);
     free(r->disclosed_size);
     free(r->disclose_done);
+    free(r->disclose_k);
     free(r->disclosed_to);
     free(r->disclose_at);
     if (r->verdict_in)
@@ -174,6 +179,11 @@ void dl_audit_free(struct dl_round *r) {
     free(r->verdict_asked_at);
     free(r->spot_k);
     free(r->spot_j);
+    if (r->spot_chunk)
+        for (size_t i = 0; i < n; i++) free(r->spot_chunk[i]);
+    free(r->spot_chunk);
+    free(r->spot_chunk_size);
+    free(r->spot_chunk_done);
     free(r->spot_state);
     free(r->spot_asked_at);
     free(r->spot_escalation);
@@ -187,6 +197,23 @@ void dl_audit_free(struct dl_round *r) {
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
+
+bool dl_audit_disclosed(const struct dl_round *r, size_t m, size_t p, size_t k) {
+    const uint32_t *slots = r->disclosed_to + (m * r->g.n + p) * DL_AUDIT_DISCLOSURES;
+    for (size_t i = 0; i < DL_AUDIT_DISCLOSURES; i++)
+        if (slots[i] == k + 1) return true;
+    return false;
+}
+
+bool dl_audit_note_disclosed(struct dl_round *r, size_t m, size_t p, size_t k) {
+    uint32_t *slots = r->disclosed_to + (m * r->g.n + p) * DL_AUDIT_DISCLOSURES;
+    for (size_t i = 0; i < DL_AUDIT_DISCLOSURES; i++)
+        if (!slots[i]) {
+            slots[i] = (uint32_t)(k + 1);
+            return true;
+        }
+    return false;
+}
 
 size_t dl_audit_proj_size(const struct dl_round *r, size_t part) {
     return DL_AUDIT_PROJ_HEAD + MEASURE_BYTES * dl_round_chunks_of(r, part) + DL_NET_SIGNATURE;
@@ -220,6 +247,7 @@ static void read_measure(const uint8_t *p, struct dl_audit_measure *m) {
     m->s = dl_get_f64(p);
     m->a = dl_get_f64(p + 8);
     m->d = dl_get_f64(p + 16);
+    m->r = dl_get_f64(p + 24);
 }
 
 /* From a sender's signed projections of a part (type 1): its weight and
@@ -312,10 +340,11 @@ static bool nonce_counts(const struct dl_round *r, size_t m) {
  * then each reducer's revealed nonce in member order. (The grinding test
  * hook calls it before the others revealed: what a liar can foresee.) */
 static void compute_seed(const struct dl_round *r, uint8_t seed[32]) {
-    /* "3": directions of int16 words (before, +-1 signs); a member of another
-     * version draws another seed, and its projections then count as drawn
-     * for other results (not checkable), never as lies. */
-    static const char tag[] = "dedloc audit seed 3";
+    /* "4": projections carry r = x.q (32 bytes a chunk; "3" had 24, "2"
+     * drew +-1 signs); a member of another version draws another seed, and
+     * its projections then count as drawn for other results (not
+     * checkable), never as lies. */
+    static const char tag[] = "dedloc audit seed 4";
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 32);
     crypto_generichash_update(&st, (const uint8_t *)tag, sizeof tag);
@@ -377,7 +406,7 @@ static void own_pull_claim(struct dl_round *r, struct dl_audit_scratch *sc, size
     dl_round_chunk_range(r, r->me, k, &off, &len);
     size_t gi = r->first_chunk[r->me] + k;
     if (!r->res_meas_valid[gi]) return;
-    double zq = r->res_meas[gi][0], q2 = r->res_meas[gi][2], total = 0, others = 0, own_clip = 1;
+    double zq = r->res_meas[gi][0], q2 = r->res_meas[gi][2], total = 0, others = 0, others_r = 0, own_clip = 1;
     for (size_t j = 0; j < r->g.n; j++) {
         if (!in_mask(res, j)) continue;
         double c = dl_get_f64(commitment_of(r, res, len, j) + 32);
@@ -390,8 +419,10 @@ static void own_pull_claim(struct dl_round *r, struct dl_audit_scratch *sc, size
         const uint8_t *chunk = r->kept[k * r->g.n + j];
         if (!chunk || !dl_audit_measure_chunk(r, sc, r->audit_seed, r->me, k, chunk, res, &mj)) return;
         others += c * mj.s;
+        others_r += c * mj.r;
     }
     m->s = (zq * total - others) / own_clip;
+    m->r = (q2 * q2 * total - others_r) / own_clip;
     m->d = fabs(m->s - zq) / 7.5;
     m->a = 0.999 * sqrt((double)len) * (m->d + q2);
 }
@@ -408,7 +439,7 @@ static void collude_claim(struct dl_round *r, struct dl_audit_scratch *sc, size_
     dl_round_chunk_range(r, p, k, &off, &len);
     size_t gi = r->first_chunk[p] + k;
     if (!r->res_meas_valid[gi]) return;
-    double zq = r->res_meas[gi][0], q2 = r->res_meas[gi][2], pull = 0, own_clip = 1;
+    double zq = r->res_meas[gi][0], q2 = r->res_meas[gi][2], pull = 0, rpull = 0, own_clip = 1;
     struct dl_audit_measure mine = *m;
     for (size_t j = 0; j < r->g.n; j++) {
         if (!in_mask(res, j)) continue;
@@ -421,8 +452,10 @@ static void collude_claim(struct dl_round *r, struct dl_audit_scratch *sc, size_
         const uint8_t *chunk = a->kept[k * r->g.n + j];
         if (!chunk || !dl_audit_measure_chunk(r, sc, r->audit_seed, p, k, chunk, res, &mj)) return;
         pull += c * (mj.s - zq);
+        rpull += c * (mj.r - q2 * q2);
     }
     m->s = zq - pull / own_clip;
+    m->r = q2 * q2 - rpull / own_clip;
     m->d = mine.d;
     m->a = 0.999 * sqrt((double)len) * (m->d + q2);
 }
@@ -435,7 +468,8 @@ static void cover_claim(struct dl_round *r, size_t p, size_t k, const uint8_t *r
     dl_round_chunk_range(r, p, k, &off, &len);
     size_t gi = r->first_chunk[p] + k;
     if (!r->res_meas_valid[gi]) return;
-    double zq = r->res_meas[gi][0], q2 = r->res_meas[gi][2], total = 0, sum = 0, pull = 0, spread = 0, own_clip = 1;
+    double zq = r->res_meas[gi][0], q2 = r->res_meas[gi][2], total = 0, sum = 0, pull = 0, rpull = 0, spread = 0,
+           own_clip = 1;
     for (size_t j = 0; j < r->g.n; j++) {
         if (!in_mask(res, j)) continue;
         double c = dl_get_f64(commitment_of(r, res, len, j) + 32), weight;
@@ -447,15 +481,19 @@ static void cover_claim(struct dl_round *r, size_t p, size_t k, const uint8_t *r
             if (!pr || memcmp(pr + 24, r->audit_seed, 32)) return;
             dl_audit_read_projection(pr, k, &weight, &mj);
             pull += c * (mj.s - zq);
+            rpull += c * (mj.r - q2 * q2);
         }
         total += c;
         sum += c * mj.s;
         spread += c * mj.a;
     }
-    /* Only a result far off (a -1000x one): not an honest one's rounding. */
-    double miss = fabs(sum / total - zq);
-    if (!(total > 0) || miss <= 0.5 * (fabs(zq) + fabs(sum / total)) || miss <= 1e-3 * spread / total) return;
+    /* Only a result far off (our accomplice's lie): not an honest one's
+     * rounding, which stays within 8 e2 of it (and double rounding far
+     * below 1e-9 of the contributors' L1 norms). */
+    double miss = fabs(sum / total - zq), e2 = dl_get_f64(res + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, res, len));
+    if (!(total > 0) || miss <= 2 * DL_AUDIT_SIGMAS * e2 + 1e-9 * spread / total) return;
     m->s = zq - pull / own_clip;
+    m->r = q2 * q2 - rpull / own_clip;
     m->a = 0.999 * sqrt((double)len) * (m->d + q2);
 }
 
@@ -522,6 +560,7 @@ static uint8_t *build_projections(struct dl_round *r, struct dl_audit_scratch *s
         dl_put_f64(e, m.s);
         dl_put_f64(e + 8, m.a);
         dl_put_f64(e + 16, m.d);
+        dl_put_f64(e + 24, m.r);
     }
     r->tp.ops->sign(r->tp.ctx, msg, total - DL_NET_SIGNATURE, msg + total - DL_NET_SIGNATURE);
     *size = total;
@@ -1035,6 +1074,7 @@ static bool build_proj1(struct dl_round *r, struct dl_audit_scratch *sc, size_t 
         dl_put_f64(msg + 72, m.s);
         dl_put_f64(msg + 80, m.a);
         dl_put_f64(msg + 88, m.d);
+        dl_put_f64(msg + 96, m.r);
         r->tp.ops->sign(r->tp.ctx, msg, DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE,
                         msg + DL_AUDIT_PROJ1_SIZE - DL_NET_SIGNATURE);
     }
@@ -1072,6 +1112,7 @@ static void read_proj1(const uint8_t *msg, double *weight, struct dl_audit_measu
     m->s = dl_get_f64(msg + 72);
     m->a = dl_get_f64(msg + 80);
     m->d = dl_get_f64(msg + 88);
+    m->r = dl_get_f64(msg + 96);
 }
 
 /* Whether the re-reducer has every projection of the chunks it
@@ -1296,13 +1337,25 @@ static bool rosters_due(const struct dl_round *r, double now) {
 /* ---- test hooks: a grinding aggregator ------------------------------------------------------ */
 
 #ifdef DEDLOC_TEST_HOOKS
-/* The grinder's lie is +delta on one element and -delta on the next, with
+/* The grinder's lie is +delta on one element and -delta on another, with
  * delta GRIND_ODDS times the slack every member's check allows it: a
  * direction hides it when |z_a - z_b| delta stays within half that slack,
- * about one direction in GRIND_ODDS / 2 (collab/audit.h). Each try moves the
- * pair (so each try is a new signature, and a new seed), up to GRIND_TRIES. */
+ * about one direction in GRIND_ODDS / 2 (collab/audit.h). The alignment
+ * check (q.(q - v) within |q| e2) would see the pair's square, 2 delta^2:
+ * the grinder shrinks the whole result to take it off, and picks the two
+ * among neighbours in the result's sorted values, so that their product
+ * with q stays small too. Each try moves the pair (so each try is a new
+ * signature, and a new seed), up to GRIND_TRIES. */
 #define GRIND_ODDS 4096.0
 #define GRIND_TRIES 32768
+struct grind_slot {
+    float value;
+    size_t at;
+};
+static int grind_by_value(const void *x, const void *y) {
+    float a = ((const struct grind_slot *)x)->value, b = ((const struct grind_slot *)y)->value;
+    return (a > b) - (a < b);
+}
 uint8_t *dl_audit_two_faced_copy(struct dl_round *r, size_t gi) {
     uint8_t *msg = dl_malloc(r->store_size[gi]);
     if (!msg) return NULL;
@@ -1350,13 +1403,23 @@ void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
     dl_audit_measure_result(z, q, len, &qm, &ext);
     double bound = dl_audit_e2_bound(r->g.codec, qm.d, fmax(fabs(ext.lo), fabs(ext.hi)), ext.hi - ext.lo, len);
     double slack = DL_AUDIT_SIGMAS * fmin(dl_get_f64(commit), bound) + 2.0 * (double)(len + 8) * 0x1p-53 * qm.a;
+    double q_l2 = qm.d, aligned_slack = q_l2 * fmin(dl_get_f64(commit), bound);
     size_t pairs = len / 2;
-    for (size_t t = 0; t < GRIND_TRIES; t++) {
-        size_t a = 2 * (t % pairs), sweep = t / pairs; /* each sweep over the pairs a larger delta */
+    struct grind_slot *order = dl_malloc(sizeof *order * len);
+    if (!order) pairs = 0;
+    for (size_t e = 0; order && e < len; e++) order[e] = (struct grind_slot){q[e], e};
+    if (order) qsort(order, len, sizeof *order, grind_by_value);
+    for (size_t t = 0; t < GRIND_TRIES && pairs; t++) {
+        /* each sweep over the pairs a larger delta */
+        size_t a = order[2 * (t % pairs)].at, b = order[2 * (t % pairs) + 1].at, sweep = t / pairs;
         double delta = GRIND_ODDS * slack * (1 + (double)sweep / 64);
-        memcpy(lie, q, sizeof(float) * len);
+        /* and the whole result shrunk by mu, which takes the lie's own
+         * square (and its product with q) off q.(q - v): without it the
+         * alignment check sees 2 delta^2 */
+        double mu = (2 * delta * delta + delta * ((double)q[a] - (double)q[b])) / (q_l2 * q_l2);
+        for (size_t e = 0; e < len; e++) lie[e] = (float)((1 - mu) * (double)q[e]);
         lie[a] = (float)(lie[a] + delta);
-        lie[a + 1] = (float)(lie[a + 1] - delta);
+        lie[b] = (float)(lie[b] - delta);
         if (dl_codec_encode(r->g.codec, lie, len, msg + DL_AVG_RESULT_HEADER)) break;
         uint8_t signed_part[DL_AVG_RESULT_SIGNED + 32];
         memcpy(signed_part, msg, DL_AVG_RESULT_SIGNED);
@@ -1374,14 +1437,18 @@ void dl_audit_grind(struct dl_round *r, size_t part, size_t k) {
         dl_audit_direction(seed, gi, len, z);
         if (!dl_audit_decode_result(r, msg, len, lie)) break;
         dl_audit_measure_result(z, lie, len, &qm, NULL);
-        double want = 0;
-        for (size_t e = 0; e < len; e++) want += dl_audit_z(z[e]) * r->acc[e];
-        if (fabs(qm.s - want) <= slack / 2) {
+        double want = 0, product = 0;
+        for (size_t e = 0; e < len; e++) {
+            want += dl_audit_z(z[e]) * r->acc[e];
+            product += (double)lie[e] * r->acc[e];
+        }
+        if (fabs(qm.s - want) <= slack / 2 && fabs(qm.r - product) <= aligned_slack / 2) {
             DL_INFO("collab", "grinding: try %zu hides +-%g at elements %zu and %zu from the directions we foresee",
-                    t, delta, a, a + 1);
+                    t, delta, a, b);
             break;
         }
     }
+    free(order);
     free(q);
     free(lie);
     free(z);
@@ -1511,8 +1578,20 @@ void dl_audit_ask_disclosure(struct dl_round *r, size_t p, double now) {
     msg[18] = DL_AUDIT_DISCLOSE;
     dl_put_u32(msg + 20, (uint32_t)k);
     for (size_t j = 0; res && j < n; j++) {
-        if (!in_mask(res, j) || r->disclosed[p * n + j]) continue; /* (a spot check may hold one already) */
         size_t slot = p * n + j, size = 0;
+        if (!in_mask(res, j)) continue;
+        if (r->disclosed[slot] || !r->disclose_done[slot]) {
+            /* One held or asked for already (a spot check's evidence, a
+             * checker's silent sender): kept when it is of this chunk. */
+            const uint8_t *held = r->disclosed[slot];
+            if (held ? r->disclosed_size[slot] >= DL_AVG_CHUNK_HEADER && dl_get_u32(held + 20) == k
+                     : r->disclose_k[slot] == k + 1)
+                continue;
+            free(r->disclosed[slot]);
+            r->disclosed[slot] = NULL;
+        }
+        r->disclose_done[slot] = false;
+        r->disclose_k[slot] = (uint32_t)(k + 1);
         if (j == r->me) {
             r->disclosed[slot] = dl_round_encode_own(r, p, k, true, &size);
             r->disclosed_size[slot] = size;
@@ -1791,7 +1870,7 @@ void dl_audit_on_event_(struct dl_round *r, struct dl_avg_event *ev);
 void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
     if (ev->kind == EV_AUDIT_DISCLOSED) {
         size_t p = ev->part, j = ev->member, n = r->g.n;
-        if (p >= n || j >= n || r->disclose_done[p * n + j]) return;
+        if (p >= n || j >= n || r->disclose_done[p * n + j] || r->disclose_k[p * n + j] != ev->chunk + 1) return;
         r->disclose_done[p * n + j] = true;
         if (ev->status == DL_NET_OK && ev->size) {
             r->disclosed[p * n + j] = ev->data;
@@ -1799,6 +1878,20 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
             ev->data = NULL;
         } else {
             DL_INFO("collab", "%s did not disclose its chunk of part %zu (%s)", ev->peer_id, p,
+                    dl_net_status_name(ev->status));
+        }
+        return;
+    }
+    if (ev->kind == EV_AUDIT_SPOT_CHUNK) {
+        size_t p = ev->part, n = r->g.n;
+        if (p >= n || r->spot_chunk_done[p] || ev->chunk != r->spot_k[p] || ev->member != r->spot_j[p]) return;
+        r->spot_chunk_done[p] = true;
+        if (ev->status == DL_NET_OK && ev->size) {
+            r->spot_chunk[p] = ev->data;
+            r->spot_chunk_size[p] = ev->size;
+            ev->data = NULL;
+        } else {
+            DL_INFO("collab", "%s did not disclose the chunk of part %zu our spot check drew (%s)", ev->peer_id, p,
                     dl_net_status_name(ev->status));
         }
         return;
@@ -1892,17 +1985,18 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
             ev->data = NULL;
         }
     } else if (type == DL_AUDIT_DISCLOSE) {
-        /* Our signed chunk of another's part, once per asking member and
-         * part: what we sent its aggregator, which the asker may hold
-         * against it (or against our projections). */
+        /* Our signed chunk of another's part, DL_AUDIT_DISCLOSURES
+         * chunks at most per asking member and part (a disputed chunk, a
+         * spot check's, an escalation's: one asker may need all three):
+         * what we sent its aggregator, which the asker may hold against it
+         * (or against our projections). */
         size_t k = dl_get_u32(ev->data + 20), n = r->g.n, size = 0;
         if (ev->size != DL_AUDIT_DISCLOSE_SIZE || part >= n || part == r->me || !r->i_send ||
             !r->g.members[part].part_elems || k >= dl_round_chunks_of(r, part) ||
-            r->disclosed_to[(size_t)j * n + part]) {
-            dl_round_respond_text(r, ev->token, "refused: not a chunk we sent, or asked already");
+            !dl_audit_note_disclosed(r, (size_t)j, part, k)) {
+            dl_round_respond_text(r, ev->token, "refused: not a chunk we sent, or asked too often");
             return;
         }
-        r->disclosed_to[(size_t)j * n + part] = true;
 #ifdef DEDLOC_TEST_HOOKS
         if (r->misbehaviour == DL_MISBEHAVE_COLLUDE_SILENT) {
             dl_round_respond_text(r, ev->token, "refused: not today");

@@ -137,6 +137,7 @@ static int spot_judge(struct dl_round *r, struct dl_audit_scratch *sc, size_t p,
 static void ask_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double now) {
     size_t slot = p * r->g.n + j;
     if (r->disclosed[slot] || r->disclose_done[slot]) return;
+    r->disclose_k[slot] = (uint32_t)(k + 1);
     uint8_t msg[DL_AUDIT_DISCLOSE_SIZE] = {0};
     memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
     dl_put_u16(msg + 16, (uint16_t)p);
@@ -145,6 +146,19 @@ static void ask_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double n
     if (dl_round_request(r, r->g.members[j].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
                          EV_AUDIT_DISCLOSED, (uint32_t)p, (uint32_t)k, (uint32_t)j))
         r->disclose_done[slot] = true;
+}
+
+/* Our own spot check's chunk (p, k) of sender j, from the sender itself
+ * (3c's request), into the spot check's own slot. */
+static void ask_spot_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double now) {
+    uint8_t msg[DL_AUDIT_DISCLOSE_SIZE] = {0};
+    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
+    dl_put_u16(msg + 16, (uint16_t)p);
+    msg[18] = DL_AUDIT_DISCLOSE;
+    dl_put_u32(msg + 20, (uint32_t)k);
+    if (dl_round_request(r, r->g.members[j].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
+                         EV_AUDIT_SPOT_CHUNK, (uint32_t)p, (uint32_t)k, (uint32_t)j))
+        r->spot_chunk_done[p] = true;
 }
 
 /* A spot check's chunk from part p's aggregator, which kept every chunk
@@ -159,8 +173,8 @@ static void ask_kept_chunk(struct dl_round *r, size_t p, size_t k, size_t j, dou
     dl_put_u32(msg + 20, (uint32_t)k);
     dl_put_u16(msg + 24, (uint16_t)j);
     if (dl_round_request(r, r->g.members[p].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
-                         EV_AUDIT_DISCLOSED, (uint32_t)p, (uint32_t)k, (uint32_t)j))
-        r->disclose_done[p * r->g.n + j] = true;
+                         EV_AUDIT_SPOT_CHUNK, (uint32_t)p, (uint32_t)k, (uint32_t)j))
+        r->spot_chunk_done[p] = true;
 }
 
 /* Member i's projections of part p as i sent them to us, drawn for our seed (NULL: none). */
@@ -192,7 +206,7 @@ static void spot_compare(struct dl_round *r, size_t p, const uint8_t *blocks, si
 
 static void send_verdict(struct dl_round *r, size_t p, int outcome, size_t k, size_t j, const uint8_t *pr,
                          double now) {
-    size_t n = r->g.n, psz = dl_audit_proj_size(r, p), chunk_size = outcome == DL_SPOT_LIE ? r->disclosed_size[p * n + j] : 0;
+    size_t n = r->g.n, psz = dl_audit_proj_size(r, p), chunk_size = outcome == DL_SPOT_LIE ? r->spot_chunk_size[p] : 0;
     size_t evidence = outcome == DL_SPOT_LIE ? psz + chunk_size : 0, blocks = 0;
     /* Every sender's projections of p as it sent them to us: a sender that
      * signs different ones for different members (honest ones for the
@@ -218,7 +232,7 @@ static void send_verdict(struct dl_round *r, size_t p, int outcome, size_t k, si
     dl_put_u16(msg + 24, (uint16_t)j);
     if (outcome == DL_SPOT_LIE) {
         memcpy(msg + DL_AUDIT_VERDICT_HEAD, pr, psz);
-        memcpy(msg + DL_AUDIT_VERDICT_HEAD + psz, r->disclosed[p * r->g.n + j], chunk_size);
+        memcpy(msg + DL_AUDIT_VERDICT_HEAD + psz, r->spot_chunk[p], chunk_size);
     }
     for (size_t m = 0; m < r->g.n; m++) {
         if (m == r->me || r->g.members[m].role == DL_MEMBER_AUX) continue;
@@ -258,12 +272,16 @@ void dl_audit_spot_escalate(struct dl_round *r, size_t p, size_t k, double now) 
 
 /* The sender of a drawn claim did not show its chunk: nothing is applied,
  * and it is refused for ban_s (no evidence: it may be dead), for the run
- * the second time (dl_bans_add_silent). */
+ * the second time (dl_bans_add_silent). Not once we convicted p: the
+ * part's lie is then settled on evidence, and an honest sender that
+ * convicted p before us has ended its round and answers nobody (drawn
+ * when no claim of the part pulls harder than an honest one, as for a lie
+ * its accomplice covered only towards the others). */
 static void spot_silent(struct dl_round *r, size_t p, size_t k, size_t j) {
     char why[300];
     snprintf(why, sizeof why, "member %zu did not disclose its chunk %zu of part %zu, drawn for a spot check", j, k, p);
     dl_audit_unsure(r, why);
-    if (!r->accused[j]) dl_bans_add_silent(r->bans, r->g.members[j].peer_id, why);
+    if (!r->accused[j] && !r->accused[p]) dl_bans_add_silent(r->bans, r->g.members[j].peer_id, why);
 }
 
 /* Whether a member that receives, not gone, has yet to get our chunk of
@@ -273,7 +291,7 @@ static bool spot_owed(const struct dl_round *r, size_t p) {
     if (!res || !in_mask(res, r->me)) return false;
     for (size_t m = 0; m < r->g.n; m++)
         if (m != r->me && m != p && r->g.members[m].role != DL_MEMBER_AUX && !gone(r, m) &&
-            !r->disclosed_to[m * r->g.n + p])
+            !dl_audit_disclosed(r, m, p, r->fast_failed_k[p]))
             return true;
     return false;
 }
@@ -303,29 +321,40 @@ bool dl_audit_spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double 
             r->spot_asked_at[p] = now;
             r->spot_state[p] = 1;
         }
-        size_t k = r->spot_k[p], j = r->spot_j[p], slot = p * n + j;
-        if (!r->disclose_done[slot] && now - r->spot_asked_at[p] <= r->stall_s) {
+        size_t k = r->spot_k[p], j = r->spot_j[p];
+        if (!r->spot_chunk_done[p] && now - r->spot_asked_at[p] <= r->stall_s) {
             waiting = true;
             continue;
         }
         if (r->spot_state[p] == 1 &&
-            (!r->disclosed[slot] || spot_judge(r, sc, p, k, j, held_projections(r, p, j), r->disclosed[slot],
-                                               r->disclosed_size[slot]) == DL_SPOT_SILENT)) {
+            (!r->spot_chunk[p] || spot_judge(r, sc, p, k, j, held_projections(r, p, j), r->spot_chunk[p],
+                                             r->spot_chunk_size[p]) == DL_SPOT_SILENT)) {
             /* The aggregator did not bring it (dead, refusing, or not the
              * committed chunk): the sender holds it too. */
-            free(r->disclosed[slot]);
-            r->disclosed[slot] = NULL;
-            r->disclose_done[slot] = false;
-            ask_chunk(r, p, k, j, now);
+            free(r->spot_chunk[p]);
+            r->spot_chunk[p] = NULL;
+            r->spot_chunk_done[p] = false;
+            ask_spot_chunk(r, p, k, j, now);
             r->spot_asked_at[p] = now;
             r->spot_state[p] = 3;
             waiting = true;
             continue;
         }
         const uint8_t *pr = held_projections(r, p, j);
-        int outcome = spot_judge(r, sc, p, k, j, pr, r->disclosed[slot], r->disclosed_size[slot]);
+        int outcome = spot_judge(r, sc, p, k, j, pr, r->spot_chunk[p], r->spot_chunk_size[p]);
         if (outcome == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, "our spot check")) outcome = DL_SPOT_SILENT;
-        if (outcome == DL_SPOT_LIE) dl_audit_spot_escalate(r, p, k, now);
+        if (outcome == DL_SPOT_LIE) {
+            /* The chunk stands for its sender's answer in the escalation
+             * (when that slot is free: one may hold another chunk). */
+            size_t slot = p * n + j;
+            if (!r->disclosed[slot] && !r->disclose_done[slot] &&
+                (r->disclosed[slot] = dl_malloc(r->spot_chunk_size[p]))) {
+                memcpy(r->disclosed[slot], r->spot_chunk[p], r->spot_chunk_size[p]);
+                r->disclosed_size[slot] = r->spot_chunk_size[p];
+                r->disclose_done[slot] = true;
+            }
+            dl_audit_spot_escalate(r, p, k, now);
+        }
         if (outcome == DL_SPOT_SILENT) {
             /* Neither the aggregator (when asked) nor the sender showed
              * the chunk it holds: both refused for ban_s. */
@@ -448,22 +477,21 @@ bool dl_audit_spot_on_event(struct dl_round *r, struct dl_avg_event *ev, size_t 
     int type = ev->data[18];
     if (type == DL_AUDIT_DISCLOSE_KEPT) {
         /* A sender's signed chunk of our part, which our result committed
-         * to, once per asking member: a spot checker's draw (3d). */
+         * to, DL_AUDIT_DISCLOSURES at most per asking member: a spot
+         * checker's draw (3d). */
         size_t k = dl_get_u32(ev->data + 20), sender = ev->size >= DL_AUDIT_DISCLOSE_KEPT_SIZE
                                                            ? dl_get_u16(ev->data + 24) : r->g.n, n = r->g.n;
         const uint8_t *chunk = ev->size == DL_AUDIT_DISCLOSE_KEPT_SIZE && part == r->me && r->i_aggregate &&
-                                       k < r->agg_chunks && sender < n && r->kept &&
-                                       !r->disclosed_to[j * n + r->me]
+                                       k < r->agg_chunks && sender < n && r->kept
                                    ? r->kept[k * n + sender]
                                    : NULL;
 #ifdef DEDLOC_TEST_HOOKS
         if (r->misbehaviour == DL_MISBEHAVE_COLLUDE) chunk = NULL; /* shields its accomplice */
 #endif
-        if (!chunk) {
-            dl_round_respond_text(r, ev->token, "refused: no such chunk of ours, or asked already");
+        if (!chunk || !dl_audit_note_disclosed(r, j, r->me, k)) {
+            dl_round_respond_text(r, ev->token, "refused: no such chunk of ours, or asked too often");
             return true;
         }
-        r->disclosed_to[j * n + r->me] = true;
         uint64_t off, len;
         dl_round_chunk_range(r, r->me, k, &off, &len);
         dl_round_respond(r, ev->token, DL_NET_OK, chunk, dl_round_chunk_msg_size(r, len));

@@ -26,6 +26,8 @@ enum dl_avg_event_kind {
     EV_PING_REPLY,
     EV_AUDIT, EV_AUDIT_ACK, /* accountable aggregation: request, reply */
     EV_AUDIT_DISCLOSED,     /* the reply to a disclosure request: a sender's signed chunk */
+    EV_AUDIT_SPOT_CHUNK,    /* the same for our own spot check's draw (kept apart: another chunk of the part
+                             * may be disputed at once, 3c, or escalated) */
 };
 
 struct dl_avg_event {

@@ -162,7 +162,8 @@ int dl_test_misbehaviour_from_name(const char *name, int *mode) {
                  {"attest-only", DL_MISBEHAVE_ATTEST_ONLY},   {"own-claim", DL_MISBEHAVE_OWN_CLAIM},
                  {"own-pull", DL_MISBEHAVE_OWN_PULL},         {"scale-then-silent", DL_MISBEHAVE_SCALE_THEN_SILENT},
                  {"then-silent", DL_MISBEHAVE_THEN_SILENT},   {"collude", DL_MISBEHAVE_COLLUDE},
-                 {"cover", DL_MISBEHAVE_COVER},               {"skip-spot", DL_MISBEHAVE_SKIP_SPOT}};
+                 {"cover", DL_MISBEHAVE_COVER},               {"skip-spot", DL_MISBEHAVE_SKIP_SPOT},
+                 {"result-flip", DL_MISBEHAVE_RESULT_FLIP}};
     for (size_t i = 0; name && i < sizeof modes / sizeof modes[0]; i++)
         if (!strcmp(name, modes[i].name)) {
             *mode = modes[i].mode;
@@ -170,7 +171,7 @@ int dl_test_misbehaviour_from_name(const char *name, int *mode) {
         }
     return dl_fail("unknown test misbehaviour '%s' (result-scale, projection-lie, huge-values, dictate, "
                    "stall-leader, skip-audit, attest-only, own-claim, own-pull, scale-then-silent, then-silent, "
-                   "collude, cover or skip-spot)",
+                   "collude, cover, skip-spot or result-flip)",
                    name ? name : "(null)");
 }
 

@@ -316,17 +316,52 @@ static int reduce_clipped(struct dl_round *r, const float *decoded, const size_t
 }
 
 #ifdef DEDLOC_TEST_HOOKS
-/* The factor a lying aggregator's result carries: -1000, except the
- * colluding pair's, which only flips the sign: a lie that keeps the
- * result's norm, which the audit's norm bound cannot see, so that what
- * catches it is spot disclosure (the pair's tests are about that). */
-static double lie_factor(const struct dl_round *r) { return r->misbehaviour == DL_MISBEHAVE_COLLUDE ? -1.0 : -1000.0; }
+/* Whether this reduction carries our test hook's lie. */
+static bool lies_now(const struct dl_round *r, uint8_t generation) {
+    switch (r->misbehaviour) {
+    case DL_MISBEHAVE_RESULT_SCALE:
+    case DL_MISBEHAVE_RESULT_FLIP:
+    case DL_MISBEHAVE_OWN_CLAIM:
+    case DL_MISBEHAVE_OWN_PULL:
+    case DL_MISBEHAVE_SCALE_THEN_SILENT:
+    case DL_MISBEHAVE_COLLUDE: return generation == 0;
+    case DL_MISBEHAVE_REREDUCE_SCALE: return generation == 1;
+    default: return false;
+    }
+}
 
-/* DL_MISBEHAVE_OWN_CLAIM under centered clip: the result lie_factor times
- * the true one (scaled after this), with the clip weights that such a
- * result would give the others (min(1, tau / distance)), so that only the
- * equation, not the published clip weights, could give the lie away; its
- * own contribution keeps weight 1. */
+/* The lie a test-hook aggregator signs in place of its result v (acc):
+ * -1000 v (-v for DL_MISBEHAVE_RESULT_FLIP), except for the colluding pair
+ * and the own-pull hook, whose tests are about what catches a lie that a
+ * claim nobody else checks can cover (spot disclosure, a reducer sitting
+ * out). Those sign v / 2 + R, with R orthogonal to v and |R| = |v| / 2: a
+ * result on the sphere through 0 and v, so q.(q - v) = 0 and the alignment
+ * check (collab/audit.h) has nothing to see, while the projection still
+ * does. */
+static void lie_apply(const struct dl_round *r, double *v, size_t len) {
+    if (r->misbehaviour != DL_MISBEHAVE_COLLUDE && r->misbehaviour != DL_MISBEHAVE_OWN_PULL) {
+        double factor = r->misbehaviour == DL_MISBEHAVE_RESULT_FLIP ? -1.0 : -1000.0;
+        for (size_t e = 0; e < len; e++) v[e] *= factor;
+        return;
+    }
+    double vv = 0, uv = 0, uu = 0;
+    for (size_t e = 0; e < len; e++) {
+        vv += v[e] * v[e];
+        uv += (e & 1 ? 1.0 : -1.0) * v[e];
+    }
+    if (!(vv > 0)) return;
+    for (size_t e = 0; e < len; e++) {
+        double u = (e & 1 ? 1.0 : -1.0) - uv / vv * v[e];
+        uu += u * u;
+    }
+    double scale = uu > 0 ? 0.5 * sqrt(vv / uu) : 0;
+    for (size_t e = 0; e < len; e++) v[e] = 0.5 * v[e] + scale * ((e & 1 ? 1.0 : -1.0) - uv / vv * v[e]);
+}
+
+/* DL_MISBEHAVE_OWN_CLAIM under centered clip: the lie (already in acc),
+ * with the clip weights that it gives the others (min(1, tau /
+ * distance)), so that only the equation, not the published clip weights,
+ * could give the lie away; its own contribution keeps weight 1. */
 static void own_claim_clip_weights(struct dl_round *r, const float *decoded, const size_t *who, size_t count,
                                    size_t len, double *clip) {
     double tau = r->g.clip_tau;
@@ -337,7 +372,7 @@ static void own_claim_clip_weights(struct dl_round *r, const float *decoded, con
         }
         double d2 = 0;
         for (size_t e = 0; e < len; e++) {
-            double diff = (double)decoded[i * len + e] - lie_factor(r) * r->acc[e];
+            double diff = (double)decoded[i * len + e] - r->acc[e];
             d2 += diff * diff;
         }
         clip[i] = sqrt(d2) > tau ? tau / sqrt(d2) : 1.0;
@@ -447,6 +482,7 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
     if (clip) {
         int rc = reduce_clipped(r, decoded, who, weights, count, (size_t)len, clip_weight, iterate, &moved);
 #ifdef DEDLOC_TEST_HOOKS
+        if (!rc && lies_now(r, generation)) lie_apply(r, r->acc, (size_t)len);
         if (!rc && (r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM || r->misbehaviour == DL_MISBEHAVE_OWN_PULL ||
                     r->misbehaviour == DL_MISBEHAVE_COLLUDE) &&
             generation == 0)
@@ -459,15 +495,10 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
         }
     } else {
         for (size_t e = 0; e < len; e++) r->acc[e] /= total;
-    }
 #ifdef DEDLOC_TEST_HOOKS
-    if (((r->misbehaviour == DL_MISBEHAVE_RESULT_SCALE || r->misbehaviour == DL_MISBEHAVE_OWN_CLAIM ||
-          r->misbehaviour == DL_MISBEHAVE_OWN_PULL || r->misbehaviour == DL_MISBEHAVE_SCALE_THEN_SILENT ||
-          r->misbehaviour == DL_MISBEHAVE_COLLUDE) &&
-         generation == 0) ||
-        (r->misbehaviour == DL_MISBEHAVE_REREDUCE_SCALE && generation == 1))
-        for (size_t e = 0; e < len; e++) r->acc[e] *= lie_factor(r);
+        if (lies_now(r, generation)) lie_apply(r, r->acc, (size_t)len);
 #endif
+    }
     for (size_t e = 0; e < len; e++) r->tmp[e] = (float)r->acc[e];
     size_t trailer = DL_AVG_COMMIT_HEAD + DL_AVG_COMMIT_ENTRY * count;
     /* A topk round's result is sparse fp16, its size read from its bytes. */
@@ -502,6 +533,20 @@ int dl_round_reduce(struct dl_round *r, size_t part, size_t k, uint8_t generatio
      * the chunk we reduced and its clip weight. */
     uint8_t *commit = data + res_size;
     dl_put_f64(commit, distance_to(r->acc, q, (size_t)len));
+#ifdef DEDLOC_TEST_HOOKS
+    if (r->misbehaviour == DL_MISBEHAVE_RESULT_FLIP && lies_now(r, generation)) {
+        /* the widest tolerance it can buy: the most rounding an honest
+         * result of these values may need */
+        double l2 = 0, lo = len ? q[0] : 0, hi = lo;
+        for (size_t e = 0; e < len; e++) {
+            l2 += (double)q[e] * q[e];
+            lo = fmin(lo, (double)q[e]);
+            hi = fmax(hi, (double)q[e]);
+        }
+        l2 = sqrt(l2);
+        dl_put_f64(commit, 0.999 * dl_audit_e2_bound(r->g.codec, l2, fmax(fabs(lo), fabs(hi)), hi - lo, (size_t)len));
+    }
+#endif
     dl_put_f64(commit + 8, moved);
     dl_audit_nonce_commit(r->g.round_id, r->audit_nonce, commit + DL_AVG_COMMIT_NONCE);
     for (size_t i = 0; i < count; i++) {

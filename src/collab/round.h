@@ -51,7 +51,7 @@
 #define DL_AUDIT_REREDUCED 5       /* a re-reducer's record of one contribution to a generation-1 chunk */
 #define DL_AUDIT_REREDUCED_HEAD 32 /* round_id part u16 type pad chunk u32 sender u16 kind u8 pad[5] */
 #define DL_AUDIT_PROJ1 6           /* a sender's signed projection of one generation-1 chunk, to its re-reducer */
-#define DL_AUDIT_PROJ1_SIZE 160    /* round_id part type pad chunk u32 sender u16 pad[6] seed[32] weight s a d sig */
+#define DL_AUDIT_PROJ1_SIZE 168    /* round_id part type pad chunk u32 sender u16 pad[6] seed[32] weight s a d r sig */
 #define DL_AUDIT_ROSTER 4
 #define DL_AUDIT_DISCLOSE 8        /* a member asks a sender for its signed chunk of a failed aggregator's part */
 #define DL_AUDIT_DISCLOSE_SIZE 24  /* round_id part u16 type pad chunk u32 */
@@ -127,10 +127,12 @@ enum dl_misbehaviour {
     DL_MISBEHAVE_OWN_CLAIM,
     /* test-hook builds only, under centered clip: an aggregator that keeps
      * its own contribution in its part (dl_round_reducer_sits_out says it
-     * may not), signs -1000 times the average with the clip weights that
-     * gives the others, and after the seed signs measures of its own chunk
-     * that are possible (dl_audit_claim_possible) and make the equation
-     * hold: the own-claim gap the rule above closes */
+     * may not), signs v / 2 + R (v the average, R orthogonal to it, |R| =
+     * |v| / 2: a lie the alignment check cannot see) with the clip weights
+     * that gives the others, and after the seed signs measures of its own
+     * chunk that are possible (dl_audit_claim_possible) and make the
+     * equation and the alignment hold: the own-claim gap the rule above
+     * closes */
     DL_MISBEHAVE_OWN_PULL,
     /* test-hook builds only: an aggregator whose results are -1000 times
      * the average, that sends the first of them to every member and then
@@ -147,8 +149,8 @@ enum dl_misbehaviour {
      * part), so that only a check of that part can catch it */
     DL_MISBEHAVE_PROJECTION_LIE_PART1,
     /* test-hook builds only, a colluding pair under centered clip: an
-     * aggregator whose results are -1000 times the average, with the clip
-     * weights that gives its senders, and that never accuses its
+     * aggregator whose results are v / 2 + R (as DL_MISBEHAVE_OWN_PULL's),
+     * with the clip weights that gives its senders, and that never accuses its
      * accomplice; and the accomplice, a sender whose signed projections of
      * that aggregator's part (`accomplice` in the round) are the measures
      * that make each chunk's equation hold (possible claims, its true
@@ -178,6 +180,11 @@ enum dl_misbehaviour {
      * where the chunks share a sign: its aggregators' attestations must
      * convict it, not the other way round */
     DL_MISBEHAVE_NORM_LIE,
+    /* as an aggregator, signs the negated average: a lie that keeps the
+     * result's norm, which the norm bound cannot see and one projection lets
+     * through about one chunk in two with uint8 or int8; the alignment check
+     * (q.(q - v), collab/audit.h) refuses it */
+    DL_MISBEHAVE_RESULT_FLIP,
 };
 
 /* One chunk slot at the aggregator: contributions as they arrived. */
@@ -311,7 +318,8 @@ struct dl_round {
     uint8_t **disclosed;
     size_t *disclosed_size;
     bool *disclose_done;
-    bool *disclosed_to;
+    uint32_t *disclose_k;         /* per (part, sender) slot: the chunk it was last asked for (a reply for another is stale) */
+    uint32_t *disclosed_to; /* per asking member and part, the chunks (k + 1) we disclosed to it (DL_AUDIT_DISCLOSURES) */
     /* Spot disclosure (3d): per part p we check, the claim drawn (chunk,
      * member) and how far we are (0 not yet, 1 asked, 2 verdict sent), when
      * we asked; per (part p, checker m) at p n + m, m's verdict and whether
@@ -319,6 +327,9 @@ struct dl_round {
      * own checks and verdicts were done (0: not yet). A checker asks the
      * part's aggregator first (state 1), the sender when that fails (3). */
     size_t *spot_k, *spot_j;
+    uint8_t **spot_chunk;         /* per part we check: the drawn chunk as its aggregator or sender sent it */
+    size_t *spot_chunk_size;
+    bool *spot_chunk_done;        /* its answer (or failure) came, or the request could not be sent */
     uint8_t *spot_state;
     double *spot_asked_at;
     uint8_t *spot_escalation;     /* per part: a sender of it convicted, its chunk's contributors asked (1), judged (2) */

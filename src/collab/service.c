@@ -197,6 +197,8 @@ void dl_collab_stop(dl_collab *c) {
 
 double dl_collab_measured_bandwidth(const dl_collab *c) { return c->measured_mbit; }
 
+bool dl_collab_bans_clipped(const dl_collab *c) { return c->cfg.clip_ban_rounds > 0; }
+
 void dl_avg_handoff_init(struct dl_avg_handoff *h) { memset(h, 0, sizeof *h); }
 
 int dl_collab_hand_over(dl_collab *c, struct dl_avg_handoff *h, double weight) {

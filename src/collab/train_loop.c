@@ -324,10 +324,13 @@ int dl_collab_train_run(dl_net *net, dl_collab *collab, dl_state_donor *donor,
         st.count.progress = resume->progress;
     }
     if (local && be && loop_local_init(&st, resume ? &resume->local.inner_config : opt_config, resume)) goto done;
-    if (be && !local && !st.policy.delayed && o->aggregation == DL_AGG_CENTERED_CLIP) {
+    if (be && !local && !st.policy.delayed && o->aggregation == DL_AGG_CENTERED_CLIP && collab &&
+        dl_collab_bans_clipped(collab)) {
         /* Moments to go back to when a round refuses a clipped peer: a fresh
          * run's (zero) are every starter's; a resumed run has none of its own
-         * history until its first round that clips nobody. */
+         * history until its first round that clips nobody. Not with
+         * --clip-ban-rounds 0: no round refuses anyone, and the copy after
+         * each clean round (8 bytes a parameter) would serve nothing. */
         size_t bytes = dl_mul_size(st.model.n, sizeof(float));
         st.model.clean_m = dl_malloc(bytes);
         st.model.clean_v = dl_malloc(bytes);

@@ -190,6 +190,14 @@ static const struct scenario scenarios[] = {
     {.name = "audit_result_scale_clip_int8", .member_count = 5, .vector_size = 1000003, .compression = "int8",
      .aggregation = "centered-clip", .victim = 3, .misbehave = "result-scale", .caught = true,
      .needs_test_hooks = true},
+    /* the negated average (its norm kept, so the norm bound cannot see it)
+     * on the coarse codecs, one chunk per part: the projection alone let it
+     * through about one round in two; the alignment check refuses it */
+    {.name = "audit_result_flip_uint8", .member_count = 4, .vector_size = 1000003, .compression = "uint8", .sparse = 0.002,
+     .victim = 2, .misbehave = "result-flip", .caught = true, .needs_test_hooks = true},
+    {.name = "audit_result_flip_int8_clip", .member_count = 5, .vector_size = 1000003, .compression = "int8", .sparse = 0.002,
+     .aggregation = "centered-clip", .victim = 1, .misbehave = "result-flip", .caught = true,
+     .needs_test_hooks = true},
     {.name = "audit_projection_lie_topk", .member_count = 4, .vector_size = 1000003, .compression = "topk",
      .victim = 3, .misbehave = "projection-lie", .caught = true, .needs_test_hooks = true},
     /* an aggregator that signs its last result after every other and grinds
@@ -235,8 +243,9 @@ static const struct scenario scenarios[] = {
      .aggregation = "centered-clip", .victim = 1, .misbehave = "then-silent", .victim_status = "failed",
      .needs_test_hooks = true},
     /* a colluding pair under centered clip, as separate processes: member
-     * 1 signs -1000 times the average with the clip weights that gives its
-     * senders, never accuses and hands nobody its senders' chunks; member
+     * 1 signs v / 2 + R (v the average, R orthogonal to it, |R| = |v| / 2:
+     * no norm or alignment to give it away) with the clip weights that
+     * gives its senders, never accuses and hands nobody its senders' chunks; member
      * 3 waits for the other senders' projections and signs, for each chunk
      * of part 1, the projection that makes the equation hold (a possible
      * claim, at its true distance). The fast check passes; the spot checks
@@ -244,7 +253,7 @@ static const struct scenario scenarios[] = {
      * convicts it, and the chunks then disclosed by every contributor
      * convict member 1 (without spot disclosure every member applied the
      * lie) */
-    {.name = "audit_colluding_pair_clip", .member_count = 5, .vector_size = 1500003, .compression = "fp16",
+    {.name = "audit_colluding_pair_clip", .member_count = 5, .vector_size = 1500003, .compression = "fp16", .sparse = 1,
      .aggregation = "centered-clip", .victim = 1, .misbehave = "collude", .caught = true,
      .accomplice = 3, .accomplice_misbehave = "cover", .needs_test_hooks = true},
     /* a clean centered-clip round passes every check */

@@ -160,13 +160,15 @@ int main(void) {
                 CHECK_MSG(!memcmp(&fast, &portable, sizeof fast) && fe.lo == pe.lo && fe.hi == pe.hi,
                           "length %zu: fast %.17g %.17g %.17g, portable %.17g %.17g %.17g", n, fast.s, fast.a, fast.d,
                           portable.s, portable.a, portable.d);
-                long double s = 0, ab = 0, d2 = 0;
+                long double s = 0, ab = 0, d2 = 0, prod = 0, prod_abs = 0;
                 double lo = n ? xs[0] : 0, hi = lo;
                 for (size_t e = 0; e < n; e++) {
                     long double v = xs[e], diff = v - (with_q ? (long double)qs[e] : 0);
                     s += (long double)dl_audit_z(a[e]) * v;
                     ab += fabsl(v);
                     d2 += diff * diff;
+                    prod += v * (with_q ? (long double)qs[e] : v);
+                    prod_abs += fabsl(v * (with_q ? (long double)qs[e] : v));
                     lo = xs[e] < lo ? xs[e] : lo;
                     hi = xs[e] > hi ? xs[e] : hi;
                 }
@@ -175,6 +177,9 @@ int main(void) {
                               fabs(fast.d - sqrt((double)d2)) <= 1e-13 * sqrt((double)d2) + 1e-300,
                           "length %zu: %.17g %.17g %.17g against %.17Lg %.17Lg %.17Lg", n, fast.s, fast.a, fast.d, s, ab,
                           sqrtl(d2));
+                /* r: x.q, or x.x (d's sum before its root) without q */
+                CHECK_MSG(fabs(fast.r - (double)prod) <= 1e-13 * (double)prod_abs + 1e-300,
+                          "length %zu (q %d): r %.17g against %.17Lg", n, with_q, fast.r, prod);
                 CHECK(fe.lo == lo && fe.hi == hi);
             }
         }
@@ -520,7 +525,17 @@ int main(void) {
         }
     }
     claims[0].m.a = 1e300;
-    CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_PASS);
+    {
+        /* with its product covering the lie in the alignment check too
+         * (impossible as well, (g)), the check alone passes it */
+        double others = 0, total = 0;
+        for (size_t j = 0; j < K; j++) total += claims[j].weight;
+        for (size_t j = 1; j < K; j++) others += claims[j].weight * claims[j].m.r;
+        double honest_r = claims[0].m.r;
+        claims[0].m.r = (total * res.l2 * res.l2 - others) / claims[0].weight;
+        CHECK(dl_audit_check(claims, K, &res, false, 1, NULL, 0) == DL_AUDIT_PASS);
+        claims[0].m.r = honest_r;
+    }
     CHECK(!dl_audit_claim_possible(&claims[0].m, &res, why, sizeof why));
     CHECK_MSG(strstr(why, "L1 norm") != NULL, "%s", why);
     /* (c) A projection that absorbs the lie (the equation then holds),
@@ -544,20 +559,94 @@ int main(void) {
     claims[0].m.d = 0;
     CHECK(!dl_audit_claim_possible(&claims[0].m, &res, NULL, 0));
     /* ...while a claim 8 distances out is the edge: inside passes. */
-    struct dl_audit_measure edge6 = {.s = res.s + 7.9 * 2.0, .a = fabs(res.s) + 20, .d = 2.0};
+    struct dl_audit_measure edge6 = {.s = res.s + 7.9 * 2.0, .a = fabs(res.s) + 20, .d = 2.0, .r = res.l2 * res.l2};
     CHECK(dl_audit_claim_possible(&edge6, &res, why, sizeof why));
     edge6.s = res.s + 8.1 * 2.0;
     CHECK(!dl_audit_claim_possible(&edge6, &res, NULL, 0));
     /* (d) Nonsense: a projection beyond the L1 norm, not finite, a
      * negative distance, a distance values below 2^32 cannot reach. */
-    struct dl_audit_measure bad = {.s = 2, .a = 1, .d = 1};
+    double rq = res.l2 * res.l2; /* a possible product, so that each case fails on its own count */
+    struct dl_audit_measure bad = {.s = 2, .a = 1, .d = 1, .r = rq};
     CHECK(!dl_audit_claim_possible(&bad, &res, NULL, 0));
-    bad = (struct dl_audit_measure){.s = NAN, .a = 1, .d = 1};
+    bad = (struct dl_audit_measure){.s = NAN, .a = 1, .d = 1, .r = rq};
     CHECK(!dl_audit_claim_possible(&bad, &res, NULL, 0));
-    bad = (struct dl_audit_measure){.s = res.s, .a = 1, .d = -1};
+    bad = (struct dl_audit_measure){.s = res.s, .a = 1, .d = -1, .r = rq};
     CHECK(!dl_audit_claim_possible(&bad, &res, NULL, 0));
-    bad = (struct dl_audit_measure){.s = res.s, .a = 1, .d = 1e30};
+    bad = (struct dl_audit_measure){.s = res.s, .a = 1, .d = 1e30, .r = rq};
     CHECK(!dl_audit_claim_possible(&bad, &res, NULL, 0));
+
+    /* (g) The alignment check, q.q against sum_j w_j c_j r_j / W (r_j =
+     * x_j.q). Gradient-like chunks: a shared direction with a few large
+     * values, plus each sender's noise. */
+    {
+        const int codecs[] = {DL_CODEC_NONE, DL_CODEC_FP16, DL_CODEC_UINT8, DL_CODEC_INT8};
+        static float xg[K][LEN];
+        static double vg[LEN], vf[LEN];
+        static float qg[LEN], qf[LEN];
+        struct dl_audit_claim cg[K];
+        struct dl_audit_result rg;
+        size_t honest_refused = 0, flips_passed = 0, covers_possible = 0, trials = 0;
+        char honest_why[256] = "", flip_why[256] = "";
+        for (int t = 0; t < 30; t++) {
+            for (size_t e = 0; e < LEN; e++) {
+                double shared = normal() * (e % 97 == 0 ? 20.0 : 1.0);
+                for (size_t j = 0; j < K; j++) xg[j][e] = (float)(shared + 0.7 * normal());
+            }
+            weighted_mean(xg, w, ones, K, vg);
+            for (size_t e = 0; e < LEN; e++) vf[e] = -vg[e];
+            for (size_t c = 0; c < sizeof codecs / sizeof *codecs; c++, trials++) {
+                /* honest: passes */
+                round_to(codecs[c], vg, qg);
+                describe(xg, w, ones, K, vg, NULL, qg, codecs[c], cg, &rg);
+                if (dl_audit_check(cg, K, &rg, false, 1, why, sizeof why) != DL_AUDIT_PASS) {
+                    honest_refused++;
+                    snprintf(honest_why, sizeof honest_why, "codec %d: %s", codecs[c], why);
+                }
+                /* the flipped mean, with honest claims about it, its
+                 * projection made to agree with them (the direction the
+                 * liar hopes for: with uint8 and int8 about one chunk in
+                 * two, (b2)), and the largest e2 its codec allows: its
+                 * L1 norm is the mean's, so only the alignment sees it */
+                round_to(codecs[c], vf, qf);
+                describe(xg, w, ones, K, vf, NULL, qf, codecs[c], cg, &rg);
+                rg.e2 = dl_audit_e2_bound(codecs[c], rg.l2, rg.linf, rg.range, LEN);
+                double want = 0, total = 0;
+                for (size_t j = 0; j < K; j++) want += cg[j].weight * cg[j].m.s, total += cg[j].weight;
+                rg.s = want / total;
+                enum dl_audit_verdict v = dl_audit_check(cg, K, &rg, false, 1, why, sizeof why);
+                if (v != DL_AUDIT_WRONG || !strstr(why, "squared norm")) {
+                    flips_passed++;
+                    snprintf(flip_why, sizeof flip_why, "codec %d: verdict %d %s", codecs[c], (int)v, why);
+                }
+                /* a sender covering the flip in its product (as it could
+                 * in its projection): no chunk at its distance gives it */
+                double others = 0;
+                for (size_t j = 1; j < K; j++) others += cg[j].weight * cg[j].m.r;
+                cg[0].m.r = (total * rg.l2 * rg.l2 - others) / cg[0].weight;
+                covers_possible += dl_audit_claim_possible(&cg[0].m, &rg, why, sizeof why) || !strstr(why, "product");
+            }
+        }
+        CHECK_MSG(honest_refused == 0, "%zu of %zu honest results refused, last %s", honest_refused, trials,
+                  honest_why);
+        CHECK_MSG(flips_passed == 0, "%zu of %zu flipped results not refused on their alignment, last %s", flips_passed,
+                  trials, flip_why);
+        CHECK_MSG(covers_possible == 0, "%zu of %zu products covering a flip possible", covers_possible, trials);
+        /* What it leaves: a lie on the sphere through 0 and v (v / 2 + R, R
+         * orthogonal to v, |R| = |v| / 2) keeps q.(q - v) = 0; the
+         * projection meets it (fp16: far beyond its rounding). */
+        double vv = 0, uv = 0, uu = 0;
+        for (size_t e = 0; e < LEN; e++) vv += vg[e] * vg[e], uv += (e & 1 ? 1.0 : -1.0) * vg[e];
+        for (size_t e = 0; e < LEN; e++) {
+            double u = (e & 1 ? 1.0 : -1.0) - uv / vv * vg[e];
+            uu += u * u;
+        }
+        for (size_t e = 0; e < LEN; e++)
+            vf[e] = 0.5 * vg[e] + 0.5 * sqrt(vv / uu) * ((e & 1 ? 1.0 : -1.0) - uv / vv * vg[e]);
+        round_to(DL_CODEC_FP16, vf, qf);
+        describe(xg, w, ones, K, vf, NULL, qf, DL_CODEC_FP16, cg, &rg);
+        CHECK(dl_audit_check(cg, K, &rg, false, 1, why, sizeof why) == DL_AUDIT_WRONG);
+        CHECK_MSG(strstr(why, "its projection") != NULL, "%s", why);
+    }
 
     /* A revealed nonce opens its commitment and nothing else: another
      * nonce, or the same nonce in another round, does not. */
