@@ -113,6 +113,9 @@ int dl_audit_setup(struct dl_round *r) {
     r->verdict_in_size = dl_calloc(n * n, sizeof *r->verdict_in_size);
     r->verdict_state = dl_calloc(n * n, sizeof *r->verdict_state);
     r->verdict_asked_at = dl_calloc(n * n, sizeof *r->verdict_asked_at);
+    r->verdict_chunk = dl_calloc(n * n, sizeof *r->verdict_chunk);
+    r->verdict_chunk_size = dl_calloc(n * n, sizeof *r->verdict_chunk_size);
+    r->verdict_chunk_done = dl_calloc(n * n, sizeof *r->verdict_chunk_done);
     if (r->fast_failed_k)
         for (size_t p = 0; p < n; p++) r->fast_failed_k[p] = SIZE_MAX;
     randombytes_buf(r->audit_nonce, sizeof r->audit_nonce);
@@ -124,7 +127,8 @@ int dl_audit_setup(struct dl_round *r) {
         !r->disclose_at || !r->disclosed || !r->disclosed_size || !r->disclose_done || !r->disclose_k || !r->disclosed_to ||
         !r->spot_k || !r->spot_j || !r->spot_chunk || !r->spot_chunk_size || !r->spot_chunk_done || !r->spot_state || !r->spot_asked_at || !r->spot_escalation || !r->verdict_in ||
         !r->verdict_in_size ||
-        !r->verdict_state || !r->verdict_asked_at || (r->i_aggregate && !r->kept))
+        !r->verdict_state || !r->verdict_asked_at || !r->verdict_chunk || !r->verdict_chunk_size ||
+        !r->verdict_chunk_done || (r->i_aggregate && !r->kept))
         return -1;
     return 0;
 }
@@ -177,6 +181,11 @@ void dl_audit_free(struct dl_round *r) {
     free(r->verdict_in_size);
     free(r->verdict_state);
     free(r->verdict_asked_at);
+    if (r->verdict_chunk)
+        for (size_t i = 0; i < n * n; i++) free(r->verdict_chunk[i]);
+    free(r->verdict_chunk);
+    free(r->verdict_chunk_size);
+    free(r->verdict_chunk_done);
     free(r->spot_k);
     free(r->spot_j);
     if (r->spot_chunk)
@@ -1883,12 +1892,25 @@ void dl_audit_on_event(struct dl_round *r, struct dl_avg_event *ev) {
         return;
     }
     if (ev->kind == EV_AUDIT_SPOT_CHUNK) {
-        size_t p = ev->part, n = r->g.n;
-        if (p >= n || r->spot_chunk_done[p] || ev->chunk != r->spot_k[p] || ev->member != r->spot_j[p]) return;
-        r->spot_chunk_done[p] = true;
+        /* member < n: our own spot check's draw; n + m: the sender checker
+         * m found silent, asked by us (dl_audit_spot_pump) */
+        size_t p = ev->part, n = r->g.n, m = ev->member >= n ? ev->member - n : n;
+        uint8_t **into;
+        size_t *into_size;
+        if (p >= n) return;
+        if (m < n) {
+            size_t slot = p * n + m;
+            if (r->verdict_chunk_done[slot]) return;
+            r->verdict_chunk_done[slot] = true;
+            into = &r->verdict_chunk[slot], into_size = &r->verdict_chunk_size[slot];
+        } else {
+            if (r->spot_chunk_done[p] || ev->chunk != r->spot_k[p] || ev->member != r->spot_j[p]) return;
+            r->spot_chunk_done[p] = true;
+            into = &r->spot_chunk[p], into_size = &r->spot_chunk_size[p];
+        }
         if (ev->status == DL_NET_OK && ev->size) {
-            r->spot_chunk[p] = ev->data;
-            r->spot_chunk_size[p] = ev->size;
+            *into = ev->data;
+            *into_size = ev->size;
             ev->data = NULL;
         } else {
             DL_INFO("collab", "%s did not disclose the chunk of part %zu our spot check drew (%s)", ev->peer_id, p,

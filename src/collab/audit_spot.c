@@ -134,18 +134,28 @@ static int spot_judge(struct dl_round *r, struct dl_audit_scratch *sc, size_t p,
                                                                                                         : DL_SPOT_LIE;
 }
 
-static void ask_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double now) {
+/* A convicting chunk of sender j stands for its answer in the escalation
+ * that follows, unless the disclosure slot holds a chunk already (a reply
+ * still on its way is then dropped as come). */
+static void stand_in(struct dl_round *r, size_t p, size_t j, const uint8_t *chunk, size_t size) {
     size_t slot = p * r->g.n + j;
-    if (r->disclosed[slot] || r->disclose_done[slot]) return;
-    r->disclose_k[slot] = (uint32_t)(k + 1);
+    if (r->disclosed[slot] || !(r->disclosed[slot] = dl_malloc(size))) return;
+    memcpy(r->disclosed[slot], chunk, size);
+    r->disclosed_size[slot] = size;
+    r->disclose_done[slot] = true;
+}
+
+/* Chunk (p, k) of sender j that checker m found silent, from the sender
+ * itself, into the slot of m's verdict. */
+static void ask_verdict_chunk(struct dl_round *r, size_t p, size_t k, size_t j, size_t m, double now) {
     uint8_t msg[DL_AUDIT_DISCLOSE_SIZE] = {0};
     memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
     dl_put_u16(msg + 16, (uint16_t)p);
     msg[18] = DL_AUDIT_DISCLOSE;
     dl_put_u32(msg + 20, (uint32_t)k);
     if (dl_round_request(r, r->g.members[j].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
-                         EV_AUDIT_DISCLOSED, (uint32_t)p, (uint32_t)k, (uint32_t)j))
-        r->disclose_done[slot] = true;
+                         EV_AUDIT_SPOT_CHUNK, (uint32_t)p, (uint32_t)k, (uint32_t)(r->g.n + m)))
+        r->verdict_chunk_done[p * r->g.n + m] = true;
 }
 
 /* Our own spot check's chunk (p, k) of sender j, from the sender itself
@@ -344,15 +354,7 @@ bool dl_audit_spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double 
         int outcome = spot_judge(r, sc, p, k, j, pr, r->spot_chunk[p], r->spot_chunk_size[p]);
         if (outcome == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, "our spot check")) outcome = DL_SPOT_SILENT;
         if (outcome == DL_SPOT_LIE) {
-            /* The chunk stands for its sender's answer in the escalation
-             * (when that slot is free: one may hold another chunk). */
-            size_t slot = p * n + j;
-            if (!r->disclosed[slot] && !r->disclose_done[slot] &&
-                (r->disclosed[slot] = dl_malloc(r->spot_chunk_size[p]))) {
-                memcpy(r->disclosed[slot], r->spot_chunk[p], r->spot_chunk_size[p]);
-                r->disclosed_size[slot] = r->spot_chunk_size[p];
-                r->disclose_done[slot] = true;
-            }
+            stand_in(r, p, j, r->spot_chunk[p], r->spot_chunk_size[p]);
             dl_audit_spot_escalate(r, p, k, now);
         }
         if (outcome == DL_SPOT_SILENT) {
@@ -425,33 +427,31 @@ bool dl_audit_spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double 
                     DL_INFO("collab", "accountable aggregation: member %zu's evidence against member %zu does not "
                             "hold", m, j);
                 else {
-                    /* The chunk in the evidence stands for its sender's answer. */
-                    size_t cslot = p * n + j;
-                    if (!r->disclosed[cslot] && (r->disclosed[cslot] = dl_malloc(chunk_size))) {
-                        memcpy(r->disclosed[cslot], pr + psz, chunk_size);
-                        r->disclosed_size[cslot] = chunk_size;
-                        r->disclose_done[cslot] = true;
-                    }
+                    stand_in(r, p, j, pr + psz, chunk_size);
                     dl_audit_spot_escalate(r, p, k, now);
                 }
                 continue;
             }
-            /* DL_SPOT_SILENT: we ask the sender ourselves. */
-            size_t cslot = p * n + j;
+            /* DL_SPOT_SILENT: we ask the sender ourselves, into a slot of
+             * this verdict's own (a disclosure of another chunk of the part
+             * may hold the shared one). */
             if (r->verdict_state[slot] == 0) {
-                ask_chunk(r, p, k, j, now);
+                ask_verdict_chunk(r, p, k, j, m, now);
                 r->verdict_asked_at[slot] = now;
                 r->verdict_state[slot] = 1;
             }
-            if (!r->disclose_done[cslot] && !r->disclosed[cslot] && now - r->verdict_asked_at[slot] <= r->stall_s) {
+            if (!r->verdict_chunk_done[slot] && now - r->verdict_asked_at[slot] <= r->stall_s) {
                 waiting = true;
                 continue;
             }
             r->verdict_state[slot] = 2;
             const uint8_t *pr = held_projections(r, p, j);
-            int mine = spot_judge(r, sc, p, k, j, pr, r->disclosed[cslot], r->disclosed_size[cslot]);
+            int mine = spot_judge(r, sc, p, k, j, pr, r->verdict_chunk[slot], r->verdict_chunk_size[slot]);
             if (mine == DL_SPOT_LIE && !spot_convict(r, p, k, j, pr, whom)) mine = DL_SPOT_SILENT;
-            if (mine == DL_SPOT_LIE) dl_audit_spot_escalate(r, p, k, now);
+            if (mine == DL_SPOT_LIE) {
+                stand_in(r, p, j, r->verdict_chunk[slot], r->verdict_chunk_size[slot]);
+                dl_audit_spot_escalate(r, p, k, now);
+            }
             if (mine == DL_SPOT_SILENT) spot_silent(r, p, k, j);
         }
     }

@@ -337,6 +337,9 @@ struct dl_round {
     size_t *verdict_in_size;
     uint8_t *verdict_state;
     double *verdict_asked_at;
+    uint8_t **verdict_chunk;      /* per (part, checker): the drawn sender's chunk when we asked it ourselves */
+    size_t *verdict_chunk_size;
+    bool *verdict_chunk_done;
     double spot_done_at;
     /* Per global chunk, its result's measures under our seed (s, l1, l2,
      * lowest, highest), once a pass over that result made them (the pass
