@@ -141,12 +141,14 @@ enum dl_audit_verdict dl_audit_check(const struct dl_audit_claim *c, size_t coun
  * d <= sqrt(len) 2^32 + |q|_2 (no value reaches 2^32, wirecodec.h),
  * |s - z.q| <= DL_AUDIT_SIGMAS d, which z.(x - q) exceeds with probability
  * at most 2.5e-14 (Hoeffding, as above), and |r - q.q| <= d |q|_2
- * (Cauchy-Schwarz), all within the double rounding of the sums. The equation alone cannot see through a claim that nobody but
- * the aggregator can check against its chunk (its own, or a colluding
+ * (Cauchy-Schwarz), all within the double rounding of the sums. The
+ * equation alone cannot see through a claim that nobody but the
+ * aggregator can check against its chunk (its own, or a colluding
  * sender's); this bounds what such a claim absorbs: c_j |s_j - z.q| <=
  * DL_AUDIT_SIGMAS c_j d_j, at most DL_AUDIT_SIGMAS tau under centered clip,
- * and c_j |r_j - q.q| <= c_j d_j |q|_2 (at most tau |q|_2). A false claim is evidence against its signer. why (may be NULL) says
- * which bound fails. */
+ * and c_j |r_j - q.q| <= c_j d_j |q|_2 (at most tau |q|_2). A false claim
+ * is evidence against its signer. why (may be NULL) says which bound
+ * fails. */
 bool dl_audit_claim_possible(const struct dl_audit_measure *m, const struct dl_audit_result *res, char *why,
                              size_t why_size);
 

@@ -80,7 +80,8 @@ __attribute__((target("avx2"))) static void measure_avx2(const int16_t *z, const
         a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(av, 1)));
         if (q) {
             __m256 qv = _mm256_loadu_ps(q + LANES * b);
-            __m256d q0 = _mm256_cvtps_pd(_mm256_castps256_ps128(qv)), q1 = _mm256_cvtps_pd(_mm256_extractf128_ps(qv, 1));
+            __m256d q0 = _mm256_cvtps_pd(_mm256_castps256_ps128(qv));
+            __m256d q1 = _mm256_cvtps_pd(_mm256_extractf128_ps(qv, 1));
             r0 = _mm256_add_pd(r0, _mm256_mul_pd(v0, q0));
             r1 = _mm256_add_pd(r1, _mm256_mul_pd(v1, q1));
             v0 = _mm256_sub_pd(v0, q0);

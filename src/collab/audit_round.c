@@ -124,8 +124,9 @@ int dl_audit_setup(struct dl_round *r) {
         !r->accused || !r->reveal_in || !r->reveal_got || !r->store_hash || !r->roster_in || !r->roster_in_size ||
         !r->rr_attest_in || !r->rr_attest_in_size || !r->rr_checked || !r->audit_gone || !r->proj1_in ||
         !r->fast_proj || !r->fast_tried || !r->res_meas || !r->res_meas_valid || !r->fast_failed_k ||
-        !r->disclose_at || !r->disclosed || !r->disclosed_size || !r->disclose_done || !r->disclose_k || !r->disclosed_to ||
-        !r->spot_k || !r->spot_j || !r->spot_chunk || !r->spot_chunk_size || !r->spot_chunk_done || !r->spot_state || !r->spot_asked_at || !r->spot_escalation || !r->verdict_in ||
+        !r->disclose_at || !r->disclosed || !r->disclosed_size || !r->disclose_done || !r->disclose_k ||
+        !r->disclosed_to || !r->spot_k || !r->spot_j || !r->spot_chunk || !r->spot_chunk_size ||
+        !r->spot_chunk_done || !r->spot_state || !r->spot_asked_at || !r->spot_escalation || !r->verdict_in ||
         !r->verdict_in_size ||
         !r->verdict_state || !r->verdict_asked_at || !r->verdict_chunk || !r->verdict_chunk_size ||
         !r->verdict_chunk_done || (r->i_aggregate && !r->kept))
@@ -499,7 +500,8 @@ static void cover_claim(struct dl_round *r, size_t p, size_t k, const uint8_t *r
     /* Only a result far off (our accomplice's lie): not an honest one's
      * rounding, which stays within 8 e2 of it (and double rounding far
      * below 1e-9 of the contributors' L1 norms). */
-    double miss = fabs(sum / total - zq), e2 = dl_get_f64(res + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, res, len));
+    double miss = fabs(sum / total - zq);
+    double e2 = dl_get_f64(res + DL_AVG_RESULT_HEADER + dl_round_result_data_size(r, res, len));
     if (!(total > 0) || miss <= 2 * DL_AUDIT_SIGMAS * e2 + 1e-9 * spread / total) return;
     m->s = zq - pull / own_clip;
     m->r = q2 * q2 - rpull / own_clip;

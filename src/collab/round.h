@@ -318,8 +318,8 @@ struct dl_round {
     uint8_t **disclosed;
     size_t *disclosed_size;
     bool *disclose_done;
-    uint32_t *disclose_k;         /* per (part, sender) slot: the chunk it was last asked for (a reply for another is stale) */
-    uint32_t *disclosed_to; /* per asking member and part, the chunks (k + 1) we disclosed to it (DL_AUDIT_DISCLOSURES) */
+    uint32_t *disclose_k;         /* per (part, sender) slot: the chunk asked for + 1 (other replies are stale) */
+    uint32_t *disclosed_to;       /* per asker and part: the chunks (k + 1) we disclosed (DL_AUDIT_DISCLOSURES) */
     /* Spot disclosure (3d): per part p we check, the claim drawn (chunk,
      * member) and how far we are (0 not yet, 1 asked, 2 verdict sent), when
      * we asked; per (part p, checker m) at p n + m, m's verdict and whether

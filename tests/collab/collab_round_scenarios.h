@@ -193,10 +193,10 @@ static const struct scenario scenarios[] = {
     /* the negated average (its norm kept, so the norm bound cannot see it)
      * on the coarse codecs, one chunk per part: the projection alone let it
      * through about one round in two; the alignment check refuses it */
-    {.name = "audit_result_flip_uint8", .member_count = 4, .vector_size = 1000003, .compression = "uint8", .sparse = 0.002,
-     .victim = 2, .misbehave = "result-flip", .caught = true, .needs_test_hooks = true},
-    {.name = "audit_result_flip_int8_clip", .member_count = 5, .vector_size = 1000003, .compression = "int8", .sparse = 0.002,
-     .aggregation = "centered-clip", .victim = 1, .misbehave = "result-flip", .caught = true,
+    {.name = "audit_result_flip_uint8", .member_count = 4, .vector_size = 1000003, .compression = "uint8",
+     .sparse = 0.002, .victim = 2, .misbehave = "result-flip", .caught = true, .needs_test_hooks = true},
+    {.name = "audit_result_flip_int8_clip", .member_count = 5, .vector_size = 1000003, .compression = "int8",
+     .sparse = 0.002, .aggregation = "centered-clip", .victim = 1, .misbehave = "result-flip", .caught = true,
      .needs_test_hooks = true},
     {.name = "audit_projection_lie_topk", .member_count = 4, .vector_size = 1000003, .compression = "topk",
      .victim = 3, .misbehave = "projection-lie", .caught = true, .needs_test_hooks = true},
@@ -257,8 +257,8 @@ static const struct scenario scenarios[] = {
      * far apart compared with their average, a lie no larger than the
      * average (all the alignment check leaves) pulls no harder than an
      * honest claim, and every member applied it in 5 of 12 runs */
-    {.name = "audit_colluding_pair_clip", .member_count = 5, .vector_size = 1500003, .compression = "fp16", .sparse = 1,
-     .aggregation = "centered-clip", .victim = 1, .misbehave = "collude", .caught = true,
+    {.name = "audit_colluding_pair_clip", .member_count = 5, .vector_size = 1500003, .compression = "fp16",
+     .sparse = 1, .aggregation = "centered-clip", .victim = 1, .misbehave = "collude", .caught = true,
      .accomplice = 3, .accomplice_misbehave = "cover", .needs_test_hooks = true},
     /* a clean centered-clip round passes every check */
     {.name = "audit_clean_clip", .member_count = 5, .vector_size = 1000003, .compression = "fp16",

@@ -669,6 +669,38 @@ int main(void) {
                "gradient-like chunks\n", rot_passed[2], rot_passed[3], rot_trials);
     }
 
+    /* (h) The coarse codecs' rounding bounds at their edge, where an
+     * honest e2 comes closest: uint8 data whose every bin holds values at
+     * its two ends (Bhatia-Davis at equality: each value half a bin from
+     * the bin's mean), int8 data just below half a step from each level.
+     * The bound holds there with a quarter to spare (its margin over the
+     * rigorous sqrt(len) w / 2 and sqrt(len) max|q| / 253), and no more:
+     * the tolerance a liar can claim is no wider than that. */
+    {
+        static double ve[LEN];
+        static float qe[LEN];
+        const int coarse[] = {DL_CODEC_UINT8, DL_CODEC_INT8};
+        for (size_t c = 0; c < 2; c++) {
+            for (size_t e = 0; e < LEN; e++) {
+                if (coarse[c] == DL_CODEC_UINT8) ve[e] = (double)((e / 2) % 256) + (e & 1 ? 0.999 : 0.001);
+                else ve[e] = e == 0 ? 127.0 : (double)(e % 127) + 0.499;
+                ve[e] = (double)(float)ve[e];
+            }
+            round_to(coarse[c], ve, qe);
+            double e2 = 0, l2 = 0, lo = qe[0], hi = qe[0], linf = 0;
+            for (size_t e = 0; e < LEN; e++) {
+                e2 += (ve[e] - qe[e]) * (ve[e] - qe[e]);
+                l2 += (double)qe[e] * qe[e];
+                lo = fmin(lo, (double)qe[e]);
+                hi = fmax(hi, (double)qe[e]);
+                linf = fmax(linf, fabs((double)qe[e]));
+            }
+            double bound = dl_audit_e2_bound(coarse[c], sqrt(l2), linf, hi - lo, LEN), ratio = sqrt(e2) / bound;
+            CHECK_MSG(ratio <= 1 && ratio > 0.75, "codec %d: an honest e2 at %.4f of its bound", coarse[c], ratio);
+            printf("codec %d: an honest e2 at the edge is %.4f of its bound\n", coarse[c], ratio);
+        }
+    }
+
     /* A revealed nonce opens its commitment and nothing else: another
      * nonce, or the same nonce in another round, does not. */
     {
