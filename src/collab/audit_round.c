@@ -351,9 +351,12 @@ static bool nonce_counts(const struct dl_round *r, size_t m) {
  * hook calls it before the others revealed: what a liar can foresee.) */
 static void compute_seed(const struct dl_round *r, uint8_t seed[32]) {
     /* "4": projections carry r = x.q (32 bytes a chunk; "3" had 24, "2"
-     * drew +-1 signs); a member of another version draws another seed, and
-     * its projections then count as drawn for other results (not
-     * checkable), never as lies. */
+     * drew +-1 signs). A member of another version draws another seed, so
+     * its projections count as drawn for other results (not checkable);
+     * but "3"'s are of another size as well, and an attestation holding
+     * them reads as unsigned projections, which counts against its
+     * aggregator: builds of tags 3 and 4 must not share a run (the HELLO's
+     * protocol version does not tell them apart). */
     static const char tag[] = "dedloc audit seed 4";
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 32);
