@@ -354,9 +354,9 @@ static void compute_seed(const struct dl_round *r, uint8_t seed[32]) {
      * drew +-1 signs). A member of another version draws another seed, so
      * its projections count as drawn for other results (not checkable);
      * but "3"'s are of another size as well, and an attestation holding
-     * them reads as unsigned projections, which counts against its
-     * aggregator: builds of tags 3 and 4 must not share a run (the HELLO's
-     * protocol version does not tell them apart). */
+     * them would read as unsigned projections, which counts against its
+     * aggregator: with "4" the wire protocol went to version 2, and builds
+     * of the two refuse each other at the handshake (net/wire.h). */
     static const char tag[] = "dedloc audit seed 4";
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 32);

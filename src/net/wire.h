@@ -15,7 +15,10 @@
 
 #define DL_WIRE_MAGIC0 0xD1
 #define DL_WIRE_MAGIC1 0x0C
-#define DL_WIRE_VERSION 1
+/* 2: the averaging round's audit messages changed size (projections carry
+ * r = x.q, docs/protocol.md, accountable aggregation): a peer of version 1
+ * would read them as malformed, so the two are refused at the handshake. */
+#define DL_WIRE_VERSION 2
 #define DL_WIRE_HEADER 8
 #define DL_WIRE_TAG crypto_aead_chacha20poly1305_ietf_ABYTES
 #define DL_WIRE_PK 32
