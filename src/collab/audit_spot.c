@@ -145,30 +145,18 @@ static void stand_in(struct dl_round *r, size_t p, size_t j, const uint8_t *chun
     r->disclose_done[slot] = true;
 }
 
-/* Chunk (p, k) of sender j that checker m found silent, from the sender
- * itself, into the slot of m's verdict. */
-static void ask_verdict_chunk(struct dl_round *r, size_t p, size_t k, size_t j, size_t m, double now) {
+/* Asks sender j for its chunk (p, k) (3c's request), the reply coming as
+ * EV_AUDIT_SPOT_CHUNK with `tag` as its member: j for our own spot check's
+ * draw, n + m for the sender checker m found silent. False when it could
+ * not be sent. */
+static bool ask_spot_chunk(struct dl_round *r, size_t p, size_t k, size_t j, size_t tag, double now) {
     uint8_t msg[DL_AUDIT_DISCLOSE_SIZE] = {0};
     memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
     dl_put_u16(msg + 16, (uint16_t)p);
     msg[18] = DL_AUDIT_DISCLOSE;
     dl_put_u32(msg + 20, (uint32_t)k);
-    if (dl_round_request(r, r->g.members[j].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
-                         EV_AUDIT_SPOT_CHUNK, (uint32_t)p, (uint32_t)k, (uint32_t)(r->g.n + m)))
-        r->verdict_chunk_done[p * r->g.n + m] = true;
-}
-
-/* Our own spot check's chunk (p, k) of sender j, from the sender itself
- * (3c's request), into the spot check's own slot. */
-static void ask_spot_chunk(struct dl_round *r, size_t p, size_t k, size_t j, double now) {
-    uint8_t msg[DL_AUDIT_DISCLOSE_SIZE] = {0};
-    memcpy(msg, r->g.round_id, DL_GROUP_ROUND_ID);
-    dl_put_u16(msg + 16, (uint16_t)p);
-    msg[18] = DL_AUDIT_DISCLOSE;
-    dl_put_u32(msg + 20, (uint32_t)k);
-    if (dl_round_request(r, r->g.members[j].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
-                         EV_AUDIT_SPOT_CHUNK, (uint32_t)p, (uint32_t)k, (uint32_t)j))
-        r->spot_chunk_done[p] = true;
+    return !dl_round_request(r, r->g.members[j].peer_id, "avg.audit", msg, sizeof msg, r->deadline - now,
+                             EV_AUDIT_SPOT_CHUNK, (uint32_t)p, (uint32_t)k, (uint32_t)tag);
 }
 
 /* A spot check's chunk from part p's aggregator, which kept every chunk
@@ -344,7 +332,7 @@ bool dl_audit_spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double 
             free(r->spot_chunk[p]);
             r->spot_chunk[p] = NULL;
             r->spot_chunk_done[p] = false;
-            ask_spot_chunk(r, p, k, j, now);
+            if (!ask_spot_chunk(r, p, k, j, j, now)) r->spot_chunk_done[p] = true;
             r->spot_asked_at[p] = now;
             r->spot_state[p] = 3;
             waiting = true;
@@ -436,7 +424,7 @@ bool dl_audit_spot_pump(struct dl_round *r, struct dl_audit_scratch *sc, double 
              * this verdict's own (a disclosure of another chunk of the part
              * may hold the shared one). */
             if (r->verdict_state[slot] == 0) {
-                ask_verdict_chunk(r, p, k, j, m, now);
+                if (!ask_spot_chunk(r, p, k, j, n + m, now)) r->verdict_chunk_done[slot] = true;
                 r->verdict_asked_at[slot] = now;
                 r->verdict_state[slot] = 1;
             }
